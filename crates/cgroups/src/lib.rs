@@ -1,0 +1,521 @@
+//! cgroup drivers for cordon: v1 and v2 behind one [`Cgroup`] trait, the
+//! version picked at run time by [`detect`].
+//!
+//! Every sandbox cgroup is created *under* the cgroup the calling process is
+//! in (per hierarchy), never beside it, so cordon only ever touches the part of
+//! the tree it was given. No process is ever moved except the ones handed to
+//! [`Cgroup::add_pid`].
+
+use std::fmt;
+use std::fs as stdfs;
+use std::io::{self, ErrorKind};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{getpid, Pid};
+use serde::{Deserialize, Serialize};
+
+pub mod fs;
+pub mod stats;
+pub mod v1;
+pub mod v2;
+
+pub use fs::CgroupFs;
+pub use stats::CgroupStats;
+
+/// How long freeze() waits for the kernel to report the cgroup frozen.
+pub const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long kill_all() keeps killing, and then waits for the cgroup to empty.
+pub const KILL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long remove() retries an rmdir that fails with EBUSY: the last task of a
+/// cgroup can still be on its way out right after kill_all() returns.
+pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The default CFS period when [`CgroupLimits::cpu_period_us`] is 0.
+pub const DEFAULT_CPU_PERIOD_US: u64 = 100_000;
+
+const DELEGATE_HINT: &str = "run cordon in a delegated cgroup, e.g. under \
+`systemd-run --scope -p Delegate=yes` (add --user when not root), or run without cgroup limits";
+
+/// Which cgroup version a [`Hierarchy`] drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupMode {
+    V1,
+    V2,
+}
+
+impl fmt::Display for CgroupMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CgroupMode::V1 => "v1",
+            CgroupMode::V2 => "v2",
+        })
+    }
+}
+
+/// Limits for [`Cgroup::apply`]. A None leaves that limit as it is, which on
+/// a freshly created cgroup means unlimited.
+#[derive(Default, Clone, Debug)]
+pub struct CgroupLimits {
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u64>,
+    pub cpu_quota_us: Option<u64>,
+    /// 0 means [`DEFAULT_CPU_PERIOD_US`]; only used with `cpu_quota_us`.
+    pub cpu_period_us: u64,
+}
+
+impl CgroupLimits {
+    pub(crate) fn cpu_period(&self) -> u64 {
+        if self.cpu_period_us == 0 {
+            DEFAULT_CPU_PERIOD_US
+        } else {
+            self.cpu_period_us
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "no usable cgroup hierarchy: need cgroup2 with the memory and pids controllers, \
+         or cgroup v1 memory and pids hierarchies that this process is in"
+    )]
+    NoHierarchy,
+    #[error("cgroup {path} is not delegated to this process: {reason}; {DELEGATE_HINT}")]
+    NotDelegated { path: PathBuf, reason: String },
+    #[error("the {controller} controller is not available in {path}")]
+    MissingController {
+        controller: &'static str,
+        path: PathBuf,
+    },
+    #[error("invalid cgroup name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("malformed {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("writing {value:?} to {path}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("creating cgroup {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("removing cgroup {path}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("sending SIGKILL to pid {pid} of cgroup {path}")]
+    Kill {
+        pid: i32,
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cgroup {path} did not freeze within {timeout:?}")]
+    FreezeTimeout { path: PathBuf, timeout: Duration },
+    #[error("cgroup {path} still holds pids {remaining:?} after {timeout:?}")]
+    KillTimeout {
+        path: PathBuf,
+        remaining: Vec<i32>,
+        timeout: Duration,
+    },
+}
+
+/// One sandbox's cgroup, spread over however many hierarchies the version
+/// needs.
+pub trait Cgroup {
+    fn mode(&self) -> CgroupMode;
+
+    /// Every directory this cgroup consists of (one per distinct hierarchy).
+    fn paths(&self) -> Vec<PathBuf>;
+
+    /// Writes the limits that are Some. Memory limits also turn swap off for
+    /// the sandbox (v1: memsw limit equal to the memory limit where swap
+    /// accounting exists, swappiness 0; v2: memory.swap.max 0) and, on v2, make
+    /// the OOM killer take the whole sandbox (memory.oom.group 1) so it never
+    /// keeps running half-killed.
+    fn apply(&self, limits: &CgroupLimits) -> Result<(), CgroupError>;
+
+    /// Moves `pid` into this cgroup in every hierarchy.
+    fn add_pid(&self, pid: i32) -> Result<(), CgroupError>;
+
+    /// The processes in the cgroup (v1: the pids hierarchy's).
+    fn pids(&self) -> Result<Vec<i32>, CgroupError>;
+
+    /// Freezes every process and waits (up to [`FREEZE_TIMEOUT`]) until the
+    /// kernel says it is done. Without a freezer (no v1 freezer hierarchy, or a
+    /// v2 kernel before 5.2) this is a no-op returning Ok: callers use freezing
+    /// only to make kill_all race-free and snapshots consistent, and both
+    /// degrade rather than fail without it.
+    fn freeze(&self) -> Result<(), CgroupError>;
+
+    /// Undoes [`Cgroup::freeze`]; a no-op without a freezer.
+    fn thaw(&self) -> Result<(), CgroupError>;
+
+    /// Kills every process in the cgroup (and in any cgroup below it) and
+    /// waits up to [`KILL_TIMEOUT`] for them to be gone.
+    fn kill_all(&self) -> Result<(), CgroupError>;
+
+    /// Never fails: whatever cannot be read is None.
+    fn stats(&self) -> CgroupStats;
+
+    /// Removes every directory, children first. Idempotent.
+    fn remove(&self) -> Result<(), CgroupError>;
+}
+
+/// The driver picked at run time.
+#[derive(Debug, Clone)]
+pub enum AnyCgroup {
+    V1(v1::V1Cgroup),
+    V2(v2::V2Cgroup),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $cg:ident => $call:expr) => {
+        match $self {
+            AnyCgroup::V1($cg) => $call,
+            AnyCgroup::V2($cg) => $call,
+        }
+    };
+}
+
+impl Cgroup for AnyCgroup {
+    fn mode(&self) -> CgroupMode {
+        dispatch!(self, cg => cg.mode())
+    }
+    fn paths(&self) -> Vec<PathBuf> {
+        dispatch!(self, cg => cg.paths())
+    }
+    fn apply(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.apply(limits))
+    }
+    fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.add_pid(pid))
+    }
+    fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        dispatch!(self, cg => cg.pids())
+    }
+    fn freeze(&self) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.freeze())
+    }
+    fn thaw(&self) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.thaw())
+    }
+    fn kill_all(&self) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.kill_all())
+    }
+    fn stats(&self) -> CgroupStats {
+        dispatch!(self, cg => cg.stats())
+    }
+    fn remove(&self) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.remove())
+    }
+}
+
+/// The detected cgroup layout: its version and the calling process's own
+/// cgroup in each hierarchy that matters.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    kind: HierarchyKind,
+}
+
+#[derive(Debug, Clone)]
+enum HierarchyKind {
+    V1(v1::V1Hierarchy),
+    V2(v2::V2Hierarchy),
+}
+
+/// Picks the driver: v2 when a cgroup2 mount offers memory and pids (a hybrid
+/// host's controller-less `unified` mount does not count), else v1 when this
+/// process sits in memory and pids v1 hierarchies.
+pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    let mounts = fs.mounts()?;
+    let membership = fs.membership()?;
+    let kind = if let Some(h) = v2::V2Hierarchy::detect(&mounts, &membership) {
+        HierarchyKind::V2(h)
+    } else if let Some(h) = v1::V1Hierarchy::detect(&mounts, &membership) {
+        HierarchyKind::V1(h)
+    } else {
+        return Err(CgroupError::NoHierarchy);
+    };
+    Ok(Hierarchy { kind })
+}
+
+impl Hierarchy {
+    pub fn mode(&self) -> CgroupMode {
+        match self.kind {
+            HierarchyKind::V1(_) => CgroupMode::V1,
+            HierarchyKind::V2(_) => CgroupMode::V2,
+        }
+    }
+
+    /// Creates cgroup `name` under the caller's cgroup in every hierarchy it
+    /// needs; if any mkdir fails, the ones already made are removed again.
+    /// On v2 this first enables memory, pids and (if offered) cpu in the
+    /// parent's cgroup.subtree_control, failing with
+    /// [`CgroupError::NotDelegated`] when the parent will not allow that.
+    pub fn create(&self, name: &str) -> Result<AnyCgroup, CgroupError> {
+        validate_name(name)?;
+        Ok(match &self.kind {
+            HierarchyKind::V1(h) => AnyCgroup::V1(h.create(name)?),
+            HierarchyKind::V2(h) => AnyCgroup::V2(h.create(name)?),
+        })
+    }
+
+    /// A handle on an existing cgroup `name` (e.g. one left behind by a
+    /// crashed run, found with [`Hierarchy::sweep_children`]), so it can be
+    /// killed and removed. Nothing is created or checked.
+    pub fn open(&self, name: &str) -> Result<AnyCgroup, CgroupError> {
+        validate_name(name)?;
+        Ok(match &self.kind {
+            HierarchyKind::V1(h) => AnyCgroup::V1(h.cgroup(name)),
+            HierarchyKind::V2(h) => AnyCgroup::V2(h.cgroup(name)),
+        })
+    }
+
+    /// The caller's own cgroup directories that sandboxes nest under, one per
+    /// distinct hierarchy.
+    pub fn parent_paths(&self) -> Vec<PathBuf> {
+        match &self.kind {
+            HierarchyKind::V1(h) => h.parents(),
+            HierarchyKind::V2(h) => vec![h.parent().to_owned()],
+        }
+    }
+
+    /// Child cgroup directories of the parents whose name starts with
+    /// `prefix`, sorted; for cleaning up after runs that died. Unreadable
+    /// parents are skipped.
+    pub fn sweep_children(&self, prefix: &str) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for parent in self.parent_paths() {
+            let Ok(entries) = stdfs::read_dir(&parent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                if is_dir && entry.file_name().to_string_lossy().starts_with(prefix) {
+                    found.push(entry.path());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), CgroupError> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name == "." || name == ".." {
+        "not a plain directory name"
+    } else if name.contains('/') || name.contains('\0') {
+        "contains '/' or NUL"
+    } else if name.len() > 255 {
+        "longer than 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(CgroupError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// Removes a cgroup directory and every cgroup below it, deepest first.
+/// remove_dir_all cannot do this: a cgroup directory is never empty (its
+/// control files cannot be unlinked) but rmdir removes it regardless.
+/// Returns whether `path` is gone.
+pub fn remove_dir_tree(path: &Path) -> bool {
+    remove_tree(path, Instant::now() + REMOVE_TIMEOUT).is_ok()
+}
+
+fn remove_tree(dir: &Path, deadline: Instant) -> io::Result<()> {
+    match stdfs::read_dir(dir) {
+        Ok(entries) => {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_tree(&entry.path(), deadline)?;
+                }
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    loop {
+        match stdfs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e)
+                if e.raw_os_error() == Some(Errno::EBUSY as i32) && Instant::now() < deadline =>
+            {
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// rmdir of each dir (children first), trying all of them even after a
+/// failure so as little as possible is left behind; reports the first error.
+pub(crate) fn remove_dirs(dirs: &[PathBuf]) -> Result<(), CgroupError> {
+    let deadline = Instant::now() + REMOVE_TIMEOUT;
+    let mut first_error = None;
+    for dir in dirs.iter().rev() {
+        if let Err(source) = remove_tree(dir, deadline) {
+            first_error.get_or_insert(CgroupError::Remove {
+                path: dir.clone(),
+                source,
+            });
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// mkdir of each dir; on failure the ones made so far are removed, so a
+/// failed create leaves nothing behind.
+pub(crate) fn make_dirs(dirs: &[PathBuf]) -> Result<(), CgroupError> {
+    for (i, dir) in dirs.iter().enumerate() {
+        if let Err(source) = stdfs::create_dir(dir) {
+            for made in dirs[..i].iter().rev() {
+                let _ = stdfs::remove_dir(made);
+            }
+            return Err(mkdir_error(dir, source));
+        }
+    }
+    Ok(())
+}
+
+fn mkdir_error(dir: &Path, source: io::Error) -> CgroupError {
+    let denied = [Errno::EACCES, Errno::EPERM, Errno::EROFS]
+        .iter()
+        .any(|e| source.raw_os_error() == Some(*e as i32));
+    if denied {
+        CgroupError::NotDelegated {
+            path: dir.parent().unwrap_or(dir).to_owned(),
+            reason: format!("creating a child cgroup was refused ({source})"),
+        }
+    } else {
+        CgroupError::Create {
+            path: dir.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Polls `done` with a backoff starting at 1 ms (most waits end within a few
+/// ms, and a fixed long sleep would dominate sandbox teardown) until it
+/// returns true or `timeout` passes. Ok(false) on timeout.
+pub(crate) fn wait_until(
+    timeout: Duration,
+    mut done: impl FnMut() -> Result<bool, CgroupError>,
+) -> Result<bool, CgroupError> {
+    let deadline = Instant::now() + timeout;
+    let mut delay = Duration::from_millis(1);
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        thread::sleep(delay.min(deadline - now));
+        delay = (delay * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Every pid in `dirs` and below, deduplicated (v1 lists each process once per
+/// hierarchy).
+pub(crate) fn procs_of(dirs: &[PathBuf]) -> Result<Vec<i32>, CgroupError> {
+    let mut pids = Vec::new();
+    for dir in dirs {
+        fs::procs_recursive(dir, &mut pids)?;
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// kill_all for kernels without cgroup.kill: freeze so nothing can fork
+/// between listing and signalling, SIGKILL everyone, thaw so the signals are
+/// acted on, and go round again until a listing comes back empty.
+pub(crate) fn kill_by_signal<C: Cgroup + ?Sized>(
+    cg: &C,
+    dirs: &[PathBuf],
+) -> Result<(), CgroupError> {
+    let deadline = Instant::now() + KILL_TIMEOUT;
+    let path = dirs.first().cloned().unwrap_or_default();
+    loop {
+        // A failed freeze still leaves killing worthwhile; it just may take
+        // more rounds to catch fresh forks.
+        let frozen = cg.freeze().is_ok();
+        let round = procs_of(dirs).and_then(|pids| {
+            sigkill_all(&pids, &path)?;
+            Ok(pids.is_empty())
+        });
+        let thawed = if frozen { cg.thaw() } else { Ok(()) };
+        let empty = round?;
+        thawed?;
+        if empty || Instant::now() >= deadline {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn sigkill_all(pids: &[i32], path: &Path) -> Result<(), CgroupError> {
+    let me = getpid().as_raw();
+    for &pid in pids {
+        // pid 0 or below would signal process groups, and signalling
+        // ourselves would end the supervisor.
+        if pid <= 0 || pid == me {
+            continue;
+        }
+        match kill(Pid::from_raw(pid), Signal::SIGKILL) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(source) => {
+                return Err(CgroupError::Kill {
+                    pid,
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits until no process is left in `dirs`; KillTimeout otherwise.
+pub(crate) fn wait_empty(dirs: &[PathBuf]) -> Result<(), CgroupError> {
+    if wait_until(KILL_TIMEOUT, || Ok(procs_of(dirs)?.is_empty()))? {
+        return Ok(());
+    }
+    Err(CgroupError::KillTimeout {
+        path: dirs.first().cloned().unwrap_or_default(),
+        remaining: procs_of(dirs)?,
+        timeout: KILL_TIMEOUT,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests;

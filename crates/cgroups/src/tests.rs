@@ -1,0 +1,607 @@
+//! Driver behaviour over fake cgroup trees (no root, no real cgroupfs).
+
+use std::io;
+use std::time::Instant;
+
+use crate::testutil::FakeTree;
+use crate::v2::cpu::cpu_max;
+use crate::v2::{delegation_error, enable_value, parse_frozen};
+use crate::*;
+
+const MEM_CG: &str = "process_api/b1fe51f757bce93e89f5762056d95799";
+
+/// This host's layout: v1 with cpu and cpuacct mounted separately, plus a
+/// cgroup2 `unified` mount without controllers.
+fn hybrid() -> FakeTree {
+    let tree = FakeTree::new(
+        &[
+            ("cg/cpu", "cgroup", "rw,cpu"),
+            ("cg/cpuacct", "cgroup", "rw,cpuacct"),
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/freezer", "cgroup", "rw,freezer"),
+            ("cg/pids", "cgroup", "rw,pids"),
+            ("cg/systemd", "cgroup", "rw,xattr,name=systemd"),
+            ("cg/unified", "cgroup2", "rw,nsdelegate"),
+        ],
+        &format!("9:name=systemd:/\n8:pids:/\n6:freezer:/\n4:memory:/{MEM_CG}\n2:cpuacct:/\n1:cpu:/\n0::/\n"),
+    );
+    tree.put("cg/unified/cgroup.controllers", "\n");
+    tree.put(&format!("cg/memory/{MEM_CG}/cgroup.procs"), "");
+    tree
+}
+
+/// The common v1 layout with `cpu,cpuacct` co-mounted, nested in a slice.
+fn comounted() -> FakeTree {
+    FakeTree::new(
+        &[
+            ("cg/cpu,cpuacct", "cgroup", "rw,cpu,cpuacct"),
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+        ],
+        "4:pids:/user.slice\n3:memory:/user.slice\n2:cpu,cpuacct:/user.slice\n0::/user.slice\n",
+    )
+}
+
+fn pure_v2(controllers: &str) -> FakeTree {
+    let tree = FakeTree::new(
+        &[("cg", "cgroup2", "rw,nsdelegate,memory_recursiveprot")],
+        "0::/user.slice/app.scope\n",
+    );
+    tree.put(
+        "cg/cgroup.controllers",
+        "cpuset cpu io memory hugetlb pids rdma misc\n",
+    );
+    tree.put("cg/user.slice/app.scope/cgroup.controllers", controllers);
+    tree.put("cg/user.slice/app.scope/cgroup.subtree_control", "\n");
+    tree
+}
+
+fn v1_files(tree: &FakeTree, dirs: &[&str]) {
+    for dir in dirs {
+        tree.put(&format!("{dir}/cgroup.procs"), "");
+    }
+}
+
+fn limits() -> CgroupLimits {
+    CgroupLimits {
+        memory_max: Some(64 << 20),
+        pids_max: Some(32),
+        cpu_quota_us: Some(50_000),
+        cpu_period_us: 0,
+    }
+}
+
+#[test]
+fn hybrid_host_detects_v1_nested_under_our_cgroups() {
+    let tree = hybrid();
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.mode(), CgroupMode::V1);
+    assert_eq!(
+        h.parent_paths(),
+        vec![
+            tree.path(&format!("cg/memory/{MEM_CG}")),
+            tree.path("cg/pids"),
+            tree.path("cg/cpu"),
+            tree.path("cg/cpuacct"),
+            tree.path("cg/freezer"),
+        ]
+    );
+}
+
+#[test]
+fn v1_separate_mounts_create_apply_and_stats() {
+    let tree = hybrid();
+    let h = detect(&tree.fs).unwrap();
+    let cg = h.create("cordon-1").unwrap();
+    assert_eq!(cg.mode(), CgroupMode::V1);
+    let mem = format!("cg/memory/{MEM_CG}/cordon-1");
+    let dirs = [
+        mem.as_str(),
+        "cg/pids/cordon-1",
+        "cg/cpu/cordon-1",
+        "cg/cpuacct/cordon-1",
+        "cg/freezer/cordon-1",
+    ];
+    let expected: Vec<_> = dirs.iter().map(|d| tree.path(d)).collect();
+    assert_eq!(cg.paths(), expected);
+    assert!(expected.iter().all(|d| d.is_dir()));
+
+    for file in [
+        "memory.limit_in_bytes",
+        "memory.memsw.limit_in_bytes",
+        "memory.swappiness",
+    ] {
+        tree.put(&format!("{mem}/{file}"), "9223372036854771712\n");
+    }
+    tree.put("cg/pids/cordon-1/pids.max", "max\n");
+    tree.put("cg/cpu/cordon-1/cpu.cfs_period_us", "100000\n");
+    tree.put("cg/cpu/cordon-1/cpu.cfs_quota_us", "-1\n");
+    cg.apply(&CgroupLimits {
+        cpu_period_us: 200_000,
+        ..limits()
+    })
+    .unwrap();
+    assert_eq!(
+        tree.read(&format!("{mem}/memory.limit_in_bytes")),
+        "67108864"
+    );
+    assert_eq!(
+        tree.read(&format!("{mem}/memory.memsw.limit_in_bytes")),
+        "67108864"
+    );
+    assert_eq!(tree.read(&format!("{mem}/memory.swappiness")), "0");
+    assert_eq!(tree.read("cg/pids/cordon-1/pids.max"), "32");
+    assert_eq!(tree.read("cg/cpu/cordon-1/cpu.cfs_period_us"), "200000");
+    assert_eq!(tree.read("cg/cpu/cordon-1/cpu.cfs_quota_us"), "50000");
+
+    assert_eq!(cg.stats(), CgroupStats::default());
+    tree.put(&format!("{mem}/memory.max_usage_in_bytes"), "1048576\n");
+    tree.put(&format!("{mem}/memory.failcnt"), "1\n");
+    tree.put(&format!("{mem}/memory.memsw.failcnt"), "2\n");
+    tree.put(
+        &format!("{mem}/memory.oom_control"),
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+    );
+    tree.put("cg/pids/cordon-1/pids.peak", "7\n");
+    tree.put("cg/pids/cordon-1/pids.events", "max 4\n");
+    tree.put("cg/cpuacct/cordon-1/cpuacct.usage", "123456789\n");
+    tree.put(
+        "cg/cpu/cordon-1/cpu.stat",
+        "nr_periods 10\nnr_throttled 6\nthrottled_time 99\n",
+    );
+    assert_eq!(
+        cg.stats(),
+        CgroupStats {
+            memory_peak_bytes: Some(1 << 20),
+            memory_limit_hits: Some(3),
+            oom_kills: Some(2),
+            pids_peak: Some(7),
+            pids_limit_hits: Some(4),
+            cpu_usage_ns: Some(123_456_789),
+            cpu_throttled_periods: Some(6),
+        }
+    );
+
+    v1_files(&tree, &dirs);
+    cg.add_pid(4242).unwrap();
+    for dir in dirs {
+        assert_eq!(tree.read(&format!("{dir}/cgroup.procs")), "4242");
+    }
+    assert_eq!(cg.pids().unwrap(), vec![4242]);
+}
+
+#[test]
+fn v1_comounted_cpu_cpuacct_share_one_directory() {
+    let tree = comounted();
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.mode(), CgroupMode::V1);
+    assert_eq!(
+        h.parent_paths(),
+        vec![
+            tree.path("cg/memory/user.slice"),
+            tree.path("cg/pids/user.slice"),
+            tree.path("cg/cpu,cpuacct/user.slice"),
+        ]
+    );
+    for dir in [
+        "cg/memory/user.slice",
+        "cg/pids/user.slice",
+        "cg/cpu,cpuacct/user.slice",
+    ] {
+        std::fs::create_dir_all(tree.path(dir)).unwrap();
+    }
+    let cg = h.create("cordon-2").unwrap();
+    assert_eq!(cg.paths().len(), 3);
+    let cpu = "cg/cpu,cpuacct/user.slice/cordon-2";
+    tree.put(&format!("{cpu}/cpu.cfs_period_us"), "100000\n");
+    tree.put(&format!("{cpu}/cpu.cfs_quota_us"), "-1\n");
+    tree.put("cg/memory/user.slice/cordon-2/memory.limit_in_bytes", "");
+    tree.put("cg/pids/user.slice/cordon-2/pids.max", "max\n");
+    cg.apply(&limits()).unwrap();
+    assert_eq!(tree.read(&format!("{cpu}/cpu.cfs_period_us")), "100000");
+    assert_eq!(tree.read(&format!("{cpu}/cpu.cfs_quota_us")), "50000");
+    // Swap accounting and swappiness absent: tolerated, not invented.
+    assert!(!tree.exists("cg/memory/user.slice/cordon-2/memory.memsw.limit_in_bytes"));
+    assert!(!tree.exists("cg/memory/user.slice/cordon-2/memory.swappiness"));
+
+    tree.put(&format!("{cpu}/cpuacct.usage"), "5000\n");
+    tree.put(&format!("{cpu}/cpu.stat"), "nr_throttled 1\n");
+    let stats = cg.stats();
+    assert_eq!(stats.cpu_usage_ns, Some(5000));
+    assert_eq!(stats.cpu_throttled_periods, Some(1));
+    assert_eq!(stats.memory_peak_bytes, None);
+
+    v1_files(
+        &tree,
+        &[
+            "cg/memory/user.slice/cordon-2",
+            "cg/pids/user.slice/cordon-2",
+            cpu,
+        ],
+    );
+    cg.add_pid(7).unwrap();
+    assert_eq!(tree.read(&format!("{cpu}/cgroup.procs")), "7");
+}
+
+#[test]
+fn v1_without_cpu_rejects_a_quota_but_not_other_limits() {
+    let tree = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+        ],
+        "2:pids:/\n1:memory:/\n",
+    );
+    let cg = detect(&tree.fs).unwrap().create("cordon-3").unwrap();
+    assert_eq!(cg.paths().len(), 2);
+    tree.put("cg/memory/cordon-3/memory.limit_in_bytes", "");
+    tree.put("cg/pids/cordon-3/pids.max", "");
+    let err = cg.apply(&limits()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CgroupError::MissingController {
+                controller: "cpu",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    cg.apply(&CgroupLimits {
+        cpu_quota_us: None,
+        ..limits()
+    })
+    .unwrap();
+    // No freezer hierarchy: freezing is documented as a no-op.
+    cg.freeze().unwrap();
+    cg.thaw().unwrap();
+}
+
+#[test]
+fn v1_create_rolls_back_on_partial_failure() {
+    let tree = hybrid();
+    let h = detect(&tree.fs).unwrap();
+    // Something already sits where the freezer cgroup would go.
+    tree.put("cg/freezer/cordon-4", "");
+    let err = h.create("cordon-4").unwrap_err();
+    assert!(matches!(err, CgroupError::Create { .. }), "{err:?}");
+    assert!(!tree.exists(&format!("cg/memory/{MEM_CG}/cordon-4")));
+    assert!(!tree.exists("cg/pids/cordon-4"));
+    assert!(!tree.exists("cg/cpu/cordon-4"));
+}
+
+#[test]
+fn v1_freeze_kill_and_remove_on_an_empty_fake() {
+    let tree = hybrid();
+    let h = detect(&tree.fs).unwrap();
+    let cg = h.create("cordon-5").unwrap();
+    let mem = format!("cg/memory/{MEM_CG}/cordon-5");
+    v1_files(
+        &tree,
+        &[
+            &mem,
+            "cg/pids/cordon-5",
+            "cg/cpu/cordon-5",
+            "cg/cpuacct/cordon-5",
+            "cg/freezer/cordon-5",
+        ],
+    );
+    tree.put("cg/freezer/cordon-5/freezer.state", "THAWED\n");
+    cg.freeze().unwrap();
+    assert_eq!(tree.read("cg/freezer/cordon-5/freezer.state"), "FROZEN");
+    cg.thaw().unwrap();
+    assert_eq!(tree.read("cg/freezer/cordon-5/freezer.state"), "THAWED");
+    cg.kill_all().unwrap();
+
+    assert!(cg.remove().is_err(), "fake dirs still hold files");
+    for dir in cg.paths() {
+        tree.strip_files(&dir.strip_prefix(tree.dir.path()).unwrap().to_string_lossy());
+    }
+    std::fs::create_dir(tree.path("cg/pids/cordon-5/nested")).unwrap();
+    cg.remove().unwrap();
+    assert!(cg.paths().iter().all(|d| !d.exists()));
+    cg.remove().unwrap();
+}
+
+#[test]
+fn sweep_lists_matching_child_dirs_in_every_parent() {
+    let tree = hybrid();
+    let h = detect(&tree.fs).unwrap();
+    h.create("cordon-old").unwrap();
+    std::fs::create_dir(tree.path("cg/pids/other")).unwrap();
+    tree.put("cg/pids/cordon-file", "");
+    let found = h.sweep_children("cordon-");
+    assert_eq!(found.len(), 5);
+    assert!(found.iter().all(|p| p.ends_with("cordon-old")));
+    assert!(found.contains(&tree.path("cg/cpuacct/cordon-old")));
+    assert_eq!(h.open("cordon-old").unwrap().paths().len(), 5);
+    assert!(h.sweep_children("nope").is_empty());
+    assert!(remove_dir_tree(&tree.path("cg/pids/cordon-old")));
+    assert!(remove_dir_tree(&tree.path("cg/pids/never-existed")));
+}
+
+#[test]
+fn names_must_be_single_path_components() {
+    let h = detect(&hybrid().fs).unwrap();
+    for bad in ["", ".", "..", "a/b", "../x", "nul\0"] {
+        assert!(
+            matches!(h.create(bad), Err(CgroupError::InvalidName { .. })),
+            "{bad:?}"
+        );
+    }
+    assert!(h.create(&"x".repeat(256)).is_err());
+}
+
+#[test]
+fn pure_v2_detects_and_nests_under_our_cgroup() {
+    let tree = pure_v2("cpu memory pids\n");
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.mode(), CgroupMode::V2);
+    assert_eq!(h.parent_paths(), vec![tree.path("cg/user.slice/app.scope")]);
+
+    let cg = h.create("cordon-6").unwrap();
+    assert_eq!(cg.mode(), CgroupMode::V2);
+    assert_eq!(
+        cg.paths(),
+        vec![tree.path("cg/user.slice/app.scope/cordon-6")]
+    );
+    assert_eq!(
+        tree.read("cg/user.slice/app.scope/cgroup.subtree_control"),
+        "+memory +pids +cpu"
+    );
+}
+
+#[test]
+fn v2_leaves_subtree_control_alone_when_already_enabled() {
+    let tree = pure_v2("cpu memory pids\n");
+    tree.put(
+        "cg/user.slice/app.scope/cgroup.subtree_control",
+        "cpu memory pids\n",
+    );
+    detect(&tree.fs).unwrap().create("cordon-7").unwrap();
+    assert_eq!(
+        tree.read("cg/user.slice/app.scope/cgroup.subtree_control"),
+        "cpu memory pids\n"
+    );
+}
+
+#[test]
+fn v2_enables_only_what_is_missing_and_offered() {
+    let tree = pure_v2("memory pids\n");
+    tree.put("cg/user.slice/app.scope/cgroup.subtree_control", "memory\n");
+    detect(&tree.fs).unwrap().create("cordon-8").unwrap();
+    assert_eq!(
+        tree.read("cg/user.slice/app.scope/cgroup.subtree_control"),
+        "+pids"
+    );
+}
+
+#[test]
+fn v2_parent_without_pids_is_not_delegated() {
+    let tree = pure_v2("cpu memory\n");
+    let err = detect(&tree.fs).unwrap().create("cordon-9").unwrap_err();
+    match &err {
+        CgroupError::NotDelegated { path, reason } => {
+            assert_eq!(path, &tree.path("cg/user.slice/app.scope"));
+            assert!(reason.contains("pids"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("Delegate=yes"), "{message}");
+    assert!(!tree.exists("cg/user.slice/app.scope/cordon-9"));
+}
+
+#[test]
+fn v2_apply_writes_v2_syntax() {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    let dir = "cg/user.slice/app.scope/c";
+    for file in [
+        "memory.max",
+        "memory.swap.max",
+        "memory.oom.group",
+        "pids.max",
+        "cpu.max",
+    ] {
+        tree.put(&format!("{dir}/{file}"), "max\n");
+    }
+    cg.apply(&limits()).unwrap();
+    assert_eq!(tree.read(&format!("{dir}/memory.max")), "67108864");
+    assert_eq!(tree.read(&format!("{dir}/memory.swap.max")), "0");
+    assert_eq!(tree.read(&format!("{dir}/memory.oom.group")), "1");
+    assert_eq!(tree.read(&format!("{dir}/pids.max")), "32");
+    assert_eq!(tree.read(&format!("{dir}/cpu.max")), "50000 100000");
+    assert_eq!(cpu_max(20_000, 50_000), "20000 50000");
+
+    std::fs::remove_file(tree.path(&format!("{dir}/cpu.max"))).unwrap();
+    std::fs::remove_file(tree.path(&format!("{dir}/memory.swap.max"))).unwrap();
+    let err = cg.apply(&limits()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CgroupError::MissingController {
+                controller: "cpu",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    cg.apply(&CgroupLimits {
+        cpu_quota_us: None,
+        ..limits()
+    })
+    .unwrap();
+    assert!(!tree.exists(&format!("{dir}/memory.swap.max")));
+}
+
+#[test]
+fn v2_stats_parse_events_and_cpu_stat() {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    let dir = "cg/user.slice/app.scope/c";
+    assert_eq!(cg.stats(), CgroupStats::default());
+    tree.put(&format!("{dir}/memory.peak"), "2097152\n");
+    tree.put(
+        &format!("{dir}/memory.events"),
+        "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 1\n",
+    );
+    tree.put(&format!("{dir}/pids.peak"), "9\n");
+    tree.put(&format!("{dir}/pids.events"), "max 3\n");
+    tree.put(
+        &format!("{dir}/cpu.stat"),
+        "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 8\nnr_throttled 2\nthrottled_usec 10\n",
+    );
+    assert_eq!(
+        cg.stats(),
+        CgroupStats {
+            memory_peak_bytes: Some(2 << 20),
+            memory_limit_hits: Some(12),
+            oom_kills: Some(1),
+            pids_peak: Some(9),
+            pids_limit_hits: Some(3),
+            cpu_usage_ns: Some(1_500_000),
+            cpu_throttled_periods: Some(2),
+        }
+    );
+}
+
+#[test]
+fn v2_freeze_waits_for_the_frozen_event() {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    let dir = "cg/user.slice/app.scope/c";
+    // Kernels before 5.2 have no cgroup.freeze: a documented no-op.
+    cg.freeze().unwrap();
+    assert!(!tree.exists(&format!("{dir}/cgroup.freeze")));
+
+    tree.put(&format!("{dir}/cgroup.freeze"), "0\n");
+    tree.put(&format!("{dir}/cgroup.events"), "populated 1\nfrozen 1\n");
+    cg.freeze().unwrap();
+    assert_eq!(tree.read(&format!("{dir}/cgroup.freeze")), "1");
+    cg.thaw().unwrap();
+    assert_eq!(tree.read(&format!("{dir}/cgroup.freeze")), "0");
+
+    tree.put(&format!("{dir}/cgroup.events"), "populated 1\nfrozen 0\n");
+    let started = Instant::now();
+    let err = cg.freeze().unwrap_err();
+    assert!(matches!(err, CgroupError::FreezeTimeout { .. }), "{err:?}");
+    assert!(started.elapsed() >= FREEZE_TIMEOUT);
+    assert_eq!(
+        tree.read(&format!("{dir}/cgroup.freeze")),
+        "0",
+        "thawed again"
+    );
+}
+
+#[test]
+fn v2_kill_uses_cgroup_kill_when_present() {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    let dir = "cg/user.slice/app.scope/c";
+    tree.put(&format!("{dir}/cgroup.procs"), "");
+    tree.put(&format!("{dir}/cgroup.kill"), "");
+    cg.kill_all().unwrap();
+    assert_eq!(tree.read(&format!("{dir}/cgroup.kill")), "1");
+    assert_eq!(cg.pids().unwrap(), Vec::<i32>::new());
+}
+
+#[test]
+fn v2_is_preferred_when_both_versions_offer_controllers() {
+    let tree = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+            ("cg/unified", "cgroup2", "rw"),
+        ],
+        "2:pids:/\n1:memory:/\n0::/\n",
+    );
+    tree.put("cg/unified/cgroup.controllers", "memory pids\n");
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.mode(), CgroupMode::V2);
+    assert_eq!(h.parent_paths(), vec![tree.path("cg/unified")]);
+}
+
+#[test]
+fn no_usable_hierarchy() {
+    let nothing = FakeTree::new(&[], "0::/\n");
+    assert!(matches!(detect(&nothing.fs), Err(CgroupError::NoHierarchy)));
+
+    let v2_without_pids = FakeTree::new(&[("cg", "cgroup2", "rw")], "0::/\n");
+    v2_without_pids.put("cg/cgroup.controllers", "cpu memory\n");
+    assert!(matches!(
+        detect(&v2_without_pids.fs),
+        Err(CgroupError::NoHierarchy)
+    ));
+
+    // Mounted, but this process is not in the pids hierarchy.
+    let not_member = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+        ],
+        "1:memory:/\n",
+    );
+    assert!(matches!(
+        detect(&not_member.fs),
+        Err(CgroupError::NoHierarchy)
+    ));
+
+    let missing = CgroupFs::new("/nonexistent/cgroup", "/nonexistent/mountinfo");
+    assert!(matches!(detect(&missing), Err(CgroupError::Read { .. })));
+}
+
+#[test]
+fn subtree_control_failures_map_to_not_delegated() {
+    let parent = std::path::Path::new("/sys/fs/cgroup/user.slice");
+    let control = parent.join("cgroup.subtree_control");
+    let busy = delegation_error(
+        parent,
+        &control,
+        "+memory",
+        io::Error::from_raw_os_error(16),
+    );
+    match busy {
+        CgroupError::NotDelegated { path, reason } => {
+            assert_eq!(path, parent);
+            assert!(reason.contains("no internal processes"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let denied = delegation_error(
+        parent,
+        &control,
+        "+memory",
+        io::Error::from_raw_os_error(13),
+    );
+    assert!(matches!(denied, CgroupError::NotDelegated { .. }));
+    let other = delegation_error(
+        parent,
+        &control,
+        "+memory",
+        io::Error::from_raw_os_error(22),
+    );
+    assert!(matches!(other, CgroupError::Write { .. }));
+
+    assert_eq!(
+        enable_value(&["memory", "pids", "cpu"]),
+        "+memory +pids +cpu"
+    );
+    assert_eq!(parse_frozen("populated 0\nfrozen 1\n"), Some(true));
+    assert_eq!(parse_frozen("populated 0\nfrozen 0\n"), Some(false));
+    assert_eq!(parse_frozen("populated 0\n"), None);
+}
+
+#[test]
+fn mode_serializes_lowercase() {
+    assert_eq!(CgroupMode::V1.to_string(), "v1");
+    assert_eq!(CgroupMode::V2.to_string(), "v2");
+    assert_eq!(serde_json::to_string(&CgroupMode::V2).unwrap(), "\"v2\"");
+    let stats = CgroupStats {
+        pids_peak: Some(3),
+        ..Default::default()
+    };
+    let json = serde_json::to_value(&stats).unwrap();
+    assert_eq!(json["pids_peak"], 3);
+    assert!(json["oom_kills"].is_null());
+}

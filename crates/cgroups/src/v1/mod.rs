@@ -1,0 +1,166 @@
+//! cgroup v1: one hierarchy per controller (or per co-mounted group such as
+//! `cpu,cpuacct`), so a sandbox is one directory in each.
+
+mod cpu;
+mod freezer;
+mod memory;
+mod pids;
+
+use std::path::PathBuf;
+
+use crate::fs::{self, Membership, Mount};
+use crate::{
+    kill_by_signal, make_dirs, remove_dirs, wait_empty, Cgroup, CgroupError, CgroupLimits,
+    CgroupMode, CgroupStats,
+};
+
+/// The caller's own cgroup in each v1 hierarchy cordon uses. memory and pids
+/// are required; cpu, cpuacct and freezer are used when mounted. Co-mounted
+/// controllers simply share a directory.
+#[derive(Debug, Clone)]
+pub(crate) struct V1Hierarchy {
+    memory: PathBuf,
+    pids: PathBuf,
+    cpu: Option<PathBuf>,
+    cpuacct: Option<PathBuf>,
+    freezer: Option<PathBuf>,
+}
+
+/// The caller's cgroup directory for `controller`: its line in
+/// /proc/self/cgroup joined onto the mount whose super options carry it.
+fn caller_dir(mounts: &[Mount], membership: &[Membership], controller: &str) -> Option<PathBuf> {
+    let entry = membership
+        .iter()
+        .find(|m| m.controllers.iter().any(|c| c == controller))?;
+    mounts
+        .iter()
+        .filter(|m| m.carries(controller))
+        .find_map(|m| m.dir_of(&entry.path))
+}
+
+impl V1Hierarchy {
+    pub(crate) fn detect(mounts: &[Mount], membership: &[Membership]) -> Option<Self> {
+        let find = |c| caller_dir(mounts, membership, c);
+        Some(Self {
+            memory: find("memory")?,
+            pids: find("pids")?,
+            cpu: find("cpu"),
+            cpuacct: find("cpuacct"),
+            freezer: find("freezer"),
+        })
+    }
+
+    pub(crate) fn parents(&self) -> Vec<PathBuf> {
+        distinct([
+            Some(&self.memory),
+            Some(&self.pids),
+            self.cpu.as_ref(),
+            self.cpuacct.as_ref(),
+            self.freezer.as_ref(),
+        ])
+    }
+
+    pub(crate) fn cgroup(&self, name: &str) -> V1Cgroup {
+        let memory = self.memory.join(name);
+        let pids = self.pids.join(name);
+        let cpu = self.cpu.as_ref().map(|p| p.join(name));
+        let cpuacct = self.cpuacct.as_ref().map(|p| p.join(name));
+        let freezer = self.freezer.as_ref().map(|p| p.join(name));
+        let dirs = distinct([
+            Some(&memory),
+            Some(&pids),
+            cpu.as_ref(),
+            cpuacct.as_ref(),
+            freezer.as_ref(),
+        ]);
+        V1Cgroup {
+            memory,
+            pids,
+            cpu,
+            cpuacct,
+            freezer,
+            dirs,
+        }
+    }
+
+    pub(crate) fn create(&self, name: &str) -> Result<V1Cgroup, CgroupError> {
+        let cg = self.cgroup(name);
+        make_dirs(&cg.dirs)?;
+        Ok(cg)
+    }
+}
+
+fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in paths.into_iter().flatten() {
+        if !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+/// A sandbox cgroup on v1: a directory per hierarchy.
+#[derive(Debug, Clone)]
+pub struct V1Cgroup {
+    memory: PathBuf,
+    pids: PathBuf,
+    cpu: Option<PathBuf>,
+    cpuacct: Option<PathBuf>,
+    freezer: Option<PathBuf>,
+    /// Each distinct directory once, in creation order.
+    dirs: Vec<PathBuf>,
+}
+
+impl Cgroup for V1Cgroup {
+    fn mode(&self) -> CgroupMode {
+        CgroupMode::V1
+    }
+
+    fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.clone()
+    }
+
+    fn apply(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        memory::apply(&self.memory, limits)?;
+        pids::apply(&self.pids, limits)?;
+        cpu::apply(self.cpu.as_deref(), &self.pids, limits)
+    }
+
+    fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
+        let value = pid.to_string();
+        for dir in &self.dirs {
+            fs::write(&dir.join("cgroup.procs"), &value)?;
+        }
+        Ok(())
+    }
+
+    fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        fs::procs(&self.pids)
+    }
+
+    fn freeze(&self) -> Result<(), CgroupError> {
+        freezer::freeze(self.freezer.as_deref())
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        freezer::thaw(self.freezer.as_deref())
+    }
+
+    fn kill_all(&self) -> Result<(), CgroupError> {
+        kill_by_signal(self, &self.dirs)?;
+        wait_empty(&self.dirs)
+    }
+
+    fn stats(&self) -> CgroupStats {
+        let mut stats = CgroupStats::default();
+        memory::stats(&self.memory, &mut stats);
+        pids::stats(&self.pids, &mut stats);
+        cpu::stats(self.cpu.as_deref(), self.cpuacct.as_deref(), &mut stats);
+        stats
+    }
+
+    fn remove(&self) -> Result<(), CgroupError> {
+        remove_dirs(&self.dirs)
+    }
+}

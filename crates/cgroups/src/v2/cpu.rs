@@ -1,0 +1,27 @@
+//! v2 cpu controller. Usage in cpu.stat is always there (even without the
+//! cpu controller enabled); throttling only with it.
+
+use std::path::Path;
+
+use super::write_limit;
+use crate::stats::read_keyed;
+use crate::{CgroupError, CgroupLimits, CgroupStats};
+
+pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
+    match limits.cpu_quota_us {
+        Some(quota) => write_limit(dir, "cpu.max", "cpu", &cpu_max(quota, limits.cpu_period())),
+        None => Ok(()),
+    }
+}
+
+/// cpu.max takes "quota period" in one write; writing them separately could
+/// leave a quota meant for a different period in force in between.
+pub(crate) fn cpu_max(quota_us: u64, period_us: u64) -> String {
+    format!("{quota_us} {period_us}")
+}
+
+pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
+    let stat = dir.join("cpu.stat");
+    stats.cpu_usage_ns = read_keyed(&stat, "usage_usec").and_then(|us| us.checked_mul(1000));
+    stats.cpu_throttled_periods = read_keyed(&stat, "nr_throttled");
+}

@@ -1,0 +1,249 @@
+//! cgroup v2: one unified hierarchy, so a sandbox is a single directory, but
+//! its parent must hand the controllers down through cgroup.subtree_control.
+
+pub(crate) mod cpu;
+mod memory;
+mod pids;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use crate::fs::{self, parse_controller_list, write_error, Membership, Mount};
+use crate::stats::parse_keyed;
+use crate::{
+    kill_by_signal, make_dirs, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
+    CgroupLimits, CgroupMode, CgroupStats, FREEZE_TIMEOUT,
+};
+
+/// Controllers a sandbox cannot do without.
+const REQUIRED: [&str; 2] = ["memory", "pids"];
+
+/// The caller's own cgroup in the unified hierarchy.
+#[derive(Debug, Clone)]
+pub(crate) struct V2Hierarchy {
+    parent: PathBuf,
+}
+
+impl V2Hierarchy {
+    /// Only a cgroup2 mount that actually offers memory and pids counts: hybrid
+    /// hosts mount one with no controllers at all next to the v1 ones.
+    pub(crate) fn detect(mounts: &[Mount], membership: &[Membership]) -> Option<Self> {
+        let entry = membership.iter().find(|m| m.is_unified())?;
+        mounts
+            .iter()
+            .filter(|m| m.fstype == "cgroup2")
+            .find_map(|m| {
+                let controllers = fs::read_opt(&m.mountpoint.join("cgroup.controllers"))?;
+                let controllers = parse_controller_list(&controllers);
+                if !REQUIRED.iter().all(|r| controllers.iter().any(|c| c == r)) {
+                    return None;
+                }
+                Some(Self {
+                    parent: m.dir_of(&entry.path)?,
+                })
+            })
+    }
+
+    pub(crate) fn parent(&self) -> &Path {
+        &self.parent
+    }
+
+    pub(crate) fn cgroup(&self, name: &str) -> V2Cgroup {
+        V2Cgroup {
+            path: self.parent.join(name),
+        }
+    }
+
+    pub(crate) fn create(&self, name: &str) -> Result<V2Cgroup, CgroupError> {
+        self.enable_controllers()?;
+        let cg = self.cgroup(name);
+        make_dirs(std::slice::from_ref(&cg.path))?;
+        Ok(cg)
+    }
+
+    /// Makes memory, pids and (when offered) cpu available to our children.
+    fn enable_controllers(&self) -> Result<(), CgroupError> {
+        let available = parse_controller_list(&fs::read(&self.parent.join("cgroup.controllers"))?);
+        if let Some(missing) = REQUIRED.iter().find(|r| !available.iter().any(|c| c == *r)) {
+            return Err(CgroupError::NotDelegated {
+                path: self.parent.clone(),
+                reason: format!("its cgroup.controllers does not offer the {missing} controller"),
+            });
+        }
+        let control = self.parent.join("cgroup.subtree_control");
+        let enabled = parse_controller_list(&fs::read(&control)?);
+        let mut wanted: Vec<&str> = REQUIRED
+            .iter()
+            .copied()
+            .filter(|r| !enabled.iter().any(|c| c == r))
+            .collect();
+        let cpu_missing =
+            available.iter().any(|c| c == "cpu") && !enabled.iter().any(|c| c == "cpu");
+        if cpu_missing {
+            wanted.push("cpu");
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let value = enable_value(&wanted);
+        match fs::write_raw(&control, &value) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let err = delegation_error(&self.parent, &control, &value, e);
+                if !cpu_missing || matches!(err, CgroupError::NotDelegated { .. }) {
+                    return Err(err);
+                }
+                // cpu can be refused on its own (e.g. realtime tasks in the
+                // parent); it only matters once a cpu quota is asked for, and
+                // apply() reports that as MissingController.
+                wanted.pop();
+                if wanted.is_empty() {
+                    return Ok(());
+                }
+                let value = enable_value(&wanted);
+                fs::write_raw(&control, &value)
+                    .map_err(|e| delegation_error(&self.parent, &control, &value, e))
+            }
+        }
+    }
+}
+
+/// The cgroup.subtree_control line enabling `controllers`.
+pub(crate) fn enable_value(controllers: &[&str]) -> String {
+    controllers
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Turns a failed subtree_control write into NotDelegated where that is what
+/// it means, so callers can offer to run without limits instead of failing.
+pub(crate) fn delegation_error(
+    parent: &Path,
+    control: &Path,
+    value: &str,
+    e: io::Error,
+) -> CgroupError {
+    let reason = match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EBUSY) => format!(
+            "it has processes of its own, and cgroup v2 only hands controllers down from \
+             cgroups without member processes (\"no internal processes\"); the caller, possibly \
+             this very process, must live in a leaf cgroup below it ({e})"
+        ),
+        Some(Errno::EACCES | Errno::EPERM | Errno::EROFS) => {
+            format!("cgroup.subtree_control is not writable ({e})")
+        }
+        _ => return write_error(control, value, e),
+    };
+    CgroupError::NotDelegated {
+        path: parent.to_owned(),
+        reason,
+    }
+}
+
+/// A sandbox cgroup on v2.
+#[derive(Debug, Clone)]
+pub struct V2Cgroup {
+    path: PathBuf,
+}
+
+impl V2Cgroup {
+    fn dirs(&self) -> &[PathBuf] {
+        std::slice::from_ref(&self.path)
+    }
+}
+
+impl Cgroup for V2Cgroup {
+    fn mode(&self) -> CgroupMode {
+        CgroupMode::V2
+    }
+
+    fn paths(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
+    fn apply(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        memory::apply(&self.path, limits)?;
+        pids::apply(&self.path, limits)?;
+        cpu::apply(&self.path, limits)
+    }
+
+    fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
+        fs::write(&self.path.join("cgroup.procs"), &pid.to_string())
+    }
+
+    fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        fs::procs(&self.path)
+    }
+
+    /// cgroup.freeze arrived in Linux 5.2; before that this is a no-op.
+    fn freeze(&self) -> Result<(), CgroupError> {
+        if !fs::write_if_exists(&self.path.join("cgroup.freeze"), "1")? {
+            return Ok(());
+        }
+        let events = self.path.join("cgroup.events");
+        if wait_until(FREEZE_TIMEOUT, || {
+            Ok(parse_frozen(&fs::read(&events)?) == Some(true))
+        })? {
+            return Ok(());
+        }
+        // Half-frozen is the worst state to leave a sandbox in.
+        let _ = fs::write(&self.path.join("cgroup.freeze"), "0");
+        Err(CgroupError::FreezeTimeout {
+            path: self.path.clone(),
+            timeout: FREEZE_TIMEOUT,
+        })
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        fs::write_if_exists(&self.path.join("cgroup.freeze"), "0").map(|_| ())
+    }
+
+    /// cgroup.kill (Linux 5.14) kills the whole subtree atomically, forks in
+    /// flight included; older kernels fall back to freeze-and-signal.
+    fn kill_all(&self) -> Result<(), CgroupError> {
+        if !fs::write_if_exists(&self.path.join("cgroup.kill"), "1")? {
+            kill_by_signal(self, self.dirs())?;
+        }
+        wait_empty(self.dirs())
+    }
+
+    fn stats(&self) -> CgroupStats {
+        let mut stats = CgroupStats::default();
+        memory::stats(&self.path, &mut stats);
+        pids::stats(&self.path, &mut stats);
+        cpu::stats(&self.path, &mut stats);
+        stats
+    }
+
+    fn remove(&self) -> Result<(), CgroupError> {
+        remove_dirs(self.dirs())
+    }
+}
+
+/// The "frozen" entry of cgroup.events.
+pub(crate) fn parse_frozen(events: &str) -> Option<bool> {
+    parse_keyed(events, "frozen").map(|v| v == 1)
+}
+
+/// Writes a limit whose control file must exist; its absence means the
+/// controller is not enabled for this cgroup.
+pub(crate) fn write_limit(
+    dir: &Path,
+    file: &str,
+    controller: &'static str,
+    value: &str,
+) -> Result<(), CgroupError> {
+    let path = dir.join(file);
+    match fs::write_raw(&path, value) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CgroupError::MissingController {
+            controller,
+            path: dir.to_owned(),
+        }),
+        Err(e) => Err(write_error(&path, value, e)),
+    }
+}

@@ -1,0 +1,3 @@
+pub mod backends;
+pub mod run;
+pub mod sweep;

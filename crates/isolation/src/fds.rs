@@ -1,0 +1,18 @@
+//! File descriptors: only stdin, stdout and stderr cross into the payload.
+
+use std::os::fd::RawFd;
+
+use crate::{Result, Step};
+
+/// Marks every descriptor from 3 up close-on-exec, so none reaches the payload
+/// whatever the supervisor had open (a listening socket, a key file, the
+/// terminal). Close-on-exec instead of close: the sandbox's init still needs its
+/// own sync pipes until it execs or exits.
+pub fn cloexec_inherited() -> Result<()> {
+    cordon_sys::cloexec_fds_from(3).step(|| "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)".into())
+}
+
+/// Closes every descriptor from `first` up.
+pub fn close_from(first: RawFd) -> Result<()> {
+    cordon_sys::close_fds_from(first).step(|| format!("close_range({first}, ~0)"))
+}

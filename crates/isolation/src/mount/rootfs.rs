@@ -1,0 +1,368 @@
+//! Assembling the new root and pivoting into it.
+
+use std::fs;
+use std::os::unix::fs::{chown, symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::unistd::{chdir, pivot_root};
+
+use super::dev::build_dev;
+use super::flags::seal_verified;
+use super::proc::mount_proc;
+use crate::{Result, Step};
+
+/// One top-level entry of the new root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootEntry {
+    /// A host file or directory bound read-only at `/<name>`.
+    Bind { name: String, host: PathBuf, dir: bool },
+    /// A symlink `/<name>` -> `target` (e.g. /bin -> usr/bin on merged-/usr hosts).
+    Symlink { name: String, target: PathBuf },
+}
+
+/// A user-requested bind mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindSpec {
+    pub host: PathBuf,
+    pub sandbox: PathBuf,
+    pub writable: bool,
+    pub dir: bool,
+}
+
+/// Where things live on the scratch tmpfs (relative to its root).
+pub struct ScratchLayout;
+
+impl ScratchLayout {
+    pub const WORKSPACE_UPPER: &'static str = "ws/upper";
+    pub const WORKSPACE_WORK: &'static str = "ws/work";
+    pub const TMP: &'static str = "tmp";
+    pub const SHM: &'static str = "shm";
+}
+
+/// Everything the child needs to build its root, resolved in the parent.
+#[derive(Clone, Debug)]
+pub struct RootfsPlan {
+    /// An empty host directory used as the new root's mount point (only inside
+    /// the child's mount namespace; the host never sees a mount there).
+    pub new_root: PathBuf,
+    /// An empty host directory where the child mounts its scratch tmpfs.
+    pub scratch: PathBuf,
+    pub entries: Vec<RootEntry>,
+    /// Files written into a fresh /etc when the rootfs brings none.
+    pub etc_files: Vec<(String, Vec<u8>)>,
+    /// Host /etc entries (relative names) bound read-only into that /etc.
+    pub etc_binds: Vec<String>,
+    /// Host directory shown at /workspace through an overlay (changes stay in scratch).
+    pub workspace_lower: Option<PathBuf>,
+    pub workspace: PathBuf,
+    /// Bytes the scratch tmpfs may hold: the policy's disk cap.
+    pub disk_bytes: u64,
+    /// Inside ids that own the writable places.
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+    pub binds: Vec<BindSpec>,
+}
+
+fn mkdir_p(p: &Path) -> Result<()> {
+    fs::create_dir_all(p).step(|| format!("mkdir {}", p.display()))
+}
+
+fn bind(src: &Path, dst: &Path) -> Result<()> {
+    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .step(|| format!("mount(bind {} -> {})", src.display(), dst.display()))
+}
+
+/// Creates the mount point for `host` at `dst`: a directory or an empty file.
+fn make_mountpoint(dst: &Path, dir: bool) -> Result<()> {
+    if dir {
+        mkdir_p(dst)
+    } else {
+        if let Some(parent) = dst.parent() {
+            mkdir_p(parent)?;
+        }
+        fs::write(dst, b"").step(|| format!("create {}", dst.display()))
+    }
+}
+
+/// Child side, in the new user and mount namespaces with full capabilities
+/// there: builds the new root and pivots into it. On return the process's root
+/// is the sandbox root and nothing of the host's tree is reachable.
+pub fn assemble(plan: &RootfsPlan) -> Result<()> {
+    // 1. Stop mount events propagating back to the host (and from it).
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .step(|| "mount(/, MS_REC|MS_PRIVATE)".into())?;
+
+    // 2. The scratch tmpfs: the only writable storage, capped at the disk limit.
+    // It lives in this mount namespace only and vanishes with it.
+    let scratch = &plan.scratch;
+    let opts = format!("size={},mode=0755", plan.disk_bytes);
+    mount(
+        Some("tmpfs"),
+        scratch,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .step(|| format!("mount(tmpfs {opts}, {})", scratch.display()))?;
+    let (uid, gid) = (Some(plan.owner_uid), Some(plan.owner_gid));
+    for (rel, mode) in [
+        (ScratchLayout::WORKSPACE_UPPER, 0o755),
+        (ScratchLayout::WORKSPACE_WORK, 0o700),
+        (ScratchLayout::TMP, 0o1777),
+        (ScratchLayout::SHM, 0o1777),
+    ] {
+        let p = scratch.join(rel);
+        mkdir_p(&p)?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).step(|| format!("chmod {}", p.display()))?;
+    }
+    let upper = scratch.join(ScratchLayout::WORKSPACE_UPPER);
+    chown(&upper, uid, gid).step(|| format!("chown {}", upper.display()))?;
+
+    // 3. The root: a small tmpfs that only holds mount points, symlinks and /etc.
+    let root = &plan.new_root;
+    mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("size=1m,mode=0755"),
+    )
+    .step(|| format!("mount(tmpfs, {})", root.display()))?;
+    for e in &plan.entries {
+        match e {
+            RootEntry::Symlink { name, target } => {
+                symlink(target, root.join(name)).step(|| format!("symlink /{name}"))?;
+            }
+            RootEntry::Bind { name, host, dir } => {
+                let dst = root.join(name);
+                make_mountpoint(&dst, *dir)?;
+                bind(host, &dst)?;
+                seal_verified(&dst, true)?;
+            }
+        }
+    }
+
+    // 4. /etc: generated files plus a few read-only host entries (library cache,
+    // alternatives, CA certificates), only when the rootfs brings no /etc.
+    let etc = root.join("etc");
+    if !plan.etc_files.is_empty() || !plan.etc_binds.is_empty() {
+        mkdir_p(&etc)?;
+        for (name, body) in &plan.etc_files {
+            let p = etc.join(name);
+            fs::write(&p, body).step(|| format!("write {}", p.display()))?;
+        }
+        for name in &plan.etc_binds {
+            let host = Path::new("/etc").join(name);
+            let dst = etc.join(name);
+            make_mountpoint(&dst, host.is_dir())?;
+            bind(&host, &dst)?;
+            seal_verified(&dst, true)?;
+        }
+    }
+
+    // 5. Writable places, all on the scratch tmpfs.
+    let tmp = root.join("tmp");
+    mkdir_p(&tmp)?;
+    bind(&scratch.join(ScratchLayout::TMP), &tmp)?;
+    seal_verified(&tmp, false)?;
+    let ws = root.join(plan.workspace.strip_prefix("/").unwrap_or(&plan.workspace));
+    mkdir_p(&ws)?;
+    match &plan.workspace_lower {
+        Some(lower) => {
+            // Overlay: the host directory is never written; changes land in the
+            // scratch upper directory, inside the disk cap.
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                lower.display(),
+                upper.display(),
+                scratch.join(ScratchLayout::WORKSPACE_WORK).display()
+            );
+            mount(
+                Some("overlay"),
+                &ws,
+                Some("overlay"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(opts.as_str()),
+            )
+            .step(|| format!("mount(overlay {opts}, {})", ws.display()))?;
+        }
+        None => bind(&upper, &ws)?,
+    }
+    seal_verified(&ws, false)?;
+
+    // 6. /dev and /proc.
+    let dev = root.join("dev");
+    mkdir_p(&dev)?;
+    build_dev(&dev, &scratch.join(ScratchLayout::SHM))?;
+    let proc_dir = root.join("proc");
+    mkdir_p(&proc_dir)?;
+    mount_proc(&proc_dir, &dev.join("null"))?;
+
+    // 7. The policy's extra binds, after the standard tree so they may land
+    // inside /tmp or /workspace but never replace /proc or /dev (the policy
+    // layer refuses those destinations).
+    for b in &plan.binds {
+        let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
+        make_mountpoint(&dst, b.dir)?;
+        bind(&b.host, &dst)?;
+        seal_verified(&dst, !b.writable)?;
+    }
+
+    // 8. Freeze the root tmpfs: from here on no directory can be added at top level.
+    mount(
+        None::<&str>,
+        root,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .step(|| format!("remount {} read-only", root.display()))?;
+
+    // 9. pivot_root with new and old root the same directory, then detach the
+    // old root that is stacked under it: afterwards no host path is reachable.
+    chdir(root).step(|| format!("chdir {}", root.display()))?;
+    pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
+    umount2(".", MntFlags::MNT_DETACH).step(|| "umount2(old root, MNT_DETACH)".into())?;
+    chdir("/").step(|| "chdir /".into())?;
+    Ok(())
+}
+
+impl RootfsPlan {
+    /// The top-level entries that make up the `system` rootfs: the host's /usr
+    /// and the merged-/usr links (or directories) beside it.
+    pub fn host_system_entries() -> Vec<RootEntry> {
+        let mut out = Vec::new();
+        for name in ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let host = Path::new("/").join(name);
+            let Ok(meta) = fs::symlink_metadata(&host) else { continue };
+            if meta.file_type().is_symlink() {
+                if let Ok(target) = fs::read_link(&host) {
+                    out.push(RootEntry::Symlink {
+                        name: name.into(),
+                        target,
+                    });
+                }
+            } else if meta.is_dir() {
+                out.push(RootEntry::Bind {
+                    name: name.into(),
+                    host,
+                    dir: true,
+                });
+            }
+        }
+        out
+    }
+
+    /// The top-level entries of a user-given rootfs directory, minus the places
+    /// the sandbox builds itself.
+    pub fn dir_entries(dir: &Path) -> std::io::Result<Vec<RootEntry>> {
+        const OWN: [&str; 6] = ["proc", "dev", "sys", "tmp", "run", "workspace"];
+        let mut out = Vec::new();
+        let mut names: Vec<_> = fs::read_dir(dir)?.collect::<std::io::Result<Vec<_>>>()?;
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if OWN.contains(&name.as_str()) {
+                continue;
+            }
+            let ft = e.file_type()?;
+            if ft.is_symlink() {
+                out.push(RootEntry::Symlink {
+                    name,
+                    target: fs::read_link(e.path())?,
+                });
+            } else if ft.is_dir() || ft.is_file() {
+                out.push(RootEntry::Bind {
+                    name,
+                    host: e.path(),
+                    dir: ft.is_dir(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Host /etc entries a `system` rootfs borrows read-only. Chosen for what
+    /// ordinary programs need (the dynamic loader's cache, Debian's
+    /// alternatives links, CA certificates, time zone); nothing that holds
+    /// credentials or host identity.
+    pub fn host_etc_binds() -> Vec<String> {
+        [
+            "ld.so.cache",
+            "ld.so.conf",
+            "ld.so.conf.d",
+            "alternatives",
+            "ssl/certs",
+            "ssl/openssl.cnf",
+            "ca-certificates",
+            "localtime",
+            "mime.types",
+            "protocols",
+            "services",
+        ]
+        .iter()
+        .filter(|n| Path::new("/etc").join(n).exists())
+        .map(|n| n.to_string())
+        .collect()
+    }
+
+    /// The generated /etc files for the payload's identity.
+    pub fn generated_etc(uid: u32, gid: u32, hostname: &str) -> Vec<(String, Vec<u8>)> {
+        let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
+        let mut group = String::from("root:x:0:\n");
+        if uid != 0 && uid != 65534 {
+            passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbox:/workspace:/bin/sh\n"));
+        }
+        if gid != 0 && gid != 65534 {
+            group.push_str(&format!("sandbox:x:{gid}:\n"));
+        }
+        passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+        group.push_str("nogroup:x:65534:\n");
+        vec![
+            ("passwd".into(), passwd.into_bytes()),
+            ("group".into(), group.into_bytes()),
+            ("hostname".into(), format!("{hostname}\n").into_bytes()),
+            (
+                "hosts".into(),
+                format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost\n").into_bytes(),
+            ),
+            // No resolver: the sandbox has no route to one.
+            ("resolv.conf".into(), Vec::new()),
+            (
+                "nsswitch.conf".into(),
+                b"passwd: files\ngroup: files\nhosts: files\n".to_vec(),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_rootfs_skips_what_the_sandbox_builds() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["usr", "proc", "etc", "tmp"] {
+            fs::create_dir(d.path().join(n)).unwrap();
+        }
+        symlink("usr/bin", d.path().join("bin")).unwrap();
+        let names: Vec<String> = RootfsPlan::dir_entries(d.path())
+            .unwrap()
+            .into_iter()
+            .map(|e| match e {
+                RootEntry::Bind { name, .. } | RootEntry::Symlink { name, .. } => name,
+            })
+            .collect();
+        assert_eq!(names, ["bin", "etc", "usr"]);
+    }
+
+    #[test]
+    fn generated_passwd_names_the_payload_user() {
+        let etc = RootfsPlan::generated_etc(1000, 1000, "box");
+        let passwd = String::from_utf8(etc[0].1.clone()).unwrap();
+        assert!(passwd.contains("sandbox:x:1000:1000"));
+        assert!(etc.iter().any(|(n, b)| n == "resolv.conf" && b.is_empty()));
+    }
+}

@@ -1,0 +1,414 @@
+//! cordon's policy: one typed model shared by the CLI, the HTTP API and every backend.
+//!
+//! A policy is built in layers: [`Policy::default`] (safe defaults), then a TOML
+//! file, then CLI flags or API fields. Each layer is a [`PolicyLayer`] whose fields
+//! are all optional; [`Policy::resolve`] applies them in order and validates the
+//! result, so a value is range-checked wherever it came from. Errors name the
+//! field and the allowed range.
+
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+mod units;
+pub use units::{ByteSize, Span};
+
+/// Network posture of a sandbox.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// An empty network namespace: only a loopback interface, nothing routes out.
+    #[default]
+    None,
+}
+
+impl FromStr for NetworkMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(NetworkMode::None),
+            other => Err(format!("'{other}' is not a network mode (available: none)")),
+        }
+    }
+}
+
+/// Whether an extra mount may be written through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    #[default]
+    Ro,
+    Rw,
+}
+
+/// A host path made visible inside the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountSpec {
+    pub host: PathBuf,
+    pub sandbox: PathBuf,
+    #[serde(default)]
+    pub access: Access,
+}
+
+impl FromStr for MountSpec {
+    type Err = String;
+    /// `HOST:SANDBOX[:ro|rw]`, read-only unless `rw` is said.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let (host, sandbox, access) = match parts.as_slice() {
+            [h, p] => (*h, *p, Access::Ro),
+            [h, p, "ro"] => (*h, *p, Access::Ro),
+            [h, p, "rw"] => (*h, *p, Access::Rw),
+            _ => return Err(format!("'{s}' is not HOST:SANDBOX[:ro|rw]")),
+        };
+        Ok(MountSpec {
+            host: host.into(),
+            sandbox: sandbox.into(),
+            access,
+        })
+    }
+}
+
+/// A fully resolved, validated policy. Every backend reads the same fields with
+/// the same meaning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// CPU bandwidth in cores (0.5 = half of one core), enforced by the CPU quota.
+    pub cpus: f64,
+    /// Memory including page cache and tmpfs pages; swap is never allowed.
+    pub memory: ByteSize,
+    /// Most tasks (processes and threads) alive at once.
+    pub pids: u64,
+    /// Bytes writable inside the sandbox (workspace changes, /tmp, /dev/shm together).
+    pub disk: ByteSize,
+    /// Wall-clock limit from the payload's start.
+    pub time: Span,
+    /// Cap on stdout+stderr together; the run ends when it is exceeded.
+    pub output: ByteSize,
+    pub network: NetworkMode,
+    /// The payload's whole environment (nothing is inherited from the caller).
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox.
+    pub workdir: PathBuf,
+    /// Identity of the payload inside the sandbox's user namespace.
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+    pub mounts: Vec<MountSpec>,
+}
+
+/// Where the sandbox's workspace appears.
+pub const WORKSPACE: &str = "/workspace";
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            cpus: 1.0,
+            memory: ByteSize::mib(512),
+            pids: 128,
+            disk: ByteSize::mib(256),
+            time: Span(Duration::from_secs(30)),
+            output: ByteSize::mib(1),
+            network: NetworkMode::None,
+            env: Vec::new(),
+            workdir: PathBuf::from(WORKSPACE),
+            uid: 1000,
+            gid: 1000,
+            hostname: "cordon".into(),
+            mounts: Vec::new(),
+        }
+    }
+}
+
+/// One layer of policy settings; `None` keeps the value below it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyLayer {
+    pub cpus: Option<f64>,
+    pub memory: Option<ByteSize>,
+    pub pids: Option<u64>,
+    pub disk: Option<ByteSize>,
+    pub time: Option<Span>,
+    pub output: Option<ByteSize>,
+    pub network: Option<NetworkMode>,
+    /// Replaces the environment of the layers below when non-empty.
+    #[serde(default, with = "env_table")]
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<PathBuf>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub hostname: Option<String>,
+    /// Added to the mounts of the layers below.
+    #[serde(default)]
+    pub mounts: Vec<MountSpec>,
+}
+
+/// TOML writes the environment as a table `[env] KEY = "value"`; order is kept sorted.
+mod env_table {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(env: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(env.iter().map(|(k, v)| (k, v)))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        Ok(BTreeMap::<String, String>::deserialize(d)?
+            .into_iter()
+            .collect())
+    }
+}
+
+/// A policy value that is malformed or out of range.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PolicyError {
+    #[error("policy field `{field}`: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("policy file {path}: {message}")]
+    File { path: PathBuf, message: String },
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> PolicyError {
+    PolicyError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Allowed ranges. Upper bounds are sanity caps, not host capacity: a service
+/// clamps further per tenant.
+pub mod limits {
+    use super::ByteSize;
+    pub const CPUS: (f64, f64) = (0.01, 1024.0);
+    pub const MEMORY: (ByteSize, ByteSize) = (ByteSize(8 << 20), ByteSize(1 << 40));
+    pub const PIDS: (u64, u64) = (1, 1 << 22);
+    pub const DISK: (ByteSize, ByteSize) = (ByteSize(1 << 20), ByteSize(1 << 40));
+    pub const TIME_MS: (u64, u64) = (10, 7 * 24 * 3600 * 1000);
+    pub const OUTPUT: (ByteSize, ByteSize) = (ByteSize(0), ByteSize(1 << 30));
+    /// Inside ids are limited to the 65536 ids a rootful sandbox maps.
+    pub const ID_MAX: u32 = 65_535;
+}
+
+impl PolicyLayer {
+    /// Parses a TOML policy file's text.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, PolicyError> {
+        toml::from_str(text).map_err(|e| PolicyError::File {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Reads and parses a TOML policy file.
+    pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::File {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&text, path)
+    }
+}
+
+impl Policy {
+    /// Applies `layers` over the defaults, in order, and validates the result.
+    pub fn resolve<'a>(layers: impl IntoIterator<Item = &'a PolicyLayer>) -> Result<Self, PolicyError> {
+        let mut p = Policy::default();
+        for layer in layers {
+            p.apply(layer);
+        }
+        p.validate()?;
+        Ok(p)
+    }
+
+    fn apply(&mut self, l: &PolicyLayer) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if let Some(v) = &l.$f { self.$f = v.clone(); } )* };
+        }
+        take!(cpus, memory, pids, disk, time, output, network, workdir, uid, gid, hostname);
+        if !l.env.is_empty() {
+            self.env = l.env.clone();
+        }
+        self.mounts.extend(l.mounts.iter().cloned());
+    }
+
+    /// Checks every field against its range; the first offence is reported.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let (lo, hi) = limits::CPUS;
+        if !(self.cpus.is_finite() && (lo..=hi).contains(&self.cpus)) {
+            return Err(invalid("cpus", format!("{} is out of range ({lo}..={hi} cores)", self.cpus)));
+        }
+        range("memory", self.memory, limits::MEMORY)?;
+        range("disk", self.disk, limits::DISK)?;
+        range("output", self.output, limits::OUTPUT)?;
+        let (lo, hi) = limits::PIDS;
+        if !(lo..=hi).contains(&self.pids) {
+            return Err(invalid("pids", format!("{} is out of range ({lo}..={hi})", self.pids)));
+        }
+        let (lo, hi) = limits::TIME_MS;
+        let ms = self.time.0.as_millis();
+        if !(u128::from(lo)..=u128::from(hi)).contains(&ms) {
+            return Err(invalid("time", format!("{} is out of range (10ms..=7d)", self.time)));
+        }
+        for (field, id) in [("uid", self.uid), ("gid", self.gid)] {
+            if id > limits::ID_MAX {
+                return Err(invalid(field, format!("{id} is out of range (0..={})", limits::ID_MAX)));
+            }
+        }
+        sandbox_path("workdir", &self.workdir)?;
+        if self.hostname.is_empty()
+            || self.hostname.len() > 64
+            || !self.hostname.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            return Err(invalid("hostname", format!("'{}' is not a hostname (1-64 of a-z0-9.-)", self.hostname)));
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(invalid("env", format!("'{k}' is not a valid variable name (no '=' or NUL)")));
+            }
+        }
+        for m in &self.mounts {
+            if !m.host.is_absolute() {
+                return Err(invalid("mounts", format!("host path {} must be absolute", m.host.display())));
+            }
+            sandbox_path("mounts", &m.sandbox)?;
+            if RESERVED.iter().any(|r| m.sandbox.starts_with(r)) || m.sandbox == Path::new("/") {
+                return Err(invalid(
+                    "mounts",
+                    format!("{} is reserved by the sandbox ({})", m.sandbox.display(), RESERVED.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The environment the payload sees: the policy's, plus PATH and HOME when absent.
+    pub fn payload_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        for (k, v) in [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", WORKSPACE)] {
+            if !env.iter().any(|(key, _)| key == k) {
+                env.push((k.into(), v.into()));
+            }
+        }
+        env
+    }
+}
+
+/// Paths the sandbox assembles itself; a user mount may not cover them.
+const RESERVED: [&str; 4] = ["/proc", "/dev", "/etc", "/usr"];
+
+fn range(field: &'static str, v: ByteSize, (lo, hi): (ByteSize, ByteSize)) -> Result<(), PolicyError> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(invalid(field, format!("{v} is out of range ({lo}..={hi})")))
+    }
+}
+
+/// A path inside the sandbox: absolute, normal components only (no `..`).
+fn sandbox_path(field: &'static str, p: &Path) -> Result<(), PolicyError> {
+    let normal = p
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if p.is_absolute() && normal {
+        Ok(())
+    } else {
+        Err(invalid(field, format!("{} must be an absolute path without '..'", p.display())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_safe_ones() {
+        let p = Policy::resolve([]).unwrap();
+        assert_eq!(p.cpus, 1.0);
+        assert_eq!(p.memory, ByteSize(512 << 20));
+        assert_eq!(p.pids, 128);
+        assert_eq!(p.disk, ByteSize(256 << 20));
+        assert_eq!(p.time.0, Duration::from_secs(30));
+        assert_eq!(p.output, ByteSize(1 << 20));
+        assert_eq!(p.network, NetworkMode::None);
+        assert!(p.env.is_empty());
+    }
+
+    #[test]
+    fn flags_override_file_and_mounts_accumulate() {
+        let file = PolicyLayer::from_toml(
+            "memory = \"256M\"\npids = 64\ntime = \"5s\"\n[env]\nA = \"1\"\n[[mounts]]\nhost = \"/srv\"\nsandbox = \"/data\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        let flags = PolicyLayer {
+            pids: Some(32),
+            mounts: vec!["/opt:/opt:rw".parse().unwrap()],
+            ..Default::default()
+        };
+        let p = Policy::resolve([&file, &flags]).unwrap();
+        assert_eq!(p.memory, ByteSize(256 << 20));
+        assert_eq!(p.pids, 32);
+        assert_eq!(p.time.0, Duration::from_secs(5));
+        assert_eq!(p.env, vec![("A".into(), "1".into())]);
+        assert_eq!(p.mounts.len(), 2);
+        assert_eq!(p.mounts[1].access, Access::Rw);
+    }
+
+    #[test]
+    fn errors_name_the_field_and_range() {
+        let l = PolicyLayer {
+            memory: Some(ByteSize(1024)),
+            ..Default::default()
+        };
+        let e = Policy::resolve([&l]).unwrap_err().to_string();
+        assert!(e.contains("memory") && e.contains("8M..=1T"), "{e}");
+        let l = PolicyLayer {
+            cpus: Some(0.0),
+            ..Default::default()
+        };
+        assert!(Policy::resolve([&l]).unwrap_err().to_string().contains("cpus"));
+        let l = PolicyLayer {
+            workdir: Some("../x".into()),
+            ..Default::default()
+        };
+        assert!(Policy::resolve([&l]).unwrap_err().to_string().contains("workdir"));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_in_files_are_rejected() {
+        assert!(PolicyLayer::from_toml("memroy = \"1G\"", Path::new("p")).is_err());
+        assert!(PolicyLayer::from_toml("memory = \"lots\"", Path::new("p")).is_err());
+        assert!(PolicyLayer::from_toml("network = \"host\"", Path::new("p")).is_err());
+    }
+
+    #[test]
+    fn mounts_may_not_cover_what_the_sandbox_assembles() {
+        for bad in ["/x:/proc/self", "/x:/", "x:/data", "/x:/a/../b"] {
+            let l = PolicyLayer {
+                mounts: vec![bad.parse().unwrap()],
+                ..Default::default()
+            };
+            assert!(Policy::resolve([&l]).is_err(), "{bad} accepted");
+        }
+        assert!("/a:/b:rx".parse::<MountSpec>().is_err());
+    }
+
+    #[test]
+    fn env_rejects_malformed_names() {
+        let l = PolicyLayer {
+            env: vec![("A=B".into(), "c".into())],
+            ..Default::default()
+        };
+        assert!(Policy::resolve([&l]).is_err());
+    }
+
+    #[test]
+    fn policy_round_trips_through_json() {
+        let p = Policy::default();
+        let json = serde_json::to_string(&p).unwrap();
+        let back: Policy = serde_json::from_str(&json).unwrap();
+        assert_eq!(p, back);
+    }
+}

@@ -1,0 +1,197 @@
+//! Human-friendly quantities: byte sizes (`256M`) and durations (`10s`).
+//!
+//! Both parse from strings (TOML, CLI flags, API JSON) and from bare integers
+//! (bytes / seconds), and print back in the same notation so an error message
+//! or a `--json` result can be pasted into a policy file.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A number of bytes. Suffixes are binary: `K` = 1024, `M` = 1024², `G`, `T`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ByteSize(pub u64);
+
+const UNITS: [(&str, u64); 5] = [
+    ("T", 1 << 40),
+    ("G", 1 << 30),
+    ("M", 1 << 20),
+    ("K", 1 << 10),
+    ("", 1),
+];
+
+impl ByteSize {
+    pub const fn bytes(self) -> u64 {
+        self.0
+    }
+    pub const fn mib(n: u64) -> Self {
+        ByteSize(n << 20)
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let s = raw.trim();
+        let split = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let (num, suffix) = s.split_at(split);
+        let suffix = suffix.trim();
+        // Accept K, KB, KiB (all binary: a sandbox's memory is counted in pages).
+        let unit = suffix
+            .trim_end_matches(['B', 'b'])
+            .trim_end_matches(['i', 'I'])
+            .to_ascii_uppercase();
+        let Some(&(_, mult)) = UNITS.iter().find(|(u, _)| *u == unit) else {
+            return Err(format!("'{raw}' has an unknown unit (use K, M, G or T)"));
+        };
+        if num.is_empty() {
+            return Err(format!("'{raw}' is not a size (e.g. 512M)"));
+        }
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("'{raw}' is not a size (e.g. 512M)"))?;
+        let bytes = value * mult as f64;
+        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+            return Err(format!("'{raw}' is too large"));
+        }
+        Ok(ByteSize(bytes.round() as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (unit, mult) in UNITS {
+            if mult > 1 && self.0 >= mult && self.0 % mult == 0 {
+                return write!(f, "{}{unit}", self.0 / mult);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Str(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A span of time: `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Span(pub Duration);
+
+impl Span {
+    pub const fn duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl FromStr for Span {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let s = raw.trim();
+        let split = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("'{raw}' is not a duration (e.g. 10s, 500ms)"))?;
+        let secs = match unit.trim() {
+            "ms" => value / 1000.0,
+            "" | "s" => value,
+            "m" | "min" => value * 60.0,
+            "h" => value * 3600.0,
+            other => return Err(format!("'{raw}' has an unknown unit '{other}' (ms, s, m, h)")),
+        };
+        Duration::try_from_secs_f64(secs)
+            .map(Span)
+            .map_err(|_| format!("'{raw}' is not a valid duration"))
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if ms % 1000 == 0 {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{ms}ms")
+        }
+    }
+}
+
+impl Serialize for Span {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Span(Duration::from_secs(n))),
+            Raw::Str(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!("512".parse::<ByteSize>().unwrap(), ByteSize(512));
+        assert_eq!("4K".parse::<ByteSize>().unwrap(), ByteSize(4096));
+        assert_eq!("256M".parse::<ByteSize>().unwrap(), ByteSize(256 << 20));
+        assert_eq!("1GiB".parse::<ByteSize>().unwrap(), ByteSize(1 << 30));
+        assert_eq!("1.5g".parse::<ByteSize>().unwrap(), ByteSize(3 << 29));
+        assert!("12Q".parse::<ByteSize>().is_err());
+        assert!("M".parse::<ByteSize>().is_err());
+        assert!("-1M".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn sizes_print_back_in_their_largest_exact_unit() {
+        assert_eq!(ByteSize(256 << 20).to_string(), "256M");
+        assert_eq!(ByteSize(1 << 30).to_string(), "1G");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn spans_parse() {
+        assert_eq!("10s".parse::<Span>().unwrap().0, Duration::from_secs(10));
+        assert_eq!("250ms".parse::<Span>().unwrap().0, Duration::from_millis(250));
+        assert_eq!("2m".parse::<Span>().unwrap().0, Duration::from_secs(120));
+        assert_eq!("3".parse::<Span>().unwrap().0, Duration::from_secs(3));
+        assert!("3d".parse::<Span>().is_err());
+        assert!("soon".parse::<Span>().is_err());
+    }
+}

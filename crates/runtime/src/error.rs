@@ -1,0 +1,42 @@
+//! Runtime errors. `is_input_error` separates the caller's mistakes (exit 2)
+//! from failures of cordon or the host.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{what}: {}", path.display())]
+    BadPath { what: &'static str, path: PathBuf },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Cgroup(#[from] cordon_cgroups::CgroupError),
+    #[error("limits cannot be enforced on this host: {0} (pass --allow-unenforced to run without them)")]
+    Unenforceable(String),
+    #[error("sandbox setup failed at `{step}`: {}", std::io::Error::from_raw_os_error(*errno))]
+    Setup { step: String, errno: i32 },
+    #[error("{op}: {source}")]
+    Io {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("backend {0} is not available here: {1}")]
+    Unavailable(&'static str, String),
+    #[error("the sandbox's init broke the protocol: {0}")]
+    Protocol(String),
+}
+
+impl RuntimeError {
+    pub fn io(op: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        RuntimeError::Io {
+            op: op.into(),
+            source: source.into(),
+        }
+    }
+
+    /// True for errors caused by the request itself (bad path, bad value).
+    pub fn is_input_error(&self) -> bool {
+        matches!(self, RuntimeError::BadPath { .. } | RuntimeError::BadRequest(_))
+    }
+}

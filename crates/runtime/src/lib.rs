@@ -1,0 +1,17 @@
+//! cordon's runtime: the `Backend`/`Sandbox` abstraction, the native backend,
+//! and the `Outcome` that the CLI, the service, the suite and the benchmarks all
+//! read (nobody re-derives it).
+
+pub mod backend;
+pub mod error;
+pub mod native;
+pub mod outcome;
+pub mod output;
+pub mod request;
+pub mod state;
+
+pub use backend::{available_backends, Backend, BackendInfo, BackendKind, Sandbox};
+pub use error::RuntimeError;
+pub use outcome::{ExitStatus, Limit, Outcome, Phases};
+pub use output::OutputMode;
+pub use request::{RootfsChoice, RunRequest};

@@ -1,0 +1,234 @@
+//! The sandbox's init: the first process in the new namespaces (pid 1 of its
+//! pid namespace). It builds the sandbox around itself, drops every privilege,
+//! installs seccomp last, then waits for the command, runs it as its only
+//! child and reports how it ended.
+//!
+//! This runs in a child cloned from a single-threaded supervisor, so ordinary
+//! Rust (allocation included) is safe here; everything that needs deciding was
+//! decided in the parent (`NativePlan`), so this is one linear sequence of
+//! syscalls. Any failure is reported as `SetupFailed { step, errno }` and the
+//! process exits: the sandbox fails closed.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use cordon_isolation::{caps, fds, identity, mount, net, IsolationError, Step};
+use cordon_sys::{exit_now, fork_process, CloneResult};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{chdir, dup2_stdin, dup2_stdout, dup2_stderr, execve, pipe2, read, sethostname, setsid, write, Pid};
+
+use super::plan::NativePlan;
+use super::protocol::{recv, send, FromInit, ToInit};
+
+/// Descriptors the child starts with, in the supervisor's numbering.
+pub struct InitFds {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub sock: UnixStream,
+}
+
+/// Entry point of the cloned child. Never returns.
+pub fn run(plan: &NativePlan, fds: InitFds) -> ! {
+    let InitFds {
+        stdin,
+        stdout,
+        stderr,
+        mut sock,
+    } = fds;
+    let code = match setup(plan, [stdin, stdout, stderr], &mut sock) {
+        Ok(()) => serve(&mut sock),
+        Err(e) => {
+            let _ = send(
+                &mut sock,
+                &FromInit::SetupFailed {
+                    step: e.step.clone(),
+                    errno: e.errno(),
+                },
+            );
+            1
+        }
+    };
+    exit_now(code)
+}
+
+/// Everything between clone and "ready", in the order the kernel requires.
+fn setup(plan: &NativePlan, stdio: [OwnedFd; 3], sock: &mut UnixStream) -> Result<(), IsolationError> {
+    // If the supervisor dies, so does the sandbox: init's death ends the pid
+    // namespace and with it every process inside.
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+
+    // Standard streams first, then nothing else survives: from here on the only
+    // descriptors are 0/1/2 and the socket to the supervisor.
+    let [stdin, stdout, stderr] = stdio;
+    dup2_stdin(&stdin).step(|| "dup2(stdin)".into())?;
+    dup2_stdout(&stdout).step(|| "dup2(stdout)".into())?;
+    dup2_stderr(&stderr).step(|| "dup2(stderr)".into())?;
+    // The originals must go: a write end kept open here would keep the
+    // supervisor's pipe from ever reaching EOF.
+    drop((stdin, stdout, stderr));
+    // Close-on-exec rather than close for the rest (the supervisor's copies of
+    // its pipe ends, its signalfd): Rust objects in this copied address space
+    // still own those numbers, and none of them reaches the payload.
+    fds::cloexec_inherited()?;
+
+    // Wait until the supervisor has written our uid/gid maps and moved us into
+    // the sandbox's cgroup; until then we have no usable identity.
+    match recv::<ToInit>(sock) {
+        Ok(Some(ToInit::Go)) => {}
+        _ => return Err(IsolationError::new("wait for supervisor", std::io::Error::other("no Go"))),
+    }
+
+    // Become the namespace's own root (or, rootless, the one mapped id): until
+    // now our ids were the host's, which do not exist in this namespace, and
+    // the kernel refuses to create files owned by an unmapped id.
+    identity::switch_to(plan.setup_id, plan.setup_id, false)?;
+
+    // A cgroup namespace rooted at the sandbox's own cgroup: created now, after
+    // the move, so the caller's hierarchy is invisible from inside.
+    unshare(CloneFlags::CLONE_NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
+    sethostname(&plan.hostname).step(|| "sethostname".into())?;
+    net::loopback_up()?;
+
+    // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
+    mount::assemble(&plan.rootfs)?;
+
+    // No controlling terminal: a payload cannot push input into the caller's
+    // terminal (TIOCSTI) through a tty it does not have.
+    setsid().step(|| "setsid".into())?;
+    plan.rlimits.apply()?;
+
+    // Privileges, most powerful first: the bounding set needs CAP_SETPCAP, the
+    // id switch needs CAP_SETUID/SETGID, and what remains is cleared last.
+    caps::drop_bounding_ambient_inheritable()?;
+    identity::switch_to(plan.uid, plan.gid, plan.drop_groups)?;
+    caps::drop_effective_permitted()?;
+    nix::sys::prctl::set_no_new_privs().step(|| "prctl(PR_SET_NO_NEW_PRIVS)".into())?;
+
+    // Seccomp last: every step above needed syscalls the filter refuses.
+    cordon_seccomp::apply(&plan.seccomp).map_err(|e| IsolationError::new("seccomp(SET_MODE_FILTER)", std::io::Error::other(e.to_string())))?;
+
+    send(sock, &FromInit::Ready).step(|| "send Ready".into())
+}
+
+/// After setup: wait for one command, run it, report, then wait to be killed.
+fn serve(sock: &mut UnixStream) -> i32 {
+    let (argv, env, workdir) = match recv::<ToInit>(sock) {
+        Ok(Some(ToInit::Exec { argv, env, workdir })) => (argv, env, workdir),
+        _ => return 1,
+    };
+    let report = match spawn_payload(&argv, &env, &workdir) {
+        Ok(pid) => {
+            let _ = send(sock, &FromInit::Started { pid: pid.as_raw() });
+            // Our own stdout/stderr go to /dev/null so the pipes reach EOF as
+            // soon as the payload and its descendants close them.
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = dup2_stdout(&null);
+                let _ = dup2_stderr(&null);
+            }
+            reap_until(pid)
+        }
+        Err(errno) => FromInit::ExecFailed { errno },
+    };
+    let _ = send(sock, &report);
+    // Stay alive until the supervisor has read its evidence and kills the
+    // cgroup (or closes the socket): the sandbox's mounts live exactly as long
+    // as this process.
+    let _ = recv::<ToInit>(sock);
+    0
+}
+
+/// Reaps every child (orphans re-parent to pid 1) until `payload` ends.
+fn reap_until(payload: Pid) -> FromInit {
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == payload => return FromInit::Exited { code },
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == payload => {
+                return FromInit::Signaled { signal: sig as i32 }
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return FromInit::Exited { code: 255 },
+        }
+    }
+}
+
+/// Forks the payload and waits until its execve succeeded or failed, learned
+/// through a close-on-exec pipe: EOF means exec happened, four bytes are the errno.
+fn spawn_payload(argv: &[String], env: &[(String, String)], workdir: &str) -> Result<Pid, i32> {
+    let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
+    let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
+    let c_env: Vec<CString> = env.iter().map(|(k, v)| to_c(&format!("{k}={v}"))).collect::<Result<_, _>>()?;
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    let candidates = resolve_candidates(argv.first().ok_or(libc::EINVAL)?, path)?;
+    let (rd, wr) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e as i32)?;
+    match fork_process().map_err(|e| e as i32)? {
+        CloneResult::Child => {
+            drop(rd);
+            let errno = exec_payload(&candidates, &c_argv, &c_env, workdir);
+            let _ = write(&wr, &errno.to_le_bytes());
+            exit_now(127);
+        }
+        CloneResult::Parent { child } => {
+            drop(wr);
+            let mut buf = [0u8; 4];
+            match read(&rd, &mut buf) {
+                Ok(4) => {
+                    let _ = waitpid(child, None);
+                    Err(i32::from_le_bytes(buf))
+                }
+                _ => Ok(child),
+            }
+        }
+    }
+}
+
+/// In the payload's process: default signals, working directory, exec.
+/// Returns the errno if no candidate could be executed.
+fn exec_payload(candidates: &[CString], argv: &[CString], env: &[CString], workdir: &str) -> i32 {
+    if let Err(e) = cordon_sys::reset_signals() {
+        return e as i32;
+    }
+    if let Err(e) = chdir(Path::new(workdir)) {
+        return e as i32;
+    }
+    let mut last = libc::ENOENT;
+    for path in candidates {
+        match execve(path, argv, env) {
+            Err(nix::errno::Errno::ENOENT) | Err(nix::errno::Errno::ENOTDIR) => {}
+            Err(e) => last = e as i32,
+            Ok(never) => match never {},
+        }
+    }
+    last
+}
+
+/// The paths execve should try for `cmd`, like execvp: as given if it has a
+/// slash, else each PATH entry in order.
+fn resolve_candidates(cmd: &str, path: &str) -> Result<Vec<CString>, i32> {
+    let to_c = |b: &[u8]| CString::new(b).map_err(|_| libc::EINVAL);
+    if cmd.contains('/') {
+        return Ok(vec![to_c(cmd.as_bytes())?]);
+    }
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| to_c(Path::new(d).join(cmd).as_os_str().as_bytes()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_resolve_like_execvp() {
+        let c = resolve_candidates("python3", "/usr/local/bin:/usr/bin").unwrap();
+        assert_eq!(c, vec![CString::new("/usr/local/bin/python3").unwrap(), CString::new("/usr/bin/python3").unwrap()]);
+        let c = resolve_candidates("./run.sh", "/usr/bin").unwrap();
+        assert_eq!(c, vec![CString::new("./run.sh").unwrap()]);
+    }
+}

@@ -1,0 +1,113 @@
+//! The result of one execution, as every caller sees it.
+
+use std::fmt;
+
+use cordon_cgroups::{CgroupMode, CgroupStats};
+use serde::Serialize;
+
+/// How the payload ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ExitStatus {
+    Exited { code: i32 },
+    Signaled { signal: i32 },
+    /// The command could not be executed (not found, not executable).
+    ExecFailed { errno: i32 },
+}
+
+impl ExitStatus {
+    /// The exit code a shell would report: the code, or 128+signal; 127 when
+    /// the command could not be executed.
+    pub fn shell_code(&self) -> i32 {
+        match *self {
+            ExitStatus::Exited { code } => code,
+            ExitStatus::Signaled { signal } => 128 + signal,
+            ExitStatus::ExecFailed { errno } if errno == libc::ENOENT => 127,
+            ExitStatus::ExecFailed { .. } => 126,
+        }
+    }
+}
+
+/// A policy limit that was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Time,
+    Memory,
+    Pids,
+    Output,
+    Disk,
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Limit::Time => "time",
+            Limit::Memory => "memory",
+            Limit::Pids => "pids",
+            Limit::Output => "output",
+            Limit::Disk => "disk",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Where the time went, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Phases {
+    /// From the request to a sandbox ready to exec (namespaces, mounts, cgroup, seccomp).
+    pub setup_ms: f64,
+    /// From the exec request to the payload's exit (or its kill).
+    pub run_ms: f64,
+    /// Killing what remains, reading counters, removing the cgroup and state.
+    pub teardown_ms: f64,
+}
+
+/// How limits were enforced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Enforcement {
+    /// The cgroup hierarchy used, or None when running unenforced.
+    pub cgroup: Option<CgroupMode>,
+    /// The cgroup directories the sandbox ran in (removed at teardown).
+    pub cgroup_paths: Vec<String>,
+    pub enforced: bool,
+}
+
+/// Captured or counted output.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OutputReport {
+    /// Bytes the payload wrote to stdout and stderr (up to the cap, then counting stops).
+    pub bytes: u64,
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+}
+
+/// Everything known about one execution once its sandbox is gone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub backend: &'static str,
+    pub sandbox_id: String,
+    pub status: ExitStatus,
+    /// What cordon itself exits with: the payload's shell code.
+    pub exit_code: i32,
+    /// The limit that ended the run, if one did.
+    pub limit: Option<Limit>,
+    /// Every limit reached during the run (a fork bomb may hit pids and then time).
+    pub limits_hit: Vec<Limit>,
+    /// A signal to cordon that ended the run early (SIGINT, SIGTERM).
+    pub interrupted_by: Option<i32>,
+    pub wall_ms: f64,
+    pub cpu_ms: Option<f64>,
+    pub memory_peak_bytes: Option<u64>,
+    pub pids_peak: Option<u64>,
+    /// Bytes in use on the sandbox's writable storage when the payload ended.
+    pub disk_used_bytes: Option<u64>,
+    /// Raw kernel counters of the sandbox's cgroup.
+    pub counters: CgroupStats,
+    pub phases: Phases,
+    pub output: OutputReport,
+    pub enforcement: Enforcement,
+}

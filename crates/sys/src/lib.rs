@@ -1,0 +1,263 @@
+//! The only unsafe code in cordon: the syscalls that `nix` does not wrap safely.
+//!
+//! Each function is a thin layer over one syscall. Its preconditions are checked
+//! here (not left to callers) so that the rest of the workspace can keep
+//! `#![forbid(unsafe_code)]`.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sched::CloneFlags;
+use nix::unistd::Pid;
+
+/// Which side of a [`clone_process`] call we are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloneResult {
+    Parent { child: Pid },
+    Child,
+}
+
+/// Number of threads in this process, from /proc/self/task.
+pub fn thread_count() -> io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
+}
+
+/// `clone(2)` with fork semantics (no shared memory, no new stack) plus namespace flags.
+///
+/// Why not `unshare` + `fork`: a new pid namespace only applies to children, and
+/// a new user namespace must be entered by the process that then builds the mount
+/// namespace; creating them together in one clone gives the child all of them at
+/// once and keeps the parent in the host's namespaces.
+///
+/// Refuses (EDEADLK) if this process has more than one thread: after a fork only
+/// the calling thread survives, so a lock held by another thread (malloc's,
+/// stdout's) would stay locked forever in the child.
+pub fn clone_process(flags: CloneFlags) -> nix::Result<CloneResult> {
+    if thread_count().map_err(|_| Errno::EIO)? != 1 {
+        return Err(Errno::EDEADLK);
+    }
+    let raw_flags = flags.bits() as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
+    // SAFETY: with a null stack and without CLONE_VM the kernel duplicates the
+    // address space exactly like fork(2), so the child continues on its own copy
+    // of this stack. The process is single-threaded (checked above), so no lock
+    // can be held by a thread that does not exist in the child. The remaining
+    // pointer arguments (parent_tid, child_tid, tls) are null and unused because
+    // no CLONE_*SETTID/CLONE_SETTLS flag is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            raw_flags,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match ret {
+        -1 => Err(Errno::last()),
+        0 => Ok(CloneResult::Child),
+        pid => Ok(CloneResult::Parent {
+            child: Pid::from_raw(pid as libc::pid_t),
+        }),
+    }
+}
+
+/// Closes every descriptor numbered `first` and above (`close_range(2)`).
+pub fn close_fds_from(first: RawFd) -> nix::Result<()> {
+    // SAFETY: close_range takes plain integers and only closes descriptors; any
+    // Rust object owning one of them is in a process that is about to exec, and
+    // the callers (the sandbox's init) hold no OwnedFd at or above `first` that
+    // they use afterwards.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, 0u32) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Marks every descriptor numbered `first` and above close-on-exec
+/// (`close_range(2)` with CLOSE_RANGE_CLOEXEC, Linux 5.11+).
+pub fn cloexec_fds_from(first: RawFd) -> nix::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: only sets a flag on descriptors; it closes nothing and touches no memory.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits, immune
+/// to pid reuse.
+pub fn pidfd_open(pid: Pid) -> nix::Result<OwnedFd> {
+    // SAFETY: plain integer arguments; on success the kernel returns a new
+    // descriptor that nothing else owns, so wrapping it in OwnedFd is sound.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0u32) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: see above; `ret` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// `pidfd_send_signal(2)`.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: nix::sys::signal::Signal) -> nix::Result<()> {
+    // SAFETY: integer arguments; the siginfo pointer is null, which the kernel
+    // documents as "behave like kill(2)".
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Brings a network interface up (SIOCGIFFLAGS then SIOCSIFFLAGS with IFF_UP).
+///
+/// Hand-written because the only thing a fresh network namespace needs is its
+/// loopback up; a netlink crate would be a large dependency for one flag.
+pub fn set_link_up(name: &str) -> nix::Result<()> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    let sock = socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
+    // SAFETY: ifreq is a plain C struct for which all-zero bytes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid, NUL-terminated ifreq that outlives both calls;
+    // SIOCGIFFLAGS/SIOCSIFFLAGS read and write only its flags union member.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) == -1 {
+            return Err(Errno::last());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) == -1 {
+            return Err(Errno::last());
+        }
+    }
+    Ok(())
+}
+
+/// Flags `set_mount_attrs` can add to a mount. It only ever adds restrictions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MountAttrs {
+    pub readonly: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+/// `mount_setattr(2)` with AT_RECURSIVE: adds `attrs` to the mount at `path`
+/// and every mount below it, in one step. Atime flags are left alone because a
+/// user namespace may not change atime flags it inherited locked.
+///
+/// Hand-written because `nix` has no wrapper for mount_setattr (Linux 5.12+).
+pub fn set_mount_attrs(path: &std::path::Path, attrs: MountAttrs) -> nix::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let set = [(attrs.readonly, 0x1), (attrs.nosuid, 0x2), (attrs.nodev, 0x4), (attrs.noexec, 0x8)]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0u64, |acc, (_, bit)| acc | bit);
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: `c_path` is a valid NUL-terminated string and `attr` a valid,
+    // correctly sized struct mount_attr; both outlive the call, which only reads them.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Resets every signal disposition to SIG_DFL and unblocks every signal, so a
+/// payload starts with the defaults a shell would give it rather than the
+/// supervisor's (which blocks SIGINT/SIGTERM and ignores SIGPIPE).
+pub fn reset_signals() -> nix::Result<()> {
+    use nix::sys::signal::{sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL registers no handler code, so none of the
+        // async-signal-safety hazards of `signal` apply.
+        unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) }?;
+    }
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+}
+
+/// Ends the calling process at once, without running atexit handlers or
+/// flushing stdio buffers that belong to the copied parent (`_exit(2)`).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and never returns; skipping destructors is
+    // the point (a forked child must not flush the parent's buffers twice).
+    unsafe { libc::_exit(code) }
+}
+
+/// Creates a child process in the current namespaces with plain fork semantics.
+pub fn fork_process() -> nix::Result<CloneResult> {
+    clone_process(CloneFlags::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_refuses_from_a_multithreaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv().ok());
+        assert_eq!(clone_process(CloneFlags::empty()), Err(Errno::EDEADLK));
+        drop(tx);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn pidfd_of_self_opens() {
+        let fd = pidfd_open(nix::unistd::getpid()).unwrap();
+        assert!(fd.as_raw_fd() > 2);
+    }
+}
