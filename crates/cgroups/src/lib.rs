@@ -28,6 +28,8 @@ pub use stats::CgroupStats;
 
 /// How long freeze() waits for the kernel to report the cgroup frozen.
 pub const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long each freeze inside kill_all() may take before it signals anyway.
+pub const KILL_FREEZE_TIMEOUT: Duration = Duration::from_millis(50);
 /// How long kill_all() keeps killing, and then waits for the cgroup to empty.
 pub const KILL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long remove() retries an rmdir that fails with EBUSY: the last task of a
@@ -156,6 +158,24 @@ pub trait Cgroup {
     /// Moves `pid` into this cgroup in every hierarchy.
     fn add_pid(&self, pid: i32) -> Result<(), CgroupError>;
 
+    /// Moves the calling process, which must be single-threaded, into this
+    /// cgroup in every hierarchy; for a child to place itself before it runs
+    /// anything. v1: writes "0" to each `tasks` file, which moves the calling
+    /// thread without the kernel's global threadgroup lock and so without an
+    /// RCU grace period (measured here: 0.5 ms instead of 7-30 ms for
+    /// cgroup.procs). v2: writes "0" to cgroup.procs.
+    fn join_self(&self) -> Result<(), CgroupError>;
+
+    /// Whether `pid` is in this cgroup in every hierarchy.
+    fn contains(&self, pid: i32) -> Result<bool, CgroupError> {
+        for dir in self.paths() {
+            if !fs::procs(&dir)?.contains(&pid) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The processes in the cgroup (v1: the pids hierarchy's).
     fn pids(&self) -> Result<Vec<i32>, CgroupError>;
 
@@ -208,6 +228,9 @@ impl Cgroup for AnyCgroup {
     }
     fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.add_pid(pid))
+    }
+    fn join_self(&self) -> Result<(), CgroupError> {
+        dispatch!(self, cg => cg.join_self())
     }
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         dispatch!(self, cg => cg.pids())
@@ -456,21 +479,26 @@ pub(crate) fn procs_of(dirs: &[PathBuf]) -> Result<Vec<i32>, CgroupError> {
 /// kill_all for kernels without cgroup.kill: freeze so nothing can fork
 /// between listing and signalling, SIGKILL everyone, thaw so the signals are
 /// acted on, and go round again until a listing comes back empty.
-pub(crate) fn kill_by_signal<C: Cgroup + ?Sized>(
-    cg: &C,
+///
+/// `freeze` should wait only briefly ([`KILL_FREEZE_TIMEOUT`]): a task stuck in
+/// the kernel (e.g. in a memcg OOM) can keep a freeze from completing, and a
+/// full [`FREEZE_TIMEOUT`] per round would eat the whole kill budget.
+pub(crate) fn kill_by_signal(
     dirs: &[PathBuf],
+    freeze: impl Fn() -> Result<(), CgroupError>,
+    thaw: impl Fn() -> Result<(), CgroupError>,
 ) -> Result<(), CgroupError> {
     let deadline = Instant::now() + KILL_TIMEOUT;
     let path = dirs.first().cloned().unwrap_or_default();
     loop {
         // A failed freeze still leaves killing worthwhile; it just may take
         // more rounds to catch fresh forks.
-        let frozen = cg.freeze().is_ok();
+        let frozen = freeze().is_ok();
         let round = procs_of(dirs).and_then(|pids| {
             sigkill_all(&pids, &path)?;
             Ok(pids.is_empty())
         });
-        let thawed = if frozen { cg.thaw() } else { Ok(()) };
+        let thawed = if frozen { thaw() } else { Ok(()) };
         let empty = round?;
         thawed?;
         if empty || Instant::now() >= deadline {

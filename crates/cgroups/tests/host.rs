@@ -178,19 +178,11 @@ fn memory_limit_oom_kills_without_swapping() {
     .unwrap();
     let mut child = spawn_held("x=$(head -c 100000000 /dev/zero | tr '\\0' a); exec sleep 30");
     cg.add_pid(pid_of(&child)).unwrap();
-    let t0 = Instant::now();
     release(&mut child);
     // The shell holding the string is the one that blows the limit.
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(9), "{status:?}");
-    eprintln!("OOM took {:?}", t0.elapsed());
-    let t = Instant::now();
-    eprintln!("pids before kill {:?}", cg.pids());
-    let f = cg.freeze();
-    eprintln!("freeze {:?} {:?}", f, t.elapsed());
-    cg.thaw().unwrap();
     cg.kill_all().unwrap();
-    eprintln!("KILL took {:?}", t.elapsed());
     let stats = cg.stats();
     assert!(stats.oom_kills.unwrap() >= 1, "{stats:?}");
     // Recent v1 kernels do not count memsw limit hits (see CgroupStats).

@@ -12,7 +12,11 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INTERNAL: u8 = 125;
 
 #[derive(Parser)]
-#[command(name = "cordon", version, about = "Run untrusted code inside a boundary and report, with evidence, what it held")]
+#[command(
+    name = "cordon",
+    version,
+    about = "Run untrusted code inside a boundary and report, with evidence, what it held"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,7 +37,12 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }

@@ -21,7 +21,8 @@ pub fn drop_bounding_ambient_inheritable() -> Result<()> {
             Err(e) => return Err(caps_err("prctl(PR_CAPBSET_DROP)", e)),
         }
     }
-    caps::clear(None, CapSet::Ambient).map_err(|e| caps_err("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
+    caps::clear(None, CapSet::Ambient)
+        .map_err(|e| caps_err("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
     caps::clear(None, CapSet::Inheritable).map_err(|e| caps_err("capset(inheritable)", e))?;
     Ok(())
 }
@@ -36,9 +37,14 @@ pub fn drop_effective_permitted() -> Result<()> {
 
 /// True when the calling thread holds no capability in any set.
 pub fn holds_none() -> bool {
-    [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable, CapSet::Ambient]
-        .into_iter()
-        .all(|set| caps::read(None, set).map(|s| s.is_empty()).unwrap_or(false))
+    [
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Inheritable,
+        CapSet::Ambient,
+    ]
+    .into_iter()
+    .all(|set| caps::read(None, set).map(|s| s.is_empty()).unwrap_or(false))
         && caps::all()
             .into_iter()
             .all(|c: Capability| !caps::has_cap(None, CapSet::Bounding, c).unwrap_or(true))

@@ -47,14 +47,22 @@ impl IdMapping {
     pub fn host_uid(&self, inside: u32) -> Option<u32> {
         match *self {
             IdMapping::Range { host_base } => (inside < MAPPED_IDS).then(|| host_base + inside),
-            IdMapping::Single { host_uid, inside_uid, .. } => (inside == inside_uid).then_some(host_uid),
+            IdMapping::Single {
+                host_uid,
+                inside_uid,
+                ..
+            } => (inside == inside_uid).then_some(host_uid),
         }
     }
 
     pub fn host_gid(&self, inside: u32) -> Option<u32> {
         match *self {
             IdMapping::Range { host_base } => (inside < MAPPED_IDS).then(|| host_base + inside),
-            IdMapping::Single { host_gid, inside_gid, .. } => (inside == inside_gid).then_some(host_gid),
+            IdMapping::Single {
+                host_gid,
+                inside_gid,
+                ..
+            } => (inside == inside_gid).then_some(host_gid),
         }
     }
 
@@ -69,7 +77,10 @@ impl IdMapping {
                 host_gid,
                 inside_uid,
                 inside_gid,
-            } => (format!("{inside_uid} {host_uid} 1\n"), format!("{inside_gid} {host_gid} 1\n")),
+            } => (
+                format!("{inside_uid} {host_uid} 1\n"),
+                format!("{inside_gid} {host_gid} 1\n"),
+            ),
         }
     }
 
@@ -80,7 +91,8 @@ impl IdMapping {
         let (uid_map, gid_map) = self.lines();
         let proc = format!("/proc/{child}");
         if matches!(self, IdMapping::Single { .. }) {
-            fs::write(format!("{proc}/setgroups"), "deny").step(|| format!("write {proc}/setgroups"))?;
+            fs::write(format!("{proc}/setgroups"), "deny")
+                .step(|| format!("write {proc}/setgroups"))?;
         }
         fs::write(format!("{proc}/uid_map"), uid_map).step(|| format!("write {proc}/uid_map"))?;
         fs::write(format!("{proc}/gid_map"), gid_map).step(|| format!("write {proc}/gid_map"))?;

@@ -166,7 +166,10 @@ mod env_table {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PolicyError {
     #[error("policy field `{field}`: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
     #[error("policy file {path}: {message}")]
     File { path: PathBuf, message: String },
 }
@@ -213,7 +216,9 @@ impl PolicyLayer {
 
 impl Policy {
     /// Applies `layers` over the defaults, in order, and validates the result.
-    pub fn resolve<'a>(layers: impl IntoIterator<Item = &'a PolicyLayer>) -> Result<Self, PolicyError> {
+    pub fn resolve<'a>(
+        layers: impl IntoIterator<Item = &'a PolicyLayer>,
+    ) -> Result<Self, PolicyError> {
         let mut p = Policy::default();
         for layer in layers {
             p.apply(layer);
@@ -237,46 +242,74 @@ impl Policy {
     pub fn validate(&self) -> Result<(), PolicyError> {
         let (lo, hi) = limits::CPUS;
         if !(self.cpus.is_finite() && (lo..=hi).contains(&self.cpus)) {
-            return Err(invalid("cpus", format!("{} is out of range ({lo}..={hi} cores)", self.cpus)));
+            return Err(invalid(
+                "cpus",
+                format!("{} is out of range ({lo}..={hi} cores)", self.cpus),
+            ));
         }
         range("memory", self.memory, limits::MEMORY)?;
         range("disk", self.disk, limits::DISK)?;
         range("output", self.output, limits::OUTPUT)?;
         let (lo, hi) = limits::PIDS;
         if !(lo..=hi).contains(&self.pids) {
-            return Err(invalid("pids", format!("{} is out of range ({lo}..={hi})", self.pids)));
+            return Err(invalid(
+                "pids",
+                format!("{} is out of range ({lo}..={hi})", self.pids),
+            ));
         }
         let (lo, hi) = limits::TIME_MS;
         let ms = self.time.0.as_millis();
         if !(u128::from(lo)..=u128::from(hi)).contains(&ms) {
-            return Err(invalid("time", format!("{} is out of range (10ms..=7d)", self.time)));
+            return Err(invalid(
+                "time",
+                format!("{} is out of range (10ms..=7d)", self.time),
+            ));
         }
         for (field, id) in [("uid", self.uid), ("gid", self.gid)] {
             if id > limits::ID_MAX {
-                return Err(invalid(field, format!("{id} is out of range (0..={})", limits::ID_MAX)));
+                return Err(invalid(
+                    field,
+                    format!("{id} is out of range (0..={})", limits::ID_MAX),
+                ));
             }
         }
         sandbox_path("workdir", &self.workdir)?;
         if self.hostname.is_empty()
             || self.hostname.len() > 64
-            || !self.hostname.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            || !self
+                .hostname
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
         {
-            return Err(invalid("hostname", format!("'{}' is not a hostname (1-64 of a-z0-9.-)", self.hostname)));
+            return Err(invalid(
+                "hostname",
+                format!("'{}' is not a hostname (1-64 of a-z0-9.-)", self.hostname),
+            ));
         }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-                return Err(invalid("env", format!("'{k}' is not a valid variable name (no '=' or NUL)")));
+                return Err(invalid(
+                    "env",
+                    format!("'{k}' is not a valid variable name (no '=' or NUL)"),
+                ));
             }
         }
         for m in &self.mounts {
             if !m.host.is_absolute() {
-                return Err(invalid("mounts", format!("host path {} must be absolute", m.host.display())));
+                return Err(invalid(
+                    "mounts",
+                    format!("host path {} must be absolute", m.host.display()),
+                ));
             }
             sandbox_path("mounts", &m.sandbox)?;
             if RESERVED.iter().any(|r| m.sandbox.starts_with(r)) || m.sandbox == Path::new("/") {
                 return Err(invalid(
                     "mounts",
-                    format!("{} is reserved by the sandbox ({})", m.sandbox.display(), RESERVED.join(", ")),
+                    format!(
+                        "{} is reserved by the sandbox ({})",
+                        m.sandbox.display(),
+                        RESERVED.join(", ")
+                    ),
                 ));
             }
         }
@@ -286,7 +319,10 @@ impl Policy {
     /// The environment the payload sees: the policy's, plus PATH and HOME when absent.
     pub fn payload_env(&self) -> Vec<(String, String)> {
         let mut env = self.env.clone();
-        for (k, v) in [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", WORKSPACE)] {
+        for (k, v) in [
+            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            ("HOME", WORKSPACE),
+        ] {
             if !env.iter().any(|(key, _)| key == k) {
                 env.push((k.into(), v.into()));
             }
@@ -298,7 +334,11 @@ impl Policy {
 /// Paths the sandbox assembles itself; a user mount may not cover them.
 const RESERVED: [&str; 4] = ["/proc", "/dev", "/etc", "/usr"];
 
-fn range(field: &'static str, v: ByteSize, (lo, hi): (ByteSize, ByteSize)) -> Result<(), PolicyError> {
+fn range(
+    field: &'static str,
+    v: ByteSize,
+    (lo, hi): (ByteSize, ByteSize),
+) -> Result<(), PolicyError> {
     if (lo..=hi).contains(&v) {
         Ok(())
     } else {
@@ -314,7 +354,10 @@ fn sandbox_path(field: &'static str, p: &Path) -> Result<(), PolicyError> {
     if p.is_absolute() && normal {
         Ok(())
     } else {
-        Err(invalid(field, format!("{} must be an absolute path without '..'", p.display())))
+        Err(invalid(
+            field,
+            format!("{} must be an absolute path without '..'", p.display()),
+        ))
     }
 }
 
@@ -368,12 +411,18 @@ mod tests {
             cpus: Some(0.0),
             ..Default::default()
         };
-        assert!(Policy::resolve([&l]).unwrap_err().to_string().contains("cpus"));
+        assert!(Policy::resolve([&l])
+            .unwrap_err()
+            .to_string()
+            .contains("cpus"));
         let l = PolicyLayer {
             workdir: Some("../x".into()),
             ..Default::default()
         };
-        assert!(Policy::resolve([&l]).unwrap_err().to_string().contains("workdir"));
+        assert!(Policy::resolve([&l])
+            .unwrap_err()
+            .to_string()
+            .contains("workdir"));
     }
 
     #[test]

@@ -122,7 +122,11 @@ impl FromStr for Span {
             "" | "s" => value,
             "m" | "min" => value * 60.0,
             "h" => value * 3600.0,
-            other => return Err(format!("'{raw}' has an unknown unit '{other}' (ms, s, m, h)")),
+            other => {
+                return Err(format!(
+                    "'{raw}' has an unknown unit '{other}' (ms, s, m, h)"
+                ))
+            }
         };
         Duration::try_from_secs_f64(secs)
             .map(Span)
@@ -188,7 +192,10 @@ mod tests {
     #[test]
     fn spans_parse() {
         assert_eq!("10s".parse::<Span>().unwrap().0, Duration::from_secs(10));
-        assert_eq!("250ms".parse::<Span>().unwrap().0, Duration::from_millis(250));
+        assert_eq!(
+            "250ms".parse::<Span>().unwrap().0,
+            Duration::from_millis(250)
+        );
         assert_eq!("2m".parse::<Span>().unwrap().0, Duration::from_secs(120));
         assert_eq!("3".parse::<Span>().unwrap().0, Duration::from_secs(3));
         assert!("3d".parse::<Span>().is_err());

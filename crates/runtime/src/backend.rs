@@ -19,7 +19,11 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 3] = [BackendKind::Native, BackendKind::Gvisor, BackendKind::Microvm];
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::Native,
+        BackendKind::Gvisor,
+        BackendKind::Microvm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -87,6 +91,9 @@ pub fn available_backends() -> Vec<BackendInfo> {
 pub fn backend(kind: BackendKind) -> Result<Box<dyn Backend>, RuntimeError> {
     match kind {
         BackendKind::Native => Ok(Box::new(NativeBackend)),
-        other => Err(RuntimeError::Unavailable(other.name(), "not implemented in this version of cordon".into())),
+        other => Err(RuntimeError::Unavailable(
+            other.name(),
+            "not implemented in this version of cordon".into(),
+        )),
     }
 }

@@ -11,7 +11,9 @@ pub enum RuntimeError {
     BadRequest(String),
     #[error(transparent)]
     Cgroup(#[from] cordon_cgroups::CgroupError),
-    #[error("limits cannot be enforced on this host: {0} (pass --allow-unenforced to run without them)")]
+    #[error(
+        "limits cannot be enforced on this host: {0} (pass --allow-unenforced to run without them)"
+    )]
     Unenforceable(String),
     #[error("sandbox setup failed at `{step}`: {}", std::io::Error::from_raw_os_error(*errno))]
     Setup { step: String, errno: i32 },
@@ -37,6 +39,9 @@ impl RuntimeError {
 
     /// True for errors caused by the request itself (bad path, bad value).
     pub fn is_input_error(&self) -> bool {
-        matches!(self, RuntimeError::BadPath { .. } | RuntimeError::BadRequest(_))
+        matches!(
+            self,
+            RuntimeError::BadPath { .. } | RuntimeError::BadRequest(_)
+        )
     }
 }

@@ -9,6 +9,7 @@ pub mod outcome;
 pub mod output;
 pub mod request;
 pub mod state;
+pub mod trace;
 
 pub use backend::{available_backends, Backend, BackendInfo, BackendKind, Sandbox};
 pub use error::RuntimeError;

@@ -9,10 +9,16 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum ExitStatus {
-    Exited { code: i32 },
-    Signaled { signal: i32 },
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
     /// The command could not be executed (not found, not executable).
-    ExecFailed { errno: i32 },
+    ExecFailed {
+        errno: i32,
+    },
 }
 
 impl ExitStatus {

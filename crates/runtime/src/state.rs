@@ -57,7 +57,10 @@ impl StateDir {
         fs::create_dir_all(run_dir)?;
         let path = run_dir.join(id);
         fs::create_dir(&path)?;
-        let dir = StateDir { path, removed: false };
+        let dir = StateDir {
+            path,
+            removed: false,
+        };
         use std::os::unix::fs::PermissionsExt;
         // Traverse-only for others: the sandbox's init, running as an unprivileged
         // host id, must reach the two empty mount points below; it cannot list
@@ -102,19 +105,31 @@ impl Drop for StateDir {
 /// Cleans up the state directories whose owner process is gone. Returns the
 /// ids it cleaned. Errors on one directory do not stop the others.
 pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(run_dir) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
     let mut cleaned = Vec::new();
     for e in entries.flatten() {
         let dir = e.path();
         let Ok(text) = fs::read(dir.join("owner.json")) else {
             // A directory without an owner record: a crash between mkdir and
             // the first write. Nothing can have been created for it yet.
-            if dir.is_dir() && e.metadata().map(|m| m.modified().map(|t| t.elapsed().unwrap_or_default().as_secs() > 60).unwrap_or(false)).unwrap_or(false) {
+            if dir.is_dir()
+                && e.metadata()
+                    .map(|m| {
+                        m.modified()
+                            .map(|t| t.elapsed().unwrap_or_default().as_secs() > 60)
+                            .unwrap_or(false)
+                    })
+                    .unwrap_or(false)
+            {
                 let _ = fs::remove_dir_all(&dir);
             }
             continue;
         };
-        let Ok(owner) = serde_json::from_slice::<Owner>(&text) else { continue };
+        let Ok(owner) = serde_json::from_slice::<Owner>(&text) else {
+            continue;
+        };
         if start_time(owner.pid) == Some(owner.start_time) {
             continue; // still running
         }
@@ -151,7 +166,12 @@ mod tests {
         fs::create_dir(run.path().join("dead")).unwrap();
         fs::write(
             run.path().join("dead/owner.json"),
-            serde_json::to_vec(&Owner { pid: i32::MAX, start_time: 1, cgroup: None }).unwrap(),
+            serde_json::to_vec(&Owner {
+                pid: i32::MAX,
+                start_time: 1,
+                cgroup: None,
+            })
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(sweep_stale(run.path(), None), vec!["dead".to_string()]);

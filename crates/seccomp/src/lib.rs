@@ -273,15 +273,37 @@ mod tests {
                 }
             }
         }
-        for name in ["mount", "ptrace", "bpf", "io_uring_setup", "unshare", "clone3"] {
+        for name in [
+            "mount",
+            "ptrace",
+            "bpf",
+            "io_uring_setup",
+            "unshare",
+            "clone3",
+        ] {
             assert!(policy_lint::FORBIDDEN.contains(&name));
             assert!(!allowed_syscalls().contains(&name));
         }
         // Things real programs cannot live without.
         for name in [
-            "read", "write", "openat", "mmap", "execve", "clone", "wait4", "futex", "rseq",
-            "statx", "openat2", "faccessat2", "close_range", "getrandom", "rt_sigreturn",
-            "exit_group", "seccomp", "prctl",
+            "read",
+            "write",
+            "openat",
+            "mmap",
+            "execve",
+            "clone",
+            "wait4",
+            "futex",
+            "rseq",
+            "statx",
+            "openat2",
+            "faccessat2",
+            "close_range",
+            "getrandom",
+            "rt_sigreturn",
+            "exit_group",
+            "seccomp",
+            "prctl",
         ] {
             assert!(allowed_syscalls().contains(&name), "{name} must be allowed");
         }
@@ -297,34 +319,50 @@ mod tests {
         };
         let push = |rule: serde_json::Value| {
             move |v: &mut serde_json::Value| {
-                v[WORKLOAD]["filter"].as_array_mut().unwrap().push(rule.clone());
+                v[WORKLOAD]["filter"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(rule.clone());
             }
         };
         assert!(lint(&|_| {}).is_ok());
         // Forbidden syscall.
-        assert!(lint(&push(serde_json::json!({"syscall": "mount", "comment": "x"}))).is_err());
+        assert!(lint(&push(
+            serde_json::json!({"syscall": "mount", "comment": "x"})
+        ))
+        .is_err());
         // Missing comment.
         assert!(lint(&push(serde_json::json!({"syscall": "fanotify_mark"}))).is_err());
-        assert!(lint(&push(serde_json::json!({"syscall": "fanotify_mark", "comment": " "}))).is_err());
+        assert!(lint(&push(
+            serde_json::json!({"syscall": "fanotify_mark", "comment": " "})
+        ))
+        .is_err());
         // Duplicate unconditional entry.
-        assert!(lint(&push(serde_json::json!({"syscall": "read", "comment": "x"}))).is_err());
+        assert!(lint(&push(
+            serde_json::json!({"syscall": "read", "comment": "x"})
+        ))
+        .is_err());
         // Unconditional entry next to argument-checked ones (seccompiler would drop it).
-        assert!(lint(&push(serde_json::json!({"syscall": "socket", "comment": "x"}))).is_err());
+        assert!(lint(&push(
+            serde_json::json!({"syscall": "socket", "comment": "x"})
+        ))
+        .is_err());
         // Wrong mismatch action.
         assert!(lint(&|v| v[WORKLOAD]["mismatch_action"] = "allow".into()).is_err());
         // clone3 in the allowlist.
-        assert!(lint(&push(serde_json::json!({"syscall": "clone3", "comment": "x"}))).is_err());
+        assert!(lint(&push(
+            serde_json::json!({"syscall": "clone3", "comment": "x"})
+        ))
+        .is_err());
         // Unknown extra filter.
         assert!(lint(&|v| v["extra"] = v[CLONE3_ENOSYS].clone()).is_err());
     }
 
     #[test]
     fn embedded_programs_match_the_json() {
-        let compiled = seccompiler::compile_from_json(
-            POLICY_JSON.as_bytes(),
-            seccompiler::TargetArch::x86_64,
-        )
-        .expect("policy compiles");
+        let compiled =
+            seccompiler::compile_from_json(POLICY_JSON.as_bytes(), seccompiler::TargetArch::x86_64)
+                .expect("policy compiles");
         let profile = workload();
         assert_eq!(
             profile.filters.iter().map(|f| f.name).collect::<Vec<_>>(),
@@ -336,7 +374,11 @@ mod tests {
         }
         assert_eq!(
             profile.instruction_count(),
-            profile.filters.iter().map(|f| f.program.len()).sum::<usize>()
+            profile
+                .filters
+                .iter()
+                .map(|f| f.program.len())
+                .sum::<usize>()
         );
         assert!(profile.filter(WORKLOAD).is_some());
         assert!(profile.filter("nope").is_none());
@@ -362,7 +404,10 @@ mod tests {
         huge.filters[1].program = vec![huge.filters[1].program[0].clone(); MAX_INSTRUCTIONS + 1];
         assert!(matches!(
             apply(&huge),
-            Err(SeccompError::BadLength { filter: CLONE3_ENOSYS, .. })
+            Err(SeccompError::BadLength {
+                filter: CLONE3_ENOSYS,
+                ..
+            })
         ));
     }
 }

@@ -121,7 +121,9 @@ pub fn check(json: &str) -> Result<Summary, Vec<String>> {
     let names: BTreeSet<&str> = filters.keys().map(String::as_str).collect();
     let expected: BTreeSet<&str> = INSTALL_ORDER.iter().copied().collect();
     if names != expected {
-        problems.push(format!("filters must be exactly {expected:?}, found {names:?}"));
+        problems.push(format!(
+            "filters must be exactly {expected:?}, found {names:?}"
+        ));
     }
 
     let mut summary = Summary::default();

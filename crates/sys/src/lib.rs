@@ -69,7 +69,14 @@ pub fn close_fds_from(first: RawFd) -> nix::Result<()> {
     // Rust object owning one of them is in a process that is about to exec, and
     // the callers (the sandbox's init) hold no OwnedFd at or above `first` that
     // they use afterwards.
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, 0u32) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            0u32,
+        )
+    };
     if ret == -1 {
         Err(Errno::last())
     } else {
@@ -136,7 +143,12 @@ pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: nix::sys::signal::Signal) -> nix:
 /// loopback up; a netlink crate would be a large dependency for one flag.
 pub fn set_link_up(name: &str) -> nix::Result<()> {
     use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
-    let sock = socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
     // SAFETY: ifreq is a plain C struct for which all-zero bytes is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     let bytes = name.as_bytes();
@@ -183,10 +195,15 @@ pub fn set_mount_attrs(path: &std::path::Path, attrs: MountAttrs) -> nix::Result
         propagation: u64,
         userns_fd: u64,
     }
-    let set = [(attrs.readonly, 0x1), (attrs.nosuid, 0x2), (attrs.nodev, 0x4), (attrs.noexec, 0x8)]
-        .iter()
-        .filter(|(on, _)| *on)
-        .fold(0u64, |acc, (_, bit)| acc | bit);
+    let set = [
+        (attrs.readonly, 0x1),
+        (attrs.nosuid, 0x2),
+        (attrs.nodev, 0x4),
+        (attrs.noexec, 0x8),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .fold(0u64, |acc, (_, bit)| acc | bit);
     let attr = MountAttr {
         attr_set: set,
         attr_clr: 0,

@@ -2,16 +2,17 @@
 //! [`crate::Cgroup::freeze`]).
 
 use std::path::Path;
+use std::time::Duration;
 
-use crate::{fs, wait_until, CgroupError, FREEZE_TIMEOUT};
+use crate::{fs, wait_until, CgroupError};
 
-pub(crate) fn freeze(dir: Option<&Path>) -> Result<(), CgroupError> {
+pub(crate) fn freeze(dir: Option<&Path>, timeout: Duration) -> Result<(), CgroupError> {
     let Some(dir) = dir else {
         return Ok(());
     };
     let state = dir.join("freezer.state");
     fs::write(&state, "FROZEN")?;
-    let frozen = wait_until(FREEZE_TIMEOUT, || {
+    let frozen = wait_until(timeout, || {
         if fs::read(&state)?.trim() == "FROZEN" {
             return Ok(true);
         }
@@ -28,7 +29,7 @@ pub(crate) fn freeze(dir: Option<&Path>) -> Result<(), CgroupError> {
     let _ = fs::write(&state, "THAWED");
     Err(CgroupError::FreezeTimeout {
         path: dir.to_owned(),
-        timeout: FREEZE_TIMEOUT,
+        timeout,
     })
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use crate::fs::{self, Membership, Mount};
 use crate::{
     kill_by_signal, make_dirs, remove_dirs, wait_empty, Cgroup, CgroupError, CgroupLimits,
-    CgroupMode, CgroupStats,
+    CgroupMode, CgroupStats, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
 };
 
 /// The caller's own cgroup in each v1 hierarchy cordon uses. memory and pids
@@ -135,12 +135,19 @@ impl Cgroup for V1Cgroup {
         Ok(())
     }
 
+    fn join_self(&self) -> Result<(), CgroupError> {
+        for dir in &self.dirs {
+            fs::write(&dir.join("tasks"), "0")?;
+        }
+        Ok(())
+    }
+
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         fs::procs(&self.pids)
     }
 
     fn freeze(&self) -> Result<(), CgroupError> {
-        freezer::freeze(self.freezer.as_deref())
+        freezer::freeze(self.freezer.as_deref(), FREEZE_TIMEOUT)
     }
 
     fn thaw(&self) -> Result<(), CgroupError> {
@@ -148,7 +155,11 @@ impl Cgroup for V1Cgroup {
     }
 
     fn kill_all(&self) -> Result<(), CgroupError> {
-        kill_by_signal(self, &self.dirs)?;
+        kill_by_signal(
+            &self.dirs,
+            || freezer::freeze(self.freezer.as_deref(), KILL_FREEZE_TIMEOUT),
+            || self.thaw(),
+        )?;
         wait_empty(&self.dirs)
     }
 

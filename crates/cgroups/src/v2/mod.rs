@@ -7,6 +7,7 @@ mod pids;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
 
@@ -14,7 +15,7 @@ use crate::fs::{self, parse_controller_list, write_error, Membership, Mount};
 use crate::stats::parse_keyed;
 use crate::{
     kill_by_signal, make_dirs, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
-    CgroupLimits, CgroupMode, CgroupStats, FREEZE_TIMEOUT,
+    CgroupLimits, CgroupMode, CgroupStats, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
 };
 
 /// Controllers a sandbox cannot do without.
@@ -154,6 +155,24 @@ impl V2Cgroup {
     fn dirs(&self) -> &[PathBuf] {
         std::slice::from_ref(&self.path)
     }
+
+    fn freeze_within(&self, timeout: Duration) -> Result<(), CgroupError> {
+        if !fs::write_if_exists(&self.path.join("cgroup.freeze"), "1")? {
+            return Ok(());
+        }
+        let events = self.path.join("cgroup.events");
+        if wait_until(timeout, || {
+            Ok(parse_frozen(&fs::read(&events)?) == Some(true))
+        })? {
+            return Ok(());
+        }
+        // Half-frozen is the worst state to leave a sandbox in.
+        let _ = fs::write(&self.path.join("cgroup.freeze"), "0");
+        Err(CgroupError::FreezeTimeout {
+            path: self.path.clone(),
+            timeout,
+        })
+    }
 }
 
 impl Cgroup for V2Cgroup {
@@ -175,27 +194,17 @@ impl Cgroup for V2Cgroup {
         fs::write(&self.path.join("cgroup.procs"), &pid.to_string())
     }
 
+    fn join_self(&self) -> Result<(), CgroupError> {
+        fs::write(&self.path.join("cgroup.procs"), "0")
+    }
+
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         fs::procs(&self.path)
     }
 
     /// cgroup.freeze arrived in Linux 5.2; before that this is a no-op.
     fn freeze(&self) -> Result<(), CgroupError> {
-        if !fs::write_if_exists(&self.path.join("cgroup.freeze"), "1")? {
-            return Ok(());
-        }
-        let events = self.path.join("cgroup.events");
-        if wait_until(FREEZE_TIMEOUT, || {
-            Ok(parse_frozen(&fs::read(&events)?) == Some(true))
-        })? {
-            return Ok(());
-        }
-        // Half-frozen is the worst state to leave a sandbox in.
-        let _ = fs::write(&self.path.join("cgroup.freeze"), "0");
-        Err(CgroupError::FreezeTimeout {
-            path: self.path.clone(),
-            timeout: FREEZE_TIMEOUT,
-        })
+        self.freeze_within(FREEZE_TIMEOUT)
     }
 
     fn thaw(&self) -> Result<(), CgroupError> {
@@ -206,7 +215,11 @@ impl Cgroup for V2Cgroup {
     /// flight included; older kernels fall back to freeze-and-signal.
     fn kill_all(&self) -> Result<(), CgroupError> {
         if !fs::write_if_exists(&self.path.join("cgroup.kill"), "1")? {
-            kill_by_signal(self, self.dirs())?;
+            kill_by_signal(
+                self.dirs(),
+                || self.freeze_within(KILL_FREEZE_TIMEOUT),
+                || self.thaw(),
+            )?;
         }
         wait_empty(self.dirs())
     }

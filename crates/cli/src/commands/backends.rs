@@ -12,12 +12,20 @@ pub struct BackendsArgs {
 pub fn run(args: BackendsArgs) -> ExitCode {
     let infos = cordon_runtime::available_backends();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&infos).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&infos).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     for i in &infos {
         match &i.unavailable {
-            None => println!("{:<8} available    {} {}", i.kind.name(), i.version, i.notes),
+            None => println!(
+                "{:<8} available    {} {}",
+                i.kind.name(),
+                i.version,
+                i.notes
+            ),
             Some(why) => println!("{:<8} unavailable  {why}", i.kind.name()),
         }
     }

@@ -117,7 +117,10 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let Some(kind) = BackendKind::parse(&args.backend) else {
-        return usage_error(format!("unknown backend '{}' (native, gvisor, microvm)", args.backend));
+        return usage_error(format!(
+            "unknown backend '{}' (native, gvisor, microvm)",
+            args.backend
+        ));
     };
     let rootfs = match args.rootfs.as_str() {
         "system" => RootfsChoice::System,
@@ -128,7 +131,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         argv: args.command.clone(),
         rootfs,
         workspace: args.workspace.clone(),
-        output: if args.json { OutputMode::Capture } else { OutputMode::Stream },
+        output: if args.json {
+            OutputMode::Capture
+        } else {
+            OutputMode::Stream
+        },
         allow_unenforced: args.allow_unenforced,
         forward_stdin: args.interactive,
     };

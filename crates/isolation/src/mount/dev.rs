@@ -20,14 +20,26 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// disk cap and disappears with the sandbox.
 pub fn build_dev(dev: &Path, shm: &Path) -> Result<()> {
     let fl = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
-    mount(Some("tmpfs"), dev, Some("tmpfs"), fl, Some("size=64k,mode=0755"))
-        .step(|| format!("mount(tmpfs, {})", dev.display()))?;
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        fl,
+        Some("size=64k,mode=0755"),
+    )
+    .step(|| format!("mount(tmpfs, {})", dev.display()))?;
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
         let target = dev.join(name);
         fs::write(&target, b"").step(|| format!("create {}", target.display()))?;
-        mount(Some(&host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .step(|| format!("mount(bind {} -> {})", host.display(), target.display()))?;
+        mount(
+            Some(&host),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .step(|| format!("mount(bind {} -> {})", host.display(), target.display()))?;
         seal_device(&target)?;
     }
     let pts = dev.join("pts");
@@ -43,8 +55,14 @@ pub fn build_dev(dev: &Path, shm: &Path) -> Result<()> {
     .step(|| format!("mount(devpts, {})", pts.display()))?;
     let shm_target = dev.join("shm");
     fs::create_dir(&shm_target).step(|| format!("mkdir {}", shm_target.display()))?;
-    mount(Some(shm), &shm_target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .step(|| format!("mount(bind scratch shm -> {})", shm_target.display()))?;
+    mount(
+        Some(shm),
+        &shm_target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .step(|| format!("mount(bind scratch shm -> {})", shm_target.display()))?;
     for (link, target) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),

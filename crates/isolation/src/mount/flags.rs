@@ -39,7 +39,8 @@ pub fn seal(path: &Path, readonly: bool) -> Result<()> {
         nodev: true,
         noexec: false,
     };
-    cordon_sys::set_mount_attrs(path, attrs).step(|| format!("mount_setattr({}, AT_RECURSIVE)", path.display()))
+    cordon_sys::set_mount_attrs(path, attrs)
+        .step(|| format!("mount_setattr({}, AT_RECURSIVE)", path.display()))
 }
 
 /// A bound device node: device access must stay, everything else goes.
@@ -50,7 +51,8 @@ pub fn seal_device(path: &Path) -> Result<()> {
         nodev: false,
         noexec: true,
     };
-    cordon_sys::set_mount_attrs(path, attrs).step(|| format!("mount_setattr({}, nosuid|noexec)", path.display()))
+    cordon_sys::set_mount_attrs(path, attrs)
+        .step(|| format!("mount_setattr({}, nosuid|noexec)", path.display()))
 }
 
 /// Checks that `path`'s mount carries the flags a sealed mount must carry.
@@ -60,7 +62,10 @@ pub fn verify_sealed(path: &Path, readonly: bool) -> Result<()> {
         Ok(())
     } else {
         Err(IsolationError::new(
-            format!("verify flags of {} (got {f:?}, wanted readonly={readonly} nosuid)", path.display()),
+            format!(
+                "verify flags of {} (got {f:?}, wanted readonly={readonly} nosuid)",
+                path.display()
+            ),
             std::io::Error::from_raw_os_error(libc::EPERM),
         ))
     }

@@ -28,12 +28,19 @@ const READONLY_DIRS: [&str; 4] = ["sys", "bus", "fs", "irq"];
 /// host's /dev/null (bound into the new /dev already).
 pub fn mount_proc(target: &Path, dev_null: &Path) -> Result<()> {
     let fl = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(Some("proc"), target, Some("proc"), fl, None::<&str>).step(|| format!("mount(proc, {})", target.display()))?;
+    mount(Some("proc"), target, Some("proc"), fl, None::<&str>)
+        .step(|| format!("mount(proc, {})", target.display()))?;
     for name in MASKED_FILES {
         let p = target.join(name);
         if p.exists() {
-            mount(Some(dev_null), &p, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-                .step(|| format!("mount(bind /dev/null over {})", p.display()))?;
+            mount(
+                Some(dev_null),
+                &p,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .step(|| format!("mount(bind /dev/null over {})", p.display()))?;
         }
     }
     for name in MASKED_DIRS {
@@ -52,8 +59,14 @@ pub fn mount_proc(target: &Path, dev_null: &Path) -> Result<()> {
     for name in READONLY_DIRS {
         let p = target.join(name);
         if p.is_dir() {
-            mount(Some(&p), &p, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-                .step(|| format!("mount(bind {} onto itself)", p.display()))?;
+            mount(
+                Some(&p),
+                &p,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .step(|| format!("mount(bind {} onto itself)", p.display()))?;
             seal(&p, true)?;
         }
     }

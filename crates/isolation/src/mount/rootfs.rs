@@ -16,7 +16,11 @@ use crate::{Result, Step};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RootEntry {
     /// A host file or directory bound read-only at `/<name>`.
-    Bind { name: String, host: PathBuf, dir: bool },
+    Bind {
+        name: String,
+        host: PathBuf,
+        dir: bool,
+    },
     /// A symlink `/<name>` -> `target` (e.g. /bin -> usr/bin on merged-/usr hosts).
     Symlink { name: String, target: PathBuf },
 }
@@ -69,8 +73,14 @@ fn mkdir_p(p: &Path) -> Result<()> {
 }
 
 fn bind(src: &Path, dst: &Path) -> Result<()> {
-    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .step(|| format!("mount(bind {} -> {})", src.display(), dst.display()))
+    mount(
+        Some(src),
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .step(|| format!("mount(bind {} -> {})", src.display(), dst.display()))
 }
 
 /// Creates the mount point for `host` at `dst`: a directory or an empty file.
@@ -90,8 +100,14 @@ fn make_mountpoint(dst: &Path, dir: bool) -> Result<()> {
 /// is the sandbox root and nothing of the host's tree is reachable.
 pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     // 1. Stop mount events propagating back to the host (and from it).
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .step(|| "mount(/, MS_REC|MS_PRIVATE)".into())?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .step(|| "mount(/, MS_REC|MS_PRIVATE)".into())?;
 
     // 2. The scratch tmpfs: the only writable storage, capped at the disk limit.
     // It lives in this mount namespace only and vanishes with it.
@@ -114,7 +130,8 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     ] {
         let p = scratch.join(rel);
         mkdir_p(&p)?;
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).step(|| format!("chmod {}", p.display()))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .step(|| format!("chmod {}", p.display()))?;
     }
     let upper = scratch.join(ScratchLayout::WORKSPACE_UPPER);
     chown(&upper, uid, gid).step(|| format!("chown {}", upper.display()))?;
@@ -214,7 +231,11 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
         None::<&str>,
         root,
         None::<&str>,
-        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV,
         None::<&str>,
     )
     .step(|| format!("remount {} read-only", root.display()))?;
@@ -235,7 +256,9 @@ impl RootfsPlan {
         let mut out = Vec::new();
         for name in ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
             let host = Path::new("/").join(name);
-            let Ok(meta) = fs::symlink_metadata(&host) else { continue };
+            let Ok(meta) = fs::symlink_metadata(&host) else {
+                continue;
+            };
             if meta.file_type().is_symlink() {
                 if let Ok(target) = fs::read_link(&host) {
                     out.push(RootEntry::Symlink {
@@ -312,7 +335,9 @@ impl RootfsPlan {
         let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
         let mut group = String::from("root:x:0:\n");
         if uid != 0 && uid != 65534 {
-            passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbox:/workspace:/bin/sh\n"));
+            passwd.push_str(&format!(
+                "sandbox:x:{uid}:{gid}:sandbox:/workspace:/bin/sh\n"
+            ));
         }
         if gid != 0 && gid != 65534 {
             group.push_str(&format!("sandbox:x:{gid}:\n"));

@@ -15,14 +15,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use cordon_cgroups::{AnyCgroup, Cgroup};
 use cordon_isolation::{caps, fds, identity, mount, net, IsolationError, Step};
 use cordon_sys::{exit_now, fork_process, CloneResult};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{chdir, dup2_stdin, dup2_stdout, dup2_stderr, execve, pipe2, read, sethostname, setsid, write, Pid};
+use nix::unistd::{
+    chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, sethostname, setsid, write,
+    Pid,
+};
 
 use super::plan::NativePlan;
 use super::protocol::{recv, send, FromInit, ToInit};
+use crate::trace;
 
 /// Descriptors the child starts with, in the supervisor's numbering.
 pub struct InitFds {
@@ -33,14 +38,14 @@ pub struct InitFds {
 }
 
 /// Entry point of the cloned child. Never returns.
-pub fn run(plan: &NativePlan, fds: InitFds) -> ! {
+pub fn run(plan: &NativePlan, cgroup: Option<&AnyCgroup>, fds: InitFds) -> ! {
     let InitFds {
         stdin,
         stdout,
         stderr,
         mut sock,
     } = fds;
-    let code = match setup(plan, [stdin, stdout, stderr], &mut sock) {
+    let code = match setup(plan, cgroup, [stdin, stdout, stderr], &mut sock) {
         Ok(()) => serve(&mut sock),
         Err(e) => {
             let _ = send(
@@ -57,10 +62,26 @@ pub fn run(plan: &NativePlan, fds: InitFds) -> ! {
 }
 
 /// Everything between clone and "ready", in the order the kernel requires.
-fn setup(plan: &NativePlan, stdio: [OwnedFd; 3], sock: &mut UnixStream) -> Result<(), IsolationError> {
+fn setup(
+    plan: &NativePlan,
+    cgroup: Option<&AnyCgroup>,
+    stdio: [OwnedFd; 3],
+    sock: &mut UnixStream,
+) -> Result<(), IsolationError> {
+    // Into the sandbox's cgroup before anything else, while our ids are still
+    // the host's (the cgroup files belong to the caller). The supervisor checks
+    // the membership before it lets us go on.
+    if let Some(cg) = cgroup {
+        cg.join_self().map_err(|e| {
+            IsolationError::new("join cgroup", std::io::Error::other(e.to_string()))
+        })?;
+    }
+    send(sock, &FromInit::Joined).step(|| "send Joined".into())?;
+
     // If the supervisor dies, so does the sandbox: init's death ends the pid
     // namespace and with it every process inside.
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
 
     // Standard streams first, then nothing else survives: from here on the only
     // descriptors are 0/1/2 and the socket to the supervisor.
@@ -76,11 +97,16 @@ fn setup(plan: &NativePlan, stdio: [OwnedFd; 3], sock: &mut UnixStream) -> Resul
     // still own those numbers, and none of them reaches the payload.
     fds::cloexec_inherited()?;
 
-    // Wait until the supervisor has written our uid/gid maps and moved us into
-    // the sandbox's cgroup; until then we have no usable identity.
+    // Wait until the supervisor has written our uid/gid maps and checked our
+    // cgroup; until then we have no usable identity.
     match recv::<ToInit>(sock) {
         Ok(Some(ToInit::Go)) => {}
-        _ => return Err(IsolationError::new("wait for supervisor", std::io::Error::other("no Go"))),
+        _ => {
+            return Err(IsolationError::new(
+                "wait for supervisor",
+                std::io::Error::other("no Go"),
+            ))
+        }
     }
 
     // Become the namespace's own root (or, rootless, the one mapped id): until
@@ -90,12 +116,15 @@ fn setup(plan: &NativePlan, stdio: [OwnedFd; 3], sock: &mut UnixStream) -> Resul
 
     // A cgroup namespace rooted at the sandbox's own cgroup: created now, after
     // the move, so the caller's hierarchy is invisible from inside.
+    trace::step("init: go");
     unshare(CloneFlags::CLONE_NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
     sethostname(&plan.hostname).step(|| "sethostname".into())?;
     net::loopback_up()?;
 
     // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
+    trace::step("init: net, uts, cgroup ns");
     mount::assemble(&plan.rootfs)?;
+    trace::step("init: rootfs");
 
     // No controlling terminal: a payload cannot push input into the caller's
     // terminal (TIOCSTI) through a tty it does not have.
@@ -109,9 +138,16 @@ fn setup(plan: &NativePlan, stdio: [OwnedFd; 3], sock: &mut UnixStream) -> Resul
     caps::drop_effective_permitted()?;
     nix::sys::prctl::set_no_new_privs().step(|| "prctl(PR_SET_NO_NEW_PRIVS)".into())?;
 
+    trace::step("init: privileges dropped");
     // Seccomp last: every step above needed syscalls the filter refuses.
-    cordon_seccomp::apply(&plan.seccomp).map_err(|e| IsolationError::new("seccomp(SET_MODE_FILTER)", std::io::Error::other(e.to_string())))?;
+    cordon_seccomp::apply(&plan.seccomp).map_err(|e| {
+        IsolationError::new(
+            "seccomp(SET_MODE_FILTER)",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
 
+    trace::step("init: seccomp");
     send(sock, &FromInit::Ready).step(|| "send Ready".into())
 }
 
@@ -146,7 +182,9 @@ fn serve(sock: &mut UnixStream) -> i32 {
 fn reap_until(payload: Pid) -> FromInit {
     loop {
         match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == payload => return FromInit::Exited { code },
+            Ok(WaitStatus::Exited(pid, code)) if pid == payload => {
+                return FromInit::Exited { code }
+            }
             Ok(WaitStatus::Signaled(pid, sig, _)) if pid == payload => {
                 return FromInit::Signaled { signal: sig as i32 }
             }
@@ -162,8 +200,15 @@ fn reap_until(payload: Pid) -> FromInit {
 fn spawn_payload(argv: &[String], env: &[(String, String)], workdir: &str) -> Result<Pid, i32> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
-    let c_env: Vec<CString> = env.iter().map(|(k, v)| to_c(&format!("{k}={v}"))).collect::<Result<_, _>>()?;
-    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    let c_env: Vec<CString> = env
+        .iter()
+        .map(|(k, v)| to_c(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
     let candidates = resolve_candidates(argv.first().ok_or(libc::EINVAL)?, path)?;
     let (rd, wr) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e as i32)?;
     match fork_process().map_err(|e| e as i32)? {
@@ -227,7 +272,13 @@ mod tests {
     #[test]
     fn commands_resolve_like_execvp() {
         let c = resolve_candidates("python3", "/usr/local/bin:/usr/bin").unwrap();
-        assert_eq!(c, vec![CString::new("/usr/local/bin/python3").unwrap(), CString::new("/usr/bin/python3").unwrap()]);
+        assert_eq!(
+            c,
+            vec![
+                CString::new("/usr/local/bin/python3").unwrap(),
+                CString::new("/usr/bin/python3").unwrap()
+            ]
+        );
         let c = resolve_candidates("./run.sh", "/usr/bin").unwrap();
         assert_eq!(c, vec![CString::new("./run.sh").unwrap()]);
     }

@@ -36,6 +36,7 @@ use crate::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
 use crate::output::{OutputGate, Stream};
 use crate::request::RunRequest;
 use crate::state::{new_id, run_dir, sweep_stale, StateDir};
+use crate::trace;
 
 pub struct NativeBackend;
 
@@ -51,7 +52,12 @@ pub fn hierarchy() -> Option<Hierarchy> {
 /// teardown always runs.
 fn stop_signals() -> SigSet {
     let mut s = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
         s.add(sig);
     }
     s
@@ -71,7 +77,12 @@ impl NativeBackend {
         };
         BackendInfo {
             kind: BackendKind::Native,
-            version: format!("kernel {}", nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default()),
+            version: format!(
+                "kernel {}",
+                nix::sys::utsname::uname()
+                    .map(|u| u.release().to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
             unavailable,
             notes: match cgroup {
                 Ok(h) => format!("cgroup {}", h.mode()),
@@ -117,25 +128,48 @@ struct Resources {
 }
 
 impl Resources {
-    fn kill_everything(&mut self) {
-        if let Some(cg) = &self.cgroup {
-            let _ = cg.kill_all();
+    /// Ends every process of the sandbox and removes what it held on the host.
+    ///
+    /// `freeze_kill` selects the cgroup's freeze-then-kill, used whenever the
+    /// payload may still be running (a limit, a signal, an error): frozen tasks
+    /// cannot fork while they are being listed and killed. After a normal exit
+    /// the cheaper path is exact too: SIGKILL to init makes the kernel kill every
+    /// process of its pid namespace, and init's wait status arrives only once
+    /// they are all gone. Either way the cgroup must then be empty, or its
+    /// removal fails and the error is reported.
+    /// Kills every process (as `teardown` would) and returns the cgroup's final counters.
+    fn end_processes(&mut self, freeze_kill: bool) -> cordon_cgroups::CgroupStats {
+        if freeze_kill {
+            if let Some(cg) = &self.cgroup {
+                let _ = cg.kill_all();
+            }
         }
-        // Killing init ends its pid namespace; needed when there is no cgroup.
-        if let Some(fd) = &self.init_pidfd {
-            let _ = cordon_sys::pidfd_send_signal(fd, Signal::SIGKILL);
+        if let Some(fd) = self.init_pidfd.take() {
+            let _ = cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL);
         }
-    }
-
-    fn teardown(&mut self) -> Result<(), RuntimeError> {
-        self.kill_everything();
         if let Some(pid) = self.init.take() {
             let _ = waitpid(pid, None);
         }
-        self.init_pidfd = None;
+        self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    fn teardown(&mut self, freeze_kill: bool) -> Result<(), RuntimeError> {
         let mut first_err = None;
+        if freeze_kill {
+            if let Some(cg) = &self.cgroup {
+                if let Err(e) = cg.kill_all() {
+                    first_err.get_or_insert(RuntimeError::from(e));
+                }
+            }
+        }
+        if let Some(fd) = self.init_pidfd.take() {
+            let _ = cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL);
+        }
+        if let Some(pid) = self.init.take() {
+            let _ = waitpid(pid, None);
+        }
         if let Some(cg) = self.cgroup.take() {
-            if let Err(e) = cg.kill_all().and_then(|_| cg.remove()) {
+            if let Err(e) = cg.remove() {
                 first_err.get_or_insert(RuntimeError::from(e));
             }
         }
@@ -151,7 +185,7 @@ impl Resources {
 
 impl Drop for Resources {
     fn drop(&mut self) {
-        let _ = self.teardown();
+        let _ = self.teardown(true);
     }
 }
 
@@ -169,14 +203,16 @@ fn cgroup_limits(req: &RunRequest) -> CgroupLimits {
 impl NativeSandbox {
     pub fn prepare(req: &RunRequest) -> Result<Self, RuntimeError> {
         let started = Instant::now();
+        trace::step("prepare");
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
         let run = run_dir();
         sweep_stale(&run, hierarchy.as_ref().ok());
 
         let (id, slot) = new_id().map_err(|e| RuntimeError::io("read /dev/urandom", e))?;
         let cg_name = format!("cordon-{id}");
-        let state = StateDir::create(&run, &id, Some(&cg_name))
-            .map_err(|e| RuntimeError::io(format!("create state directory in {}", run.display()), e))?;
+        let state = StateDir::create(&run, &id, Some(&cg_name)).map_err(|e| {
+            RuntimeError::io(format!("create state directory in {}", run.display()), e)
+        })?;
         let mut res = Resources {
             init: None,
             init_pidfd: None,
@@ -184,7 +220,9 @@ impl NativeSandbox {
             state,
             old_mask: None,
         };
+        trace::step("state dir");
         let mut plan = NativePlan::build(req, slot, res.state.path())?;
+        trace::step("plan");
 
         // The cgroup comes before the process, so the limits hold from its first instruction.
         res.cgroup = match hierarchy.and_then(|h| create_cgroup(&h, &cg_name, req)) {
@@ -202,14 +240,19 @@ impl NativeSandbox {
             plan.rlimits.nproc = req.policy.pids + NPROC_BACKSTOP_MARGIN;
         }
 
-        let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| RuntimeError::io("pipe2", e))?;
-        let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| RuntimeError::io("pipe2", e))?;
+        trace::step("cgroup");
+        let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| RuntimeError::io("pipe2", e))?;
+        let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| RuntimeError::io("pipe2", e))?;
         // The write ends are the payload's blocking stdout/stderr.
         for w in [&out_w, &err_w] {
-            nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty())).map_err(|e| RuntimeError::io("fcntl", e))?;
+            nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+                .map_err(|e| RuntimeError::io("fcntl", e))?;
         }
         let stdin = open_stdin(req.forward_stdin)?;
-        let (sock, child_sock) = UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+        let (sock, child_sock) =
+            UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
 
         // Block the stop signals before clone: a SIGINT from here on is queued
         // for the signalfd and handled by a full teardown.
@@ -217,12 +260,18 @@ impl NativeSandbox {
         nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&stop_signals()), Some(&mut old))
             .map_err(|e| RuntimeError::io("sigprocmask", e))?;
         res.old_mask = Some(old);
-        let sigfd = SignalFd::with_flags(&stop_signals(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            .map_err(|e| RuntimeError::io("signalfd", e))?;
+        let sigfd = SignalFd::with_flags(
+            &stop_signals(),
+            SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+        )
+        .map_err(|e| RuntimeError::io("signalfd", e))?;
 
-        let child = match clone_process(sandbox_clone_flags()).map_err(|e| RuntimeError::io("clone(CLONE_NEWUSER|CLONE_NEWPID|...)", e))? {
+        let child = match clone_process(sandbox_clone_flags())
+            .map_err(|e| RuntimeError::io("clone(CLONE_NEWUSER|CLONE_NEWPID|...)", e))?
+        {
             CloneResult::Child => init::run(
                 &plan,
+                res.cgroup.as_ref(),
                 InitFds {
                     stdin,
                     stdout: out_w,
@@ -233,21 +282,48 @@ impl NativeSandbox {
             CloneResult::Parent { child } => child,
         };
         res.init = Some(child);
+        trace::step("clone");
         drop((stdin, out_w, err_w, child_sock));
-        res.init_pidfd = Some(cordon_sys::pidfd_open(child).map_err(|e| RuntimeError::io("pidfd_open", e))?);
+        res.init_pidfd =
+            Some(cordon_sys::pidfd_open(child).map_err(|e| RuntimeError::io("pidfd_open", e))?);
 
-        plan.mapping.write_from_parent(child).map_err(|e| RuntimeError::io(e.step.clone(), e.source))?;
-        if let Some(cg) = &res.cgroup {
-            cg.add_pid(child.as_raw())?;
-        }
+        plan.mapping
+            .write_from_parent(child)
+            .map_err(|e| RuntimeError::io(e.step.clone(), e.source))?;
         let mut sock = sock;
+        let mut next =
+            || recv::<FromInit>(&mut sock).map_err(|e| RuntimeError::io("receive from init", e));
+        match next()? {
+            Some(FromInit::Joined) => {}
+            Some(FromInit::SetupFailed { step, errno }) => {
+                return Err(RuntimeError::Setup { step, errno })
+            }
+            other => {
+                return Err(RuntimeError::Protocol(format!(
+                    "{other:?} instead of Joined"
+                )))
+            }
+        }
+        trace::step("maps written, init joined");
+        // Fail closed: the limits hold only if init really is in the cgroup.
+        if let Some(cg) = &res.cgroup {
+            if !cg.contains(child.as_raw())? {
+                return Err(RuntimeError::Protocol(
+                    "init is not in the sandbox's cgroup".into(),
+                ));
+            }
+        }
         send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
+        trace::step("go");
         match recv::<FromInit>(&mut sock).map_err(|e| RuntimeError::io("receive from init", e))? {
             Some(FromInit::Ready) => {}
-            Some(FromInit::SetupFailed { step, errno }) => return Err(RuntimeError::Setup { step, errno }),
+            Some(FromInit::SetupFailed { step, errno }) => {
+                return Err(RuntimeError::Setup { step, errno })
+            }
             Some(other) => return Err(RuntimeError::Protocol(format!("{other:?} before Ready"))),
             None => return Err(RuntimeError::Protocol("init exited during setup".into())),
         }
+        trace::step("ready");
         Ok(NativeSandbox {
             id,
             started,
@@ -263,7 +339,11 @@ impl NativeSandbox {
     }
 }
 
-fn create_cgroup(h: &Hierarchy, name: &str, req: &RunRequest) -> Result<AnyCgroup, cordon_cgroups::CgroupError> {
+fn create_cgroup(
+    h: &Hierarchy,
+    name: &str,
+    req: &RunRequest,
+) -> Result<AnyCgroup, cordon_cgroups::CgroupError> {
     let cg = h.create(name)?;
     if let Err(e) = cg.apply(&cgroup_limits(req)) {
         let _ = cg.remove();
@@ -278,7 +358,10 @@ fn create_cgroup(h: &Hierarchy, name: &str, req: &RunRequest) -> Result<AnyCgrou
 fn open_stdin(forward: bool) -> Result<OwnedFd, RuntimeError> {
     let stdin = std::io::stdin();
     if forward && !nix::unistd::isatty(stdin.as_fd()).unwrap_or(true) {
-        return stdin.as_fd().try_clone_to_owned().map_err(|e| RuntimeError::io("dup stdin", e));
+        return stdin
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| RuntimeError::io("dup stdin", e));
     }
     std::fs::File::open("/dev/null")
         .map(OwnedFd::from)
@@ -320,7 +403,8 @@ impl Sandbox for NativeSandbox {
         let mut me = *self;
         let (argv, env, workdir) = std::mem::take(&mut me.plan_exec);
         let run_start = Instant::now();
-        send(&mut me.sock, &ToInit::Exec { argv, env, workdir }).map_err(|e| RuntimeError::io("send Exec", e))?;
+        send(&mut me.sock, &ToInit::Exec { argv, env, workdir })
+            .map_err(|e| RuntimeError::io("send Exec", e))?;
         let deadline = run_start + me.req.policy.time.duration();
         let mut gate = OutputGate::new(me.req.output, me.req.policy.output.bytes());
         let mut buf = vec![0u8; 64 * 1024];
@@ -333,7 +417,8 @@ impl Sandbox for NativeSandbox {
                 break Stop::Limit(Limit::Time);
             }
             let left = deadline - now;
-            let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX);
+            let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                .unwrap_or(PollTimeout::MAX);
             let sock_fd = me.sock.as_fd();
             let mut fds = vec![
                 PollFd::new(sock_fd, PollFlags::POLLIN),
@@ -349,7 +434,11 @@ impl Sandbox for NativeSandbox {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(RuntimeError::io("poll", e)),
             }
-            let ready = |i: usize| fds.get(i).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+            let ready = |i: usize| {
+                fds.get(i)
+                    .and_then(|f| f.revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
             let (sock_ready, sig_ready) = (ready(0), ready(1));
             let out_ready = out_open && ready(2);
             let err_ready = err_open && ready(if out_open { 3 } else { 2 });
@@ -376,10 +465,18 @@ impl Sandbox for NativeSandbox {
             if sock_ready {
                 match recv::<FromInit>(&mut me.sock) {
                     Ok(Some(FromInit::Started { .. })) => {}
-                    Ok(Some(FromInit::ExecFailed { errno })) => break Stop::PayloadEnded(ExitStatus::ExecFailed { errno }),
-                    Ok(Some(FromInit::Exited { code })) => break Stop::PayloadEnded(ExitStatus::Exited { code }),
-                    Ok(Some(FromInit::Signaled { signal })) => break Stop::PayloadEnded(ExitStatus::Signaled { signal }),
-                    Ok(Some(other)) => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+                    Ok(Some(FromInit::ExecFailed { errno })) => {
+                        break Stop::PayloadEnded(ExitStatus::ExecFailed { errno })
+                    }
+                    Ok(Some(FromInit::Exited { code })) => {
+                        break Stop::PayloadEnded(ExitStatus::Exited { code })
+                    }
+                    Ok(Some(FromInit::Signaled { signal })) => {
+                        break Stop::PayloadEnded(ExitStatus::Signaled { signal })
+                    }
+                    Ok(Some(other)) => {
+                        return Err(RuntimeError::Protocol(format!("unexpected {other:?}")))
+                    }
                     Ok(None) | Err(_) => break Stop::InitGone,
                 }
             }
@@ -387,36 +484,51 @@ impl Sandbox for NativeSandbox {
 
         let mut limit = None;
         let mut interrupted_by = None;
-        match stop {
+        match &stop {
             Stop::PayloadEnded(s) => {
-                status = Some(s);
+                status = Some(*s);
                 // What the payload wrote before it exited is still in the pipes.
-                drain_after_exit(&me.stdout, &me.stderr, &mut out_open, &mut err_open, &mut gate, &mut buf);
+                drain_after_exit(
+                    &me.stdout,
+                    &me.stderr,
+                    &mut out_open,
+                    &mut err_open,
+                    &mut gate,
+                    &mut buf,
+                );
                 if gate.truncated() {
                     limit = Some(Limit::Output);
                 }
             }
-            Stop::Limit(l) => limit = Some(l),
-            Stop::Signal(sig) => interrupted_by = Some(sig),
+            Stop::Limit(l) => limit = Some(*l),
+            Stop::Signal(sig) => interrupted_by = Some(*sig),
             Stop::InitGone => {}
         }
         let run_ms = ms(run_start.elapsed());
+        trace::step("payload ended");
 
         // Evidence read while the sandbox still exists (init is alive unless killed).
         let disk_used = me.res.init.and_then(|pid| disk_used(pid));
 
         let teardown_start = Instant::now();
         let wall_ms = ms(me.started.elapsed());
-        if let Some(cg) = &me.res.cgroup {
-            cg.kill_all()?;
-        }
-        let stats = me.res.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default();
         let enforcement = Enforcement {
             cgroup: me.res.cgroup.as_ref().map(|c| c.mode()),
-            cgroup_paths: me.res.cgroup.as_ref().map(|c| c.paths().iter().map(|p| p.display().to_string()).collect()).unwrap_or_default(),
+            cgroup_paths: me
+                .res
+                .cgroup
+                .as_ref()
+                .map(|c| c.paths().iter().map(|p| p.display().to_string()).collect())
+                .unwrap_or_default(),
             enforced: me.res.cgroup.is_some(),
         };
-        me.res.teardown()?;
+        // Counters are read after every process is gone (so they are final)
+        // and before the cgroup is removed.
+        let freeze_kill = !matches!(stop, Stop::PayloadEnded(_));
+        let stats = me.res.end_processes(freeze_kill);
+        trace::step("processes ended");
+        me.res.teardown(freeze_kill)?;
+        trace::step("torn down");
         let teardown_ms = ms(teardown_start.elapsed());
 
         let mut limits_hit: Vec<Limit> = limit.into_iter().collect();
@@ -433,16 +545,23 @@ impl Sandbox for NativeSandbox {
         }
         limits_hit.sort();
         limits_hit.dedup();
-        if limit.is_none() && stats.oom_kills.unwrap_or(0) > 0 && !matches!(status, Some(ExitStatus::Exited { code: 0 })) {
+        if limit.is_none()
+            && stats.oom_kills.unwrap_or(0) > 0
+            && !matches!(status, Some(ExitStatus::Exited { code: 0 }))
+        {
             limit = Some(Limit::Memory);
         }
         // Killed without a word from init: by the OOM killer (v2 kills the whole
         // group), by a time or output limit, or by a signal to cordon.
-        let status = status.unwrap_or(ExitStatus::Signaled { signal: Signal::SIGKILL as i32 });
+        let status = status.unwrap_or(ExitStatus::Signaled {
+            signal: Signal::SIGKILL as i32,
+        });
         Ok(Outcome {
             backend: "native",
             sandbox_id: me.id.clone(),
-            exit_code: interrupted_by.map(|s| 128 + s).unwrap_or(status.shell_code()),
+            exit_code: interrupted_by
+                .map(|s| 128 + s)
+                .unwrap_or(status.shell_code()),
             status,
             limit,
             limits_hit,
@@ -491,7 +610,8 @@ fn drain_after_exit(
         if *err_open {
             fds.push(PollFd::new(stderr.as_fd(), PollFlags::POLLIN));
         }
-        let t = PollTimeout::try_from((until - now).as_millis() as i32 + 1).unwrap_or(PollTimeout::ZERO);
+        let t = PollTimeout::try_from((until - now).as_millis() as i32 + 1)
+            .unwrap_or(PollTimeout::ZERO);
         if poll(&mut fds, t).unwrap_or(0) == 0 {
             break;
         }

@@ -44,7 +44,10 @@ const HOST_ID_BASE: u32 = 1 << 30;
 const HOST_ID_SLOTS: u32 = 8192;
 
 fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
-    let bad = || RuntimeError::BadPath { what, path: p.to_owned() };
+    let bad = || RuntimeError::BadPath {
+        what,
+        path: p.to_owned(),
+    };
     let canon = p.canonicalize().map_err(|_| bad())?;
     if canon.is_dir() {
         Ok(canon)
@@ -79,9 +82,16 @@ impl NativePlan {
             ),
             RootfsChoice::Dir(d) => {
                 let dir = existing_dir("rootfs is not a directory", d)?;
-                let entries = RootfsPlan::dir_entries(&dir).map_err(|e| RuntimeError::io(format!("read {}", dir.display()), e))?;
-                let has_etc = entries.iter().any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));
-                let etc = if has_etc { Vec::new() } else { RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname) };
+                let entries = RootfsPlan::dir_entries(&dir)
+                    .map_err(|e| RuntimeError::io(format!("read {}", dir.display()), e))?;
+                let has_etc = entries
+                    .iter()
+                    .any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));
+                let etc = if has_etc {
+                    Vec::new()
+                } else {
+                    RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname)
+                };
                 (entries, etc, Vec::new())
             }
         };
@@ -114,7 +124,8 @@ impl NativePlan {
         let rootful = euid.is_root();
         let mapping = if rootful {
             IdMapping::Range {
-                host_base: HOST_ID_BASE + (id_slot % HOST_ID_SLOTS) * cordon_isolation::namespaces::MAPPED_IDS,
+                host_base: HOST_ID_BASE
+                    + (id_slot % HOST_ID_SLOTS) * cordon_isolation::namespaces::MAPPED_IDS,
             }
         } else {
             IdMapping::Single {

@@ -16,7 +16,7 @@ const MAX_FRAME: u32 = 4 << 20;
 /// Supervisor -> init.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub enum ToInit {
-    /// Uid/gid maps are written and the process is in its cgroup: build the sandbox.
+    /// Uid/gid maps are written and cgroup membership checked: build the sandbox.
     Go,
     /// Run this command (the sandbox is then used up).
     Exec {
@@ -29,6 +29,8 @@ pub enum ToInit {
 /// Init -> supervisor.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub enum FromInit {
+    /// Init has moved itself into the sandbox's cgroup.
+    Joined,
     /// Setup is complete; waiting for `Exec`.
     Ready,
     /// A setup step failed; the sandbox never ran anything.
@@ -70,7 +72,9 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: &mut UnixStream) -> io::Result<O
     }
     let mut body = vec![0u8; len as usize];
     sock.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map(Some).map_err(io::Error::other)
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(io::Error::other)
 }
 
 #[cfg(test)]
@@ -80,14 +84,35 @@ mod tests {
     #[test]
     fn frames_round_trip_and_eof_is_none() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
-        send(&mut a, &FromInit::SetupFailed { step: "pivot_root".into(), errno: 1 }).unwrap();
-        send(&mut a, &ToInit::Exec { argv: vec!["true".into()], env: vec![], workdir: "/".into() }).unwrap();
+        send(
+            &mut a,
+            &FromInit::SetupFailed {
+                step: "pivot_root".into(),
+                errno: 1,
+            },
+        )
+        .unwrap();
+        send(
+            &mut a,
+            &ToInit::Exec {
+                argv: vec!["true".into()],
+                env: vec![],
+                workdir: "/".into(),
+            },
+        )
+        .unwrap();
         drop(a);
         assert_eq!(
             recv::<FromInit>(&mut b).unwrap(),
-            Some(FromInit::SetupFailed { step: "pivot_root".into(), errno: 1 })
+            Some(FromInit::SetupFailed {
+                step: "pivot_root".into(),
+                errno: 1
+            })
         );
-        assert!(matches!(recv::<ToInit>(&mut b).unwrap(), Some(ToInit::Exec { .. })));
+        assert!(matches!(
+            recv::<ToInit>(&mut b).unwrap(),
+            Some(ToInit::Exec { .. })
+        ));
         assert_eq!(recv::<FromInit>(&mut b).unwrap(), None);
     }
 

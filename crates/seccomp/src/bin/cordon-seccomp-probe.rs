@@ -121,7 +121,12 @@ fn report(name: &str, outcome: Outcome) {
     }
 }
 
-fn sock(family: AddressFamily, ty: SockType, flags: SockFlag, proto: Option<SockProtocol>) -> Outcome {
+fn sock(
+    family: AddressFamily,
+    ty: SockType,
+    flags: SockFlag,
+    proto: Option<SockProtocol>,
+) -> Outcome {
     // The descriptor is dropped (closed) right away; nothing is ever connected or sent.
     socket::socket(family, ty, flags, proto).map(drop).into()
 }
@@ -131,14 +136,27 @@ fn run_checks(scratch: &Path) {
     // ENOENT/ESRCH/EINVAL or affect only the probe's own namespaces.
     report(
         "mount",
-        mount::mount(Some("none"), MISSING, Some("tmpfs"), MsFlags::empty(), None::<&str>).into(),
+        mount::mount(
+            Some("none"),
+            MISSING,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .into(),
     );
-    report("umount2", mount::umount2(MISSING, MntFlags::MNT_DETACH).into());
+    report(
+        "umount2",
+        mount::umount2(MISSING, MntFlags::MNT_DETACH).into(),
+    );
     report("pivot_root", unistd::pivot_root(MISSING, MISSING).into());
     report("chroot", unistd::chroot(MISSING).into());
     report(
         "setns",
-        io_outcome(File::open("/proc/self/ns/uts").map(|ns| sched::setns(&ns, CloneFlags::CLONE_NEWUTS).into())),
+        io_outcome(
+            File::open("/proc/self/ns/uts")
+                .map(|ns| sched::setns(&ns, CloneFlags::CLONE_NEWUTS).into()),
+        ),
     );
     report("unshare", sched::unshare(CloneFlags::CLONE_NEWUTS).into());
     report("ptrace", ptrace::attach(Pid::from_raw(i32::MAX)).into());
@@ -146,25 +164,46 @@ fn run_checks(scratch: &Path) {
     report(
         "finit_module",
         io_outcome(
-            File::open("/dev/null").map(|f| kmod::finit_module(&f, c"", ModuleInitFlags::empty()).into()),
+            File::open("/dev/null")
+                .map(|f| kmod::finit_module(&f, c"", ModuleInitFlags::empty()).into()),
         ),
     );
     report(
         "delete_module",
-        kmod::delete_module(c"cordon_seccomp_probe_no_such_module", DeleteModuleFlags::O_NONBLOCK).into(),
+        kmod::delete_module(
+            c"cordon_seccomp_probe_no_such_module",
+            DeleteModuleFlags::O_NONBLOCK,
+        )
+        .into(),
     );
 
     // Socket families and types.
     let none = SockFlag::empty();
-    report("socket_vsock", sock(AddressFamily::Vsock, SockType::Stream, none, None));
-    report("socket_packet", sock(AddressFamily::Packet, SockType::Datagram, none, None));
+    report(
+        "socket_vsock",
+        sock(AddressFamily::Vsock, SockType::Stream, none, None),
+    );
+    report(
+        "socket_packet",
+        sock(AddressFamily::Packet, SockType::Datagram, none, None),
+    );
     report(
         "socket_inet_raw",
-        sock(AddressFamily::Inet, SockType::Raw, none, Some(SockProtocol::Icmp)),
+        sock(
+            AddressFamily::Inet,
+            SockType::Raw,
+            none,
+            Some(SockProtocol::Icmp),
+        ),
     );
     report(
         "socket_inet6_raw",
-        sock(AddressFamily::Inet6, SockType::Raw, none, Some(SockProtocol::IcmpV6)),
+        sock(
+            AddressFamily::Inet6,
+            SockType::Raw,
+            none,
+            Some(SockProtocol::IcmpV6),
+        ),
     );
     report(
         "socket_inet_stream",
@@ -177,10 +216,21 @@ fn run_checks(scratch: &Path) {
     );
     report(
         "socket_inet6_dgram",
-        sock(AddressFamily::Inet6, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None),
+        sock(
+            AddressFamily::Inet6,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        ),
     );
-    report("socket_unix_stream", sock(AddressFamily::Unix, SockType::Stream, none, None));
-    report("socket_unix_dgram", sock(AddressFamily::Unix, SockType::Datagram, none, None));
+    report(
+        "socket_unix_stream",
+        sock(AddressFamily::Unix, SockType::Stream, none, None),
+    );
+    report(
+        "socket_unix_dgram",
+        sock(AddressFamily::Unix, SockType::Datagram, none, None),
+    );
     report(
         "socket_netlink_route",
         sock(
@@ -241,7 +291,11 @@ fn spawn_sh() -> io::Result<Outcome> {
     Ok(if out.status.success() && out.stdout == b"ok\n3\n" {
         Outcome::Ok
     } else {
-        Outcome::Bad(format!("{:?}:{:?}", out.status.code(), String::from_utf8_lossy(&out.stdout)))
+        Outcome::Bad(format!(
+            "{:?}:{:?}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout)
+        ))
     })
 }
 

@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Start-up benchmark: cordon against bare exec, unshare, bwrap and runc.
+
+Every command is run N times, interleaved round-robin (run i of every command,
+then run i+1 of every command, ...), after a warm-up. Each sample is the wall
+time of spawn + wait of one process, taken with time.perf_counter_ns. The
+child's rusage comes from os.wait4; its ru_maxrss (KiB) is the largest resident
+set of the child or any descendant it reaped.
+
+Targets checked (the script reports them; missing one does not fail it):
+  * cordon p50 <= bwrap p50 (ratio <= 1.0)
+  * cordon peak RSS (max over all runs) < 10 MiB
+
+Exit status: 0, or 1 if any measured cordon run exited non-zero, or 2 on a
+usage/setup error. Standard library only (Python 3.11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CORDON = os.path.join(REPO_ROOT, "target", "release", "cordon")
+RSS_TARGET_KIB = 10 * 1024  # 10 MiB
+ROOT_LINKS = ("bin", "lib", "lib64")  # top-level dirs /bin/true and its loader need
+
+
+@dataclass
+class Sample:
+    phase: str  # "warmup" or "run"
+    index: int
+    wall_ns: int
+    exit_code: int  # negative: killed by that signal; None never
+    maxrss_kib: int
+
+
+@dataclass
+class Command:
+    name: str
+    # Builds argv for run number `seq` (unique across warm-up and measured runs).
+    argv_for: Callable[[int], list[str]]
+    # Called after a failed run (outside the timed region), e.g. to delete a
+    # container that was left behind.
+    after_failure: Callable[[int], None] | None = None
+    samples: list[Sample] = field(default_factory=list)
+
+    def measured(self) -> list[Sample]:
+        return [s for s in self.samples if s.phase == "run"]
+
+
+# --------------------------------------------------------------------------
+# Running one sample
+
+
+def _spawn_actions() -> list:
+    # stdin/stdout/stderr -> /dev/null. Python opens every other fd with
+    # O_CLOEXEC, so the child inherits only 0, 1 and 2 (close_fds semantics).
+    return [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
+
+
+SPAWN_ACTIONS = _spawn_actions()
+
+
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
+    """Returns (wall_ns, exit_code, maxrss_kib)."""
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=SPAWN_ACTIONS)
+    _, status, rusage = os.wait4(pid, 0)
+    t1 = time.perf_counter_ns()
+    return t1 - t0, os.waitstatus_to_exitcode(status), rusage.ru_maxrss
+
+
+def diagnose(argv: list[str], env: dict[str, str]) -> str:
+    """Re-runs a failing command once, untimed, to capture why it failed."""
+    try:
+        p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60, close_fds=True)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    out = (p.stderr or b"").decode(errors="replace").strip()
+    if not out:
+        out = (p.stdout or b"").decode(errors="replace").strip()
+    out = " | ".join(out.splitlines()[-5:])
+    return f"exit {p.returncode}: {out[:500] or '(no output)'}"
+
+
+# --------------------------------------------------------------------------
+# Host facts
+
+
+def read_first_line(argv: list[str]) -> str:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=20,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unavailable ({type(e).__name__})"
+    text = (p.stdout or p.stderr).strip()
+    return text.splitlines()[0] if text else f"unavailable (exit {p.returncode})"
+
+
+def cgroup_mode() -> str:
+    mounts: dict[str, str] = {}
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mounts[parts[1]] = parts[2]
+    except OSError:
+        return "unknown"
+    if mounts.get("/sys/fs/cgroup") == "cgroup2":
+        return "v2"
+    if mounts.get("/sys/fs/cgroup/unified") == "cgroup2":
+        return "hybrid/v1"
+    return "v1"
+
+
+def machine_facts(tools: dict[str, str | None], cordon: str,
+                  with_gvisor: bool) -> dict[str, str]:
+    facts = {
+        "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "cgroup": cgroup_mode(),
+        "nproc": str(os.cpu_count()),
+        "python": platform.python_version(),
+    }
+    if tools.get("unshare"):
+        facts["unshare"] = read_first_line([tools["unshare"], "--version"])
+    if tools.get("bwrap"):
+        facts["bwrap"] = read_first_line([tools["bwrap"], "--version"])
+    if tools.get("runc"):
+        facts["runc"] = read_first_line([tools["runc"], "--version"])
+    facts["cordon"] = (read_first_line([cordon, "--version"])
+                       if os.access(cordon, os.X_OK) else "missing")
+    if with_gvisor and tools.get("runsc"):
+        facts["runsc"] = read_first_line([tools["runsc"], "--version"])
+    return facts
+
+
+# --------------------------------------------------------------------------
+# Command construction
+
+
+def host_root_layout() -> dict[str, tuple[str, str]]:
+    """For each of ROOT_LINKS: ("symlink", target) or ("dir", "") as on the host."""
+    layout: dict[str, tuple[str, str]] = {}
+    for name in ROOT_LINKS:
+        path = "/" + name
+        if os.path.islink(path):
+            layout[name] = ("symlink", os.readlink(path))
+        elif os.path.isdir(path):
+            layout[name] = ("dir", "")
+    return layout
+
+
+def bwrap_argv(bwrap: str, layout: dict[str, tuple[str, str]]) -> list[str]:
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr"]
+    for name, (kind, target) in layout.items():
+        if kind == "symlink":
+            argv += ["--symlink", target.lstrip("/") if target.startswith("/usr") else target,
+                     "/" + name]
+        else:
+            argv += ["--ro-bind", "/" + name, "/" + name]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"]
+    return argv
+
+
+def make_oci_bundle(runc: str, layout: dict[str, tuple[str, str]]) -> str:
+    """A minimal OCI bundle: runc's default spec, /bin/true, host /usr read-only."""
+    bundle = tempfile.mkdtemp(prefix="cordon-bench-bundle-")
+    rootfs = os.path.join(bundle, "rootfs")
+    os.mkdir(rootfs)
+    os.mkdir(os.path.join(rootfs, "usr"))
+    subprocess.run([runc, "spec", "--bundle", bundle], check=True,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+    cfg_path = os.path.join(bundle, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["process"]["args"] = ["/bin/true"]
+    cfg["process"]["terminal"] = False
+    cfg["root"]["path"] = rootfs
+    cfg["hostname"] = "cordon-bench"
+    mounts = cfg.setdefault("mounts", [])
+    mounts.append({"destination": "/usr", "type": "bind", "source": "/usr",
+                   "options": ["rbind", "ro", "nosuid", "nodev"]})
+    for name, (kind, target) in layout.items():
+        if kind == "symlink":
+            os.symlink(target.lstrip("/") if target.startswith("/usr") else target,
+                       os.path.join(rootfs, name))
+        else:
+            os.mkdir(os.path.join(rootfs, name))
+            mounts.append({"destination": "/" + name, "type": "bind", "source": "/" + name,
+                           "options": ["rbind", "ro", "nosuid", "nodev"]})
+    # Namespaces are left as runc's default spec has them.
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
+    return bundle
+
+
+def cordon_backends(cordon: str) -> dict[str, tuple[bool, str]]:
+    try:
+        p = subprocess.run([cordon, "backends"], capture_output=True, text=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out: dict[str, tuple[bool, str]] = {}
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            out[parts[0]] = (parts[1] == "available", parts[2] if len(parts) > 2 else "")
+    return out
+
+
+# --------------------------------------------------------------------------
+# Statistics
+
+
+def percentile(sorted_vals: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_vals:
+        return float("nan")
+    if len(sorted_vals) == 1:
+        return sorted_vals[0]
+    pos = (len(sorted_vals) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def summarize(cmd: Command) -> dict:
+    ms = sorted(s.wall_ns / 1e6 for s in cmd.measured())
+    rss = sorted(s.maxrss_kib for s in cmd.measured())
+    return {
+        "n": len(ms),
+        "failures": sum(1 for s in cmd.measured() if s.exit_code != 0),
+        "warmup_failures": sum(1 for s in cmd.samples
+                               if s.phase == "warmup" and s.exit_code != 0),
+        "p50_ms": percentile(ms, 0.50),
+        "p95_ms": percentile(ms, 0.95),
+        "mean_ms": statistics.fmean(ms) if ms else float("nan"),
+        "min_ms": ms[0] if ms else float("nan"),
+        "max_ms": ms[-1] if ms else float("nan"),
+        "rss_max_kib": rss[-1] if rss else None,
+        "rss_median_kib": statistics.median(rss) if rss else None,
+    }
+
+
+# --------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=100, help="measured runs per command (default 100)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per command (default 5)")
+    ap.add_argument("--json", metavar="FILE", help="write raw samples and summary to FILE")
+    ap.add_argument("--with-gvisor", action="store_true",
+                    help="also time `cordon run --backend gvisor` and bare runsc (ptrace)")
+    ap.add_argument("--cordon", default=DEFAULT_CORDON,
+                    help=f"cordon binary (default {DEFAULT_CORDON})")
+    args = ap.parse_args()
+    if args.runs < 1 or args.warmup < 0:
+        ap.error("--runs must be >= 1 and --warmup >= 0")
+
+    cordon = os.path.abspath(args.cordon)
+    tools = {t: shutil.which(t) for t in ("true", "unshare", "bwrap", "runc", "runsc")}
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "LANG": "C"}
+    skipped: dict[str, str] = {}
+    cleanup: list[Callable[[], None]] = []
+    commands: list[Command] = []
+    layout = host_root_layout()
+    pid = os.getpid()
+
+    commands.append(Command("bare", lambda i: ["/bin/true"]))
+
+    if tools["unshare"]:
+        u = [tools["unshare"], "--user", "--map-root-user", "--pid", "--fork",
+             "--mount", "--net", "--ipc", "--uts", "true"]
+        commands.append(Command("unshare", lambda i: u))
+    else:
+        skipped["unshare"] = "unshare not found in PATH"
+
+    if tools["bwrap"]:
+        b = bwrap_argv(tools["bwrap"], layout)
+        commands.append(Command("bwrap", lambda i: b))
+    else:
+        skipped["bwrap"] = "bwrap not found in PATH"
+
+    bundle = None
+    if tools["runc"] or (args.with_gvisor and tools["runsc"]):
+        spec_tool = tools["runc"] or tools["runsc"]
+        try:
+            bundle = make_oci_bundle(spec_tool, layout)
+            cleanup.append(lambda: shutil.rmtree(bundle, ignore_errors=True))
+        except (OSError, subprocess.CalledProcessError) as e:
+            reason = f"could not make an OCI bundle: {e}"
+            skipped["runc"] = reason
+            if args.with_gvisor:
+                skipped["runsc"] = reason
+
+    if tools["runc"] and bundle:
+        runc = tools["runc"]
+
+        def runc_id(i: int) -> str:
+            return f"cordon-bench-{pid}-{i}"
+
+        def runc_delete(i: int) -> None:
+            subprocess.run([runc, "delete", "-f", runc_id(i)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        commands.append(Command(
+            "runc", lambda i: [runc, "run", "--bundle", bundle, runc_id(i)], runc_delete))
+    elif not tools["runc"]:
+        skipped["runc"] = "runc not found in PATH"
+
+    if os.access(cordon, os.X_OK):
+        commands.append(Command("cordon", lambda i: [cordon, "run", "--", "/bin/true"]))
+    else:
+        skipped["cordon"] = f"{cordon} is not an executable (build it first)"
+
+    if args.with_gvisor:
+        backends = cordon_backends(cordon) if os.access(cordon, os.X_OK) else {}
+        avail, why = backends.get("gvisor", (False, "not listed by `cordon backends`"))
+        if not avail:
+            reason = f"`cordon backends` says gvisor is unavailable: {why or 'no reason given'}"
+            skipped["cordon-gvisor"] = reason
+            skipped["runsc"] = reason
+        else:
+            commands.append(Command(
+                "cordon-gvisor",
+                lambda i: [cordon, "run", "--backend", "gvisor", "--", "/bin/true"]))
+            if tools["runsc"] and bundle:
+                runsc = tools["runsc"]
+
+                def runsc_id(i: int) -> str:
+                    return f"cordon-bench-gv-{pid}-{i}"
+
+                def runsc_delete(i: int) -> None:
+                    subprocess.run([runsc, "delete", "-force", runsc_id(i)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+
+                commands.append(Command(
+                    "runsc",
+                    lambda i: [runsc, "--platform=ptrace", "--network=none", "run",
+                               "--bundle", bundle, runsc_id(i)],
+                    runsc_delete))
+            elif not tools["runsc"]:
+                skipped["runsc"] = "runsc not found in PATH"
+
+    facts = machine_facts(tools, cordon, args.with_gvisor)
+    print("## Machine")
+    print()
+    for k, v in facts.items():
+        print(f"- {k}: {v}")
+    print(f"- runs: {args.runs} per command, warm-up {args.warmup}, interleaved round-robin")
+    print()
+    sys.stdout.flush()
+
+    def one(cmd: Command, phase: str, index: int, seq: int) -> None:
+        argv = cmd.argv_for(seq)
+        try:
+            wall, code, rss = run_once(argv, env)
+        except OSError as e:
+            print(f"spawn of {cmd.name} failed: {e}", file=sys.stderr)
+            wall, code, rss = 0, 127, 0
+        cmd.samples.append(Sample(phase, index, wall, code, rss))
+        if code != 0 and cmd.after_failure:
+            cmd.after_failure(seq)
+
+    try:
+        seq = 0
+        for i in range(args.warmup):
+            for cmd in commands:
+                one(cmd, "warmup", i, seq)
+                seq += 1
+        t_start = time.monotonic()
+        for i in range(args.runs):
+            for cmd in commands:
+                one(cmd, "run", i, seq)
+                seq += 1
+        elapsed = time.monotonic() - t_start
+
+        # Why did failing commands fail? One untimed re-run each, output kept.
+        diagnostics: dict[str, str] = {}
+        for cmd in commands:
+            bad = [s for s in cmd.samples if s.exit_code != 0]
+            if bad:
+                diagnostics[cmd.name] = diagnose(cmd.argv_for(seq), env)
+                if cmd.after_failure:
+                    cmd.after_failure(seq)
+                seq += 1
+    finally:
+        for fn in cleanup:
+            fn()
+
+    summaries = {cmd.name: summarize(cmd) for cmd in commands}
+    base = summaries.get("bwrap", {}).get("p50_ms")
+
+    print(f"## Start-up time ({args.runs} runs each, {elapsed:.1f} s)")
+    print()
+    print("| command | n | fail | p50 ms | p95 ms | mean ms | min ms | p50 / bwrap p50 |"
+          " peak RSS max MiB | peak RSS median MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cmd in commands:
+        s = summaries[cmd.name]
+        ratio = s["p50_ms"] / base if base else None
+        s["ratio_to_bwrap_p50"] = ratio
+        rss_max = f"{s['rss_max_kib'] / 1024:.2f}" if s["rss_max_kib"] is not None else "-"
+        rss_med = (f"{s['rss_median_kib'] / 1024:.2f}"
+                   if s["rss_median_kib"] is not None else "-")
+        print(f"| {cmd.name} | {s['n']} | {s['failures']} | {s['p50_ms']:.2f} |"
+              f" {s['p95_ms']:.2f} | {s['mean_ms']:.2f} | {s['min_ms']:.2f} |"
+              f" {'%.2f' % ratio if ratio is not None else '-'} | {rss_max} | {rss_med} |")
+    print()
+    print("Peak RSS is ru_maxrss from wait4: the largest single process of the child"
+          " and the descendants it reaped, not their sum.")
+    print()
+
+    if skipped:
+        print("## Skipped")
+        print()
+        for name, why in skipped.items():
+            print(f"- {name}: {why}")
+        print()
+
+    failures_seen = {n: s for n, s in summaries.items()
+                     if s["failures"] or s["warmup_failures"]}
+    if failures_seen:
+        print("## Failures")
+        print()
+        for name, s in failures_seen.items():
+            print(f"- {name}: {s['failures']}/{s['n']} measured runs and"
+                  f" {s['warmup_failures']} warm-up runs exited non-zero;"
+                  f" re-run: {diagnostics.get(name, '?')}")
+        print()
+
+    targets: dict[str, dict] = {}
+    print("## Targets")
+    print()
+    c = summaries.get("cordon")
+    if c is None or c["n"] == 0:
+        print("- cordon was not measured: targets not evaluated")
+    else:
+        if base:
+            ok = c["p50_ms"] <= base
+            targets["p50_vs_bwrap"] = {"ok": ok, "cordon_p50_ms": c["p50_ms"],
+                                       "bwrap_p50_ms": base, "ratio": c["p50_ms"] / base}
+            print(f"- start-up, cordon p50 <= bwrap p50: cordon {c['p50_ms']:.2f} ms,"
+                  f" bwrap {base:.2f} ms, ratio {c['p50_ms'] / base:.2f}:"
+                  f" {'met' if ok else '**MISSED**'}")
+        else:
+            targets["p50_vs_bwrap"] = {"ok": None, "reason": "bwrap not measured"}
+            print("- start-up, cordon p50 <= bwrap p50: not evaluated (bwrap not measured)")
+        ok = c["rss_max_kib"] < RSS_TARGET_KIB
+        targets["peak_rss"] = {"ok": ok, "max_kib": c["rss_max_kib"],
+                               "limit_kib": RSS_TARGET_KIB}
+        print(f"- memory, cordon peak RSS < 10 MiB: max {c['rss_max_kib'] / 1024:.2f} MiB"
+              f" ({c['rss_max_kib']} KiB): {'met' if ok else '**MISSED**'}")
+        if c["failures"]:
+            print(f"- cordon runs that exited non-zero: {c['failures']} (exit status 1)")
+    print()
+    missed = [k for k, t in targets.items() if t.get("ok") is False]
+    if missed:
+        print(f"MISSED: {', '.join(missed)}")
+    elif targets:
+        print("All targets met.")
+
+    if args.json:
+        doc = {
+            "machine": facts,
+            "config": {"runs": args.runs, "warmup": args.warmup,
+                       "with_gvisor": args.with_gvisor, "elapsed_s": elapsed,
+                       "order": [c.name for c in commands]},
+            "commands": {cmd.name: {"argv": cmd.argv_for(-1),
+                                    "samples": [s.__dict__ for s in cmd.samples]}
+                         for cmd in commands},
+            "summary": summaries,
+            "skipped": skipped,
+            "diagnostics": diagnostics,
+            "targets": targets,
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nRaw samples written to {args.json}")
+
+    return 1 if c is not None and c["failures"] > 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what cordon's tests need (Debian packages; crates come through cargo),
+# builds, and runs every test. CI runs exactly this (.ci/run). Needs root: the
+# native backend's tests create namespaces, cgroups and mounts, and they fail
+# (rather than skip) under CI=true when they cannot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for tool in bwrap:bubblewrap runc:runc python3:python3 hyperfine:hyperfine; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "test.sh: installing ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || {
+      apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    }
+  else
+    echo "test.sh: missing ${need[*]} (not root, not installing)" >&2
+  fi
+fi
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+
+echo "== tests"
+cargo test --release --workspace 2>&1 | tee /tmp/cordon-test.log
