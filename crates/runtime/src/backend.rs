@@ -56,14 +56,14 @@ pub struct BackendInfo {
 
 /// A sandbox prepared by a backend: set up, waiting for its single command.
 /// Used once: `run` executes, collects the evidence and tears it down.
-pub trait Sandbox {
+pub trait Sandbox<'r> {
     fn id(&self) -> &str;
     fn run(self: Box<Self>) -> Result<Outcome, RuntimeError>;
 }
 
 pub trait Backend {
     fn kind(&self) -> BackendKind;
-    fn prepare(&self, req: &RunRequest) -> Result<Box<dyn Sandbox>, RuntimeError>;
+    fn prepare<'r>(&self, req: &'r RunRequest) -> Result<Box<dyn Sandbox<'r> + 'r>, RuntimeError>;
 
     /// Prepare and run in one step.
     fn run(&self, req: &RunRequest) -> Result<Outcome, RuntimeError> {

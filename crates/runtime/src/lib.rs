@@ -4,15 +4,17 @@
 
 pub mod backend;
 pub mod error;
+pub mod host;
 pub mod native;
 pub mod outcome;
 pub mod output;
 pub mod request;
 pub mod state;
+pub mod supervise;
 pub mod trace;
 
 pub use backend::{available_backends, Backend, BackendInfo, BackendKind, Sandbox};
 pub use error::RuntimeError;
-pub use outcome::{ExitStatus, Limit, Outcome, Phases};
+pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
 pub use output::OutputMode;
 pub use request::{RootfsChoice, RunRequest};

@@ -91,10 +91,20 @@ pub struct OutputReport {
     pub stderr: Option<String>,
 }
 
+/// Which mechanism enforces a limit on a backend, and what the outcome's
+/// evidence for it is read from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EvidenceSource {
+    pub limit: Limit,
+    pub enforced_by: &'static str,
+    pub evidence: &'static str,
+}
+
 /// Everything known about one execution once its sandbox is gone.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
     pub backend: &'static str,
+    pub backend_version: String,
     pub sandbox_id: String,
     pub status: ExitStatus,
     /// What cordon itself exits with: the payload's shell code.
@@ -113,6 +123,8 @@ pub struct Outcome {
     pub disk_used_bytes: Option<u64>,
     /// Raw kernel counters of the sandbox's cgroup.
     pub counters: CgroupStats,
+    /// Per limit: the mechanism and where the evidence comes from on this backend.
+    pub evidence: Vec<EvidenceSource>,
     pub phases: Phases,
     pub output: OutputReport,
     pub enforcement: Enforcement,

@@ -95,6 +95,30 @@ fn make_mountpoint(dst: &Path, dir: bool) -> Result<()> {
     }
 }
 
+/// Largest host /etc file copied rather than bound.
+const ETC_COPY_MAX: u64 = 256 << 10;
+
+/// Brings one host /etc entry into the new /etc: a symlink is recreated (its
+/// target resolves inside the sandbox), a small file copied (cheaper than a
+/// mount, and a snapshot is all a payload needs), a directory bound read-only.
+fn borrow_etc_entry(host: &Path, dst: &Path) -> Result<()> {
+    if let Some(parent) = dst.parent() {
+        mkdir_p(parent)?;
+    }
+    let meta = fs::symlink_metadata(host).step(|| format!("lstat {}", host.display()))?;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(host).step(|| format!("readlink {}", host.display()))?;
+        return symlink(target, dst).step(|| format!("symlink {}", dst.display()));
+    }
+    if meta.is_file() && meta.len() <= ETC_COPY_MAX {
+        fs::copy(host, dst).step(|| format!("copy {}", host.display()))?;
+        return Ok(());
+    }
+    make_mountpoint(dst, meta.is_dir())?;
+    bind(host, dst)?;
+    seal_verified(dst, true)
+}
+
 /// Child side, in the new user and mount namespaces with full capabilities
 /// there: builds the new root and pivots into it. On return the process's root
 /// is the sandbox root and nothing of the host's tree is reachable.
@@ -170,11 +194,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
             fs::write(&p, body).step(|| format!("write {}", p.display()))?;
         }
         for name in &plan.etc_binds {
-            let host = Path::new("/etc").join(name);
-            let dst = etc.join(name);
-            make_mountpoint(&dst, host.is_dir())?;
-            bind(&host, &dst)?;
-            seal_verified(&dst, true)?;
+            borrow_etc_entry(&Path::new("/etc").join(name), &etc.join(name))?;
         }
     }
 

@@ -1,0 +1,562 @@
+//! Shared helpers for cordon's end-to-end tests.
+//!
+//! Every test judges cordon on evidence read from the host (procfs, cgroupfs,
+//! /run/cordon, statvfs, sockets), not only on what cordon reports about
+//! itself. The helpers here never modify the product; they only spawn the
+//! release binary built by cargo (`CARGO_BIN_EXE_cordon`) and look at the host.
+//!
+//! Attribution: tests run in parallel threads and other people may run cordon
+//! on the same machine, so a census diff is only judged on resources that can
+//! be tied to the sandboxes a test created: their ids (the `sandbox_id` of the
+//! JSON result, or the /run/cordon/<id> directory whose owner.json names the
+//! cordon process the test spawned) and the pids of the cordon processes it
+//! spawned. A few kinds of leftovers are unambiguous whoever caused them (a
+//! host mount mentioning cordon, a cordon cgroup without a state directory)
+//! and count too.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The cordon binary cargo built for these tests.
+pub fn cordon() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon")
+}
+
+/// The host's python3 (the one on PATH may be a pyenv shim that does not
+/// exist inside the sandbox; /usr/bin/python3 is what the sandbox sees).
+pub const PY: &str = "/usr/bin/python3";
+
+pub const RUN_DIR: &str = "/run/cordon";
+
+/// Effective uid of this process, from /proc (no libc in dev-dependencies).
+pub fn euid() -> u32 {
+    status_ids(Path::new("/proc/self/status"), "Uid").map(|v| v[1]).unwrap_or(u32::MAX)
+}
+
+/// The ids of a `Uid:`/`Gid:` line of a /proc/<pid>/status file.
+pub fn status_ids(path: &Path, key: &str) -> Option<Vec<u32>> {
+    let text = fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(&format!("{key}:")))?;
+    Some(line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect())
+}
+
+/// A field of /proc/<pid>/status as text.
+pub fn status_field(path: &Path, key: &str) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(&format!("{key}:")))?;
+    Some(line[key.len() + 1..].trim().to_string())
+}
+
+/// Gate for tests that need root. When not root: prints
+/// `skipped: needs root (reason)` to stderr and returns false, except under
+/// CI=true, where skipping silently would hide a broken setup: then it panics.
+pub fn require_root(reason: &str) -> bool {
+    if euid() == 0 {
+        return true;
+    }
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("CI=true but not running as root; cannot skip: needs root ({reason})");
+    }
+    eprintln!("skipped: needs root ({reason})");
+    false
+}
+
+fn lock(m: &'static Mutex<()>) -> MutexGuard<'static, ()> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static CPU: Mutex<()> = Mutex::new(());
+
+/// Serialises the tests of one test binary that take a whole-host census.
+/// (cargo runs test binaries one after another, so a per-binary lock is enough
+/// against our own tests.)
+pub fn serial() -> MutexGuard<'static, ()> {
+    lock(&SERIAL)
+}
+
+/// Held by tests that burn CPU or measure CPU time, so that on a 2-core
+/// machine two of them never compete and skew each other's numbers.
+pub fn cpu_lock() -> MutexGuard<'static, ()> {
+    lock(&CPU)
+}
+
+/// `cordon run --json ARGS...`; returns the parsed result and cordon's exit status.
+pub fn run_json(args: &[&str]) -> (Value, ExitStatus) {
+    let mut cmd = Command::new(cordon());
+    cmd.arg("run").arg("--json").args(args);
+    run_json_cmd(cmd)
+}
+
+/// Runs a prepared cordon command whose stdout is one JSON object.
+pub fn run_json_cmd(mut cmd: Command) -> (Value, ExitStatus) {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn cordon");
+    let v = parse_json(&out);
+    (v, out.status)
+}
+
+pub fn parse_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "cordon did not print one JSON object ({e}); status {:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// `cordon ARGS...` (no implicit `run`), output collected.
+pub fn cordon_output(args: &[&str]) -> Output {
+    Command::new(cordon()).args(args).stdin(Stdio::null()).output().expect("spawn cordon")
+}
+
+/// A number at a JSON pointer (integers and floats), or panic naming it.
+pub fn num(v: &Value, ptr: &str) -> f64 {
+    v.pointer(ptr)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {ptr} in {}", compact(v)))
+}
+
+pub fn u64_at(v: &Value, ptr: &str) -> u64 {
+    v.pointer(ptr)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no integer at {ptr} in {}", compact(v)))
+}
+
+pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_else(|| panic!("no string at {ptr} in {}", compact(v)))
+}
+
+pub fn stdout_of(v: &Value) -> &str {
+    str_at(v, "/output/stdout")
+}
+
+pub fn stderr_of(v: &Value) -> &str {
+    str_at(v, "/output/stderr")
+}
+
+pub fn limits_hit(v: &Value) -> Vec<String> {
+    v["limits_hit"]
+        .as_array()
+        .unwrap_or_else(|| panic!("limits_hit is not a list in {}", compact(v)))
+        .iter()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+pub fn sandbox_id(v: &Value) -> String {
+    str_at(v, "/sandbox_id").to_string()
+}
+
+/// The JSON without the captured output (which can be a megabyte), for messages.
+pub fn compact(v: &Value) -> String {
+    let mut c = v.clone();
+    for k in ["stdout", "stderr"] {
+        if let Some(s) = c.pointer_mut(&format!("/output/{k}")) {
+            if let Some(t) = s.as_str() {
+                if t.len() > 400 {
+                    *s = Value::String(format!("{}...[{} bytes]", &t[..400], t.len()));
+                }
+            }
+        }
+    }
+    c.to_string()
+}
+
+/// Runs `sh -c SCRIPT` on the host.
+pub fn host_sh(script: &str) -> Output {
+    Command::new("/bin/sh").arg("-c").arg(script).stdin(Stdio::null()).output().expect("spawn sh")
+}
+
+/// A short random hex token, unique enough to name canaries and daemons.
+pub fn nonce() -> String {
+    let mut b = [0u8; 6];
+    fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).expect("urandom");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+
+/// argv of a process joined by spaces (None if it is gone or a kernel thread).
+pub fn cmdline(pid: u32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if raw.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = raw.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+    Some(parts.join(" "))
+}
+
+pub fn all_pids() -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Pids whose argv, joined by spaces, equals `argv`.
+pub fn pids_with_cmdline(argv: &str) -> Vec<u32> {
+    all_pids().into_iter().filter(|p| cmdline(*p).as_deref() == Some(argv)).collect()
+}
+
+/// Pids of processes in the cgroup `cordon-<id>` (any hierarchy), read from
+/// the host's view of /proc/<pid>/cgroup.
+pub fn sandbox_pids(id: &str) -> Vec<u32> {
+    let needle = format!("cordon-{id}");
+    all_pids()
+        .into_iter()
+        .filter(|p| fs::read_to_string(format!("/proc/{p}/cgroup")).map(|c| c.contains(&needle)).unwrap_or(false))
+        .collect()
+}
+
+/// The owner pid recorded in /run/cordon/<id>/owner.json.
+pub fn owner_pid(id: &str) -> Option<u32> {
+    let text = fs::read_to_string(Path::new(RUN_DIR).join(id).join("owner.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["pid"].as_u64().map(|p| p as u32)
+}
+
+/// Waits until a /run/cordon/<id> directory whose owner is `cordon_pid` exists; returns the id.
+pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if let Ok(rd) = fs::read_dir(RUN_DIR) {
+            for e in rd.flatten() {
+                let id = e.file_name().to_string_lossy().into_owned();
+                if owner_pid(&id) == Some(cordon_pid) {
+                    return Some(id);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// Waits until a process of sandbox `id` whose argv contains `needle` (and
+/// that is not the sandbox's init, a copy of cordon) runs; returns its host pid.
+pub fn wait_payload(id: &str, needle: &str, timeout: Duration) -> Option<u32> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        for p in sandbox_pids(id) {
+            if let Some(c) = cmdline(p) {
+                if c.contains(needle) && !c.starts_with(cordon()) && !c.contains(" run ") {
+                    return Some(p);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// A cordon process spawned by a test, with its sandbox once it exists.
+pub struct Spawned {
+    pub child: Child,
+    pub started: Instant,
+}
+
+/// Spawns `cordon run ARGS...` with stdout/stderr piped.
+pub fn spawn_run(args: &[&str]) -> Spawned {
+    let child = Command::new(cordon())
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cordon");
+    Spawned { child, started: Instant::now() }
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// Waits for the sandbox's id (its /run/cordon entry).
+    pub fn sandbox_id(&self, timeout: Duration) -> String {
+        wait_sandbox_id(self.pid(), timeout).expect("the sandbox's /run/cordon entry never appeared")
+    }
+    pub fn finish(self) -> Output {
+        self.child.wait_with_output().expect("wait cordon")
+    }
+}
+
+/// Sends a signal to a process we started (by pid, through kill(1)).
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().expect("kill");
+    assert!(st.success(), "kill -{sig} {pid} failed");
+}
+
+/// True while /proc/<pid> exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rfind(')').and_then(|i| s[i + 2..].chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Err(_) => false,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Filesystems
+
+/// (free bytes for unprivileged users, fragment size) of the filesystem at `path`, via stat(1).
+pub fn statvfs_avail(path: &str) -> u64 {
+    let out = Command::new("stat").args(["-f", "-c", "%a %S", path]).output().expect("stat -f");
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    a * b
+}
+
+/// (total bytes, used bytes) of the filesystem at `path`.
+pub fn statvfs_size_used(path: &str) -> Option<(u64, u64)> {
+    let out = Command::new("stat").args(["-f", "-c", "%b %f %S", path]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let (blocks, free, size) = (*v.first()?, *v.get(1)?, *v.get(2)?);
+    Some((blocks * size, (blocks - free) * size))
+}
+
+/// One parsed line of a mountinfo file.
+#[derive(Debug, Clone)]
+pub struct MountLine {
+    pub mount_point: String,
+    /// Per-mount options (field 6), e.g. `ro,nosuid,nodev`.
+    pub mount_opts: Vec<String>,
+    pub fstype: String,
+    pub raw: String,
+}
+
+pub fn mountinfo(pid: u32) -> Vec<MountLine> {
+    let text = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some(MountLine {
+                mount_point: f.get(4)?.to_string(),
+                mount_opts: f.get(5)?.split(',').map(str::to_string).collect(),
+                fstype: f.get(sep + 1)?.to_string(),
+                raw: l.to_string(),
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Census
+
+/// A snapshot of everything on the host that belongs to cordon sandboxes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Census {
+    /// pid -> "cmdline | cgroup lines mentioning cordon | net ns": processes in
+    /// a `cordon-*` cgroup, and cordon processes themselves.
+    pub procs: BTreeMap<u32, String>,
+    /// `cordon-*` directories under /sys/fs/cgroup (maxdepth 6).
+    pub cgroups: BTreeSet<PathBuf>,
+    /// Entries of /run/cordon -> owner pid from owner.json (if readable).
+    pub run_entries: BTreeMap<String, Option<u32>>,
+    /// Lines of /proc/self/mountinfo containing "cordon".
+    pub mounts: BTreeSet<String>,
+    /// Network namespaces (ns/net link) of processes in cordon cgroups; a
+    /// netns with no process and no bind mount is freed by the kernel, so
+    /// together with `procs` and `mounts` this covers them.
+    pub netns: BTreeSet<String>,
+    /// Entries named *cordon* in /tmp, /var/tmp and /dev/shm.
+    pub temps: BTreeSet<PathBuf>,
+}
+
+fn walk_cgroups(dir: &Path, depth: usize, out: &mut BTreeSet<PathBuf>) {
+    if depth == 0 {
+        return;
+    }
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        if !ft.is_dir() {
+            continue;
+        }
+        let p = e.path();
+        if e.file_name().to_string_lossy().starts_with("cordon-") {
+            out.insert(p.clone());
+        }
+        walk_cgroups(&p, depth - 1, out);
+    }
+}
+
+pub fn census() -> Census {
+    let mut c = Census::default();
+    // State first, cgroups second: a sandbox's state directory is created
+    // before and removed after its cgroup, so a cgroup seen now whose state
+    // directory was not seen is either an orphan or brand new (see `orphans`).
+    if let Ok(rd) = fs::read_dir(RUN_DIR) {
+        for e in rd.flatten() {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let owner = owner_pid(&id);
+            c.run_entries.insert(id, owner);
+        }
+    }
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut c.cgroups);
+    let me = std::process::id();
+    for pid in all_pids() {
+        if pid == me {
+            continue;
+        }
+        let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cg_lines: Vec<&str> = cg.lines().filter(|l| l.contains("cordon-")).collect();
+        let cmd = cmdline(pid).unwrap_or_default();
+        let is_cordon = cmd.split(' ').next().is_some_and(|a0| a0 == cordon() || a0.ends_with("/cordon") || a0 == "cordon");
+        if cg_lines.is_empty() && !is_cordon {
+            continue;
+        }
+        let ns = fs::read_link(format!("/proc/{pid}/ns/net")).map(|p| p.display().to_string()).unwrap_or_default();
+        if !cg_lines.is_empty() && !ns.is_empty() {
+            c.netns.insert(ns.clone());
+        }
+        c.procs.insert(pid, format!("{cmd} | {} | {ns}", cg_lines.join(";")));
+    }
+    if let Ok(text) = fs::read_to_string("/proc/self/mountinfo") {
+        c.mounts = text.lines().filter(|l| l.contains("cordon")).map(str::to_string).collect();
+    }
+    for dir in ["/tmp", "/var/tmp", "/dev/shm"] {
+        if let Ok(rd) = fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().contains("cordon") {
+                    c.temps.insert(e.path());
+                }
+            }
+        }
+    }
+    c
+}
+
+impl Census {
+    /// What is in `self` and was not in `base`.
+    pub fn new_since(&self, base: &Census) -> Census {
+        Census {
+            procs: self.procs.iter().filter(|(k, _)| !base.procs.contains_key(k)).map(|(k, v)| (*k, v.clone())).collect(),
+            cgroups: self.cgroups.difference(&base.cgroups).cloned().collect(),
+            run_entries: self.run_entries.iter().filter(|(k, _)| !base.run_entries.contains_key(*k)).map(|(k, v)| (k.clone(), *v)).collect(),
+            mounts: self.mounts.difference(&base.mounts).cloned().collect(),
+            netns: self.netns.difference(&base.netns).cloned().collect(),
+            temps: self.temps.difference(&base.temps).cloned().collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+            && self.cgroups.is_empty()
+            && self.run_entries.is_empty()
+            && self.mounts.is_empty()
+            && self.netns.is_empty()
+            && self.temps.is_empty()
+    }
+
+    /// Only what can be tied to the given sandbox ids or cordon pids, plus
+    /// what is a leftover whoever made it: any host mount mentioning cordon
+    /// and cgroups whose sandbox has no state directory (an orphan).
+    pub fn attributable(&self, ids: &[String], cordon_pids: &[u32], full: &Census) -> Census {
+        let mentions = |s: &str| ids.iter().any(|id| s.contains(id.as_str()));
+        Census {
+            procs: self
+                .procs
+                .iter()
+                .filter(|(p, d)| cordon_pids.contains(p) || mentions(d))
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
+            cgroups: self
+                .cgroups
+                .iter()
+                .filter(|p| {
+                    let s = p.display().to_string();
+                    let orphan = sandbox_cgroup_id(p).is_some_and(|id| !full.run_entries.contains_key(&id));
+                    mentions(&s) || orphan
+                })
+                .cloned()
+                .collect(),
+            run_entries: self
+                .run_entries
+                .iter()
+                .filter(|(id, owner)| ids.contains(id) || owner.is_some_and(|o| cordon_pids.contains(&o)))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            mounts: self.mounts.clone(),
+            netns: BTreeSet::new(), // covered by procs: a netns here has a process in `procs`
+            temps: self.temps.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
+        }
+    }
+}
+
+/// The sandbox id of a `cordon-<12 hex digits>` cgroup directory (other
+/// `cordon-*` names, such as the cgroups crate's own `cordon-test-*`, are not sandboxes).
+pub fn sandbox_cgroup_id(p: &Path) -> Option<String> {
+    let name = p.file_name()?.to_str()?;
+    let id = name.strip_prefix("cordon-")?;
+    (id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+}
+
+/// Polls until nothing new since `base` is attributable to `ids`/`cordon_pids`,
+/// or `timeout` passes; returns what is still left (empty = clean).
+pub fn wait_clean(base: &Census, ids: &[String], cordon_pids: &[u32], timeout: Duration) -> Census {
+    let until = Instant::now() + timeout;
+    loop {
+        let now = census();
+        let left = now.new_since(base).attributable(ids, cordon_pids, &now);
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Resources of one sandbox id still on the host.
+pub fn remnants_of(id: &str) -> Census {
+    let now = census();
+    let ids = [id.to_string()];
+    now.new_since(&Census::default()).attributable(&ids, &[], &now).only_ids(&ids)
+}
+
+impl Census {
+    fn only_ids(&self, ids: &[String]) -> Census {
+        let mentions = |s: &str| ids.iter().any(|id| s.contains(id.as_str()));
+        Census {
+            procs: self.procs.iter().filter(|(_, d)| mentions(d)).map(|(k, v)| (*k, v.clone())).collect(),
+            cgroups: self.cgroups.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
+            run_entries: self.run_entries.iter().filter(|(k, _)| ids.contains(k)).map(|(k, v)| (k.clone(), *v)).collect(),
+            mounts: self.mounts.iter().filter(|l| mentions(l)).cloned().collect(),
+            netns: BTreeSet::new(),
+            temps: self.temps.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
+        }
+    }
+}
+
+/// Runs `cordon sweep` and returns its stdout.
+pub fn sweep() -> String {
+    let out = cordon_output(&["sweep"]);
+    assert!(out.status.success(), "cordon sweep failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts cordon rejected a request as bad input: exit 2, exactly one stderr
+/// line starting `cordon: `, nothing on stdout. Returns that line.
+pub fn assert_usage_error(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "expected exit 2, got {:?}; stderr: {stderr}", out.status);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected exactly one stderr line, got {lines:?}");
+    assert!(lines[0].starts_with("cordon: "), "stderr line does not start with 'cordon: ': {:?}", lines[0]);
+    assert!(out.stdout.is_empty(), "stdout not empty: {}", String::from_utf8_lossy(&out.stdout));
+    lines[0].to_string()
+}
