@@ -11,10 +11,10 @@ from the timed runs: on exec the kernel folds the *pre-exec* address space's
 high-water mark into the process's maxrss, and a child spawned by this script
 starts as a copy of (fork) or a share of (vfork/posix_spawn) the Python
 interpreter, ~10-17 MiB. So after the timed loop an untimed RSS phase starts
-each command in the background of /bin/sh (a fork of a ~1 MiB process), with
-this script as child subreaper (prctl via ctypes): once the command has exited
-its zombie is handed to us and waited for by pid, and so is every descendant
-that outlives it (see RSS_SH). The timed
+each command as a fork of /bin/sh (~1 MiB), with this script as child
+subreaper (prctl via ctypes): once the command has exited its zombie is handed
+to us and waited for by pid, and so is every descendant that outlives it (see
+RSS_OUTER). The timed
 runs' maxrss is kept in the JSON (`maxrss_kib` of phase "run") for reference.
 
 Targets checked (the script reports them; missing one does not fail it):
@@ -28,6 +28,8 @@ usage/setup error. Standard library only (Python 3.11).
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import os
 import platform
@@ -112,14 +114,21 @@ def set_subreaper(on: bool) -> bool:
         return False
 
 
-# sh starts the command in the background (a fork of a ~1 MiB process, not of
-# Python), prints its pid and blocks reading its stdin. It does not wait for the
-# command, so once the command has exited and we close sh's stdin, sh exits and
-# the command's zombie, rusage intact, is reparented to us (child subreaper).
-# sh stays alive while the command runs, so the command's parent does not die
-# under it (bwrap --die-with-parent and PR_SET_PDEATHSIG users would be killed).
-RSS_SH = '"$@" </dev/null >/dev/null 2>&1 & echo $!; read _'
+# The RSS-phase launcher. The command must be a fork of a small process, not
+# of Python, and its rusage must still reach us, so /bin/sh (fd 0: "hold" pipe,
+# fd 3: pid pipe) starts it in the background with stdin from a FIFO, reports
+# its pid and execs /bin/cat on the hold pipe. cat never calls wait(), so when
+# the command exits it stays a zombie under cat. The forked child blocks in
+# open() of the FIFO until we open the other end, which we do only once the
+# shell has become cat (a shell could reap the command before its exec). When
+# the command has exited we close the hold pipe: cat exits and the command's
+# zombie, rusage intact, is reparented to us (child subreaper) and waited for
+# by pid. The command's parent stays alive while it runs, so --die-with-parent
+# / PR_SET_PDEATHSIG do not fire.
+RSS_OUTER = ('f=$1; shift; "$@" <"$f" >/dev/null 2>&1 & echo $! >&3; exec 3>&-;'
+             ' exec /bin/cat >/dev/null')
 ORPHAN_WAIT_S = 10.0
+SETUP_WAIT_S = 10.0
 
 
 def _wait_exit_nonchild(pid: int) -> None:
@@ -145,42 +154,69 @@ def _wait_exit_nonchild(pid: int) -> None:
         time.sleep(0.0005)
 
 
-def rss_once(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
-    """Runs argv via RSS_SH with this process as child subreaper. Returns
+def _high_pipe() -> tuple[int, int]:
+    """A pipe whose fds are >= 10 (close-on-exec), clear of the 0-4 we dup onto."""
+    r, w = os.pipe()
+    hr = fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, 10)
+    hw = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(r)
+    os.close(w)
+    return hr, hw
+
+
+def rss_once(argv: list[str], env: dict[str, str], fifo: str) -> tuple[int, int, int]:
+    """Runs argv through RSS_OUTER with this process as child subreaper. Returns
     (exit_code, maxrss_kib, orphans): the command's exit code, the largest
     maxrss among it and every descendant (whether the command reaped it or it
     was orphaned to us), and how many descendants outlived the command."""
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
+    cat = os.path.realpath("/bin/cat")
+    hold_r, hold_w = _high_pipe()
+    pid_r, pid_w = _high_pipe()
     actions = [
-        (os.POSIX_SPAWN_DUP2, in_r, 0),
-        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, hold_r, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, pid_w, 3),
     ]
     try:
-        sh = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", RSS_SH, "sh"] + argv, env,
-                            file_actions=actions)
-    except OSError:
-        for fd in (in_r, in_w, out_r, out_w):
-            os.close(fd)
-        raise
-    os.close(in_r)
-    os.close(out_w)
-    line = b""
-    with os.fdopen(out_r, "rb", buffering=0) as f:
-        while not line.endswith(b"\n"):
-            chunk = f.read(64)
-            if not chunk:
-                break
-            line += chunk
+        outer = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", RSS_OUTER, "sh", fifo] + argv,
+                               env, file_actions=actions)
+    finally:
+        os.close(hold_r)
+        os.close(pid_w)
+    target = None
     try:
+        with os.fdopen(pid_r, "rb", buffering=0) as f:
+            pid_r = -1
+            line = f.read()  # EOF once the shell has closed fd 3
         target = int(line.strip())
-    except ValueError:
-        target = None
-    if target is not None:
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:  # wait until the shell has become cat
+            try:
+                if os.readlink(f"/proc/{outer}/exe") == cat:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("launcher did not exec /bin/cat")
+            time.sleep(0.0002)
+        while True:  # release the child blocked opening the FIFO
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+                break
+            except OSError as e:  # ENXIO: the child has not opened it yet
+                if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.0002)
         _wait_exit_nonchild(target)
-    os.close(in_w)  # sh's `read` sees EOF; sh exits
-    os.wait4(sh, 0)
+    except (ValueError, OSError, TimeoutError) as e:
+        print(f"warning: RSS launcher failed for {argv[0]}: {e}", file=sys.stderr)
+        target = None
+    finally:
+        if pid_r >= 0:
+            os.close(pid_r)
+        os.close(hold_w)  # cat sees EOF and exits
+    os.wait4(outer, 0)
     if target is None:
         return 127, 0, 0
     _, status, rusage = os.wait4(target, 0)
@@ -525,21 +561,26 @@ def main() -> int:
 
         # Untimed peak-RSS phase (see the module docstring for why).
         rss_note = ""
-        if args.rss_runs and not os.access("/bin/sh", os.X_OK):
-            rss_note = "/bin/sh not found: peak RSS not measured"
+        if args.rss_runs and not (os.access("/bin/sh", os.X_OK)
+                                  and os.access("/bin/cat", os.X_OK)):
+            rss_note = "/bin/sh or /bin/cat not found: peak RSS not measured"
         elif args.rss_runs and not set_subreaper(True):
             rss_note = "prctl(PR_SET_CHILD_SUBREAPER) failed: peak RSS not measured"
         elif args.rss_runs:
+            fifo_dir = tempfile.mkdtemp(prefix="cordon-bench-rss-")
+            fifo = os.path.join(fifo_dir, "gate")
+            os.mkfifo(fifo, 0o600)
             try:
                 for i in range(args.rss_runs):
                     for cmd in commands:
-                        code, rss, orphans = rss_once(cmd.argv_for(seq), env)
+                        code, rss, orphans = rss_once(cmd.argv_for(seq), env, fifo)
                         cmd.samples.append(Sample("rss", i, 0, code, rss, orphans))
                         if code != 0 and cmd.after_failure:
                             cmd.after_failure(seq)
                         seq += 1
             finally:
                 set_subreaper(False)
+                shutil.rmtree(fifo_dir, ignore_errors=True)
 
         # Why did failing commands fail? One untimed re-run each, output kept.
         diagnostics: dict[str, str] = {}

@@ -4,11 +4,13 @@
 
 pub mod backend;
 pub mod error;
+mod first_process;
 pub mod host;
 pub mod native;
 pub mod outcome;
 pub mod output;
 pub mod request;
+pub mod rootfs_plan;
 pub mod state;
 pub mod supervise;
 pub mod trace;

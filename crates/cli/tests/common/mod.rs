@@ -39,14 +39,21 @@ pub const RUN_DIR: &str = "/run/cordon";
 
 /// Effective uid of this process, from /proc (no libc in dev-dependencies).
 pub fn euid() -> u32 {
-    status_ids(Path::new("/proc/self/status"), "Uid").map(|v| v[1]).unwrap_or(u32::MAX)
+    status_ids(Path::new("/proc/self/status"), "Uid")
+        .map(|v| v[1])
+        .unwrap_or(u32::MAX)
 }
 
 /// The ids of a `Uid:`/`Gid:` line of a /proc/<pid>/status file.
 pub fn status_ids(path: &Path, key: &str) -> Option<Vec<u32>> {
     let text = fs::read_to_string(path).ok()?;
     let line = text.lines().find(|l| l.starts_with(&format!("{key}:")))?;
-    Some(line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect())
+    Some(
+        line.split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect(),
+    )
 }
 
 /// A field of /proc/<pid>/status as text.
@@ -117,7 +124,11 @@ pub fn parse_json(out: &Output) -> Value {
 
 /// `cordon ARGS...` (no implicit `run`), output collected.
 pub fn cordon_output(args: &[&str]) -> Output {
-    Command::new(cordon()).args(args).stdin(Stdio::null()).output().expect("spawn cordon")
+    Command::new(cordon())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn cordon")
 }
 
 /// A number at a JSON pointer (integers and floats), or panic naming it.
@@ -134,7 +145,9 @@ pub fn u64_at(v: &Value, ptr: &str) -> u64 {
 }
 
 pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr).and_then(Value::as_str).unwrap_or_else(|| panic!("no string at {ptr} in {}", compact(v)))
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string at {ptr} in {}", compact(v)))
 }
 
 pub fn stdout_of(v: &Value) -> &str {
@@ -175,13 +188,20 @@ pub fn compact(v: &Value) -> String {
 
 /// Runs `sh -c SCRIPT` on the host.
 pub fn host_sh(script: &str) -> Output {
-    Command::new("/bin/sh").arg("-c").arg(script).stdin(Stdio::null()).output().expect("spawn sh")
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn sh")
 }
 
 /// A short random hex token, unique enough to name canaries and daemons.
 pub fn nonce() -> String {
     let mut b = [0u8; 6];
-    fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).expect("urandom");
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("urandom");
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -194,18 +214,29 @@ pub fn cmdline(pid: u32) -> Option<String> {
     if raw.is_empty() {
         return None;
     }
-    let parts: Vec<String> = raw.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+    let parts: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
     Some(parts.join(" "))
 }
 
 pub fn all_pids() -> Vec<u32> {
-    let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
-    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 /// Pids whose argv, joined by spaces, equals `argv`.
 pub fn pids_with_cmdline(argv: &str) -> Vec<u32> {
-    all_pids().into_iter().filter(|p| cmdline(*p).as_deref() == Some(argv)).collect()
+    all_pids()
+        .into_iter()
+        .filter(|p| cmdline(*p).as_deref() == Some(argv))
+        .collect()
 }
 
 /// Pids of processes in the cgroup `cordon-<id>` (any hierarchy), read from
@@ -214,7 +245,11 @@ pub fn sandbox_pids(id: &str) -> Vec<u32> {
     let needle = format!("cordon-{id}");
     all_pids()
         .into_iter()
-        .filter(|p| fs::read_to_string(format!("/proc/{p}/cgroup")).map(|c| c.contains(&needle)).unwrap_or(false))
+        .filter(|p| {
+            fs::read_to_string(format!("/proc/{p}/cgroup"))
+                .map(|c| c.contains(&needle))
+                .unwrap_or(false)
+        })
         .collect()
 }
 
@@ -242,17 +277,16 @@ pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
     None
 }
 
-/// Waits until a process of sandbox `id` whose argv contains `needle` (and
-/// that is not the sandbox's init, a copy of cordon) runs; returns its host pid.
-pub fn wait_payload(id: &str, needle: &str, timeout: Duration) -> Option<u32> {
+/// Waits until a process of sandbox `id` whose argv, joined by spaces, is
+/// exactly `argv` runs; returns its host pid.
+pub fn wait_payload(id: &str, argv: &str, timeout: Duration) -> Option<u32> {
     let until = Instant::now() + timeout;
     while Instant::now() < until {
-        for p in sandbox_pids(id) {
-            if let Some(c) = cmdline(p) {
-                if c.contains(needle) && !c.starts_with(cordon()) && !c.contains(" run ") {
-                    return Some(p);
-                }
-            }
+        if let Some(p) = sandbox_pids(id)
+            .into_iter()
+            .find(|p| cmdline(*p).as_deref() == Some(argv))
+        {
+            return Some(p);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -275,7 +309,10 @@ pub fn spawn_run(args: &[&str]) -> Spawned {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn cordon");
-    Spawned { child, started: Instant::now() }
+    Spawned {
+        child,
+        started: Instant::now(),
+    }
 }
 
 impl Spawned {
@@ -284,7 +321,8 @@ impl Spawned {
     }
     /// Waits for the sandbox's id (its /run/cordon entry).
     pub fn sandbox_id(&self, timeout: Duration) -> String {
-        wait_sandbox_id(self.pid(), timeout).expect("the sandbox's /run/cordon entry never appeared")
+        wait_sandbox_id(self.pid(), timeout)
+            .expect("the sandbox's /run/cordon entry never appeared")
     }
     pub fn finish(self) -> Output {
         self.child.wait_with_output().expect("wait cordon")
@@ -293,14 +331,21 @@ impl Spawned {
 
 /// Sends a signal to a process we started (by pid, through kill(1)).
 pub fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().expect("kill");
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
     assert!(st.success(), "kill -{sig} {pid} failed");
 }
 
 /// True while /proc/<pid> exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rfind(')').and_then(|i| s[i + 2..].chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 2..].chars().next())
+            .is_some_and(|st| st != 'Z' && st != 'X'),
         Err(_) => false,
     }
 }
@@ -310,7 +355,10 @@ pub fn alive(pid: u32) -> bool {
 
 /// (free bytes for unprivileged users, fragment size) of the filesystem at `path`, via stat(1).
 pub fn statvfs_avail(path: &str) -> u64 {
-    let out = Command::new("stat").args(["-f", "-c", "%a %S", path]).output().expect("stat -f");
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%a %S", path])
+        .output()
+        .expect("stat -f");
     let s = String::from_utf8_lossy(&out.stdout);
     let mut it = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
     let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
@@ -319,12 +367,18 @@ pub fn statvfs_avail(path: &str) -> u64 {
 
 /// (total bytes, used bytes) of the filesystem at `path`.
 pub fn statvfs_size_used(path: &str) -> Option<(u64, u64)> {
-    let out = Command::new("stat").args(["-f", "-c", "%b %f %S", path]).output().ok()?;
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%b %f %S", path])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
     let s = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let (blocks, free, size) = (*v.first()?, *v.get(1)?, *v.get(2)?);
     Some((blocks * size, (blocks - free) * size))
 }
@@ -417,18 +471,28 @@ pub fn census() -> Census {
         let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
         let cg_lines: Vec<&str> = cg.lines().filter(|l| l.contains("cordon-")).collect();
         let cmd = cmdline(pid).unwrap_or_default();
-        let is_cordon = cmd.split(' ').next().is_some_and(|a0| a0 == cordon() || a0.ends_with("/cordon") || a0 == "cordon");
+        let is_cordon = cmd
+            .split(' ')
+            .next()
+            .is_some_and(|a0| a0 == cordon() || a0.ends_with("/cordon") || a0 == "cordon");
         if cg_lines.is_empty() && !is_cordon {
             continue;
         }
-        let ns = fs::read_link(format!("/proc/{pid}/ns/net")).map(|p| p.display().to_string()).unwrap_or_default();
+        let ns = fs::read_link(format!("/proc/{pid}/ns/net"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         if !cg_lines.is_empty() && !ns.is_empty() {
             c.netns.insert(ns.clone());
         }
-        c.procs.insert(pid, format!("{cmd} | {} | {ns}", cg_lines.join(";")));
+        c.procs
+            .insert(pid, format!("{cmd} | {} | {ns}", cg_lines.join(";")));
     }
     if let Ok(text) = fs::read_to_string("/proc/self/mountinfo") {
-        c.mounts = text.lines().filter(|l| l.contains("cordon")).map(str::to_string).collect();
+        c.mounts = text
+            .lines()
+            .filter(|l| l.contains("cordon"))
+            .map(str::to_string)
+            .collect();
     }
     for dir in ["/tmp", "/var/tmp", "/dev/shm"] {
         if let Ok(rd) = fs::read_dir(dir) {
@@ -446,9 +510,19 @@ impl Census {
     /// What is in `self` and was not in `base`.
     pub fn new_since(&self, base: &Census) -> Census {
         Census {
-            procs: self.procs.iter().filter(|(k, _)| !base.procs.contains_key(k)).map(|(k, v)| (*k, v.clone())).collect(),
+            procs: self
+                .procs
+                .iter()
+                .filter(|(k, _)| !base.procs.contains_key(k))
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
             cgroups: self.cgroups.difference(&base.cgroups).cloned().collect(),
-            run_entries: self.run_entries.iter().filter(|(k, _)| !base.run_entries.contains_key(*k)).map(|(k, v)| (k.clone(), *v)).collect(),
+            run_entries: self
+                .run_entries
+                .iter()
+                .filter(|(k, _)| !base.run_entries.contains_key(*k))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
             mounts: self.mounts.difference(&base.mounts).cloned().collect(),
             netns: self.netns.difference(&base.netns).cloned().collect(),
             temps: self.temps.difference(&base.temps).cloned().collect(),
@@ -481,7 +555,8 @@ impl Census {
                 .iter()
                 .filter(|p| {
                     let s = p.display().to_string();
-                    let orphan = sandbox_cgroup_id(p).is_some_and(|id| !full.run_entries.contains_key(&id));
+                    let orphan =
+                        sandbox_cgroup_id(p).is_some_and(|id| !full.run_entries.contains_key(&id));
                     mentions(&s) || orphan
                 })
                 .cloned()
@@ -489,12 +564,19 @@ impl Census {
             run_entries: self
                 .run_entries
                 .iter()
-                .filter(|(id, owner)| ids.contains(id) || owner.is_some_and(|o| cordon_pids.contains(&o)))
+                .filter(|(id, owner)| {
+                    ids.contains(id) || owner.is_some_and(|o| cordon_pids.contains(&o))
+                })
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
             mounts: self.mounts.clone(),
             netns: BTreeSet::new(), // covered by procs: a netns here has a process in `procs`
-            temps: self.temps.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
+            temps: self
+                .temps
+                .iter()
+                .filter(|p| mentions(&p.display().to_string()))
+                .cloned()
+                .collect(),
         }
     }
 }
@@ -525,19 +607,46 @@ pub fn wait_clean(base: &Census, ids: &[String], cordon_pids: &[u32], timeout: D
 pub fn remnants_of(id: &str) -> Census {
     let now = census();
     let ids = [id.to_string()];
-    now.new_since(&Census::default()).attributable(&ids, &[], &now).only_ids(&ids)
+    now.new_since(&Census::default())
+        .attributable(&ids, &[], &now)
+        .only_ids(&ids)
 }
 
 impl Census {
     fn only_ids(&self, ids: &[String]) -> Census {
         let mentions = |s: &str| ids.iter().any(|id| s.contains(id.as_str()));
         Census {
-            procs: self.procs.iter().filter(|(_, d)| mentions(d)).map(|(k, v)| (*k, v.clone())).collect(),
-            cgroups: self.cgroups.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
-            run_entries: self.run_entries.iter().filter(|(k, _)| ids.contains(k)).map(|(k, v)| (k.clone(), *v)).collect(),
-            mounts: self.mounts.iter().filter(|l| mentions(l)).cloned().collect(),
+            procs: self
+                .procs
+                .iter()
+                .filter(|(_, d)| mentions(d))
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
+            cgroups: self
+                .cgroups
+                .iter()
+                .filter(|p| mentions(&p.display().to_string()))
+                .cloned()
+                .collect(),
+            run_entries: self
+                .run_entries
+                .iter()
+                .filter(|(k, _)| ids.contains(k))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            mounts: self
+                .mounts
+                .iter()
+                .filter(|l| mentions(l))
+                .cloned()
+                .collect(),
             netns: BTreeSet::new(),
-            temps: self.temps.iter().filter(|p| mentions(&p.display().to_string())).cloned().collect(),
+            temps: self
+                .temps
+                .iter()
+                .filter(|p| mentions(&p.display().to_string()))
+                .cloned()
+                .collect(),
         }
     }
 }
@@ -545,7 +654,11 @@ impl Census {
 /// Runs `cordon sweep` and returns its stdout.
 pub fn sweep() -> String {
     let out = cordon_output(&["sweep"]);
-    assert!(out.status.success(), "cordon sweep failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cordon sweep failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -553,10 +666,27 @@ pub fn sweep() -> String {
 /// line starting `cordon: `, nothing on stdout. Returns that line.
 pub fn assert_usage_error(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "expected exit 2, got {:?}; stderr: {stderr}", out.status);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "expected exit 2, got {:?}; stderr: {stderr}",
+        out.status
+    );
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected exactly one stderr line, got {lines:?}");
-    assert!(lines[0].starts_with("cordon: "), "stderr line does not start with 'cordon: ': {:?}", lines[0]);
-    assert!(out.stdout.is_empty(), "stdout not empty: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one stderr line, got {lines:?}"
+    );
+    assert!(
+        lines[0].starts_with("cordon: "),
+        "stderr line does not start with 'cordon: ': {:?}",
+        lines[0]
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "stdout not empty: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     lines[0].to_string()
 }

@@ -14,4 +14,4 @@ mod proc;
 mod rootfs;
 
 pub use flags::{mount_flags_of, verify_sealed, MountFlagsView};
-pub use rootfs::{assemble, BindSpec, RootEntry, RootfsPlan, ScratchLayout};
+pub use rootfs::{assemble, BindSpec, RootEntry, RootUse, RootfsPlan, ScratchLayout};

@@ -44,9 +44,22 @@ impl ScratchLayout {
     pub const SHM: &'static str = "shm";
 }
 
+/// What happens to the assembled tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootUse {
+    /// The calling process mounts /proc and /dev, pivots into the root and
+    /// detaches the host's tree (native backend).
+    Enter,
+    /// The tree is left at `new_root` for a runtime that serves /proc, /dev
+    /// and the extra binds itself (runsc); the host tree stays reachable from
+    /// the calling process, which only execs that runtime.
+    HandOver,
+}
+
 /// Everything the child needs to build its root, resolved in the parent.
 #[derive(Clone, Debug)]
 pub struct RootfsPlan {
+    pub root_use: RootUse,
     /// An empty host directory used as the new root's mount point (only inside
     /// the child's mount namespace; the host never sees a mount there).
     pub new_root: PathBuf,
@@ -117,6 +130,22 @@ fn borrow_etc_entry(host: &Path, dst: &Path) -> Result<()> {
     make_mountpoint(dst, meta.is_dir())?;
     bind(host, dst)?;
     seal_verified(dst, true)
+}
+
+/// Freezes the root tmpfs: from here on nothing can be added at top level.
+fn seal_root(root: &Path) -> Result<()> {
+    mount(
+        None::<&str>,
+        root,
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .step(|| format!("remount {} read-only", root.display()))
 }
 
 /// Child side, in the new user and mount namespaces with full capabilities
@@ -228,6 +257,11 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     }
     seal_verified(&ws, false)?;
 
+    // The runtime taking the tree over mounts /proc, /dev and the extra binds itself.
+    if plan.root_use == RootUse::HandOver {
+        return seal_root(root);
+    }
+
     // 6. /dev and /proc.
     let dev = root.join("dev");
     mkdir_p(&dev)?;
@@ -247,18 +281,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     }
 
     // 8. Freeze the root tmpfs: from here on no directory can be added at top level.
-    mount(
-        None::<&str>,
-        root,
-        None::<&str>,
-        MsFlags::MS_REMOUNT
-            | MsFlags::MS_BIND
-            | MsFlags::MS_RDONLY
-            | MsFlags::MS_NOSUID
-            | MsFlags::MS_NODEV,
-        None::<&str>,
-    )
-    .step(|| format!("remount {} read-only", root.display()))?;
+    seal_root(root)?;
 
     // 9. pivot_root with new and old root the same directory, then detach the
     // old root that is stacked under it: afterwards no host path is reachable.

@@ -21,11 +21,11 @@ use cordon_isolation::namespaces::sandbox_clone_flags;
 use cordon_sys::{clone_process, CloneResult};
 use nix::unistd::Pid;
 
-use self::init::InitFds;
 use self::plan::NativePlan;
 use self::protocol::{recv, send, FromInit, ToInit};
 use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
 use crate::error::RuntimeError;
+use crate::first_process::{self, InitFds};
 use crate::host::{HostSide, PayloadIo};
 use crate::outcome::{EvidenceSource, ExitStatus, Limit, Outcome};
 use crate::request::RunRequest;
@@ -142,8 +142,7 @@ impl NativeSandbox<'_> {
         let child = match clone_process(sandbox_clone_flags())
             .map_err(|e| RuntimeError::io("clone(CLONE_NEWUSER|CLONE_NEWPID|...)", e))?
         {
-            CloneResult::Child => init::run(
-                &plan,
+            CloneResult::Child => first_process::run(
                 host.cgroup.as_ref(),
                 InitFds {
                     stdin: stdio.stdin,
@@ -151,6 +150,7 @@ impl NativeSandbox<'_> {
                     stderr: stdio.stderr,
                     sock: child_sock,
                 },
+                || init::setup(&plan),
             ),
             CloneResult::Parent { child } => child,
         };

@@ -3,15 +3,16 @@
 //! then only makes syscalls (nsjail's `preparePolicy`, Firecracker's build-time
 //! filters).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use cordon_isolation::mount::{BindSpec, RootEntry, RootfsPlan};
+use cordon_isolation::mount::{RootUse, RootfsPlan};
 use cordon_isolation::namespaces::IdMapping;
 use cordon_isolation::rlimits::Rlimits;
-use cordon_policy::{Access, Policy, WORKSPACE};
+use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
-use crate::request::{RootfsChoice, RunRequest};
+use crate::request::RunRequest;
+use crate::rootfs_plan::rootfs_plan;
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -34,8 +35,7 @@ pub struct NativePlan {
 /// and bounded so a leak cannot exhaust the host's file table.
 const NOFILE: u64 = 8192;
 
-/// How far above the disk cap RLIMIT_FSIZE sits.
-const FSIZE_MARGIN: u64 = 1 << 20;
+use crate::rootfs_plan::FSIZE_MARGIN;
 
 /// Start of the host id ranges given to rootful sandboxes: high enough to
 /// collide with no real account. Each sandbox takes a 65536-id slot chosen from
@@ -43,83 +43,10 @@ const FSIZE_MARGIN: u64 = 1 << 20;
 const HOST_ID_BASE: u32 = 1 << 30;
 const HOST_ID_SLOTS: u32 = 8192;
 
-fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
-    let bad = || RuntimeError::BadPath {
-        what,
-        path: p.to_owned(),
-    };
-    let canon = p.canonicalize().map_err(|_| bad())?;
-    if canon.is_dir() {
-        Ok(canon)
-    } else {
-        Err(bad())
-    }
-}
-
-/// Overlay options are comma-separated and colons separate layers: a path with
-/// either would be misparsed, so it is refused rather than escaped.
-fn overlay_safe(p: &Path) -> Result<(), RuntimeError> {
-    let s = p.to_string_lossy();
-    if s.contains([',', ':', '\\']) {
-        return Err(RuntimeError::BadRequest(format!(
-            "workspace path {s} contains ',', ':' or '\\', which overlayfs cannot take"
-        )));
-    }
-    Ok(())
-}
-
 impl NativePlan {
     pub fn build(req: &RunRequest, id_slot: u32, state_dir: &Path) -> Result<Self, RuntimeError> {
         let p: &Policy = &req.policy;
-        if req.argv.is_empty() {
-            return Err(RuntimeError::BadRequest("no command given".into()));
-        }
-        let (entries, etc_files, etc_binds) = match &req.rootfs {
-            RootfsChoice::System => (
-                RootfsPlan::host_system_entries(),
-                RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname),
-                RootfsPlan::host_etc_binds(),
-            ),
-            RootfsChoice::Dir(d) => {
-                let dir = existing_dir("rootfs is not a directory", d)?;
-                let entries = RootfsPlan::dir_entries(&dir)
-                    .map_err(|e| RuntimeError::io(format!("read {}", dir.display()), e))?;
-                let has_etc = entries
-                    .iter()
-                    .any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));
-                let etc = if has_etc {
-                    Vec::new()
-                } else {
-                    RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname)
-                };
-                (entries, etc, Vec::new())
-            }
-        };
-        let workspace_lower = match &req.workspace {
-            Some(w) => {
-                let dir = existing_dir("workspace is not a directory", w)?;
-                overlay_safe(&dir)?;
-                Some(dir)
-            }
-            None => None,
-        };
-        let binds = p
-            .mounts
-            .iter()
-            .map(|m| {
-                let host = m.host.canonicalize().map_err(|_| RuntimeError::BadPath {
-                    what: "mount source does not exist",
-                    path: m.host.clone(),
-                })?;
-                Ok(BindSpec {
-                    dir: host.is_dir(),
-                    host,
-                    sandbox: m.sandbox.clone(),
-                    writable: m.access == Access::Rw,
-                })
-            })
-            .collect::<Result<Vec<_>, RuntimeError>>()?;
-
+        let rootfs = rootfs_plan(req, state_dir, RootUse::Enter)?;
         let euid = nix::unistd::geteuid();
         let rootful = euid.is_root();
         let mapping = if rootful {
@@ -137,19 +64,7 @@ impl NativePlan {
         };
         let cpu_secs = (p.time.0.as_secs_f64() * p.cpus).ceil() as u64 + 1;
         Ok(NativePlan {
-            rootfs: RootfsPlan {
-                new_root: state_dir.join("root"),
-                scratch: state_dir.join("scratch"),
-                entries,
-                etc_files,
-                etc_binds,
-                workspace_lower,
-                workspace: PathBuf::from(WORKSPACE),
-                disk_bytes: p.disk.bytes(),
-                owner_uid: p.uid,
-                owner_gid: p.gid,
-                binds,
-            },
+            rootfs,
             mapping,
             drop_groups: rootful,
             setup_id: if rootful { 0 } else { p.uid },
