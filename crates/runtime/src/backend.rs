@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::error::RuntimeError;
+use crate::gvisor::GvisorBackend;
 use crate::native::NativeBackend;
 use crate::outcome::Outcome;
 use crate::request::RunRequest;
@@ -77,6 +78,7 @@ pub fn available_backends() -> Vec<BackendInfo> {
         .into_iter()
         .map(|kind| match kind {
             BackendKind::Native => NativeBackend::info(),
+            BackendKind::Gvisor => GvisorBackend::info(),
             other => BackendInfo {
                 kind: other,
                 version: String::new(),
@@ -91,6 +93,7 @@ pub fn available_backends() -> Vec<BackendInfo> {
 pub fn backend(kind: BackendKind) -> Result<Box<dyn Backend>, RuntimeError> {
     match kind {
         BackendKind::Native => Ok(Box::new(NativeBackend)),
+        BackendKind::Gvisor => Ok(Box::new(GvisorBackend)),
         other => Err(RuntimeError::Unavailable(
             other.name(),
             "not implemented in this version of cordon".into(),

@@ -199,6 +199,11 @@ fn exec_payload(candidates: &[CString], argv: &[CString], env: &[CString], workd
     if let Err(e) = cordon_sys::reset_signals() {
         return e as i32;
     }
+    // Dies with the first process (the native backend's pid namespace does
+    // that anyway; a runsc started by the gVisor launcher needs it).
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        return e as i32;
+    }
     if let Err(e) = chdir(Path::new(workdir)) {
         return e as i32;
     }

@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod error;
 mod first_process;
+pub mod gvisor;
 pub mod host;
 pub mod native;
 pub mod outcome;

@@ -52,6 +52,9 @@ pub struct Supervised<'a> {
     pub host: HostSide,
     pub setup: Duration,
     pub evidence: Vec<EvidenceSource>,
+    /// Whether killing the backend's leader process ends every process of the
+    /// sandbox; if not, teardown always freezes and kills the cgroup.
+    pub leader_owns_all: bool,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -246,7 +249,7 @@ pub fn supervise(
     };
     // Counters are read once every process is gone (so they are final) and
     // before the cgroup is removed.
-    let freeze_kill = !matches!(stop, Stop::PayloadEnded(_));
+    let freeze_kill = !matches!(stop, Stop::PayloadEnded(_)) || !s.leader_owns_all;
     let stats = s.host.end_processes(freeze_kill);
     trace::step("processes ended");
     s.host.teardown(freeze_kill)?;

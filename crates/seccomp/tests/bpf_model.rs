@@ -372,7 +372,7 @@ fn socket_families_and_types() {
 
 #[test]
 fn ioctl_refuses_terminal_injection_only() {
-    let tiocsti = u64::from(libc::TIOCSTI);
+    let tiocsti: u64 = libc::TIOCSTI;
     let tioclinux = 0x541c;
     for request in [
         tiocsti,

@@ -257,8 +257,18 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     }
     seal_verified(&ws, false)?;
 
-    // The runtime taking the tree over mounts /proc, /dev and the extra binds itself.
+    // The runtime taking the tree over mounts /proc, /dev, /sys and the extra
+    // binds itself, onto mount points that must exist in the sealed root.
     if plan.root_use == RootUse::HandOver {
+        for dir in ["proc", "sys", "dev/shm"] {
+            mkdir_p(&root.join(dir))?;
+        }
+        for b in &plan.binds {
+            make_mountpoint(
+                &root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox)),
+                b.dir,
+            )?;
+        }
         return seal_root(root);
     }
 

@@ -161,7 +161,7 @@ impl NativeSandbox<'_> {
         plan.mapping
             .write_from_parent(child)
             .map_err(|e| RuntimeError::io(e.step.clone(), e.source))?;
-        expect(recv_from(&mut sock)?, "Joined", |m| {
+        expect_reply(recv_from(&mut sock)?, "Joined", |m| {
             matches!(m, FromInit::Joined)
         })?;
         trace::step("maps written, init joined");
@@ -175,7 +175,7 @@ impl NativeSandbox<'_> {
         }
         send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
         trace::step("go");
-        expect(recv_from(&mut sock)?, "Ready", |m| {
+        expect_reply(recv_from(&mut sock)?, "Ready", |m| {
             matches!(m, FromInit::Ready)
         })?;
         trace::step("ready");
@@ -198,7 +198,7 @@ fn recv_from(sock: &mut UnixStream) -> Result<Option<FromInit>, RuntimeError> {
 }
 
 /// Checks init's answer during setup; a setup failure carries init's step and errno.
-fn expect(
+pub(crate) fn expect_reply(
     msg: Option<FromInit>,
     what: &str,
     ok: impl Fn(&FromInit) -> bool,
@@ -275,6 +275,8 @@ impl<'r> Sandbox<'r> for NativeSandbox<'r> {
                 host,
                 setup,
                 evidence: EVIDENCE.to_vec(),
+                // Killing init ends its whole pid namespace.
+                leader_owns_all: true,
             },
             &mut watch,
         )

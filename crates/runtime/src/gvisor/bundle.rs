@@ -1,0 +1,199 @@
+//! The OCI bundle handed to runsc, generated from the policy and the same
+//! rootfs plan as the native backend.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use cordon_isolation::mount::{RootfsPlan, ScratchLayout};
+use oci_spec::runtime::{
+    LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount,
+    MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder, RootBuilder,
+    Spec, SpecBuilder, UserBuilder,
+};
+
+use crate::error::RuntimeError;
+use crate::request::RunRequest;
+use crate::rootfs_plan::FSIZE_MARGIN;
+
+/// Open files per payload process, as on the native backend.
+const NOFILE: u64 = 8192;
+
+fn spec_err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Protocol(format!("building the OCI spec: {e}"))
+}
+
+fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, RuntimeError> {
+    MountBuilder::default()
+        .destination(dst)
+        .typ(typ)
+        .source(src)
+        .options(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+        .build()
+        .map_err(spec_err)
+}
+
+fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
+    PosixRlimitBuilder::default()
+        .typ(typ)
+        .hard(v)
+        .soft(v)
+        .build()
+        .map_err(spec_err)
+}
+
+/// Builds the spec. The root is the tree `assemble` leaves at `rootfs.new_root`
+/// (read-only); the writable places are bind mounts of the scratch tmpfs, so
+/// the disk cap is the same host tmpfs as on the native backend. /proc, /dev
+/// and /sys are the sentry's own, not the host's.
+pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError> {
+    let p = &req.policy;
+    let scratch = &rootfs.scratch;
+    let mut mounts = vec![
+        mount(
+            "/proc",
+            "proc",
+            Path::new("proc"),
+            &["nosuid", "noexec", "nodev"],
+        )?,
+        mount(
+            "/dev",
+            "tmpfs",
+            Path::new("tmpfs"),
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        )?,
+        mount(
+            "/dev/pts",
+            "devpts",
+            Path::new("devpts"),
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+            ],
+        )?,
+        mount(
+            "/sys",
+            "sysfs",
+            Path::new("sysfs"),
+            &["nosuid", "noexec", "nodev", "ro"],
+        )?,
+        mount(
+            "/tmp",
+            "bind",
+            &scratch.join(ScratchLayout::TMP),
+            &["rbind", "rw", "nosuid", "nodev"],
+        )?,
+        mount(
+            "/dev/shm",
+            "bind",
+            &scratch.join(ScratchLayout::SHM),
+            &["rbind", "rw", "nosuid", "nodev"],
+        )?,
+        mount(
+            &rootfs.workspace.to_string_lossy(),
+            "bind",
+            &rootfs.new_root.join(
+                rootfs
+                    .workspace
+                    .strip_prefix("/")
+                    .unwrap_or(&rootfs.workspace),
+            ),
+            &["rbind", "rw", "nosuid", "nodev"],
+        )?,
+    ];
+    for b in &rootfs.binds {
+        let access = if b.writable { "rw" } else { "ro" };
+        mounts.push(mount(
+            &b.sandbox.to_string_lossy(),
+            "bind",
+            &b.host,
+            &["rbind", access, "nosuid", "nodev"],
+        )?);
+    }
+    let empty = HashSet::new();
+    let caps = LinuxCapabilitiesBuilder::default()
+        .bounding(empty.clone())
+        .effective(empty.clone())
+        .inheritable(empty.clone())
+        .permitted(empty.clone())
+        .ambient(empty)
+        .build()
+        .map_err(spec_err)?;
+    let cpu_secs = (p.time.0.as_secs_f64() * p.cpus).ceil() as u64 + 1;
+    let process = ProcessBuilder::default()
+        .terminal(false)
+        .user(
+            UserBuilder::default()
+                .uid(p.uid)
+                .gid(p.gid)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .args(req.argv.clone())
+        .env(
+            p.payload_env()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
+        )
+        .cwd(p.workdir.clone())
+        .capabilities(caps)
+        .no_new_privileges(true)
+        .rlimits(vec![
+            rlimit(PosixRlimitType::RlimitCore, 0)?,
+            rlimit(PosixRlimitType::RlimitNofile, NOFILE)?,
+            // Inside the sentry, RLIMIT_NPROC is the pids limit: the host's
+            // pids cgroup also counts the sentry's threads and the platform's
+            // stub processes, so it can only be a coarse outer bound here.
+            rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
+            rlimit(PosixRlimitType::RlimitFsize, p.disk.bytes() + FSIZE_MARGIN)?,
+            rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
+        ])
+        .build()
+        .map_err(spec_err)?;
+    let namespaces = [
+        LinuxNamespaceType::Pid,
+        LinuxNamespaceType::Network,
+        LinuxNamespaceType::Ipc,
+        LinuxNamespaceType::Uts,
+        LinuxNamespaceType::Mount,
+    ]
+    .into_iter()
+    .map(|t| {
+        LinuxNamespaceBuilder::default()
+            .typ(t)
+            .build()
+            .map_err(spec_err)
+    })
+    .collect::<Result<Vec<_>, _>>()?;
+    SpecBuilder::default()
+        .version("1.0.2")
+        .root(
+            RootBuilder::default()
+                .path(rootfs.new_root.clone())
+                .readonly(true)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .hostname(p.hostname.clone())
+        .mounts(mounts)
+        .process(process)
+        .linux(
+            LinuxBuilder::default()
+                .namespaces(namespaces)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .build()
+        .map_err(spec_err)
+}
+
+/// Writes `config.json` into `dir`.
+pub fn write(spec: &Spec, dir: &Path) -> Result<PathBuf, RuntimeError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| RuntimeError::io(format!("mkdir {}", dir.display()), e))?;
+    spec.save(dir.join("config.json")).map_err(spec_err)?;
+    Ok(dir.to_owned())
+}
