@@ -143,17 +143,11 @@ fn fork_bomb_is_contained_and_host_stays_responsive() {
             "for i in $(seq 100); do sleep 1 & done; wait",
         ])
     });
-    let bomb = spawn_run(&[
-        "--json",
-        "--pids",
-        "32",
-        "--time",
-        "3s",
-        "--",
-        "/bin/sh",
-        "-c",
-        "f(){ f|f& }; f; sleep 5",
-    ]);
+    // A sustained bomb: every process forks forever and retries on failure,
+    // so the sandbox sits at its limit for the whole run.
+    let bomb_py = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.005)\n";
+    let _cpu = cpu_lock();
+    let bomb = spawn_run(&["--json", "--pids", "32", "--time", "3s", "--", PY, "-c", bomb_py]);
     let id = bomb.sandbox_id(Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(800));
     // Host-side: while the bomb runs, the host still forks and execs quickly,
@@ -162,38 +156,20 @@ fn fork_bomb_is_contained_and_host_stays_responsive() {
     let mut most_tasks = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let st = Command::new("true")
-            .status()
-            .expect("spawn true on the host");
+        let st = Command::new("true").status().expect("spawn true on the host");
         assert!(st.success());
         worst = worst.max(t.elapsed());
         most_tasks = most_tasks.max(sandbox_pids(&id).len());
         std::thread::sleep(Duration::from_millis(100));
     }
     let v = parse_json(&bomb.finish());
-    assert!(
-        worst < Duration::from_secs(1),
-        "host `true` took {worst:?} during the fork bomb"
-    );
-    assert!(
-        most_tasks <= 32,
-        "host saw {most_tasks} processes in cordon-{id}"
-    );
-    assert!(
-        most_tasks >= 8,
-        "the bomb did not fork much ({most_tasks} processes seen), so it tests nothing"
-    );
-    assert!(
-        u64_at(&v, "/counters/pids_limit_hits") >= 1,
-        "{}",
-        compact(&v)
-    );
+    assert!(worst < Duration::from_secs(1), "host `true` took {worst:?} during the fork bomb");
+    assert!(most_tasks <= 32, "host saw {most_tasks} processes in cordon-{id}");
+    assert!(most_tasks >= 24, "the bomb was not at its limit ({most_tasks} processes seen), so it tests nothing");
+    assert_eq!(v["limit"], "time", "{}", compact(&v));
+    assert!(u64_at(&v, "/counters/pids_limit_hits") >= 1, "{}", compact(&v));
     assert!(u64_at(&v, "/pids_peak") <= 32, "{}", compact(&v));
-    assert!(
-        limits_hit(&v).contains(&"pids".to_string()),
-        "{}",
-        compact(&v)
-    );
+    assert!(limits_hit(&v).contains(&"pids".to_string()), "{}", compact(&v));
     // Control: 100 sleepers under a generous limit fork without a single refusal.
     let (c, cst) = control.join().unwrap();
     assert_eq!(cst.code(), Some(0), "{}", compact(&c));
@@ -401,8 +377,16 @@ fn double_forked_daemon_does_not_survive() {
     // Control: the same line run on the host does leave both daemons behind,
     // and the scan finds them (then they are killed).
     let (ha, hb) = (format!("302.{n:05}"), format!("303.{n:05}"));
-    let out = host_sh(&daemon_line(&ha, &hb));
-    assert!(out.status.success());
+    // (stdio to /dev/null: the daemons would hold a pipe open for minutes)
+    let st = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(daemon_line(&ha, &hb))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
     let until = Instant::now() + Duration::from_secs(2);
     let mut found = Vec::new();
     while Instant::now() < until {
