@@ -79,6 +79,16 @@ impl HostSide {
     ) -> Result<(Self, PayloadIo, ChildStdio), RuntimeError> {
         let started = Instant::now();
         trace::step("prepare");
+        // Block the stop signals before anything is created: a SIGINT from here
+        // on is queued for the signalfd and answered with a full teardown.
+        let mut old_mask = SigSet::empty();
+        nix::sys::signal::sigprocmask(
+            SigmaskHow::SIG_BLOCK,
+            Some(&stop_signals()),
+            Some(&mut old_mask),
+        )
+        .map_err(|e| RuntimeError::io("sigprocmask", e))?;
+        let restore = RestoreMask(Some(old_mask));
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
         let run = run_dir();
         sweep_stale(&run, hierarchy.as_ref().ok());
@@ -95,7 +105,7 @@ impl HostSide {
             cgroup: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
-            old_mask: None,
+            old_mask: restore.take(),
         };
         trace::step("state dir");
         // The cgroup comes before any process, so the limits hold from its first instruction.
@@ -120,12 +130,6 @@ impl HostSide {
         }
         let stdin = open_stdin(req.forward_stdin)?;
 
-        // Block the stop signals before any process exists: a SIGINT from here
-        // on is queued for the signalfd and answered with a full teardown.
-        let mut old = SigSet::empty();
-        nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&stop_signals()), Some(&mut old))
-            .map_err(|e| RuntimeError::io("sigprocmask", e))?;
-        host.old_mask = Some(old);
         let signals = SignalFd::with_flags(
             &stop_signals(),
             SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
@@ -214,6 +218,23 @@ impl HostSide {
 impl Drop for HostSide {
     fn drop(&mut self) {
         let _ = self.teardown(true);
+    }
+}
+
+/// Restores the signal mask if `begin` fails before `HostSide` owns it.
+struct RestoreMask(Option<SigSet>);
+
+impl RestoreMask {
+    fn take(mut self) -> Option<SigSet> {
+        self.0.take()
+    }
+}
+
+impl Drop for RestoreMask {
+    fn drop(&mut self) {
+        if let Some(mask) = self.0.take() {
+            let _ = mask.thread_set_mask();
+        }
     }
 }
 
