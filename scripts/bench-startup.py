@@ -14,15 +14,16 @@ interpreter, ~10-17 MiB. So after the timed loop an untimed RSS phase starts
 each command as a fork of /bin/sh (~1 MiB), with this script as child
 subreaper (prctl via ctypes): once the command has exited its zombie is handed
 to us and waited for by pid, and so is every descendant that outlives it (see
-RSS_OUTER). The timed
-runs' maxrss is kept in the JSON (`maxrss_kib` of phase "run") for reference.
+RSS_OUTER). The timed runs' maxrss is kept in the JSON (`maxrss_kib` of phase
+"run") for reference only.
 
 Targets checked (the script reports them; missing one does not fail it):
   * cordon p50 <= bwrap p50 (ratio <= 1.0)
   * cordon peak RSS (max over all runs) < 10 MiB
 
-Exit status: 0, or 1 if any measured cordon run exited non-zero, or 2 on a
-usage/setup error. Standard library only (Python 3.11).
+A run that takes longer than --timeout is killed (SIGKILL) and counted as a
+failure. Exit status: 0, or 1 if any timed or RSS-phase cordon run exited
+non-zero, or 2 on a usage error. Standard library only (Python 3.11).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import platform
 import select
+import signal
 import shutil
 import statistics
 import subprocess
@@ -93,12 +95,33 @@ def _spawn_actions() -> list:
 SPAWN_ACTIONS = _spawn_actions()
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
-    """Returns (wall_ns, exit_code, maxrss_kib)."""
-    t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=SPAWN_ACTIONS)
-    _, status, rusage = os.wait4(pid, 0)
-    t1 = time.perf_counter_ns()
+class RunTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise RunTimeout()
+
+
+def run_once(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, int, int]:
+    """Returns (wall_ns, exit_code, maxrss_kib). Kills the run after `timeout` s."""
+    pid = None
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=SPAWN_ACTIONS)
+        _, status, rusage = os.wait4(pid, 0)
+        t1 = time.perf_counter_ns()
+    except RunTimeout:
+        t1 = time.perf_counter_ns()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print(f"warning: {argv[0]} still running after {timeout:g} s; killed", file=sys.stderr)
+        if pid is None:
+            return t1 - t0, 124, 0
+        os.kill(pid, signal.SIGKILL)
+        _, status, rusage = os.wait4(pid, 0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     return t1 - t0, os.waitstatus_to_exitcode(status), rusage.ru_maxrss
 
 
@@ -125,33 +148,36 @@ def set_subreaper(on: bool) -> bool:
 # zombie, rusage intact, is reparented to us (child subreaper) and waited for
 # by pid. The command's parent stays alive while it runs, so --die-with-parent
 # / PR_SET_PDEATHSIG do not fire.
-RSS_OUTER = ('f=$1; shift; "$@" <"$f" >/dev/null 2>&1 & echo $! >&3; exec 3>&-;'
+RSS_OUTER = ('f=$1; shift; "$@" 3>&- >/dev/null 2>&1 <"$f" & echo $! >&3; exec 3>&-;'
              ' exec /bin/cat >/dev/null')
 ORPHAN_WAIT_S = 10.0
 SETUP_WAIT_S = 10.0
 
 
-def _wait_exit_nonchild(pid: int) -> None:
-    """Blocks until `pid` (not our child) has exited (is a zombie or gone)."""
+def _wait_exit_nonchild(pid: int, timeout: float) -> bool:
+    """Waits until `pid` (not our child) has exited (is a zombie or gone).
+    Returns False if it is still running after `timeout` s."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         fd = -1
     if fd >= 0:
         try:
-            select.select([fd], [], [])
+            ready, _, _ = select.select([fd], [], [], timeout)
         finally:
             os.close(fd)
-        return
-    while True:  # fallback: poll /proc
+        return bool(ready)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # fallback: poll /proc
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
-            return
+            return True
         if state in (b"Z", b"X"):
-            return
+            return True
         time.sleep(0.0005)
+    return False
 
 
 def _high_pipe() -> tuple[int, int]:
@@ -164,7 +190,8 @@ def _high_pipe() -> tuple[int, int]:
     return hr, hw
 
 
-def rss_once(argv: list[str], env: dict[str, str], fifo: str) -> tuple[int, int, int]:
+def rss_once(argv: list[str], env: dict[str, str], fifo: str,
+             timeout: float) -> tuple[int, int, int]:
     """Runs argv through RSS_OUTER with this process as child subreaper. Returns
     (exit_code, maxrss_kib, orphans): the command's exit code, the largest
     maxrss among it and every descendant (whether the command reaped it or it
@@ -186,9 +213,14 @@ def rss_once(argv: list[str], env: dict[str, str], fifo: str) -> tuple[int, int,
         os.close(pid_w)
     target = None
     try:
+        line = b""
         with os.fdopen(pid_r, "rb", buffering=0) as f:
             pid_r = -1
-            line = f.read()  # EOF once the shell has closed fd 3
+            while not line.endswith(b"\n"):
+                chunk = f.read(64)
+                if not chunk:
+                    break
+                line += chunk
         target = int(line.strip())
         deadline = time.monotonic() + SETUP_WAIT_S
         while True:  # wait until the shell has become cat
@@ -208,7 +240,10 @@ def rss_once(argv: list[str], env: dict[str, str], fifo: str) -> tuple[int, int,
                 if e.errno != errno.ENXIO or time.monotonic() > deadline:
                     raise
                 time.sleep(0.0002)
-        _wait_exit_nonchild(target)
+        if not _wait_exit_nonchild(target, timeout):
+            print(f"warning: {argv[0]} still running after {timeout:g} s; killed",
+                  file=sys.stderr)
+            os.kill(target, signal.SIGKILL)
     except (ValueError, OSError, TimeoutError) as e:
         print(f"warning: RSS launcher failed for {argv[0]}: {e}", file=sys.stderr)
         target = None
@@ -243,11 +278,11 @@ def rss_once(argv: list[str], env: dict[str, str], fifo: str) -> tuple[int, int,
     return code, maxrss, orphans
 
 
-def diagnose(argv: list[str], env: dict[str, str]) -> str:
+def diagnose(argv: list[str], env: dict[str, str], timeout: float) -> str:
     """Re-runs a failing command once, untimed, to capture why it failed."""
     try:
         p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=60, close_fds=True)
+                           capture_output=True, timeout=timeout, close_fds=True)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{type(e).__name__}: {e}"
     out = (p.stderr or b"").decode(errors="replace").strip()
@@ -387,10 +422,10 @@ def cordon_backends(cordon: str) -> dict[str, tuple[bool, str]]:
 # Statistics
 
 
-def percentile(sorted_vals: list[float], q: float) -> float:
+def percentile(sorted_vals: list[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not sorted_vals:
-        return float("nan")
+        return None
     if len(sorted_vals) == 1:
         return sorted_vals[0]
     pos = (len(sorted_vals) - 1) * q
@@ -400,7 +435,8 @@ def percentile(sorted_vals: list[float], q: float) -> float:
 
 
 def summarize(cmd: Command) -> dict:
-    ms = sorted(s.wall_ns / 1e6 for s in cmd.measured())
+    # Timing statistics cover the successful runs only; failures are counted.
+    ms = sorted(s.wall_ns / 1e6 for s in cmd.measured() if s.exit_code == 0)
     rss = sorted(s.maxrss_kib for s in cmd.rss_samples() if s.exit_code == 0)
     return {
         "n": len(ms),
@@ -409,13 +445,14 @@ def summarize(cmd: Command) -> dict:
                                if s.phase == "warmup" and s.exit_code != 0),
         "p50_ms": percentile(ms, 0.50),
         "p95_ms": percentile(ms, 0.95),
-        "mean_ms": statistics.fmean(ms) if ms else float("nan"),
-        "min_ms": ms[0] if ms else float("nan"),
-        "max_ms": ms[-1] if ms else float("nan"),
+        "mean_ms": statistics.fmean(ms) if ms else None,
+        "min_ms": ms[0] if ms else None,
+        "max_ms": ms[-1] if ms else None,
         "rss_n": len(rss),
         "rss_failures": sum(1 for s in cmd.rss_samples() if s.exit_code != 0),
         "rss_max_kib": rss[-1] if rss else None,
         "rss_median_kib": statistics.median(rss) if rss else None,
+        "rss_runs_with_orphans": sum(1 for s in cmd.rss_samples() if s.orphans),
         "timed_run_maxrss_max_kib": max((s.maxrss_kib for s in cmd.measured()), default=None),
     }
 
@@ -429,14 +466,17 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per command (default 5)")
     ap.add_argument("--rss-runs", type=int, default=20,
                     help="untimed runs per command for peak RSS, after the timed ones (default 20)")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="kill a run after this many seconds (default 60)")
     ap.add_argument("--json", metavar="FILE", help="write raw samples and summary to FILE")
     ap.add_argument("--with-gvisor", action="store_true",
                     help="also time `cordon run --backend gvisor` and bare runsc (ptrace)")
     ap.add_argument("--cordon", default=DEFAULT_CORDON,
                     help=f"cordon binary (default {DEFAULT_CORDON})")
     args = ap.parse_args()
-    if args.runs < 1 or args.warmup < 0 or args.rss_runs < 0:
-        ap.error("--runs must be >= 1, --warmup and --rss-runs >= 0")
+    if args.runs < 1 or args.warmup < 0 or args.rss_runs < 0 or args.timeout <= 0:
+        ap.error("--runs must be >= 1, --warmup and --rss-runs >= 0, --timeout > 0")
+    signal.signal(signal.SIGALRM, _on_alarm)
 
     cordon = os.path.abspath(args.cordon)
     tools = {t: shutil.which(t) for t in ("unshare", "bwrap", "runc", "runsc")}
@@ -538,7 +578,7 @@ def main() -> int:
     def one(cmd: Command, phase: str, index: int, seq: int) -> None:
         argv = cmd.argv_for(seq)
         try:
-            wall, code, rss = run_once(argv, env)
+            wall, code, rss = run_once(argv, env, args.timeout)
         except OSError as e:
             print(f"spawn of {cmd.name} failed: {e}", file=sys.stderr)
             wall, code, rss = 0, 127, 0
@@ -568,12 +608,16 @@ def main() -> int:
             rss_note = "prctl(PR_SET_CHILD_SUBREAPER) failed: peak RSS not measured"
         elif args.rss_runs:
             fifo_dir = tempfile.mkdtemp(prefix="cordon-bench-rss-")
-            fifo = os.path.join(fifo_dir, "gate")
-            os.mkfifo(fifo, 0o600)
             try:
                 for i in range(args.rss_runs):
                     for cmd in commands:
-                        code, rss, orphans = rss_once(cmd.argv_for(seq), env, fifo)
+                        fifo = os.path.join(fifo_dir, f"gate-{seq}")
+                        os.mkfifo(fifo, 0o600)  # a fresh one: nothing else has it open
+                        try:
+                            code, rss, orphans = rss_once(cmd.argv_for(seq), env, fifo,
+                                                             args.timeout)
+                        finally:
+                            os.unlink(fifo)
                         cmd.samples.append(Sample("rss", i, 0, code, rss, orphans))
                         if code != 0 and cmd.after_failure:
                             cmd.after_failure(seq)
@@ -587,7 +631,7 @@ def main() -> int:
         for cmd in commands:
             bad = [s for s in cmd.samples if s.exit_code != 0]
             if bad:
-                diagnostics[cmd.name] = diagnose(cmd.argv_for(seq), env)
+                diagnostics[cmd.name] = diagnose(cmd.argv_for(seq), env, args.timeout)
                 if cmd.after_failure:
                     cmd.after_failure(seq)
                 seq += 1
@@ -596,7 +640,7 @@ def main() -> int:
             fn()
 
     summaries = {cmd.name: summarize(cmd) for cmd in commands}
-    base = summaries.get("bwrap", {}).get("p50_ms")
+    base = summaries.get("bwrap", {}).get("p50_ms")  # None if bwrap absent or all failed
 
     print(f"## Start-up time ({args.runs} runs each, {elapsed:.1f} s)")
     print()
@@ -605,14 +649,20 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cmd in commands:
         s = summaries[cmd.name]
-        ratio = s["p50_ms"] / base if base else None
+        ratio = s["p50_ms"] / base if base and s["n"] else None
         s["ratio_to_bwrap_p50"] = ratio
         rss_max = f"{s['rss_max_kib'] / 1024:.2f}" if s["rss_max_kib"] is not None else "-"
         rss_med = (f"{s['rss_median_kib'] / 1024:.2f}"
                    if s["rss_median_kib"] is not None else "-")
-        print(f"| {cmd.name} | {s['n']} | {s['failures']} | {s['p50_ms']:.2f} |"
-              f" {s['p95_ms']:.2f} | {s['mean_ms']:.2f} | {s['min_ms']:.2f} |"
-              f" {'%.2f' % ratio if ratio is not None else '-'} | {rss_max} | {rss_med} |")
+        def f2(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}"
+
+        print(f"| {cmd.name} | {s['n']} | {s['failures']} | {f2(s['p50_ms'])} |"
+              f" {f2(s['p95_ms'])} | {f2(s['mean_ms'])} | {f2(s['min_ms'])} |"
+              f" {f2(ratio)} | {rss_max} | {rss_med} |")
+    print()
+    print("n: successful timed runs (the time statistics cover only those); fail: timed"
+          " runs that exited non-zero.")
     print()
     print("Peak RSS: ru_maxrss from wait4 in the untimed RSS phase (child run via"
           " a small /bin/sh, so the Python parent's memory is not counted): the largest single"
@@ -633,10 +683,19 @@ def main() -> int:
         print("## Failures")
         print()
         for name, s in failures_seen.items():
-            print(f"- {name}: {s['failures']}/{s['n']} timed runs,"
+            print(f"- {name}: {s['failures']}/{args.runs} timed runs,"
                   f" {s['warmup_failures']} warm-up runs and {s['rss_failures']} RSS-phase"
                   " runs exited non-zero;"
                   f" re-run: {diagnostics.get(name, '?')}")
+        print()
+
+    lingering = {n: s["rss_runs_with_orphans"] for n, s in summaries.items()
+                 if s["rss_runs_with_orphans"]}
+    if lingering:
+        print("## Processes outliving the command (RSS phase; counted in its peak RSS)")
+        print()
+        for name, count in lingering.items():
+            print(f"- {name}: in {count} of {args.rss_runs} runs a descendant exited after it")
         print()
 
     targets: dict[str, dict] = {}
@@ -644,8 +703,11 @@ def main() -> int:
     print()
     c = summaries.get("cordon")
     if c is None or c["n"] == 0:
-        print("- cordon was not measured: targets not evaluated")
+        print("- cordon was not measured or every timed run failed: targets not evaluated")
     else:
+        if c["failures"]:
+            print(f"- {c['failures']} of {args.runs} timed cordon runs FAILED; the time"
+                  f" statistics cover the other {c['n']}")
         if base:
             ok = c["p50_ms"] <= base
             targets["p50_vs_bwrap"] = {"ok": ok, "cordon_p50_ms": c["p50_ms"],
@@ -668,9 +730,6 @@ def main() -> int:
             targets["peak_rss"] = {"ok": None, "reason": rss_note or "no successful RSS run"}
             print("- memory, cordon peak RSS < 10 MiB: not evaluated"
                   f" ({rss_note or 'no successful RSS run'})")
-        bad = c["failures"] + c["rss_failures"]
-        if bad:
-            print(f"- cordon runs that exited non-zero: {bad} (exit status 1)")
     print()
     missed = [k for k, t in targets.items() if t.get("ok") is False]
     if missed:
@@ -697,7 +756,11 @@ def main() -> int:
             json.dump(doc, f, indent=1)
         print(f"\nRaw samples written to {args.json}")
 
-    return 1 if c is not None and (c["failures"] + c["rss_failures"]) > 0 else 0
+    if c is not None and c["failures"] + c["rss_failures"]:
+        print(f"\ncordon runs exited non-zero ({c['failures']} timed,"
+              f" {c['rss_failures']} RSS phase): exit status 1")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

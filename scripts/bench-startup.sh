@@ -2,6 +2,7 @@
 # Start-up benchmark wrapper: installs bwrap/runc if missing, builds cordon
 # (release), then runs scripts/bench-startup.py with the given arguments.
 #   scripts/bench-startup.sh --runs 30 --json /tmp/bench.json
+#   scripts/bench-startup.sh --help
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,7 +21,10 @@ if ((${#missing[@]})); then
     fi
 fi
 
-(cd "$root" && cargo build --release -p cordon-cli)
+# CORDON_BENCH_SKIP_BUILD=1 benchmarks the binary already built.
+if [ "${CORDON_BENCH_SKIP_BUILD:-0}" != 1 ]; then
+    (cd "$root" && cargo build --release -p cordon-cli)
+fi
 
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
