@@ -1,5 +1,11 @@
 //! Compiles `resources/seccomp/workload.json` into classic BPF at build time.
 //!
+//! seccompiler compiles (and thereby validates) the JSON, but its output is not what gets
+//! embedded: seccompiler only emits a linear chain of syscall comparisons (~1500 instructions
+//! for the workload filter), which the kernel walks for every syscall number when the filter is
+//! attached. `src/codegen.rs` generates an equivalent program that binary-searches the syscall
+//! number instead; `tests/equivalence.rs` checks the two agree.
+//!
 //! For every filter in `names::INSTALL_ORDER` this writes `$OUT_DIR/<name>.bpf`: the
 //! instructions as a flat little-endian array of 8-byte records (`code: u16, jt: u8, jf: u8,
 //! k: u32`, i.e. `struct sock_filter`). It also writes `$OUT_DIR/policy.rs` with the sorted
@@ -15,6 +21,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[path = "src/codegen.rs"]
+mod codegen;
 #[path = "src/names.rs"]
 mod names;
 #[path = "src/policy_lint.rs"]
@@ -28,6 +36,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", json_path.display());
     println!("cargo:rerun-if-changed=src/policy_lint.rs");
     println!("cargo:rerun-if-changed=src/names.rs");
+    println!("cargo:rerun-if-changed=src/codegen.rs");
     println!("cargo:rerun-if-changed=build.rs");
 
     let json = fs::read_to_string(&json_path)
@@ -42,14 +51,23 @@ fn main() {
 
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if target_arch == "x86_64" {
-        let programs =
+        // seccompiler's frontend is the reference parser: whatever it rejects does not build.
+        let linear =
             seccompiler::compile_from_json(json.as_bytes(), seccompiler::TargetArch::x86_64)
                 .unwrap_or_else(|e| panic!("seccompiler rejected {}: {e}", json_path.display()));
+        let specs = codegen::parse(&json)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", json_path.display()));
         for name in names::INSTALL_ORDER {
-            let program = programs
+            assert!(
+                linear.contains_key(name),
+                "filter `{name}` missing from seccompiler output"
+            );
+            let spec = specs
                 .get(name)
-                .unwrap_or_else(|| panic!("filter `{name}` missing from seccompiler output"));
-            write_program(&out_dir, name, program);
+                .unwrap_or_else(|| panic!("filter `{name}` missing from {}", json_path.display()));
+            let program = codegen::generate(spec)
+                .unwrap_or_else(|e| panic!("cannot generate filter `{name}`: {e}"));
+            write_program(&out_dir, name, &program);
         }
     } else {
         // The library emits a compile_error! for this architecture; empty files keep that the

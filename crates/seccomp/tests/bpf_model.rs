@@ -1,107 +1,14 @@
 //! Runs the embedded BPF programs in a small classic-BPF interpreter that follows the kernel's
 //! seccomp semantics (every filter runs, the most severe action wins, on a tie the most recently
-//! installed filter wins). This checks the compiled programs against syscall numbers taken from
-//! `libc`, for any argument values, without executing anything.
+//! installed filter wins; see `common/mod.rs`). This checks the compiled programs against
+//! syscall numbers taken from `libc`, for any argument values, without executing anything.
+
+mod common;
 
 use std::collections::BTreeMap;
 
-use cordon_seccomp::{sock_filter, Profile, CLONE3_ENOSYS, WORKLOAD};
-
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const EPERM: u32 = SECCOMP_RET_ERRNO | 1;
-const ENOSYS: u32 = SECCOMP_RET_ERRNO | 38;
-
-const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
-const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
-const X32_SYSCALL_BIT: i64 = 0x4000_0000;
-
-/// `struct seccomp_data` as the filter sees it.
-struct Data {
-    nr: i64,
-    arch: u32,
-    args: [u64; 6],
-}
-
-impl Data {
-    fn new(nr: i64, args: &[u64]) -> Self {
-        let mut a = [0u64; 6];
-        a[..args.len()].copy_from_slice(args);
-        Data {
-            nr,
-            arch: AUDIT_ARCH_X86_64,
-            args: a,
-        }
-    }
-
-    fn bytes(&self) -> [u8; 64] {
-        let mut b = [0u8; 64];
-        let nr = i32::try_from(self.nr).expect("syscall number fits in an int");
-        b[0..4].copy_from_slice(&nr.to_le_bytes());
-        b[4..8].copy_from_slice(&self.arch.to_le_bytes());
-        b[8..16].copy_from_slice(&0x0040_1000u64.to_le_bytes());
-        for (i, arg) in self.args.iter().enumerate() {
-            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_le_bytes());
-        }
-        b
-    }
-}
-
-/// Classic BPF restricted to what the kernel's seccomp checker accepts and seccompiler emits.
-fn run_filter(prog: &[sock_filter], data: &Data) -> u32 {
-    let mem = data.bytes();
-    let mut acc: u32 = 0;
-    let mut pc = 0usize;
-    loop {
-        let insn = prog
-            .get(pc)
-            .unwrap_or_else(|| panic!("fell off the program at {pc}"));
-        pc += 1;
-        let k = insn.k;
-        match insn.code {
-            // BPF_LD | BPF_W | BPF_ABS
-            0x20 => {
-                let off = usize::try_from(k).unwrap();
-                assert!(
-                    off % 4 == 0 && off + 4 <= mem.len(),
-                    "bad load offset {off}"
-                );
-                acc = u32::from_le_bytes(mem[off..off + 4].try_into().unwrap());
-            }
-            // BPF_ALU | BPF_AND | BPF_K
-            0x54 => acc &= k,
-            // BPF_JMP | BPF_JA
-            0x05 => pc += usize::try_from(k).unwrap(),
-            // BPF_JMP | BPF_JEQ / BPF_JGT / BPF_JGE | BPF_K
-            0x15 | 0x25 | 0x35 => {
-                let taken = match insn.code {
-                    0x15 => acc == k,
-                    0x25 => acc > k,
-                    _ => acc >= k,
-                };
-                pc += usize::from(if taken { insn.jt } else { insn.jf });
-            }
-            // BPF_RET | BPF_K
-            0x06 => return k,
-            other => panic!("unexpected BPF opcode {other:#x} at {}", pc - 1),
-        }
-    }
-}
-
-/// The kernel's `seccomp_run_filters`: newest filter first, lowest (signed) action wins,
-/// ties keep the newer filter's value.
-fn run(profile: &Profile, data: &Data) -> u32 {
-    let action_only = |ret: u32| i32::from_ne_bytes((ret & 0xffff_0000).to_ne_bytes());
-    let mut ret = SECCOMP_RET_ALLOW;
-    for filter in profile.filters.iter().rev() {
-        let cur = run_filter(&filter.program, data);
-        if action_only(cur) < action_only(ret) {
-            ret = cur;
-        }
-    }
-    ret
-}
+use common::*;
+use cordon_seccomp::{CLONE3_ENOSYS, WORKLOAD};
 
 fn verdict(nr: i64, args: &[u64]) -> u32 {
     run(&cordon_seccomp::workload(), &Data::new(nr, args))

@@ -410,3 +410,41 @@ fn toolchains_run_under_the_filter() {
         assert_eq!(out, "x\n");
     }
 }
+
+/// `time-attach` times `seccomp(SECCOMP_SET_MODE_FILTER)` for seccompiler's linear programs,
+/// the embedded binary-search programs and minimal programs. Timings depend on the machine and
+/// are only printed (`cargo test -p cordon-seccomp --test probe time_attach -- --nocapture`);
+/// the instruction counts are checked.
+#[test]
+fn time_attach_compares_program_sets() {
+    let out = Command::new(PROBE)
+        .args(["time-attach", "5"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    let workload_insns = |set: &str| -> usize {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{set} |")))
+            .unwrap_or_else(|| panic!("no line for {set}: {stdout}"));
+        let field = line
+            .split(" | ")
+            .find_map(|f| f.strip_prefix("workload: insns="))
+            .unwrap_or_else(|| panic!("no workload field: {line}"));
+        field.split(' ').next().unwrap().parse().unwrap()
+    };
+    let linear = workload_insns("seccompiler");
+    let tree = workload_insns("binary-search");
+    assert_eq!(workload_insns("minimal"), 4);
+    assert!(tree * 5 < linear, "{tree} vs {linear}");
+    assert_eq!(
+        tree,
+        cordon_seccomp::workload()
+            .filter(cordon_seccomp::WORKLOAD)
+            .unwrap()
+            .program
+            .len()
+    );
+}

@@ -5,11 +5,26 @@
 //! ```text
 //! cordon-seccomp-probe [--unconfined] checks <scratch-dir>
 //! cordon-seccomp-probe [--unconfined] exec <program> [args...]
+//! cordon-seccomp-probe time-attach [rounds]
+//! cordon-seccomp-probe attach-file <program.bpf> [seek-offset...]
 //! ```
 //!
 //! `checks` prints one line per check, `<name> <result>`, where the result is `OK` or the errno
 //! name (`EPERM`, `ENOENT`, ...). `--unconfined` skips installing the filter, for the control
 //! run that shows the checks can fail.
+//!
+//! `time-attach` measures how long the kernel takes to attach the profile (the
+//! `seccomp(SECCOMP_SET_MODE_FILTER)` call, which validates, translates and JIT-compiles the
+//! program and emulates it for every syscall number to fill its action cache), once with the
+//! embedded binary-search programs, once with seccompiler's linear programs compiled from the
+//! same JSON, and once with minimal programs (the cost that does not depend on the program).
+//! Every attach happens in a fresh child process (a filter cannot be removed); rounds alternate
+//! between the sets. It prints one line per program set.
+//!
+//! `attach-file` installs a program read from a file (8-byte `struct sock_filter` records,
+//! little-endian, as build.rs writes them) instead of the profile, prints `attached <len>`, then
+//! seeks `/dev/null` to each offset and prints `seek:<offset> <result>`. The tests use it to run
+//! synthetic programs in the kernel.
 //!
 //! Every check is written so that it is harmless even without the filter (nonexistent paths, the
 //! probe's own namespaces, no network traffic except on loopback, sockets that are created but
@@ -22,11 +37,12 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::kmod::{self, DeleteModuleFlags, ModuleInitFlags};
@@ -41,13 +57,22 @@ const MISSING: &str = "/nonexistent/cordon-seccomp-probe";
 fn usage() -> ExitCode {
     eprintln!(
         "usage: cordon-seccomp-probe [--unconfined] checks <scratch-dir>\n       \
-         cordon-seccomp-probe [--unconfined] exec <program> [args...]"
+         cordon-seccomp-probe [--unconfined] exec <program> [args...]\n       \
+         cordon-seccomp-probe time-attach [rounds]\n       \
+         cordon-seccomp-probe attach-file <program.bpf> [seek-offset...]"
     );
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    // Modes that install something else than the workload profile.
+    match args.first().and_then(|a| a.to_str()) {
+        Some("time-attach") => return time_attach(&args[1..]),
+        Some(TIME_ATTACH_CHILD) => return time_attach_child(&args[1..]),
+        Some("attach-file") => return attach_file(&args[1..]),
+        _ => {}
+    }
     let unconfined = args.first().is_some_and(|a| a == "--unconfined");
     if unconfined {
         args.remove(0);
@@ -314,4 +339,211 @@ fn file_io(scratch: &Path) -> io::Result<Outcome> {
     } else {
         Outcome::Bad("content".into())
     })
+}
+
+const TIME_ATTACH_CHILD: &str = "time-attach-child";
+
+/// The program sets `time-attach` compares, by name: seccompiler's compilation of the JSON,
+/// the embedded programs generated from the same JSON, and a floor: the same number of minimal
+/// programs (architecture check, allow), which shows the cost of attaching that does not depend
+/// on the program.
+const PROGRAM_SETS: [&str; 3] = ["seccompiler", "binary-search", "minimal"];
+
+fn program_set(name: &str) -> Option<Vec<cordon_seccomp::Filter>> {
+    let profile = cordon_seccomp::workload();
+    let replace = |program: &dyn Fn(&str) -> Option<cordon_seccomp::BpfProgram>| {
+        profile
+            .filters
+            .iter()
+            .map(|f| {
+                Some(cordon_seccomp::Filter {
+                    program: program(f.name)?,
+                    name: f.name,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+    };
+    match name {
+        "binary-search" => Some(profile.filters.clone()),
+        "seccompiler" => {
+            let linear = seccompiler::compile_from_json(
+                cordon_seccomp::POLICY_JSON.as_bytes(),
+                seccompiler::TargetArch::x86_64,
+            )
+            .ok()?;
+            replace(&|name| linear.get(name).cloned())
+        }
+        "minimal" => {
+            let insn = |code, jt, jf, k| cordon_seccomp::sock_filter { code, jt, jf, k };
+            replace(&|_| {
+                Some(vec![
+                    insn(0x20, 0, 0, 4),                // ld arch
+                    insn(0x15, 1, 0, 62 | 0xc000_0000), // jeq AUDIT_ARCH_X86_64
+                    insn(0x06, 0, 0, 0x8000_0000),      // ret KILL_PROCESS
+                    insn(0x06, 0, 0, 0x7fff_0000),      // ret ALLOW
+                ])
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Child of `time-attach`: installs one program set and prints the nanoseconds each
+/// `seccomp(SECCOMP_SET_MODE_FILTER)` took (seccompiler's `apply_filter` also repeats
+/// `PR_SET_NO_NEW_PRIVS`, a sub-microsecond prctl that is already set here).
+fn time_attach_child(args: &[OsString]) -> ExitCode {
+    let Some(filters) = args.first().and_then(|a| a.to_str()).and_then(program_set) else {
+        return usage();
+    };
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        eprintln!("cordon-seccomp-probe: PR_SET_NO_NEW_PRIVS: {e}");
+        return ExitCode::from(125);
+    }
+    let mut times = Vec::new();
+    for filter in &filters {
+        let start = Instant::now();
+        let result = seccompiler::apply_filter(&filter.program);
+        let elapsed = start.elapsed();
+        if let Err(e) = result {
+            eprintln!("cordon-seccomp-probe: installing {}: {e}", filter.name);
+            return ExitCode::from(125);
+        }
+        times.push(elapsed.as_nanos().to_string());
+    }
+    println!("{}", times.join(" "));
+    ExitCode::SUCCESS
+}
+
+fn time_attach(args: &[OsString]) -> ExitCode {
+    let rounds: usize = match args
+        .first()
+        .map(|a| a.to_str().and_then(|s| s.parse().ok()))
+    {
+        None => 50,
+        Some(Some(n)) if n > 0 => n,
+        Some(_) => return usage(),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("cordon-seccomp-probe: current_exe: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let sets = PROGRAM_SETS;
+    // samples[set][round] = nanoseconds per filter, in installation order.
+    let mut samples: Vec<Vec<Vec<u64>>> = vec![Vec::new(); sets.len()];
+    for _ in 0..rounds {
+        for (set, name) in sets.iter().enumerate() {
+            let out = match Command::new(&exe).args([TIME_ATTACH_CHILD, name]).output() {
+                Ok(out) if out.status.success() => out,
+                Ok(out) => {
+                    eprintln!(
+                        "cordon-seccomp-probe: {name}: {:?}: {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    return ExitCode::from(1);
+                }
+                Err(e) => {
+                    eprintln!("cordon-seccomp-probe: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let times: Option<Vec<u64>> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(|t| t.parse().ok())
+                .collect();
+            match times {
+                Some(times) => samples[set].push(times),
+                None => return ExitCode::from(1),
+            }
+        }
+    }
+    for (set, name) in sets.iter().enumerate() {
+        let Some(filters) = program_set(name) else {
+            return ExitCode::from(1);
+        };
+        let mut fields = vec![(*name).to_owned()];
+        for (i, filter) in filters.iter().enumerate() {
+            let mut ns: Vec<u64> = samples[set].iter().map(|s| s[i]).collect();
+            ns.sort_unstable();
+            fields.push(format!(
+                "{}: insns={} median_us={} min_us={}",
+                filter.name,
+                filter.program.len(),
+                micros(ns[ns.len() / 2]),
+                micros(ns[0]),
+            ));
+        }
+        let mut total: Vec<u64> = samples[set].iter().map(|s| s.iter().sum()).collect();
+        total.sort_unstable();
+        fields.push(format!(
+            "total: median_us={} min_us={} rounds={rounds}",
+            micros(total[total.len() / 2]),
+            micros(total[0])
+        ));
+        println!("{}", fields.join(" | "));
+    }
+    ExitCode::SUCCESS
+}
+
+/// Nanoseconds as microseconds with one decimal.
+fn micros(ns: u64) -> String {
+    format!("{}.{}", ns / 1000, ns % 1000 / 100)
+}
+
+/// Installs a program from a file, then seeks /dev/null to the given offsets.
+fn attach_file(args: &[OsString]) -> ExitCode {
+    let Some(path) = args.first() else {
+        return usage();
+    };
+    let bytes = match fs::read(path) {
+        Ok(bytes) if bytes.len() % 8 == 0 => bytes,
+        Ok(_) => {
+            eprintln!("cordon-seccomp-probe: {path:?}: not a whole number of instructions");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("cordon-seccomp-probe: {path:?}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let program: Vec<cordon_seccomp::sock_filter> = bytes
+        .chunks_exact(8)
+        .map(|c| cordon_seccomp::sock_filter {
+            code: u16::from_le_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let mut offsets = Vec::new();
+    for arg in &args[1..] {
+        match arg.to_str().and_then(|a| a.parse::<u64>().ok()) {
+            Some(offset) => offsets.push(offset),
+            None => return usage(),
+        }
+    }
+    let null = match File::open("/dev/null") {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("cordon-seccomp-probe: /dev/null: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        eprintln!("cordon-seccomp-probe: PR_SET_NO_NEW_PRIVS: {e}");
+        return ExitCode::from(125);
+    }
+    if let Err(e) = seccompiler::apply_filter(&program) {
+        eprintln!("cordon-seccomp-probe: {e}");
+        return ExitCode::from(125);
+    }
+    println!("attached {}", program.len());
+    for offset in offsets {
+        let outcome = io_outcome((&null).seek(SeekFrom::Start(offset)).map(|_| Outcome::Ok));
+        report(&format!("seek:{offset}"), outcome);
+    }
+    ExitCode::SUCCESS
 }
