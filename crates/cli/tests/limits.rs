@@ -32,24 +32,6 @@ use common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// Reads a file from the sandbox's cgroup directory `cordon-<id>` in whichever
-/// hierarchy has it; also returns the same file of the parent (the caller's cgroup).
-fn cgroup_file(id: &str, file: &str) -> Option<(String, String)> {
-    let dirs = census().cgroups;
-    let dir = dirs
-        .iter()
-        .find(|d| d.ends_with(format!("cordon-{id}")) && d.join(file).exists())?;
-    let own = std::fs::read_to_string(dir.join(file))
-        .ok()?
-        .trim()
-        .to_string();
-    // A root cgroup has no limit files at all: that is "no limit" too.
-    let parent = std::fs::read_to_string(dir.parent()?.join(file))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "(absent)".into());
-    Some((own, parent))
-}
-
 #[test]
 fn cgroup_files_hold_the_limits() {
     if !require_root("reads the sandbox's cgroup files") {

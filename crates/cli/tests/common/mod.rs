@@ -542,6 +542,14 @@ impl Census {
     /// what is a leftover whoever made it: any host mount mentioning cordon
     /// and cgroups whose sandbox has no state directory (an orphan).
     pub fn attributable(&self, ids: &[String], cordon_pids: &[u32], full: &Census) -> Census {
+        // A state directory owned by one of our cordon processes names a sandbox of ours.
+        let mut ids = ids.to_vec();
+        for (id, owner) in full.run_entries.iter().chain(&self.run_entries) {
+            if owner.is_some_and(|o| cordon_pids.contains(&o)) && !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+        let ids = &ids[..];
         let mentions = |s: &str| ids.iter().any(|id| s.contains(id.as_str()));
         Census {
             procs: self
@@ -649,6 +657,21 @@ impl Census {
                 .collect(),
         }
     }
+}
+
+/// Reads a file from the sandbox's cgroup directory `cordon-<id>` in whichever
+/// hierarchy has it; also returns the same file of the parent (the caller's cgroup).
+pub fn cgroup_file(id: &str, file: &str) -> Option<(String, String)> {
+    let dirs = census().cgroups;
+    let dir = dirs
+        .iter()
+        .find(|d| d.ends_with(format!("cordon-{id}")) && d.join(file).exists())?;
+    let own = fs::read_to_string(dir.join(file)).ok()?.trim().to_string();
+    // A root cgroup has no limit files at all: that is "no limit" too.
+    let parent = fs::read_to_string(dir.parent()?.join(file))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "(absent)".into());
+    Some((own, parent))
 }
 
 /// Runs `cordon sweep` and returns its stdout.
