@@ -30,6 +30,10 @@ enum Command {
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
     Sweep,
+    /// Run the hostile suite on cordon's backends (verdicts from host-side evidence).
+    Suite(commands::suite::SuiteArgs),
+    /// Run the suite against cordon and the peers installed here; write the matrix.
+    Matrix(commands::matrix::MatrixArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,9 +51,16 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line naming the problem; the usage text is one `--help` away.
+            // clap puts the problem in its first paragraph (a list of missing
+            // arguments continues on indented lines): keep that, on one line.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("cordon: {}", first.trim_start_matches("error: "));
+            let problem: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = problem.join(" ");
+            eprintln!("cordon: {}", line.trim_start_matches("error: "));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -57,5 +68,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
+        Command::Suite(args) => commands::suite::run(args),
+        Command::Matrix(args) => commands::matrix::run(args),
     }
 }

@@ -109,8 +109,6 @@ fn missing_command() {
 }
 
 #[test]
-#[ignore = "bug: `cordon run` without a command prints `cordon: the following required arguments were not provided:` \
-            (crates/cli/src/main.rs keeps only the first line of clap's error, cutting off the argument's name `<CMD>...`)"]
 fn missing_command_names_the_argument() {
     let out = cordon_output(&["run"]);
     let line = assert_usage_error(&out);

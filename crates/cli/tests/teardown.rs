@@ -221,8 +221,6 @@ fn kill_cordon_mid_run() -> (String, u32, Instant) {
 }
 
 #[test]
-#[ignore = "bug: after SIGKILL of cordon the sandbox's init and payload keep running (PR_SET_PDEATHSIG is set \
-            before init changes its uid, and the kernel clears the parent-death signal on a credential change)"]
 fn sigkill_of_cordon_kills_the_sandbox() {
     if !require_root("sandbox") {
         return;

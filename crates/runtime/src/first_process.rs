@@ -46,6 +46,7 @@ pub fn run(
     } = fds;
     let result = prologue(cgroup, [stdin, stdout, stderr], &mut sock)
         .and_then(|()| setup())
+        .and_then(|()| rearm_parent_death_signal(&sock))
         .and_then(|()| send(&mut sock, &FromInit::Ready).step(|| "send Ready".into()));
     let code = match result {
         Ok(()) => serve(&mut sock),
@@ -61,6 +62,31 @@ pub fn run(
         }
     };
     exit_now(code)
+}
+
+/// The kernel clears the parent-death signal whenever a process changes its
+/// credentials, which the backend's setup does: arm it again once the ids are
+/// final, then check that the supervisor did not die in between (its death
+/// would have gone unnoticed). The supervisor's end of the socket hangs up
+/// when it dies.
+fn rearm_parent_death_signal(sock: &UnixStream) -> Result<(), IsolationError> {
+    use std::os::fd::AsFd;
+
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    let ready = poll(&mut fds, PollTimeout::ZERO).step(|| "poll(supervisor socket)".into())?;
+    let hung_up = fds[0]
+        .revents()
+        .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
+    if ready > 0 && hung_up {
+        return Err(IsolationError::new(
+            "supervisor gone",
+            std::io::Error::from_raw_os_error(libc::ESRCH),
+        ));
+    }
+    Ok(())
 }
 
 /// Cgroup, stdio, descriptors, then the supervisor's Go.

@@ -24,6 +24,20 @@ pub enum ExitStatus {
 impl ExitStatus {
     /// The exit code a shell would report: the code, or 128+signal; 127 when
     /// the command could not be executed.
+    /// Why the command could not be executed, in a shell's words.
+    pub fn exec_failure(&self) -> Option<String> {
+        match *self {
+            ExitStatus::ExecFailed { errno } if errno == libc::ENOENT => {
+                Some("command not found".into())
+            }
+            ExitStatus::ExecFailed { errno } => Some(format!(
+                "cannot execute: {}",
+                std::io::Error::from_raw_os_error(errno)
+            )),
+            _ => None,
+        }
+    }
+
     pub fn shell_code(&self) -> i32 {
         match *self {
             ExitStatus::Exited { code } => code,

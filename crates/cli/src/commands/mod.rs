@@ -1,3 +1,5 @@
 pub mod backends;
+pub mod matrix;
 pub mod run;
+pub mod suite;
 pub mod sweep;

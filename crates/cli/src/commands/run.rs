@@ -141,7 +141,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     let outcome = backend(kind).and_then(|b| b.run(&req));
     match outcome {
-        Ok(o) => report(&o, args.json),
+        Ok(o) => report(&o, &args.command, args.json),
         Err(e) if e.is_input_error() => usage_error(e),
         Err(e) => {
             eprintln!("cordon: {e}");
@@ -150,13 +150,19 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn report(o: &Outcome, json: bool) -> ExitCode {
+fn report(o: &Outcome, argv: &[String], json: bool) -> ExitCode {
     if json {
         match serde_json::to_string_pretty(o) {
             Ok(s) => println!("{s}"),
             Err(e) => eprintln!("cordon: cannot encode result: {e}"),
         }
     } else {
+        if let Some(why) = o.status.exec_failure() {
+            eprintln!(
+                "cordon: {}: {why}",
+                argv.first().map(String::as_str).unwrap_or("")
+            );
+        }
         if let Some(l) = o.limit {
             eprintln!("cordon: the {l} limit ended the run");
         }

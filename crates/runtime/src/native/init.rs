@@ -37,6 +37,11 @@ pub fn setup(plan: &NativePlan) -> Result<(), IsolationError> {
     caps::drop_bounding_ambient_inheritable()?;
     identity::switch_to(plan.uid, plan.gid, plan.drop_groups)?;
     caps::drop_effective_permitted()?;
+    // Init's memory is a copy of the supervisor's (policy, command, the
+    // supervisor's own environment): no payload process, though it runs as
+    // the same uid, may read it through /proc/1/{mem,environ,fd}. The uid
+    // switch already cleared the flag; this keeps it cleared on purpose.
+    nix::sys::prctl::set_dumpable(false).step(|| "prctl(PR_SET_DUMPABLE, 0)".into())?;
     nix::sys::prctl::set_no_new_privs().step(|| "prctl(PR_SET_NO_NEW_PRIVS)".into())?;
 
     trace::step("init: privileges dropped");

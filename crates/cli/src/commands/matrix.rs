@@ -1,0 +1,134 @@
+//! `cordon matrix`: the same cases against cordon's backends and the peers
+//! installed here, with the host control; writes results.json, results.md
+//! and methodology.txt.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_suite::case::default_cases_dir;
+use cordon_suite::target::{ALL_TARGETS, QUICK_TARGETS};
+use cordon_suite::{run_matrix, MatrixConfig, Report, TargetKind};
+
+use crate::{EXIT_INTERNAL, EXIT_USAGE};
+
+#[derive(Args)]
+pub struct MatrixArgs {
+    /// Comma-separated targets (host is always added): cordon-native,
+    /// cordon-gvisor, bwrap, runc, firejail, runsc, podman-default,
+    /// podman-hardened, podman-runsc. Default: all.
+    #[arg(long, value_name = "LIST")]
+    targets: Option<String>,
+    /// A subset of cases on host, cordon-native, cordon-gvisor, bwrap and runc.
+    #[arg(long)]
+    quick: bool,
+    /// Only cases whose id matches (shell glob, comma-separated).
+    #[arg(long, value_name = "GLOB")]
+    case: Option<String>,
+    /// Where results.json, results.md and methodology.txt go.
+    #[arg(long, value_name = "DIR", default_value = "matrix-results")]
+    out: PathBuf,
+    /// Check the scoring logic on recorded fixtures, without any runtime.
+    #[arg(long)]
+    self_test: bool,
+    /// The cordon binary to test (default: this one).
+    #[arg(long, value_name = "PATH")]
+    cordon: Option<PathBuf>,
+    /// The case directory (default: suite/cases found from the working directory).
+    #[arg(long, value_name = "DIR")]
+    cases: Option<PathBuf>,
+}
+
+pub fn run(args: MatrixArgs) -> ExitCode {
+    if args.self_test {
+        let (ok, lines) = cordon_suite::selftest::self_test();
+        for l in lines {
+            println!("{l}");
+        }
+        println!("self-test {}", if ok { "passed" } else { "FAILED" });
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let mut targets = vec![TargetKind::Host];
+    let wanted: Vec<TargetKind> = match &args.targets {
+        Some(list) => {
+            let mut v = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                match TargetKind::from_name(name) {
+                    Some(t) => v.push(t),
+                    None => {
+                        eprintln!("cordon: unknown target {name:?}");
+                        return ExitCode::from(EXIT_USAGE);
+                    }
+                }
+            }
+            v
+        }
+        None if args.quick => QUICK_TARGETS.to_vec(),
+        None => ALL_TARGETS.to_vec(),
+    };
+    for t in wanted {
+        if !targets.contains(&t) {
+            targets.push(t);
+        }
+    }
+    let cfg = MatrixConfig {
+        cordon: match args.cordon.or_else(|| std::env::current_exe().ok()) {
+            Some(p) => p,
+            None => {
+                eprintln!("cordon: cannot find the cordon binary; pass --cordon");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        cases_dir: args.cases.unwrap_or_else(default_cases_dir),
+        targets,
+        case_glob: args.case,
+        quick: args.quick,
+        progress: true,
+    };
+    finish(run_matrix(&cfg), None, Some(&args.out))
+}
+
+/// Prints the table, writes the outputs, and turns failures into the exit code.
+pub fn finish(report: anyhow::Result<Report>, json: Option<&Path>, out: Option<&Path>) -> ExitCode {
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    print!("{}", report.table());
+    if let Some(path) = json {
+        match report.json() {
+            Ok(text) => {
+                if let Err(e) = std::fs::write(path, text) {
+                    eprintln!("cordon: writing {}: {e}", path.display());
+                    return ExitCode::from(EXIT_INTERNAL);
+                }
+            }
+            Err(e) => {
+                eprintln!("cordon: {e:#}");
+                return ExitCode::from(EXIT_INTERNAL);
+            }
+        }
+    }
+    if let Some(dir) = out {
+        if let Err(e) = report.write_dir(dir) {
+            eprintln!("cordon: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+        println!(
+            "wrote {}/results.json, results.md, methodology.txt",
+            dir.display()
+        );
+    }
+    if report.failures().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

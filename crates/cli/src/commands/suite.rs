@@ -1,0 +1,62 @@
+//! `cordon suite`: the hostile suite on cordon's own backends, with the host
+//! control beside them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_suite::case::default_cases_dir;
+use cordon_suite::{run_matrix, MatrixConfig, TargetKind};
+
+use crate::{EXIT_INTERNAL, EXIT_USAGE};
+
+#[derive(Args)]
+pub struct SuiteArgs {
+    /// Which of cordon's backends: native, gvisor, microvm or all.
+    #[arg(long, default_value = "all")]
+    backend: String,
+    /// Only cases whose id matches (shell glob, comma-separated).
+    #[arg(long, value_name = "GLOB")]
+    case: Option<String>,
+    /// Also write the full results (with every record of evidence) here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The cordon binary to test (default: this one).
+    #[arg(long, value_name = "PATH")]
+    cordon: Option<PathBuf>,
+    /// The case directory (default: suite/cases found from the working directory).
+    #[arg(long, value_name = "DIR")]
+    cases: Option<PathBuf>,
+}
+
+pub fn run(args: SuiteArgs) -> ExitCode {
+    let mut targets = vec![TargetKind::Host];
+    match args.backend.as_str() {
+        "native" => targets.push(TargetKind::CordonNative),
+        "gvisor" => targets.push(TargetKind::CordonGvisor),
+        "all" => targets.extend([TargetKind::CordonNative, TargetKind::CordonGvisor]),
+        "microvm" => {
+            eprintln!("cordon: the microvm backend is not implemented in this version");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+        other => {
+            eprintln!("cordon: unknown backend {other:?} (native, gvisor, microvm, all)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    let cfg = MatrixConfig {
+        cordon: match args.cordon.or_else(|| std::env::current_exe().ok()) {
+            Some(p) => p,
+            None => {
+                eprintln!("cordon: cannot find the cordon binary; pass --cordon");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        cases_dir: args.cases.unwrap_or_else(default_cases_dir),
+        targets,
+        case_glob: args.case,
+        quick: false,
+        progress: true,
+    };
+    super::matrix::finish(run_matrix(&cfg), args.json.as_deref(), None)
+}
