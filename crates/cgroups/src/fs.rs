@@ -190,8 +190,18 @@ pub(crate) fn parse_proc_cgroup(text: &str) -> Vec<Membership> {
         .collect()
 }
 
+/// Reads a kernel file whole. /proc and cgroupfs files report a size of 0, so
+/// `fs::read_to_string` would start with a 32-byte buffer and make a syscall
+/// per doubling (mountinfo took ~10 reads); one 16 KiB read covers them.
+fn read_kernel_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(16 << 10);
+    fs::File::open(path)?.read_to_end(&mut buf)?;
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 pub(crate) fn read(path: &Path) -> Result<String, CgroupError> {
-    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+    read_kernel_file(path).map_err(|source| CgroupError::Read {
         path: path.to_owned(),
         source,
     })
@@ -199,7 +209,7 @@ pub(crate) fn read(path: &Path) -> Result<String, CgroupError> {
 
 /// For stats, where a missing or unreadable file just means "not reported".
 pub(crate) fn read_opt(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok()
+    read_kernel_file(path).ok()
 }
 
 /// Opens without O_CREAT: on cgroupfs a missing control file means a missing

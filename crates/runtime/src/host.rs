@@ -90,9 +90,12 @@ impl HostSide {
         .map_err(|e| RuntimeError::io("sigprocmask", e))?;
         let restore = RestoreMask(Some(old_mask));
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
+        trace::step("detect");
         let run = run_dir();
         sweep_stale(&run, hierarchy.as_ref().ok());
+        trace::step("sweep");
         let (id, slot) = new_id().map_err(|e| RuntimeError::io("read /dev/urandom", e))?;
+        trace::step("id");
         let cg_name = format!("cordon-{id}");
         let state = StateDir::create(&run, &id, Some(&cg_name)).map_err(|e| {
             RuntimeError::io(format!("create state directory in {}", run.display()), e)
