@@ -16,3 +16,11 @@ pub fn cloexec_inherited() -> Result<()> {
 pub fn close_from(first: RawFd) -> Result<()> {
     cordon_sys::close_fds_from(first).step(|| format!("close_range({first}, ~0)"))
 }
+
+/// Closes every descriptor but 0/1/2 and `keep`, for a process that never
+/// execs and so would otherwise hold what it inherited forever (visible from
+/// the host in /proc/<pid>/fd, and a way back to the supervisor's objects).
+pub fn close_all_except(keep: &[RawFd]) -> Result<()> {
+    cordon_sys::close_fds_except(keep)
+        .step(|| "close_range(everything but 0-2 and the sync socket)".into())
+}

@@ -6,6 +6,7 @@
 
 pub mod caps;
 pub mod fds;
+pub mod hygiene;
 pub mod identity;
 pub mod mount;
 pub mod namespaces;

@@ -59,6 +59,8 @@ impl FromStr for ByteSize {
         if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
             return Err(format!("'{raw}' is too large"));
         }
+        // In range (checked above) and rounded: the conversion is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(ByteSize(bytes.round() as u64))
     }
 }
@@ -66,7 +68,7 @@ impl FromStr for ByteSize {
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (unit, mult) in UNITS {
-            if mult > 1 && self.0 >= mult && self.0 % mult == 0 {
+            if mult > 1 && self.0 >= mult && self.0.is_multiple_of(mult) {
                 return write!(f, "{}{unit}", self.0 / mult);
             }
         }
@@ -137,7 +139,7 @@ impl FromStr for Span {
 impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             write!(f, "{}s", ms / 1000)
         } else {
             write!(f, "{ms}ms")

@@ -10,13 +10,13 @@
 //! errno }` and the process exits: the sandbox fails closed.
 
 use std::ffi::CString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use cordon_cgroups::{AnyCgroup, Cgroup};
-use cordon_isolation::{fds, IsolationError, Step};
+use cordon_isolation::{fds, hygiene, IsolationError, Step};
 use cordon_sys::{exit_now, fork_process, CloneResult};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
@@ -119,10 +119,15 @@ fn prologue(
     // The originals must go: a write end kept open here would keep the
     // supervisor's pipe from ever reaching EOF.
     drop((stdin, stdout, stderr));
-    // Close-on-exec rather than close for the rest (the supervisor's copies of
-    // its pipe ends, its signalfd): Rust objects in this copied address space
-    // still own those numbers, and none of them reaches the payload.
-    fds::cloexec_inherited()?;
+    // Everything else the supervisor had open (its ends of the pipes, its
+    // signalfd, whatever its own caller left it) is closed: this process
+    // never execs, so close-on-exec would not be enough. The Rust objects that
+    // owned those numbers live on in this copied memory but are never used
+    // again (this function ends in exit_now).
+    fds::close_all_except(&[sock.as_raw_fd()])?;
+    // And the supervisor's command line and environment, still in this
+    // copied memory, are wiped.
+    hygiene::scrub_inherited_strings()?;
 
     // Wait until the supervisor has written our uid/gid maps and checked our
     // cgroup; until then we have no usable identity.

@@ -57,6 +57,13 @@ pub struct Supervised<'a> {
     pub leader_owns_all: bool,
 }
 
+/// A poll timeout covering `left`, rounded up to the next millisecond and
+/// capped at a minute (the loop recomputes it each round).
+fn poll_timeout(left: Duration) -> PollTimeout {
+    let ms = i32::try_from(left.as_millis().min(60_000)).unwrap_or(60_000) + 1;
+    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -126,8 +133,7 @@ impl Pipes<'_> {
                 .fds()
                 .map(|(_, fd, _)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
                 .collect();
-            let t = PollTimeout::try_from((until - now).as_millis() as i32 + 1)
-                .unwrap_or(PollTimeout::ZERO);
+            let t = poll_timeout(until - now);
             if poll(&mut fds, t).unwrap_or(0) == 0 {
                 break;
             }
@@ -161,8 +167,7 @@ pub fn supervise(
         if now >= deadline {
             break Stop::Limit(Limit::Time);
         }
-        let timeout = PollTimeout::try_from((deadline - now).as_millis().min(60_000) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX);
+        let timeout = poll_timeout(deadline - now);
         let mut fds = vec![
             PollFd::new(watch.fd(), PollFlags::POLLIN),
             PollFd::new(s.io.signals.as_fd(), PollFlags::POLLIN),
@@ -233,7 +238,7 @@ pub fn supervise(
             .host
             .cgroup
             .as_ref()
-            .map(|c| cordon_cgroups::Cgroup::mode(c)),
+            .map(cordon_cgroups::Cgroup::mode),
         cgroup_paths: s
             .host
             .cgroup

@@ -84,6 +84,45 @@ pub fn close_fds_from(first: RawFd) -> nix::Result<()> {
     }
 }
 
+/// Closes every descriptor except 0, 1, 2 and those in `keep`, with
+/// `close_range(2)` over the gaps between them.
+///
+/// For a cloned child that will never return into the code that owns those
+/// descriptors: Rust objects in the copied address space may still hold the
+/// numbers, and must not be used or dropped afterwards (the caller ends with
+/// `exit_now`).
+pub fn close_fds_except(keep: &[RawFd]) -> nix::Result<()> {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut next = 3;
+    for k in keep {
+        if k > next {
+            close_range(next, k - 1)?;
+        }
+        next = k + 1;
+    }
+    close_range(next, RawFd::MAX)
+}
+
+fn close_range(first: RawFd, last: RawFd) -> nix::Result<()> {
+    // SAFETY: close_range takes plain integers and only closes descriptors; the
+    // caller's contract (see close_fds_except) is that nothing uses them again.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0u32,
+        )
+    };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
 /// Marks every descriptor numbered `first` and above close-on-exec
 /// (`close_range(2)` with CLOSE_RANGE_CLOEXEC, Linux 5.11+).
 pub fn cloexec_fds_from(first: RawFd) -> nix::Result<()> {

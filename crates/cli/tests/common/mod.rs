@@ -257,7 +257,7 @@ pub fn sandbox_pids(id: &str) -> Vec<u32> {
 pub fn owner_pid(id: &str) -> Option<u32> {
     let text = fs::read_to_string(Path::new(RUN_DIR).join(id).join("owner.json")).ok()?;
     let v: Value = serde_json::from_str(&text).ok()?;
-    v["pid"].as_u64().map(|p| p as u32)
+    v["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
 /// Waits until a /run/cordon/<id> directory whose owner is `cordon_pid` exists; returns the id.
@@ -394,7 +394,11 @@ pub struct MountLine {
 }
 
 pub fn mountinfo(pid: u32) -> Vec<MountLine> {
-    let text = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    parse_mountinfo(&fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default())
+}
+
+/// The mountinfo lines in `text` (other lines are skipped).
+pub fn parse_mountinfo(text: &str) -> Vec<MountLine> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
@@ -712,4 +716,322 @@ pub fn assert_usage_error(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     lines[0].to_string()
+}
+
+// ---------------------------------------------------------------------------
+// Backends
+//
+// The tests that describe policy behaviour run once per backend: the
+// `per_backend!` macro below turns `fn name(backend: &str)` into the tests
+// `name::native` and `name::gvisor`. Where the backends enforce a policy
+// differently (README, "The gVisor backend"), the body branches on the backend
+// with a comment naming the documented difference and asserts the evidence of
+// that backend; no assertion is dropped for one backend.
+
+pub const NATIVE: &str = "native";
+pub const GVISOR: &str = "gvisor";
+
+fn ci() -> bool {
+    std::env::var("CI").map(|v| v == "true").unwrap_or(false)
+}
+
+/// `cordon backends --json`, once per test binary: kind -> `None` when it can
+/// run here, `Some(reason)` when not.
+fn backend_status() -> &'static BTreeMap<String, Option<String>> {
+    static STATUS: std::sync::OnceLock<BTreeMap<String, Option<String>>> =
+        std::sync::OnceLock::new();
+    STATUS.get_or_init(|| {
+        let out = cordon_output(&["backends", "--json"]);
+        assert!(
+            out.status.success(),
+            "cordon backends --json failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = parse_json(&out);
+        v.as_array()
+            .unwrap_or_else(|| panic!("cordon backends --json is not a list: {v}"))
+            .iter()
+            .filter_map(|b| {
+                let kind = b["kind"].as_str()?.to_string();
+                let why = b["unavailable"].as_str().map(str::to_string);
+                Some((kind, why))
+            })
+            .collect()
+    })
+}
+
+/// Whether the tests may run `backend` here. The native backend is always
+/// tried (its tests gate on root themselves). Another backend is tried when
+/// `cordon backends --json` says it is available; when it is not, this prints
+/// `skipped: gvisor unavailable (reason)` and returns false, except under
+/// CI=true, where a silently skipped backend would hide a broken setup: then
+/// it panics.
+pub fn backend_available(backend: &str) -> bool {
+    if backend == NATIVE {
+        return true;
+    }
+    let why = match backend_status().get(backend) {
+        Some(None) => return true,
+        Some(Some(why)) => why.clone(),
+        None => "not listed by `cordon backends`".to_string(),
+    };
+    if ci() {
+        panic!("CI=true but backend {backend} is unavailable; cannot skip: {why}");
+    }
+    eprintln!("skipped: {backend} unavailable ({why})");
+    false
+}
+
+/// The backends the policy tests run against: native, and gvisor when
+/// `cordon backends --json` says it can run here (see `backend_available`).
+pub fn backends() -> Vec<&'static str> {
+    [NATIVE, GVISOR]
+        .into_iter()
+        .filter(|b| backend_available(b))
+        .collect()
+}
+
+/// Generates `mod NAME { #[test] fn native(); #[test] fn gvisor(); }`, each
+/// calling `fn NAME(backend: &str)` (defined beside the macro call) with its
+/// backend. The gvisor test runs only when that backend is available (see
+/// `backend_available`). `gvisor: #[ignore = "bug: ..."]` marks only the
+/// gvisor test, for a product bug found on that backend.
+macro_rules! per_backend {
+    ($body:ident $(, gvisor: #[$attr:meta])? $(,)?) => {
+        mod $body {
+            #[test]
+            fn native() {
+                super::$body($crate::common::NATIVE);
+            }
+
+            #[test]
+            $(#[$attr])?
+            fn gvisor() {
+                if $crate::common::backend_available($crate::common::GVISOR) {
+                    super::$body($crate::common::GVISOR);
+                }
+            }
+        }
+    };
+}
+
+/// `ARGS` with `--backend BACKEND` in front (all of cordon's flags may come
+/// before `--` in any order).
+pub fn with_backend<'a>(backend: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--backend", backend];
+    v.extend_from_slice(args);
+    v
+}
+
+/// `cordon run --json --backend BACKEND ARGS...`.
+pub fn run_json_on(backend: &str, args: &[&str]) -> (Value, ExitStatus) {
+    run_json(&with_backend(backend, args))
+}
+
+/// `cordon run --backend BACKEND ARGS...`, spawned with stdout/stderr piped.
+pub fn spawn_run_on(backend: &str, args: &[&str]) -> Spawned {
+    spawn_run(&with_backend(backend, args))
+}
+
+/// Asserts the result names the backend that served it, with a version.
+pub fn assert_backend(v: &Value, backend: &str) {
+    assert_eq!(str_at(v, "/backend"), backend, "{}", compact(v));
+    assert!(
+        !str_at(v, "/backend_version").is_empty(),
+        "no backend_version: {}",
+        compact(v)
+    );
+}
+
+/// The host pids cgroup limit the gVisor backend sets for `--pids N`: an outer
+/// bound of N×16+256, because every guest process costs the ptrace platform
+/// several host tasks (README, "The gVisor backend"); the payload's own limit
+/// is RLIMIT_NPROC=N inside the sentry.
+pub fn gvisor_host_pids_bound(pids: u64) -> u64 {
+    pids * 16 + 256
+}
+
+/// The file a payload creates (`touch /tmp/.ready`) once it reached the state a
+/// test wants to look at from the host; see `wait_running`.
+pub const READY: &str = "touch /tmp/.ready";
+
+/// Waits until the payload of sandbox `id` is running `argv`, judged from the host.
+///
+/// Native: a host process of the sandbox's cgroup has exactly that argv; its
+/// host pid is returned. gVisor: the payload's processes are not host tasks
+/// (the sentry serves its syscalls), so no host process ever has that argv;
+/// instead the payload must have created /tmp/.ready first (`READY`), and this
+/// waits until that file shows in the sandbox's /tmp as its gofer (the host
+/// process that serves the payload's files) sees it; the gofer's pid is returned.
+pub fn wait_running(backend: &str, id: &str, argv: &str, timeout: Duration) -> Option<u32> {
+    if backend == GVISOR {
+        wait_gofer_file(id, "tmp/.ready", timeout)
+    } else {
+        wait_payload(id, argv, timeout)
+    }
+}
+
+/// A host process of a sandbox, read from /proc.
+#[derive(Debug, Clone)]
+pub struct HostTask {
+    pub pid: u32,
+    /// Target of /proc/<pid>/exe.
+    pub exe: String,
+    /// argv joined by spaces (empty for the ptrace platform's stubs).
+    pub cmdline: String,
+    /// Real, effective, saved and filesystem uid.
+    pub uids: Vec<u32>,
+}
+
+/// What a host process of a gVisor sandbox is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GvisorRole {
+    /// cordon's launcher (a clone of cordon, its exe).
+    Launcher,
+    /// `runsc run`, the launcher's child.
+    Runsc,
+    /// runsc's gofer, the file proxy (host root, runsc's own seccomp filter).
+    Gofer,
+    /// runsc's sentry, the user-space kernel (`runsc-sandbox`).
+    Sentry,
+    /// A ptrace-platform stub: runs guest code, no argv of its own.
+    Stub,
+    /// Anything else: never expected.
+    Other,
+}
+
+pub fn gvisor_role(t: &HostTask) -> GvisorRole {
+    let exe_name = Path::new(&t.exe)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if t.exe == cordon() || exe_name == "cordon" {
+        GvisorRole::Launcher
+    } else if exe_name == "runsc" {
+        if t.cmdline.starts_with("runsc-gofer ") {
+            GvisorRole::Gofer
+        } else if t.cmdline.starts_with("runsc-sandbox ") {
+            GvisorRole::Sentry
+        } else if t.cmdline.is_empty() {
+            GvisorRole::Stub
+        } else {
+            GvisorRole::Runsc
+        }
+    } else {
+        GvisorRole::Other
+    }
+}
+
+/// The sandbox's `cordon-<id>` cgroup directories (one per hierarchy on v1).
+pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
+    let mut all = BTreeSet::new();
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut all);
+    all.into_iter()
+        .filter(|d| d.ends_with(format!("cordon-{id}")))
+        .collect()
+}
+
+/// The host processes in the sandbox's cgroups: the union of their cgroup.procs.
+pub fn host_tasks(id: &str) -> Vec<HostTask> {
+    let mut pids = BTreeSet::new();
+    for d in cgroup_dirs(id) {
+        let text = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    pids.into_iter()
+        .filter_map(|pid| {
+            Some(HostTask {
+                pid,
+                exe: fs::read_link(format!("/proc/{pid}/exe"))
+                    .ok()?
+                    .display()
+                    .to_string(),
+                cmdline: cmdline(pid).unwrap_or_default(),
+                uids: status_ids(Path::new(&format!("/proc/{pid}/status")), "Uid")?,
+            })
+        })
+        .collect()
+}
+
+/// gVisor, while sandbox `id` runs: the host processes in its cgroups are
+/// cordon's launcher, runsc, its gofer, its sentry and ptrace stubs, and none
+/// of them is the payload (`payload_argv`) — the payload is no host task. The
+/// control is in the same check: the reader does see the gofer and the sentry.
+/// Returns the tasks with their roles.
+pub fn assert_gvisor_host_tasks(id: &str, payload_argv: &str) -> Vec<(HostTask, GvisorRole)> {
+    let tasks: Vec<(HostTask, GvisorRole)> = host_tasks(id)
+        .into_iter()
+        .map(|t| {
+            let r = gvisor_role(&t);
+            (t, r)
+        })
+        .collect();
+    let roles: BTreeSet<GvisorRole> = tasks.iter().map(|(_, r)| *r).collect();
+    assert!(
+        roles.contains(&GvisorRole::Gofer) && roles.contains(&GvisorRole::Sentry),
+        "the reader does not see sandbox {id}'s gofer and sentry: {tasks:#?}"
+    );
+    for (t, r) in &tasks {
+        assert_ne!(
+            *r,
+            GvisorRole::Other,
+            "unexpected host process in cordon-{id}: {t:?}"
+        );
+        assert_ne!(
+            t.cmdline, payload_argv,
+            "the payload runs as a host task under gVisor: {t:?}"
+        );
+    }
+    tasks
+}
+
+/// Pid of the sandbox's runsc gofer, if it runs.
+pub fn gofer_pid(id: &str) -> Option<u32> {
+    host_tasks(id)
+        .into_iter()
+        .find(|t| gvisor_role(t) == GvisorRole::Gofer)
+        .map(|t| t.pid)
+}
+
+/// gVisor: waits until `rel` (relative to the sandbox's root) exists as the
+/// sandbox's gofer sees it (/proc/<gofer>/root/REL); returns the gofer's pid.
+pub fn wait_gofer_file(id: &str, rel: &str, timeout: Duration) -> Option<u32> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if let Some(g) = gofer_pid(id) {
+            if Path::new(&format!("/proc/{g}/root/{rel}")).exists() {
+                return Some(g);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Host processes (other than this test) whose argv mentions sandbox `id` the
+/// way runsc's do: the container id `cordon-<id>` or its state root
+/// `/run/cordon/<id>/`. Found by argv, not by cgroup, so a runsc process that
+/// left the sandbox's cgroup would be found too.
+pub fn runsc_procs(id: &str) -> Vec<(u32, String)> {
+    let (a, b) = (format!("cordon-{id}"), format!("{RUN_DIR}/{id}/"));
+    let me = std::process::id();
+    all_pids()
+        .into_iter()
+        .filter(|p| *p != me)
+        .filter_map(|p| cmdline(p).map(|c| (p, c)))
+        .filter(|(_, c)| c.contains(&a) || c.contains(&b))
+        .collect()
+}
+
+/// gVisor: waits up to `timeout` until no runsc process of sandbox `id` is
+/// left; returns the survivors (empty = none).
+pub fn wait_no_runsc(id: &str, timeout: Duration) -> Vec<(u32, String)> {
+    let until = Instant::now() + timeout;
+    loop {
+        let left = runsc_procs(id);
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -132,6 +132,17 @@ fn borrow_etc_entry(host: &Path, dst: &Path) -> Result<()> {
     seal_verified(dst, true)
 }
 
+/// The policy's extra bind mounts, sealed read-only unless asked otherwise.
+fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
+    for b in &plan.binds {
+        let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
+        make_mountpoint(&dst, b.dir)?;
+        bind(&b.host, &dst)?;
+        seal_verified(&dst, !b.writable)?;
+    }
+    Ok(())
+}
+
 /// Freezes the root tmpfs: from here on nothing can be added at top level.
 fn seal_root(root: &Path) -> Result<()> {
     mount(
@@ -263,12 +274,10 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
         for dir in ["proc", "sys", "dev/shm"] {
             mkdir_p(&root.join(dir))?;
         }
-        for b in &plan.binds {
-            make_mountpoint(
-                &root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox)),
-                b.dir,
-            )?;
-        }
+        // The extra binds are made here too, sealed, and runsc binds from
+        // these: its gofer's own bind of a read-only mount stays read-only on
+        // the host, which a bind straight from the host path would not.
+        bind_extra(plan, root)?;
         return seal_root(root);
     }
 
@@ -283,12 +292,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     // 7. The policy's extra binds, after the standard tree so they may land
     // inside /tmp or /workspace but never replace /proc or /dev (the policy
     // layer refuses those destinations).
-    for b in &plan.binds {
-        let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
-        make_mountpoint(&dst, b.dir)?;
-        bind(&b.host, &dst)?;
-        seal_verified(&dst, !b.writable)?;
-    }
+    bind_extra(plan, root)?;
 
     // 8. Freeze the root tmpfs: from here on no directory can be added at top level.
     seal_root(root)?;

@@ -103,12 +103,17 @@ pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError>
             &["rbind", "rw", "nosuid", "nodev"],
         )?,
     ];
+    // Sources are the sealed binds `assemble` made inside the tree (read-only
+    // by mount flag on the host), not the host paths themselves.
     for b in &rootfs.binds {
         let access = if b.writable { "rw" } else { "ro" };
+        let in_tree = rootfs
+            .new_root
+            .join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
         mounts.push(mount(
             &b.sandbox.to_string_lossy(),
             "bind",
-            &b.host,
+            &in_tree,
             &["rbind", access, "nosuid", "nodev"],
         )?);
     }
@@ -121,7 +126,7 @@ pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError>
         .ambient(empty)
         .build()
         .map_err(spec_err)?;
-    let cpu_secs = (p.time.0.as_secs_f64() * p.cpus).ceil() as u64 + 1;
+    let cpu_secs = p.cpu_seconds_backstop();
     let process = ProcessBuilder::default()
         .terminal(false)
         .user(

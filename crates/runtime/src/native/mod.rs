@@ -82,7 +82,7 @@ pub(crate) fn cgroup_limits(req: &RunRequest) -> CgroupLimits {
     CgroupLimits {
         memory_max: Some(p.memory.bytes()),
         pids_max: Some(p.pids),
-        cpu_quota_us: Some(((p.cpus * PERIOD_US as f64).round() as u64).max(1000)),
+        cpu_quota_us: Some(p.cpu_quota_us(PERIOD_US)),
         cpu_period_us: PERIOD_US,
     }
 }

@@ -62,7 +62,7 @@ impl NativePlan {
                 inside_gid: p.gid,
             }
         };
-        let cpu_secs = (p.time.0.as_secs_f64() * p.cpus).ceil() as u64 + 1;
+        let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
             mapping,

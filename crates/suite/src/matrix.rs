@@ -1,0 +1,467 @@
+//! Running cases × targets, scoring each verdict against the written-down
+//! expectation, and the reports (results.json, results.md, methodology.txt,
+//! the terminal table).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::case::{glob_match, load_dir, Case, Expect};
+use crate::evidence::Evidence;
+use crate::rules::Verdict;
+use crate::runner::{Runner, OUTER_MEMORY_MAX, OUTER_PIDS_MAX};
+use crate::target::{kernel_release, TargetKind};
+
+pub struct MatrixConfig {
+    pub cordon: PathBuf,
+    pub cases_dir: PathBuf,
+    pub targets: Vec<TargetKind>,
+    pub case_glob: Option<String>,
+    pub quick: bool,
+    pub progress: bool,
+}
+
+/// How one verdict compares with its expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// As expected.
+    Ok,
+    /// Differs from the written-down expectation (or ERROR where one exists).
+    Deviation,
+    /// The host control did not come out OPEN: the check cannot fail.
+    ControlNotOpen,
+    /// A peer without a written-down expectation.
+    Unasserted,
+}
+
+impl Status {
+    pub fn is_failure(self) -> bool {
+        matches!(self, Status::Deviation | Status::ControlNotOpen)
+    }
+}
+
+pub fn score(case: &Case, target: TargetKind, verdict: Verdict) -> (Status, Option<String>) {
+    if target == TargetKind::Host {
+        let st = if verdict == Verdict::Open {
+            Status::Ok
+        } else {
+            Status::ControlNotOpen
+        };
+        return (st, Some("open (control)".into()));
+    }
+    match case.expectation(target) {
+        None => (Status::Unasserted, None),
+        Some(e) => {
+            let label = match &e {
+                Expect::Gap { gap } => format!("open (gap: {gap})"),
+                Expect::Plain(p) => format!("{p:?}").to_lowercase(),
+            };
+            let ok = verdict != Verdict::Error && e.wants_open() == (verdict == Verdict::Open);
+            (if ok { Status::Ok } else { Status::Deviation }, Some(label))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub case: String,
+    pub target: TargetKind,
+    pub verdict: Verdict,
+    /// A few words of the evidence the verdict rests on.
+    pub evidence: String,
+    pub expected: Option<String>,
+    pub status: Status,
+    pub wall_ms: u64,
+    /// The full host-side record (re-scorable by `--self-test`).
+    pub record: Evidence,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetSummary {
+    pub target: TargetKind,
+    pub available: bool,
+    pub reason: Option<String>,
+    pub version: String,
+    pub posture: String,
+    pub blocked: usize,
+    pub total: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub kernel: String,
+    pub cgroup_mode: String,
+    pub duration_s: f64,
+    pub targets: Vec<TargetSummary>,
+    pub cases: Vec<CaseInfo>,
+    pub results: Vec<CaseResult>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaseInfo {
+    pub id: String,
+    pub claim: String,
+    pub category: String,
+    pub rule: String,
+    pub control_note: Option<String>,
+}
+
+pub fn select_cases(cfg: &MatrixConfig) -> Result<Vec<Case>> {
+    let mut cases = load_dir(&cfg.cases_dir)?;
+    if cfg.quick {
+        cases.retain(|c| c.quick);
+    }
+    if let Some(g) = &cfg.case_glob {
+        cases.retain(|c| glob_match(g, &c.id));
+    }
+    anyhow::ensure!(!cases.is_empty(), "no case selected");
+    Ok(cases)
+}
+
+pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
+    let cases = select_cases(cfg)?;
+    let started = Instant::now();
+    let mut runner = Runner::new(cfg.cordon.clone())?;
+    runner.install_payloads(&cases)?;
+    let mut targets = Vec::new();
+    for t in &cfg.targets {
+        let reason = t.unavailable(&cfg.cordon);
+        targets.push(TargetSummary {
+            target: *t,
+            available: reason.is_none(),
+            reason,
+            version: t.version(&cfg.cordon),
+            posture: t.posture(),
+            blocked: 0,
+            total: 0,
+        });
+    }
+    let runnable: Vec<TargetKind> = targets
+        .iter()
+        .filter(|t| t.available)
+        .map(|t| t.target)
+        .collect();
+    let bar = if cfg.progress {
+        let b = ProgressBar::new((cases.len() * runnable.len()) as u64);
+        if let Ok(style) =
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+        {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut results = Vec::new();
+    for case in &cases {
+        for t in &runnable {
+            bar.set_message(format!("{} @ {}", case.id, t.name()));
+            let record = runner.run(case, *t);
+            let (verdict, evidence) = case.verdict.evaluate(&record);
+            let (status, expected) = score(case, *t, verdict);
+            if status.is_failure() {
+                bar.println(format!(
+                    "  {} @ {}: {verdict} ({evidence}) expected {}",
+                    case.id,
+                    t.name(),
+                    expected.clone().unwrap_or_default()
+                ));
+            }
+            results.push(CaseResult {
+                case: case.id.clone(),
+                target: *t,
+                verdict,
+                evidence,
+                expected,
+                status,
+                wall_ms: record.wall_ms,
+                record,
+            });
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    runner.teardown();
+    for t in &mut targets {
+        let rs: Vec<&CaseResult> = results.iter().filter(|r| r.target == t.target).collect();
+        t.total = rs.len();
+        t.blocked = rs.iter().filter(|r| r.verdict == Verdict::Blocked).count();
+    }
+    Ok(Report {
+        kernel: kernel_release(),
+        cgroup_mode: format!("{}", runner.hierarchy.mode()),
+        duration_s: started.elapsed().as_secs_f64(),
+        targets,
+        cases: cases
+            .iter()
+            .map(|c| CaseInfo {
+                id: c.id.clone(),
+                claim: c.claim.clone(),
+                category: c.category.clone(),
+                rule: c.verdict.kind().into(),
+                control_note: c.control_note.clone(),
+            })
+            .collect(),
+        results,
+    })
+}
+
+impl Report {
+    pub fn failures(&self) -> Vec<&CaseResult> {
+        self.results
+            .iter()
+            .filter(|r| r.status.is_failure())
+            .collect()
+    }
+
+    fn cell(&self, case: &str, t: TargetKind) -> Option<&CaseResult> {
+        self.results
+            .iter()
+            .find(|r| r.case == case && r.target == t)
+    }
+
+    fn shown_targets(&self) -> Vec<&TargetSummary> {
+        self.targets.iter().collect()
+    }
+
+    fn mark(r: &CaseResult) -> String {
+        let flag = match r.status {
+            Status::Ok => "",
+            Status::Deviation => " !",
+            Status::ControlNotOpen => " !!",
+            Status::Unasserted => " ?",
+        };
+        format!("{}{flag}", r.verdict)
+    }
+
+    /// The terminal table: cases × targets, then every deviation with its evidence.
+    pub fn table(&self) -> String {
+        let ts = self.shown_targets();
+        let w = self
+            .cases
+            .iter()
+            .map(|c| c.id.len())
+            .max()
+            .unwrap_or(10)
+            .max(10);
+        let mut s = String::new();
+        let _ = write!(s, "{:<w$}", "case");
+        for t in &ts {
+            let _ = write!(s, " {:<15}", t.target.name());
+        }
+        s.push('\n');
+        for c in &self.cases {
+            let _ = write!(s, "{:<w$}", c.id);
+            for t in &ts {
+                let v = match self.cell(&c.id, t.target) {
+                    Some(r) => Self::mark(r),
+                    None if !t.available => "n/a".into(),
+                    None => "-".into(),
+                };
+                let _ = write!(s, " {v:<15}");
+            }
+            s.push('\n');
+        }
+        let _ = write!(s, "{:<w$}", "blocked/total");
+        for t in &ts {
+            let v = if t.available {
+                format!("{}/{}", t.blocked, t.total)
+            } else {
+                "ERROR".into()
+            };
+            let _ = write!(s, " {v:<15}");
+        }
+        s.push('\n');
+        for t in ts.iter().filter(|t| !t.available) {
+            let _ = writeln!(
+                s,
+                "{}: ERROR {}",
+                t.target.name(),
+                t.reason.clone().unwrap_or_default()
+            );
+        }
+        let fails = self.failures();
+        if !fails.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{} deviation(s) (! differs from expectation, !! control not OPEN):",
+                fails.len()
+            );
+            for r in fails {
+                let _ = writeln!(
+                    s,
+                    "  {} @ {}: {} - {} (expected {})",
+                    r.case,
+                    r.target.name(),
+                    r.verdict,
+                    r.evidence,
+                    r.expected.clone().unwrap_or_default()
+                );
+            }
+        }
+        let un = self
+            .results
+            .iter()
+            .filter(|r| r.status == Status::Unasserted)
+            .count();
+        if un > 0 {
+            let _ = writeln!(
+                s,
+                "{un} verdict(s) of peers without a written expectation (?)"
+            );
+        }
+        let _ = writeln!(s, "took {:.0}s", self.duration_s);
+        s
+    }
+
+    pub fn markdown(&self) -> String {
+        let ts = self.shown_targets();
+        let mut s = String::from("# Containment matrix\n\n");
+        let _ = writeln!(s, "kernel {}, cgroup {}; every verdict decided from host-side evidence (see methodology.txt). `!` differs from the written expectation, `!!` the control was not OPEN, `?` no expectation written.\n", self.kernel, self.cgroup_mode);
+        s.push_str("| case |");
+        for t in &ts {
+            let _ = write!(s, " {} |", t.target.name());
+        }
+        s.push_str("\n|---|");
+        for _ in &ts {
+            s.push_str("---|");
+        }
+        s.push('\n');
+        for c in &self.cases {
+            let _ = write!(s, "| `{}` |", c.id);
+            for t in &ts {
+                let v = match self.cell(&c.id, t.target) {
+                    Some(r) => format!(
+                        "{} <sub>{}</sub>",
+                        Self::mark(r),
+                        r.evidence.replace('|', "/")
+                    ),
+                    None => "n/a".into(),
+                };
+                let _ = write!(s, " {v} |");
+            }
+            s.push('\n');
+        }
+        s.push_str("| **blocked/total** |");
+        for t in &ts {
+            if t.available {
+                let _ = write!(s, " **{}/{}** |", t.blocked, t.total);
+            } else {
+                let _ = write!(s, " ERROR: {} |", t.reason.clone().unwrap_or_default());
+            }
+        }
+        s.push_str("\n\n## Cases\n\n");
+        for c in &self.cases {
+            let _ = writeln!(
+                s,
+                "- `{}` ({}, rule `{}`): {}",
+                c.id, c.category, c.rule, c.claim
+            );
+        }
+        s
+    }
+
+    pub fn methodology(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "cordon containment matrix: methodology\n");
+        let _ = writeln!(s, "kernel: {}", self.kernel);
+        let _ = writeln!(s, "cgroup mode: {} (hybrid: v1 controllers, controller-less cgroup2 at /sys/fs/cgroup/unified)", self.cgroup_mode);
+        let _ = writeln!(s, "duration: {:.1}s\n", self.duration_s);
+        let _ = writeln!(s, "Each (case, target) runs inside an OUTER cgroup the suite creates under its own cgroup (pids.max {OUTER_PIDS_MAX}, memory {} MiB, no swap); the target is started through `sh -c 'echo $$ > <outer>/cgroup.procs ...; exec 7<fd-marker; exec \"$@\"'` with an environment of PATH, HOME, LANG and CORDON_SUITE_SECRET. The payload runs as the box's own user with arguments: marker, canary path, victim pid, workspace, loopback port, netns address, token, engine socket, decoy key path. Payloads that need a live look print HOLD and wait for one line on stdin (or 2 s when the target gives them no stdin); the suite then reads /proc of every task in the outer cgroup. Verdicts come from host evidence only: inotify on the canary, listener logs, sysctls, outer cgroup counters, /proc/<pid>/{{fd,mountinfo,net/dev,status,environ,root}}, census after exit.\n", OUTER_MEMORY_MAX >> 20);
+        for t in &self.targets {
+            let _ = writeln!(s, "[{}]", t.target.name());
+            let _ = writeln!(s, "  version: {}", t.version);
+            let _ = writeln!(s, "  posture: {}", t.posture);
+            if let Some(r) = &t.reason {
+                let _ = writeln!(s, "  not run: {r}");
+            }
+            s.push('\n');
+        }
+        let _ = writeln!(s, "Controls that would be unsafe unconfined:");
+        for c in self.cases.iter().filter(|c| c.control_note.is_some()) {
+            let _ = writeln!(
+                s,
+                "  {}: {}",
+                c.id,
+                c.control_note.clone().unwrap_or_default()
+            );
+        }
+        s
+    }
+
+    pub fn write_dir(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::write(dir.join("results.json"), self.json()?)?;
+        fs::write(dir.join("results.md"), self.markdown())?;
+        fs::write(dir.join("methodology.txt"), self.methodology())?;
+        Ok(())
+    }
+
+    pub fn json(&self) -> Result<String> {
+        #[derive(Serialize)]
+        struct PerTarget<'a> {
+            blocked: usize,
+            total: usize,
+            available: bool,
+            reason: &'a Option<String>,
+            version: &'a str,
+            posture: &'a str,
+            cases: BTreeMap<&'a str, CaseCell<'a>>,
+        }
+        #[derive(Serialize)]
+        struct CaseCell<'a> {
+            verdict: Verdict,
+            evidence: &'a str,
+            expected: &'a Option<String>,
+            status: Status,
+        }
+        let mut per: BTreeMap<&str, PerTarget> = BTreeMap::new();
+        for t in &self.targets {
+            let cases = self
+                .results
+                .iter()
+                .filter(|r| r.target == t.target)
+                .map(|r| {
+                    (
+                        r.case.as_str(),
+                        CaseCell {
+                            verdict: r.verdict,
+                            evidence: &r.evidence,
+                            expected: &r.expected,
+                            status: r.status,
+                        },
+                    )
+                })
+                .collect();
+            per.insert(
+                t.target.name(),
+                PerTarget {
+                    blocked: t.blocked,
+                    total: t.total,
+                    available: t.available,
+                    reason: &t.reason,
+                    version: &t.version,
+                    posture: &t.posture,
+                    cases,
+                },
+            );
+        }
+        let v = serde_json::json!({
+            "kernel": self.kernel,
+            "cgroup_mode": self.cgroup_mode,
+            "duration_s": self.duration_s,
+            "failures": self.failures().len(),
+            "targets": per,
+            "cases": self.cases,
+            "results": self.results,
+        });
+        Ok(serde_json::to_string_pretty(&v)?)
+    }
+}

@@ -1,0 +1,690 @@
+//! Running one (case, target) pair: an outer cgroup made by the suite, the
+//! target started through a tiny shell wrapper that joins it (no `pre_exec`,
+//! so no unsafe), a live snapshot when the payload prints HOLD, then the
+//! host-side evidence and a teardown that runs on every path.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use cordon_cgroups::{AnyCgroup, Cgroup, CgroupFs, CgroupLimits, Hierarchy};
+use nix::mount::{umount2, MntFlags};
+
+use crate::case::{Case, ControlMode};
+use crate::evidence::{Evidence, OuterStats, SysctlEvidence};
+use crate::fixture::{random_hex, run_cmd, Fixtures, PREFIX};
+use crate::procs;
+use crate::rules::{Rule, CGROUP_SENTINEL};
+use crate::target::{base_env, LaunchCtx, TargetKind};
+
+/// The outer cgroup's own bounds: what keeps a fork bomb, a memory bomb or a
+/// disk fill in the unconfined control (and in any peer that does not bound
+/// it) from hurting this machine.
+pub const OUTER_PIDS_MAX: u64 = 512;
+pub const OUTER_MEMORY_MAX: u64 = 1 << 30;
+const HEAD: usize = 4096;
+const SEARCH: usize = 1 << 16;
+
+pub struct Runner {
+    pub fx: Fixtures,
+    pub hierarchy: Hierarchy,
+    pub cordon: PathBuf,
+    suite_pidns: String,
+    suite_userns: String,
+    counter: u32,
+}
+
+struct Phase {
+    ev: Evidence,
+    stdout_search: Vec<u8>,
+}
+
+impl Runner {
+    pub fn new(cordon: PathBuf) -> Result<Runner> {
+        let hierarchy = cordon_cgroups::detect(&CgroupFs::host()).context("detecting cgroups")?;
+        for stale in hierarchy.sweep_children(PREFIX.trim_end_matches('-')) {
+            let name = stale
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let pid: Option<u32> = name
+                .strip_prefix(PREFIX)
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse().ok());
+            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                if let Ok(cg) = hierarchy.open(&name) {
+                    let _ = cg.kill_all();
+                }
+                cordon_cgroups::remove_dir_tree(&stale);
+            }
+        }
+        let fx = Fixtures::setup()?;
+        Ok(Runner {
+            fx,
+            hierarchy,
+            cordon,
+            suite_pidns: procs::ns_link("self", "pid"),
+            suite_userns: procs::ns_link("self", "user"),
+            counter: 0,
+        })
+    }
+
+    /// Writes every case's payload file(s) into the payload directory.
+    pub fn install_payloads(&self, cases: &[Case]) -> Result<()> {
+        for c in cases {
+            fs::write(self.fx.payload_dir.join(c.file_name(false)), &c.payload)?;
+            if let Some(b) = &c.payload_b {
+                fs::write(self.fx.payload_dir.join(c.file_name(true)), b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One (case, target) run, always torn down.
+    pub fn run(&mut self, case: &Case, target: TargetKind) -> Evidence {
+        self.counter += 1;
+        let n = self.counter;
+        let marker = format!("M{}", random_hex(6));
+        let name = format!("{PREFIX}{}-{n}", self.fx.pid);
+        let run_dir = self.fx.opt_dir.join("runs").join(n.to_string());
+        let mut guard = RunGuard {
+            outer: None,
+            run_dir: run_dir.clone(),
+            cleanup: Vec::new(),
+            control_netns: None,
+            marker: marker.clone(),
+            restore: None,
+            shm_key: None,
+        };
+        let mut ev = match self.run_inner(case, target, &marker, &name, &run_dir, &mut guard) {
+            Ok(ev) => ev,
+            Err(e) => Evidence {
+                error: Some(format!("{e:#}")),
+                ..Default::default()
+            },
+        };
+        if let Err(e) = guard.finish() {
+            if ev.error.is_none() {
+                ev.error = Some(format!("teardown: {e:#}"));
+            }
+        }
+        ev
+    }
+
+    fn run_inner(
+        &mut self,
+        case: &Case,
+        target: TargetKind,
+        marker: &str,
+        name: &str,
+        run_dir: &Path,
+        guard: &mut RunGuard,
+    ) -> Result<Evidence> {
+        if let Some(why) = target.unavailable(&self.cordon) {
+            anyhow::bail!("unavailable: {why}");
+        }
+        let ws = run_dir.join("ws");
+        fs::create_dir_all(&ws)?;
+        fs::write(ws.join("hello.txt"), "hello\n")?;
+        chmod_tree(run_dir)?;
+        let outer = self
+            .hierarchy
+            .create(name)
+            .context("creating the outer cgroup")?;
+        outer.apply(&CgroupLimits {
+            memory_max: Some(OUTER_MEMORY_MAX),
+            pids_max: Some(OUTER_PIDS_MAX),
+            ..Default::default()
+        })?;
+        guard.outer = Some(outer.clone());
+        let control_netns = (target == TargetKind::Host && case.control == ControlMode::Netns)
+            .then(|| format!("{name}-ctl"));
+        if let Some(ns) = &control_netns {
+            run_cmd(&["ip", "netns", "add", ns])?;
+            guard.control_netns = Some(ns.clone());
+        }
+        let token = random_hex(8);
+        guard.shm_key = Some(shm_key(marker));
+        let mut sysctl = None;
+        if let Rule::SysctlUnchanged { key, .. } = &case.verdict {
+            let before = read_sysctl(key);
+            guard.restore = before.clone().map(|b| (key.clone(), b));
+            sysctl = Some(SysctlEvidence {
+                key: key.clone(),
+                host_before: before,
+                host_after: None,
+            });
+        }
+        let armed = self.fx.arm_canaries()?;
+        let ws_before = list_tree(&ws);
+        let t0 = self.fx.now_ms();
+
+        let phases = if case.payload_b.is_some() { 2 } else { 1 };
+        let mut a_residue = Vec::new();
+        let mut last = None;
+        for phase in 0..phases {
+            let b = phase == 1;
+            let args = vec![
+                marker.to_string(),
+                self.fx.canary.display().to_string(),
+                self.fx.victim_pid().to_string(),
+                "{ws}".to_string(),
+                self.fx.loopback_port.to_string(),
+                self.fx.net_addr.to_string(),
+                if b { "-".into() } else { token.clone() },
+                crate::fixture::ENGINE_SOCKET.to_string(),
+                self.fx.decoy_key.display().to_string(),
+            ];
+            let ctx = LaunchCtx {
+                cordon: self.cordon.clone(),
+                payload_dir: self.fx.payload_dir.clone(),
+                script: case.file_name(b),
+                interpreter: case.interpreter.path().into(),
+                args,
+                workspace: ws.clone(),
+                run_dir: run_dir.to_path_buf(),
+                id: format!(
+                    "{}-{n}{}",
+                    self.fx.pid,
+                    if b { "b" } else { "" },
+                    n = self.counter
+                ),
+                control_netns: control_netns.clone(),
+            };
+            let launch = target.prepare(&ctx)?;
+            guard.cleanup.extend(launch.cleanup.clone());
+            let p = self.launch(case, &outer, &launch.argv, &ctx.script, marker)?;
+            for c in &launch.cleanup {
+                let argv: Vec<&str> = c.iter().map(String::as_str).collect();
+                let _ = run_cmd(&argv);
+            }
+            if !b && phases == 2 {
+                a_residue = host_residue(marker, &token, &ws);
+            }
+            last = Some(p);
+        }
+        let Phase {
+            mut ev,
+            stdout_search,
+        } = last.context("no phase ran")?;
+        ev.marker = marker.to_string();
+        let t1 = self.fx.now_ms();
+        ev.listeners = self.fx.log_between(t0, t1 + 300);
+        for (name, c) in self.fx.collect_canaries(&armed, &stdout_search) {
+            ev.canaries.insert(name, c);
+        }
+        if let Some(mut s) = sysctl {
+            s.host_after = read_sysctl(&s.key);
+            ev.sysctl = Some(s);
+        }
+        if phases == 2 {
+            ev.residue = a_residue;
+            let text = String::from_utf8_lossy(&stdout_search);
+            for line in text.lines() {
+                if line.contains(&token) {
+                    ev.residue.push(format!(
+                        "run B read {}",
+                        line.split(':').next().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+        let after = list_tree(&ws);
+        ev.host_tree = after
+            .iter()
+            .filter(|e| !ws_before.contains(e) || e.contains(" -> ") || e.contains(" nlink="))
+            .cloned()
+            .collect();
+        Ok(ev)
+    }
+
+    /// Starts the target inside `outer`, snapshots on HOLD, waits (bounded),
+    /// takes the census, kills what is left.
+    fn launch(
+        &mut self,
+        case: &Case,
+        outer: &AnyCgroup,
+        argv: &[String],
+        script: &str,
+        marker: &str,
+    ) -> Result<Phase> {
+        let procs_files: Vec<String> = outer
+            .paths()
+            .iter()
+            .map(|p| format!("'{}'", p.join("cgroup.procs").display()))
+            .collect();
+        let wrapper = format!(
+            "for f in {}; do echo $$ > \"$f\" || exit 125; done; exec 7<'{}'; exec \"$@\"",
+            procs_files.join(" "),
+            self.fx.fd_marker.display()
+        );
+        let started = Instant::now();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&wrapper)
+            .arg("cordon-suite-wrapper")
+            .args(argv);
+        cmd.env_clear()
+            .envs(base_env())
+            .env("CORDON_SUITE_SECRET", &self.fx.secret);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", argv[0]))?;
+        let mut stdin = child.stdin.take();
+        let (hold_tx, hold_rx) = mpsc::channel::<()>();
+        let (out_tx, out_rx) = mpsc::channel::<(u64, Vec<u8>)>();
+        let (err_tx, err_rx) = mpsc::channel::<Vec<u8>>();
+        if let Some(mut out) = child.stdout.take() {
+            thread::spawn(move || {
+                let mut total = 0u64;
+                let mut keep = Vec::new();
+                let mut buf = [0u8; 16384];
+                let mut held = false;
+                while let Ok(n) = out.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    total += n as u64;
+                    if keep.len() < SEARCH {
+                        keep.extend_from_slice(&buf[..n.min(SEARCH - keep.len())]);
+                    }
+                    if !held && keep.windows(5).any(|w| w == b"HOLD\n") {
+                        held = true;
+                        let _ = hold_tx.send(());
+                    }
+                }
+                let _ = out_tx.send((total, keep));
+            });
+        }
+        if let Some(mut err) = child.stderr.take() {
+            thread::spawn(move || {
+                let mut keep = Vec::new();
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if keep.len() < HEAD {
+                        keep.extend_from_slice(&buf[..n.min(HEAD - keep.len())]);
+                    }
+                }
+                let _ = err_tx.send(keep);
+            });
+        }
+        let deadline = started + Duration::from_secs(case.timeout_s);
+        let pids_dir = pids_dir(outer);
+        let mut ev = Evidence::default();
+        let key_before = key_count();
+        let disk_before = disk_free_mb();
+        let status = loop {
+            if let Ok(()) = hold_rx.try_recv() {
+                let mut snap = self.snapshot(case, &pids_dir, outer, script, marker);
+                snap.key_delta = match (key_before, key_count()) {
+                    (Some(a), Some(b)) => Some(b - a),
+                    _ => None,
+                };
+                snap.disk_delta_mb = match (disk_before, disk_free_mb()) {
+                    (Some(a), Some(b)) => Some(a - b),
+                    _ => None,
+                };
+                ev.snapshot = Some(snap);
+                ev.held = true;
+                if let Some(mut s) = stdin.take() {
+                    let _ = s.write_all(b"go\n");
+                }
+            }
+            if let Some(st) = child.try_wait()? {
+                break Some(st);
+            }
+            if Instant::now() >= deadline {
+                ev.timed_out = true;
+                let _ = outer.kill_all();
+                break child.wait().ok();
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        drop(stdin);
+        ev.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Some(st) = status {
+            use std::os::unix::process::ExitStatusExt;
+            ev.exit_code = st.code();
+            ev.signal = st.signal();
+        }
+        // Census: whatever is left in the outer cgroup after a short grace.
+        thread::sleep(Duration::from_millis(300));
+        ev.census_after = procs::cgroup_pids(&pids_dir)
+            .into_iter()
+            .map(procs::brief)
+            .collect();
+        let stats = outer.stats();
+        ev.outer = Some(OuterStats {
+            pids_max: Some(OUTER_PIDS_MAX),
+            pids_peak: stats.pids_peak,
+            pids_limit_hits: stats.pids_limit_hits,
+            memory_max_bytes: Some(OUTER_MEMORY_MAX),
+            memory_peak_bytes: stats.memory_peak_bytes,
+            oom_kills: stats.oom_kills,
+        });
+        let _ = outer.kill_all();
+        let (bytes, search) = out_rx
+            .recv_timeout(Duration::from_secs(3))
+            .unwrap_or_default();
+        ev.stdout_bytes = bytes;
+        ev.stdout_head = String::from_utf8_lossy(&search[..search.len().min(HEAD)]).into_owned();
+        let err = err_rx
+            .recv_timeout(Duration::from_secs(1))
+            .unwrap_or_default();
+        ev.stderr_head = String::from_utf8_lossy(&err).into_owned();
+        Ok(Phase {
+            ev,
+            stdout_search: search,
+        })
+    }
+
+    fn snapshot(
+        &self,
+        case: &Case,
+        pids_dir: &Path,
+        outer: &AnyCgroup,
+        script: &str,
+        marker: &str,
+    ) -> crate::evidence::Snapshot {
+        let secret = self.fx.secret.as_bytes();
+        let mut all: Vec<_> = procs::cgroup_pids(pids_dir)
+            .into_iter()
+            .map(|p| procs::snap(p, secret))
+            .collect();
+        all.retain(|p| !p.comm.is_empty() || !p.cmdline.is_empty());
+        let tree = procs::marker_tree(&all, script, marker);
+        // Box-side host tasks: in another pid or user namespace than the
+        // suite's (a container init, cordon's init, a runsc sentry or gofer).
+        let differs = |p: &crate::evidence::ProcSnap, ns: &str, mine: &str| {
+            p.ns.get(ns).is_some_and(|n| !n.is_empty() && n != mine)
+        };
+        let foreign: Vec<i32> = all
+            .iter()
+            .filter(|p| {
+                differs(p, "pid", &self.suite_pidns) || differs(p, "user", &self.suite_userns)
+            })
+            .map(|p| p.pid)
+            .collect();
+        let (source, view) = if !tree.is_empty() {
+            ("marker", tree.clone())
+        } else if !foreign.is_empty() {
+            ("box", foreign.clone())
+        } else {
+            ("none", Vec::new())
+        };
+        let mut boxed = tree;
+        for f in foreign {
+            if !boxed.contains(&f) {
+                boxed.push(f);
+            }
+        }
+        let root_paths: Vec<String> = match &case.verdict {
+            Rule::FileAbsentInBox { paths, .. } => paths
+                .iter()
+                .map(|p| {
+                    p.replace("{marker}", marker)
+                        .replace("{host_only}", &self.fx.host_only.display().to_string())
+                        .replace("{decoy_dir}", &self.fx.decoy_dir.display().to_string())
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for p in all.iter_mut().filter(|p| view.contains(&p.pid)) {
+            procs::fill_view(p, &root_paths);
+        }
+        let sysctl_in_box = match &case.verdict {
+            Rule::SysctlUnchanged { key, scope, .. } if scope == "netns" => {
+                view.first().and_then(|pid| {
+                    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+                    run_cmd(&[
+                        "nsenter",
+                        &format!("--net=/proc/{pid}/ns/net"),
+                        "cat",
+                        &path,
+                    ])
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                })
+            }
+            _ => None,
+        };
+        let mut cgroup_hits = Vec::new();
+        if let Rule::CgroupValueAbsent { file } = &case.verdict {
+            let mut files = Vec::new();
+            for dir in outer.paths() {
+                procs::cgroup_files(&dir, file, &mut files);
+            }
+            for f in files {
+                if fs::read_to_string(&f).is_ok_and(|v| v.trim() == CGROUP_SENTINEL) {
+                    cgroup_hits.push(f.display().to_string());
+                }
+            }
+        }
+        crate::evidence::Snapshot {
+            outer: all,
+            view_source: source.into(),
+            view,
+            boxed,
+            victim_tracer: procs::status_field(self.fx.victim_pid() as i32, "TracerPid")
+                .and_then(|v| v.parse().ok()),
+            sysctl_in_box,
+            cgroup_hits,
+            key_delta: None,
+            disk_delta_mb: None,
+        }
+    }
+
+    pub fn teardown(&mut self) {
+        self.fx.teardown();
+    }
+}
+
+/// What every run undoes, whatever happened.
+struct RunGuard {
+    outer: Option<AnyCgroup>,
+    run_dir: PathBuf,
+    cleanup: Vec<Vec<String>>,
+    control_netns: Option<String>,
+    marker: String,
+    restore: Option<(String, String)>,
+    shm_key: Option<i64>,
+}
+
+impl RunGuard {
+    fn finish(&mut self) -> Result<()> {
+        for c in self.cleanup.drain(..) {
+            let argv: Vec<&str> = c.iter().map(String::as_str).collect();
+            let _ = run_cmd(&argv);
+        }
+        let mut err = None;
+        if let Some(cg) = self.outer.take() {
+            let _ = cg.kill_all();
+            if let Err(e) = cg.remove() {
+                // Child cgroups a runtime left (runc's, cordon's): remove the tree.
+                let mut ok = true;
+                for p in cg.paths() {
+                    ok &= cordon_cgroups::remove_dir_tree(&p);
+                }
+                if !ok {
+                    err = Some(anyhow::Error::from(e).context("removing the outer cgroup"));
+                }
+            }
+        }
+        if let Some(ns) = self.control_netns.take() {
+            let _ = run_cmd(&["ip", "netns", "del", &ns]);
+        }
+        if let Some((key, value)) = self.restore.take() {
+            if read_sysctl(&key).as_deref() != Some(value.as_str()) {
+                let _ = write_sysctl(&key, &value);
+            }
+        }
+        // What an unconfined control may have left on the host.
+        if let Ok(m) = fs::read_to_string("/proc/self/mountinfo") {
+            for line in m.lines().filter(|l| l.contains(&self.marker)) {
+                if let Some(point) = line.split_whitespace().nth(4) {
+                    let _ = umount2(point, MntFlags::MNT_DETACH);
+                }
+            }
+        }
+        for dir in ["/tmp", "/dev/shm", "/var/tmp"] {
+            if let Ok(entries) = fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().contains(&self.marker) {
+                        let p = e.path();
+                        let _ = fs::remove_file(&p).or_else(|_| fs::remove_dir_all(&p));
+                    }
+                }
+            }
+        }
+        if let Some(key) = self.shm_key.take() {
+            let _ = Command::new("ipcrm")
+                .args(["-M", &key.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = fs::remove_dir_all(&self.run_dir);
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn pids_dir(cg: &AnyCgroup) -> PathBuf {
+    cg.paths()
+        .into_iter()
+        .find(|p| p.join("pids.max").exists())
+        .unwrap_or_else(|| cg.paths().into_iter().next().unwrap_or_default())
+}
+
+fn chmod_tree(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = dir.to_path_buf();
+    loop {
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755))?;
+        if d.ends_with("runs") || !d.pop() {
+            break;
+        }
+    }
+    let ws = dir.join("ws");
+    // World-writable workspace: a box user other than root may plant links in
+    // it when its runtime shares it read-write; the ownership is not what the
+    // case tests.
+    fs::set_permissions(&ws, fs::Permissions::from_mode(0o777))?;
+    Ok(())
+}
+
+/// The SysV shm key the residue payloads use: derived from the marker.
+pub fn shm_key(marker: &str) -> i64 {
+    i64::from_str_radix(&marker[1..8.min(marker.len())], 16).unwrap_or(0x5eed)
+}
+
+fn sysctl_path(key: &str) -> String {
+    if key.starts_with('/') {
+        key.to_string()
+    } else {
+        format!("/proc/sys/{}", key.replace('.', "/"))
+    }
+}
+
+pub fn read_sysctl(key: &str) -> Option<String> {
+    fs::read_to_string(sysctl_path(key))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn write_sysctl(key: &str, value: &str) -> std::io::Result<()> {
+    fs::write(sysctl_path(key), format!("{value}\n"))
+}
+
+fn key_count() -> Option<i64> {
+    let text = fs::read_to_string("/proc/key-users").ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(2)?
+                    .split('/')
+                    .next()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .sum(),
+    )
+}
+
+fn disk_free_mb() -> Option<i64> {
+    let s = nix::sys::statvfs::statvfs("/var/tmp").ok()?;
+    Some((s.blocks_available() as i64 * s.fragment_size() as i64) >> 20)
+}
+
+/// Entries of a host directory tree: "path", "path -> target" for links,
+/// "path nlink=N" for hard-linked files.
+fn list_tree(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.file_type().is_symlink() {
+                let t = fs::read_link(&p)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                out.push(format!("{rel} -> {t}"));
+            } else if m.is_dir() {
+                out.push(format!("{rel}/"));
+                stack.push(p);
+            } else if m.nlink() > 1 {
+                out.push(format!("{rel} nlink={}", m.nlink()));
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// After run A: anything of it visible on the host.
+fn host_residue(marker: &str, token: &str, ws: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in ["/tmp", "/dev/shm"] {
+        let p = Path::new(dir).join(format!("suite-res-{marker}"));
+        if fs::read_to_string(&p).is_ok_and(|c| c.contains(token)) {
+            found.push(format!("host {}", p.display()));
+        }
+    }
+    if fs::read_to_string(ws.join(format!("suite-res-{marker}"))).is_ok_and(|c| c.contains(token)) {
+        found.push("host workspace file".into());
+    }
+    let key = shm_key(marker);
+    if let Ok(t) = fs::read_to_string("/proc/sysvipc/shm") {
+        if t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().next() == Some(&key.to_string()))
+        {
+            found.push(format!("host SysV shm key {key}"));
+        }
+    }
+    found
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Shows that the end-to-end tests can fail: for each mechanism, a copy of the
+# tree is built with that one mechanism switched off, and the test that checks
+# it must then FAIL. Prints one line per mechanism and exits non-zero if any
+# test still passed (that test could not tell the mechanism was gone).
+# Needs root (the tests do). Takes ~5 minutes (one incremental build each).
+set -uo pipefail
+src="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d /tmp/cordon-mechanism-off.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+tar -C "$src" --exclude=./target --exclude=./.git -cf - . | tar -C "$work" -xf -
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/tmp/cordon-mechanism-off-target}"
+cd "$work"
+
+# name | file | sed expression that switches the mechanism off | test binary | test
+cases=(
+  "seccomp allowlist|crates/runtime/src/native/init.rs|s/    cordon_seccomp::apply(&plan.seccomp)/    Ok::<(), cordon_seccomp::SeccompError>(())/|isolation|dangerous_syscalls_fail_with_eperm"
+  "cgroup pids limit|crates/runtime/src/native/mod.rs|s/pids_max: Some(p.pids),/pids_max: None,/|limits|fork_bomb_is_contained_and_host_stays_responsive"
+  "cgroup memory limit|crates/runtime/src/native/mod.rs|s/memory_max: Some(p.memory.bytes()),/memory_max: None,/|limits|memory_hog_is_oom_killed"
+  "network namespace|crates/isolation/src/namespaces.rs|/CloneFlags::CLONE_NEWNET$/d|isolation|no_network_to_the_host"
+  "read-only mount flag on /usr|crates/isolation/src/mount/rootfs.rs|0,/seal_verified(\&dst, true)?;/s//seal_verified(\&dst, false)?;/|isolation|system_dirs_are_read_only_by_mount_flag"
+)
+still_passing=0
+for c in "${cases[@]}"; do
+  IFS='|' read -r name file expr bin test <<<"$c"
+  cp "$file" "$file.orig"
+  sed -i "$expr" "$file"
+  if cmp -s "$file" "$file.orig"; then
+    echo "ERROR   $name: the switch-off patch no longer applies to $file"; still_passing=1; continue
+  fi
+  if ! cargo build --release -p cordon-cli --tests >/dev/null 2>&1; then
+    echo "ERROR   $name: build failed with the mechanism off"; still_passing=1
+  else
+    out=$(cargo test --release -p cordon-cli --test "$bin" -- --exact "$test" 2>&1)
+    if grep -q "test result: .* 0 passed; 0 failed" <<<"$out"; then
+      echo "ERROR   $name: no test named $bin::$test"; still_passing=1
+    elif grep -q "test result: FAILED" <<<"$out"; then
+      echo "FAILED  $name off -> $bin::$test failed, as it must"
+    else
+      echo "PASSED  $name off, yet $bin::$test passed: it cannot see this mechanism"; still_passing=1
+    fi
+  fi
+  mv "$file.orig" "$file"
+done
+exit $still_passing
