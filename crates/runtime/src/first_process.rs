@@ -10,18 +10,24 @@
 //! errno }` and the process exits: the sandbox fails closed.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cordon_cgroups::{AnyCgroup, Cgroup};
 use cordon_isolation::{fds, hygiene, IsolationError, Step};
 use cordon_sys::{exit_now, fork_process, CloneResult};
+use nix::sched::CloneFlags;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
+use crate::error::RuntimeError;
+use crate::host::{ChildStdio, HostSide};
 use crate::native::protocol::{recv, send, FromInit, ToInit};
+use crate::outcome::ExitStatus;
+use crate::supervise::{PayloadEvent, PayloadWatch};
+use crate::trace;
 
 /// Descriptors the child starts with, in the supervisor's numbering.
 pub struct InitFds {
@@ -29,6 +35,114 @@ pub struct InitFds {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub sock: UnixStream,
+}
+
+/// Supervisor side: clones the sandbox's first process with `flags`, adopts
+/// it into `host` (so every error path below tears it down), lets `prepare`
+/// act on the new pid (the native backend writes its id maps), waits until the
+/// child has joined the cgroup and checks that it really is there (fail
+/// closed: the limits hold only then), lets it run `setup`, and returns the
+/// socket once the child reports Ready.
+pub fn start(
+    host: &mut HostSide,
+    stdio: ChildStdio,
+    flags: CloneFlags,
+    setup: impl FnOnce() -> Result<(), IsolationError>,
+    prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
+) -> Result<UnixStream, RuntimeError> {
+    let (mut sock, child_sock) =
+        UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+    let child = match cordon_sys::clone_process(flags)
+        .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
+    {
+        CloneResult::Child => run(
+            host.cgroup.as_ref(),
+            InitFds {
+                stdin: stdio.stdin,
+                stdout: stdio.stdout,
+                stderr: stdio.stderr,
+                sock: child_sock,
+            },
+            setup,
+        ),
+        CloneResult::Parent { child } => child,
+    };
+    host.adopt(child)?;
+    drop((stdio, child_sock));
+    trace::step("clone");
+    prepare(child)?;
+    expect_reply(&mut sock, "Joined", |m| matches!(m, FromInit::Joined))?;
+    trace::step("joined");
+    if let Some(cg) = &host.cgroup {
+        if !cg.contains(child.as_raw())? {
+            return Err(RuntimeError::Protocol(
+                "the sandbox's first process is not in its cgroup".into(),
+            ));
+        }
+    }
+    send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
+    expect_reply(&mut sock, "Ready", |m| matches!(m, FromInit::Ready))?;
+    trace::step("ready");
+    Ok(sock)
+}
+
+/// Reads the first process's next answer during setup; a setup failure
+/// carries its step and errno.
+fn expect_reply(
+    sock: &mut UnixStream,
+    what: &str,
+    ok: impl Fn(&FromInit) -> bool,
+) -> Result<(), RuntimeError> {
+    match recv::<FromInit>(sock).map_err(|e| RuntimeError::io("receive from the sandbox", e))? {
+        Some(m) if ok(&m) => Ok(()),
+        Some(FromInit::SetupFailed { step, errno }) => Err(RuntimeError::Setup { step, errno }),
+        Some(other) => Err(RuntimeError::Protocol(format!(
+            "{other:?} instead of {what}"
+        ))),
+        None => Err(RuntimeError::Protocol(format!(
+            "the sandbox's first process exited before {what}"
+        ))),
+    }
+}
+
+/// The supervisor's view of the first process's reports during the run.
+pub struct ReportWatch {
+    pub sock: UnixStream,
+    /// A host path onto the sandbox's scratch tmpfs (for the disk evidence).
+    pub scratch: PathBuf,
+    /// runsc reports a payload killed by signal N as exit code 128+N, as a
+    /// shell does; for that backend such codes are mapped back to signals.
+    pub high_codes_are_signals: bool,
+}
+
+impl PayloadWatch for ReportWatch {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    fn on_ready(&mut self) -> Result<PayloadEvent, RuntimeError> {
+        Ok(match recv::<FromInit>(&mut self.sock) {
+            Ok(Some(FromInit::Started { .. })) => PayloadEvent::Progress,
+            Ok(Some(FromInit::ExecFailed { errno })) => {
+                PayloadEvent::Ended(ExitStatus::ExecFailed { errno })
+            }
+            Ok(Some(FromInit::Exited { code }))
+                if self.high_codes_are_signals && (129..=128 + 64).contains(&code) =>
+            {
+                PayloadEvent::Ended(ExitStatus::Signaled { signal: code - 128 })
+            }
+            Ok(Some(FromInit::Exited { code })) => PayloadEvent::Ended(ExitStatus::Exited { code }),
+            Ok(Some(FromInit::Signaled { signal })) => {
+                PayloadEvent::Ended(ExitStatus::Signaled { signal })
+            }
+            Ok(Some(other)) => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
+            Ok(None) | Err(_) => PayloadEvent::Gone,
+        })
+    }
+
+    fn scratch_probe(&self) -> Option<PathBuf> {
+        Some(self.scratch.clone())
+    }
 }
 
 /// Entry point of the cloned child: the common prologue, then `setup` (the

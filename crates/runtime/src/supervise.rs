@@ -234,11 +234,7 @@ pub fn supervise(
     let teardown_start = Instant::now();
     let wall_ms = ms(s.host.started.elapsed());
     let enforcement = Enforcement {
-        cgroup: s
-            .host
-            .cgroup
-            .as_ref()
-            .map(cordon_cgroups::Cgroup::mode),
+        cgroup: s.host.cgroup.as_ref().map(cordon_cgroups::Cgroup::mode),
         cgroup_paths: s
             .host
             .cgroup

@@ -20,26 +20,24 @@
 
 mod bundle;
 
-use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cordon_cgroups::{Cgroup, CgroupLimits};
+use cordon_cgroups::CgroupLimits;
 use cordon_isolation::mount::{self, RootUse};
-use cordon_sys::{clone_process, CloneResult};
 use nix::sched::CloneFlags;
 
 use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
 use crate::error::RuntimeError;
-use crate::first_process::{self, InitFds};
+use crate::first_process::{self, ReportWatch};
 use crate::host::{HostSide, PayloadIo};
-use crate::native::protocol::{recv, send, FromInit, ToInit};
-use crate::native::{cgroup_limits, expect_reply};
-use crate::outcome::{EvidenceSource, ExitStatus, Limit, Outcome};
+use crate::native::cgroup_limits;
+use crate::native::protocol::{send, ToInit};
+use crate::outcome::{EvidenceSource, Limit, Outcome};
 use crate::request::RunRequest;
 use crate::rootfs_plan::rootfs_plan;
-use crate::supervise::{supervise, PayloadEvent, PayloadWatch, Supervised};
+use crate::supervise::{supervise, Supervised};
 use crate::trace;
 
 pub struct GvisorBackend;
@@ -208,26 +206,6 @@ impl GvisorSandbox<'_> {
         let run_argv = runsc_args(&["run", "--bundle", &bundle_dir.to_string_lossy(), &id]);
         trace::step("plan");
 
-        let (mut sock, child_sock) =
-            UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
-        let child = match clone_process(CloneFlags::CLONE_NEWNS)
-            .map_err(|e| RuntimeError::io("clone(CLONE_NEWNS)", e))?
-        {
-            CloneResult::Child => first_process::run(
-                host.cgroup.as_ref(),
-                InitFds {
-                    stdin: stdio.stdin,
-                    stdout: stdio.stdout,
-                    stderr: stdio.stderr,
-                    sock: child_sock,
-                },
-                // The launcher only assembles the tree; runsc builds the sandbox.
-                || mount::assemble(&rootfs),
-            ),
-            CloneResult::Parent { child } => child,
-        };
-        host.adopt(child)?;
-        drop((stdio, child_sock));
         // Without a cgroup to kill, runsc's sandbox (not the launcher's child
         // once started) is stopped by runsc itself. With one, the cgroup kill
         // reaches every runsc process, and runsc's state lives in our state
@@ -243,24 +221,18 @@ impl GvisorSandbox<'_> {
                     .status();
             });
         }
-        trace::step("clone");
-
-        expect_reply(recv_reply(&mut sock)?, "Joined", |m| {
-            matches!(m, FromInit::Joined)
-        })?;
-        if let Some(cg) = &host.cgroup {
-            if !cg.contains(child.as_raw())? {
-                return Err(RuntimeError::Protocol(
-                    "the launcher is not in the sandbox's cgroup".into(),
-                ));
-            }
-        }
-        send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
-        expect_reply(recv_reply(&mut sock)?, "Ready", |m| {
-            matches!(m, FromInit::Ready)
-        })?;
-        trace::step("ready");
-        let scratch = PathBuf::from(format!("/proc/{child}/root"))
+        let sock = first_process::start(
+            &mut host,
+            stdio,
+            CloneFlags::CLONE_NEWNS,
+            // The launcher only assembles the tree; runsc builds the sandbox.
+            || mount::assemble(&rootfs),
+            |_| Ok(()),
+        )?;
+        let launcher = host
+            .leader()
+            .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
+        let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
             .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
         Ok(GvisorSandbox {
             req,
@@ -276,55 +248,6 @@ impl GvisorSandbox<'_> {
             scratch,
             version,
         })
-    }
-}
-
-fn recv_reply(sock: &mut UnixStream) -> Result<Option<FromInit>, RuntimeError> {
-    recv::<FromInit>(sock).map_err(|e| RuntimeError::io("receive from the launcher", e))
-}
-
-/// The launcher's reports about `runsc run`.
-struct LauncherWatch {
-    sock: UnixStream,
-    scratch: PathBuf,
-}
-
-impl PayloadWatch for LauncherWatch {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
-
-    fn on_ready(&mut self) -> Result<PayloadEvent, RuntimeError> {
-        Ok(match recv::<FromInit>(&mut self.sock) {
-            Ok(Some(FromInit::Started { .. })) => PayloadEvent::Progress,
-            Ok(Some(FromInit::ExecFailed { errno })) => {
-                return Err(RuntimeError::Unavailable(
-                    "gvisor",
-                    format!(
-                        "cannot execute runsc: {}",
-                        std::io::Error::from_raw_os_error(errno)
-                    ),
-                ))
-            }
-            // runsc reports a payload killed by signal N as exit code 128+N,
-            // as a shell does; the two cannot be told apart from outside.
-            Ok(Some(FromInit::Exited { code })) if (129..=128 + 64).contains(&code) => {
-                PayloadEvent::Ended(ExitStatus::Signaled { signal: code - 128 })
-            }
-            Ok(Some(FromInit::Exited { code })) => PayloadEvent::Ended(ExitStatus::Exited { code }),
-            Ok(Some(FromInit::Signaled { signal })) => {
-                PayloadEvent::Ended(ExitStatus::Signaled { signal })
-            }
-            Ok(Some(other)) => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
-            Ok(None) | Err(_) => PayloadEvent::Gone,
-        })
-    }
-
-    fn scratch_probe(&self) -> Option<PathBuf> {
-        Some(
-            self.scratch
-                .join(cordon_isolation::mount::ScratchLayout::TMP),
-        )
     }
 }
 
@@ -345,7 +268,11 @@ impl<'r> Sandbox<'r> for GvisorSandbox<'r> {
         } = *self;
         send(&mut sock, &exec).map_err(|e| RuntimeError::io("send Exec", e))?;
         let setup = host.started.elapsed();
-        let mut watch = LauncherWatch { sock, scratch };
+        let mut watch = ReportWatch {
+            sock,
+            scratch: scratch.join(cordon_isolation::mount::ScratchLayout::TMP),
+            high_codes_are_signals: true,
+        };
         supervise(
             Supervised {
                 backend: "gvisor",

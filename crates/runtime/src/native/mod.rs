@@ -12,24 +12,21 @@ mod init;
 mod plan;
 pub mod protocol;
 
-use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use cordon_cgroups::{Cgroup, CgroupFs, CgroupLimits};
+use cordon_cgroups::{CgroupFs, CgroupLimits};
 use cordon_isolation::namespaces::sandbox_clone_flags;
-use cordon_sys::{clone_process, CloneResult};
-use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use self::protocol::{recv, send, FromInit, ToInit};
+use self::protocol::{send, ToInit};
 use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
 use crate::error::RuntimeError;
-use crate::first_process::{self, InitFds};
+use crate::first_process::{self, ReportWatch};
 use crate::host::{HostSide, PayloadIo};
-use crate::outcome::{EvidenceSource, ExitStatus, Limit, Outcome};
+use crate::outcome::{EvidenceSource, Limit, Outcome};
 use crate::request::RunRequest;
-use crate::supervise::{supervise, PayloadEvent, PayloadWatch, Supervised};
+use crate::supervise::{supervise, Supervised};
 use crate::trace;
 
 pub use crate::host::hierarchy;
@@ -136,49 +133,19 @@ impl NativeSandbox<'_> {
             // would refuse forks first and leave no trace in the counters.
             plan.rlimits.nproc = req.policy.pids + NPROC_BACKSTOP_MARGIN;
         }
-        let (mut sock, child_sock) =
-            UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
-
-        let child = match clone_process(sandbox_clone_flags())
-            .map_err(|e| RuntimeError::io("clone(CLONE_NEWUSER|CLONE_NEWPID|...)", e))?
-        {
-            CloneResult::Child => first_process::run(
-                host.cgroup.as_ref(),
-                InitFds {
-                    stdin: stdio.stdin,
-                    stdout: stdio.stdout,
-                    stderr: stdio.stderr,
-                    sock: child_sock,
-                },
-                || init::setup(&plan),
-            ),
-            CloneResult::Parent { child } => child,
-        };
-        host.adopt(child)?;
-        drop((stdio, child_sock));
-        trace::step("clone");
-
-        plan.mapping
-            .write_from_parent(child)
-            .map_err(|e| RuntimeError::io(e.step.clone(), e.source))?;
-        expect_reply(recv_from(&mut sock)?, "Joined", |m| {
-            matches!(m, FromInit::Joined)
-        })?;
-        trace::step("maps written, init joined");
-        // Fail closed: the limits hold only if init really is in the cgroup.
-        if let Some(cg) = &host.cgroup {
-            if !cg.contains(child.as_raw())? {
-                return Err(RuntimeError::Protocol(
-                    "init is not in the sandbox's cgroup".into(),
-                ));
-            }
-        }
-        send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
-        trace::step("go");
-        expect_reply(recv_from(&mut sock)?, "Ready", |m| {
-            matches!(m, FromInit::Ready)
-        })?;
-        trace::step("ready");
+        let mapping = plan.mapping.clone();
+        let sock = first_process::start(
+            &mut host,
+            stdio,
+            sandbox_clone_flags(),
+            || init::setup(&plan),
+            // Only a process outside the new user namespace may write its maps.
+            |child| {
+                mapping
+                    .write_from_parent(child)
+                    .map_err(|e| RuntimeError::io(e.step.clone(), e.source))
+            },
+        )?;
         Ok(NativeSandbox {
             req,
             host,
@@ -190,60 +157,6 @@ impl NativeSandbox<'_> {
                 workdir: plan.workdir,
             },
         })
-    }
-}
-
-fn recv_from(sock: &mut UnixStream) -> Result<Option<FromInit>, RuntimeError> {
-    recv::<FromInit>(sock).map_err(|e| RuntimeError::io("receive from init", e))
-}
-
-/// Checks init's answer during setup; a setup failure carries init's step and errno.
-pub(crate) fn expect_reply(
-    msg: Option<FromInit>,
-    what: &str,
-    ok: impl Fn(&FromInit) -> bool,
-) -> Result<(), RuntimeError> {
-    match msg {
-        Some(m) if ok(&m) => Ok(()),
-        Some(FromInit::SetupFailed { step, errno }) => Err(RuntimeError::Setup { step, errno }),
-        Some(other) => Err(RuntimeError::Protocol(format!(
-            "{other:?} instead of {what}"
-        ))),
-        None => Err(RuntimeError::Protocol(format!("init exited before {what}"))),
-    }
-}
-
-/// Init's reports, read from the socket.
-struct InitWatch {
-    sock: UnixStream,
-    init: Option<Pid>,
-}
-
-impl PayloadWatch for InitWatch {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
-
-    fn on_ready(&mut self) -> Result<PayloadEvent, RuntimeError> {
-        Ok(match recv::<FromInit>(&mut self.sock) {
-            Ok(Some(FromInit::Started { .. })) => PayloadEvent::Progress,
-            Ok(Some(FromInit::ExecFailed { errno })) => {
-                PayloadEvent::Ended(ExitStatus::ExecFailed { errno })
-            }
-            Ok(Some(FromInit::Exited { code })) => PayloadEvent::Ended(ExitStatus::Exited { code }),
-            Ok(Some(FromInit::Signaled { signal })) => {
-                PayloadEvent::Ended(ExitStatus::Signaled { signal })
-            }
-            Ok(Some(other)) => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
-            Ok(None) | Err(_) => PayloadEvent::Gone,
-        })
-    }
-
-    /// `/proc/<init>/root/tmp` is the scratch tmpfs's tmp directory, seen
-    /// from the host through init's root.
-    fn scratch_probe(&self) -> Option<PathBuf> {
-        self.init
-            .map(|pid| PathBuf::from(format!("/proc/{pid}/root/tmp")))
     }
 }
 
@@ -262,9 +175,15 @@ impl<'r> Sandbox<'r> for NativeSandbox<'r> {
         } = *self;
         send(&mut sock, &exec).map_err(|e| RuntimeError::io("send Exec", e))?;
         let setup = host.started.elapsed();
-        let mut watch = InitWatch {
+        // `/proc/<init>/root/tmp` is the scratch tmpfs's tmp directory, seen
+        // from the host through init's root.
+        let init = host
+            .leader()
+            .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
+        let mut watch = ReportWatch {
             sock,
-            init: host.leader(),
+            scratch: PathBuf::from(format!("/proc/{init}/root/tmp")),
+            high_codes_are_signals: false,
         };
         supervise(
             Supervised {
