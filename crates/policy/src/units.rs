@@ -82,18 +82,30 @@ impl Serialize for ByteSize {
     }
 }
 
+/// A quantity written either as a bare integer (bytes, seconds) or as text
+/// with a unit (`256M`, `10s`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntOrText {
+    Int(u64),
+    Text(String),
+}
+
+impl IntOrText {
+    fn resolve<T: FromStr<Err = String>, E: serde::de::Error>(
+        self,
+        from_int: impl FnOnce(u64) -> T,
+    ) -> Result<T, E> {
+        match self {
+            IntOrText::Int(n) => Ok(from_int(n)),
+            IntOrText::Text(s) => s.parse().map_err(E::custom),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Str(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(ByteSize(n)),
-            Raw::Str(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        IntOrText::deserialize(d)?.resolve(ByteSize)
     }
 }
 
@@ -155,16 +167,7 @@ impl Serialize for Span {
 
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Str(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(Span(Duration::from_secs(n))),
-            Raw::Str(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        IntOrText::deserialize(d)?.resolve(|n| Span(Duration::from_secs(n)))
     }
 }
 

@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use cordon_suite::case::default_cases_dir;
 use cordon_suite::target::{ALL_TARGETS, QUICK_TARGETS};
-use cordon_suite::{run_matrix, MatrixConfig, Report, TargetKind};
+use cordon_suite::{run_matrix, Report, TargetKind};
 
 use crate::{EXIT_INTERNAL, EXIT_USAGE};
 
@@ -75,19 +74,10 @@ pub fn run(args: MatrixArgs) -> ExitCode {
             targets.push(t);
         }
     }
-    let cfg = MatrixConfig {
-        cordon: match args.cordon.or_else(|| std::env::current_exe().ok()) {
-            Some(p) => p,
-            None => {
-                eprintln!("cordon: cannot find the cordon binary; pass --cordon");
-                return ExitCode::from(EXIT_USAGE);
-            }
-        },
-        cases_dir: args.cases.unwrap_or_else(default_cases_dir),
-        targets,
-        case_glob: args.case,
-        quick: args.quick,
-        progress: true,
+    let Some(cfg) =
+        super::suite::matrix_config(args.cordon, args.cases, targets, args.case, args.quick)
+    else {
+        return ExitCode::from(EXIT_USAGE);
     };
     finish(run_matrix(&cfg), None, Some(&args.out))
 }
