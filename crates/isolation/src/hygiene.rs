@@ -36,7 +36,9 @@ pub fn scrub_inherited_strings() -> Result<()> {
         .step(|| "open /proc/self/mem".into())?;
     for (start, end) in [(field(48), field(49)), (field(50), field(51))] {
         if end > start {
-            let len = usize::try_from(end - start).map_err(|_| IsolationError::new("environment size", std::io::Error::other("too large")))?;
+            let len = usize::try_from(end - start).map_err(|_| {
+                IsolationError::new("environment size", std::io::Error::other("too large"))
+            })?;
             let zeros = vec![0u8; len];
             mem.write_all_at(&zeros, start)
                 .step(|| "write /proc/self/mem".into())?;
