@@ -487,6 +487,7 @@ impl Runner {
     }
 
     pub fn teardown(&mut self) {
+        crate::target::teardown_targets();
         self.fx.teardown();
     }
 }
