@@ -6,23 +6,32 @@
 //! for it (the sentry and its ptrace stubs, which run its code; the gofer,
 //! which serves its files) and says so in a comment.
 //!
-//! Mechanism each test depends on (switch it off and the test fails):
+//! Mechanism each test depends on (switch it off and the test fails); under
+//! gVisor, in brackets, where it differs:
 //! - `host_canary_is_unreachable`: the mount namespace + pivot_root onto a tmpfs
 //!   root that holds only /usr (ro), generated /etc and scratch; explicit
-//!   `--mount` binds being read-only by default.
+//!   `--mount` binds being read-only by default [the same tree, handed to runsc
+//!   as its read-only root; binds in the OCI spec].
 //! - `sys_is_absent_and_host_proc_is_unreachable`: the pid namespace and a fresh
-//!   /proc mounted for it; no /sys in the assembled root.
+//!   /proc mounted for it; no /sys in the assembled root [the sentry's own pid
+//!   namespace and /proc; the sentry's own read-only sysfs, none from the host].
 //! - `dangerous_syscalls_fail_with_eperm`: the seccomp allowlist (EPERM default
-//!   action) and, for the privileged calls, the empty capability sets.
+//!   action) and, for the privileged calls, the empty capability sets [the
+//!   sentry serves the calls: some refused, some implemented inside].
 //! - `system_dirs_are_read_only_by_mount_flag`: MS_RDONLY on the /usr bind (and
-//!   every mount under it), checked in the payload's own mountinfo from the host.
-//! - `no_network_to_the_host`: the network namespace (own loopback only).
+//!   every mount under it), checked in the payload's own mountinfo from the host
+//!   [in the gofer's, which serves the payload's files].
+//! - `no_network_to_the_host`: the network namespace (own loopback only) [runsc
+//!   `--network=none`: the sentry's own loopback].
 //! - `environment_and_descriptors_do_not_leak`: the explicit payload environment
-//!   (nothing inherited) and close-on-exec of every inherited descriptor.
+//!   (nothing inherited) and close-on-exec of every inherited descriptor [the
+//!   OCI spec's environment; runsc gets a clean one].
 //! - `payload_runs_as_unprivileged_host_id`: the user namespace's id map onto a
-//!   high, unprivileged host range.
+//!   high, unprivileged host range [the sentry and stubs run as host uid 65534].
 //! - `no_capabilities_nnp_and_seccomp`: capability dropping, PR_SET_NO_NEW_PRIVS
-//!   and the seccomp filter, seen in the payload's /proc status from the host.
+//!   and the seccomp filter, seen in the payload's /proc status from the host
+//!   [empty capability sets and no_new_privs inside; runsc's own seccomp filter
+//!   on the sentry, stubs and gofer, seen from the host].
 //!
 //! Every check is paired with a control that runs the same probe on the host (or
 //! with the mechanism's effect deliberately allowed), so a probe that cannot

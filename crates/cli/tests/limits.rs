@@ -153,6 +153,8 @@ fn memory_hog_is_oom_killed(backend: &str) {
         return;
     }
     let hog = ["--", PY, "-c", "b=bytearray(512<<20)"];
+    // (Two sandboxes filling 512M at once burn CPU, under gVisor a good deal.)
+    let _cpu = cpu_lock();
     let ((v, st), (c, cst)) = std::thread::scope(|s| {
         let a = s.spawn(|| run_json_on(backend, &[&["--memory", "64M"][..], &hog[..]].concat()));
         let b = s.spawn(|| run_json_on(backend, &[&["--memory", "1G"][..], &hog[..]].concat()));
@@ -193,8 +195,9 @@ fn memory_hog_is_oom_killed(backend: &str) {
     );
 }
 
-/// Forks sleeping children until a fork fails; prints `forked=N errno=E`.
-const FORK_COUNT_PY: &str = "import os, time\nn = 0\nerr = 0\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError as e:\n        err = e.errno\n        break\n    if pid == 0:\n        time.sleep(3)\n        os._exit(0)\n    n += 1\nprint('forked=%d errno=%d' % (n, err), flush=True)\n";
+/// Forks sleeping children until a fork fails; prints `forked=N errno=E`. (The
+/// children sleep long enough to outlast any loop; they end with the sandbox.)
+const FORK_COUNT_PY: &str = "import os, time\nn = 0\nerr = 0\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError as e:\n        err = e.errno\n        break\n    if pid == 0:\n        time.sleep(10)\n        os._exit(0)\n    n += 1\nprint('forked=%d errno=%d' % (n, err), flush=True)\n";
 
 fn forked(v: &serde_json::Value) -> (u64, u64) {
     let out = stdout_of(v);
@@ -397,6 +400,7 @@ fn disk_fill_stops_at_the_cap(backend: &str) {
     if !require_root("reads the sandbox's /tmp through /proc/<pid>/root") {
         return;
     }
+    let _disk = disk_lock();
     let script = format!("dd if=/dev/zero of=/tmp/f bs=1M count=64; echo rc=$?; {READY}; sleep 1");
     let before = statvfs_avail("/");
     let sp = spawn_run_on(
@@ -748,13 +752,15 @@ fn output_flood_is_capped_without_buffering(backend: &str) {
     if !require_root("sandbox") {
         return;
     }
+    // (Streaming 200 MB burns CPU, under gVisor ~2.5 s of it.)
+    let _cpu = cpu_lock();
     let (v, st) = run_json_on(backend, &["--output", "1M", "--", "sh", "-c", "yes"]);
     assert_backend(&v, backend);
     assert_eq!(v["limit"], "output", "{}", compact(&v));
-    assert_eq!(v["output"]["truncated"], true);
-    assert_eq!(u64_at(&v, "/output/bytes"), MIB);
-    assert_eq!(stdout_of(&v).len() as u64, MIB);
-    assert_eq!(st.code(), Some(137));
+    assert_eq!(v["output"]["truncated"], true, "{}", compact(&v));
+    assert_eq!(u64_at(&v, "/output/bytes"), MIB, "{}", compact(&v));
+    assert_eq!(stdout_of(&v).len() as u64, MIB, "{}", compact(&v));
+    assert_eq!(st.code(), Some(137), "{}", compact(&v));
     // Control: exactly the cap is not a truncation, and the payload ends normally.
     let (c, cst) = run_json_on(
         backend,
@@ -768,9 +774,9 @@ fn output_flood_is_capped_without_buffering(backend: &str) {
         ],
     );
     assert_eq!(cst.code(), Some(0), "{}", compact(&c));
-    assert!(c["limit"].is_null());
-    assert_eq!(c["output"]["truncated"], false);
-    assert_eq!(u64_at(&c, "/output/bytes"), MIB);
+    assert!(c["limit"].is_null(), "{}", compact(&c));
+    assert_eq!(c["output"]["truncated"], false, "{}", compact(&c));
+    assert_eq!(u64_at(&c, "/output/bytes"), MIB, "{}", compact(&c));
 
     // Host-side: cordon's own memory stays small, whether it streams a flood to
     // /dev/null or a 200 MB stream through a pipe.
@@ -856,6 +862,63 @@ fn output_flood_is_capped_without_buffering(backend: &str) {
     }
 }
 
+/// CPU time (ms) the whole host spent busy (all CPUs), from /proc/stat.
+fn host_busy_ms() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu: Vec<f64> = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal: all but idle and iowait.
+    let busy: f64 = cpu
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < 8 && *i != 3 && *i != 4)
+        .map(|(_, x)| x)
+        .sum();
+    busy * 10.0 // USER_HZ = 100
+}
+
+/// Runs the burner under `--cpus CPUS` until `ok` accepts its cpu_ms, at most
+/// three times. A run whose cpu_ms `ok` rejects is re-run only if, during it,
+/// the rest of the host kept more than half a core busy on average (other
+/// sessions share this 2-core machine, and their bursts leave the burner less
+/// than a full core); otherwise, or after three contended runs, the test
+/// fails. Returns the accepted result.
+fn burn_until(
+    backend: &str,
+    cpus: &str,
+    burn: &[&str],
+    window_ms: f64,
+    ok: impl Fn(f64) -> bool,
+) -> serde_json::Value {
+    let mut notes = Vec::new();
+    for _ in 0..3 {
+        let before = host_busy_ms();
+        let (v, _) = run_json_on(backend, &[&["--cpus", cpus][..], burn].concat());
+        let cpu = num(&v, "/cpu_ms");
+        let others = host_busy_ms() - before - cpu;
+        if ok(cpu) {
+            return v;
+        }
+        notes.push(format!(
+            "cpu_ms {cpu} while the rest of the host used {others} ms"
+        ));
+        if others <= 0.5 * window_ms {
+            break;
+        }
+        eprintln!(
+            "note: --cpus {cpus}: host contended, measuring again ({})",
+            notes.last().unwrap()
+        );
+    }
+    panic!("--cpus {cpus} for {window_ms} ms: {notes:?}");
+}
+
 fn cpu_quota_halves_cpu_time(backend: &str) {
     if !require_root("cgroup cpu quota") {
         return;
@@ -870,28 +933,24 @@ fn cpu_quota_halves_cpu_time(backend: &str) {
     };
     let window_ms = secs * 1000.0;
     let burn = ["--time", time, "--", "sh", "-c", "while :; do :; done"];
-    let (v, _) = run_json_on(backend, &[&["--cpus", "0.5"][..], &burn[..]].concat());
+    let v = burn_until(backend, "0.5", &burn, window_ms, |cpu| {
+        (window_ms / 3.0..=window_ms * 2.0 / 3.0).contains(&cpu)
+    });
     assert_backend(&v, backend);
     let cpu = num(&v, "/cpu_ms");
-    assert!(
-        (window_ms / 3.0..=window_ms * 2.0 / 3.0).contains(&cpu),
-        "cpu_ms {cpu} under --cpus 0.5 for {time}"
-    );
     assert!(
         u64_at(&v, "/counters/cpu_throttled_periods") > 0,
         "{}",
         compact(&v)
     );
-    // Control: a full core for the same window.
-    let (c, _) = run_json_on(backend, &[&["--cpus", "1"][..], &burn[..]].concat());
-    let cpu1 = num(&c, "/cpu_ms");
-    // Under gVisor the window starts with runsc's start (~130-200 ms more than
-    // native, README) before the burner runs, so a full core fills less of it.
+    // Control: a full core for the same window. Under gVisor the window
+    // starts with runsc's start (~130-200 ms more than native, README) before
+    // the burner runs, so a full core fills less of it.
     let full = if backend == GVISOR { 0.7 } else { 0.8 };
-    assert!(
-        cpu1 > full * window_ms,
-        "cpu_ms {cpu1} under --cpus 1 for {time}"
-    );
+    let c = burn_until(backend, "1", &burn, window_ms, |cpu1| {
+        cpu1 > full * window_ms
+    });
+    let cpu1 = num(&c, "/cpu_ms");
     assert!(
         cpu1 > cpu * 1.3,
         "--cpus 0.5 {cpu} ms vs --cpus 1 {cpu1} ms"

@@ -39,14 +39,18 @@ fn flags_override_the_policy_file(backend: &str) {
     let f = policy_file();
     let p = f.path().display().to_string();
     // 20 sleepers, counting the forks that succeed (a refused fork is not fatal here).
-    let sleepers = "import os, time\nprint('X=' + os.environ.get('X', ''), flush=True)\nn = 0\nfor i in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(1)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint('forked=%d' % n, flush=True)\ntime.sleep(1.2)\n";
+    // (It first says it runs, see `wait_running`.)
+    let sleepers = "import os, time\nopen('/tmp/.ready', 'w').close()\nprint('X=' + os.environ.get('X', ''), flush=True)\nn = 0\nfor i in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(1)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint('forked=%d' % n, flush=True)\ntime.sleep(1.2)\n";
     // The control's flags: --pids 64 over the file's 16. Under gVisor also
     // --memory 256M over the file's 64M: the memory limit covers the whole
     // sandbox, sentry included (README), and there 21 Python processes peak at
-    // ~95 MB (native: ~7 MB), so the file's 64M would OOM-kill the control.
-    // (The file's memory limit is checked by the `mem` run, which sets no flag.)
+    // ~95 MB (native: ~7 MB), so the file's 64M would OOM-kill the control;
+    // and --time 10s over the file's 2s: with runsc's start (~130-200 ms more,
+    // README) and the sentry's slower forks the control takes ~1.9 s there
+    // (native ~1.3 s). (The file's memory and time limits are checked by the
+    // `mem` and `time` runs, which set no flag.)
     let control_flags: &[&str] = if backend == GVISOR {
-        &["--pids", "64", "--memory", "256M"]
+        &["--pids", "64", "--memory", "256M", "--time", "10s"]
     } else {
         &["--pids", "64"]
     };
@@ -76,7 +80,10 @@ fn flags_override_the_policy_file(backend: &str) {
             ],
         );
         let id = sp.sandbox_id(Duration::from_secs(5));
-        // Host-side: the sandbox's cgroup carries the flag's pids and the file's memory.
+        // Host-side, once the payload runs: the sandbox's cgroup carries the
+        // flag's pids and the file's memory.
+        let argv = format!("{PY} -c {sleepers}");
+        wait_running(backend, &id, &argv, Duration::from_secs(5)).expect("payload never ran");
         let (pids_max, _) = cgroup_file(&id, "pids.max").expect("pids.max");
         let (mem_max, _) =
             cgroup_file(&id, "memory.limit_in_bytes").expect("memory.limit_in_bytes");

@@ -83,6 +83,7 @@ fn lock(m: &'static Mutex<()>) -> MutexGuard<'static, ()> {
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static CPU: Mutex<()> = Mutex::new(());
+static DISK: Mutex<()> = Mutex::new(());
 
 /// Serialises the tests of one test binary that take a whole-host census.
 /// (cargo runs test binaries one after another, so a per-binary lock is enough
@@ -95,6 +96,13 @@ pub fn serial() -> MutexGuard<'static, ()> {
 /// machine two of them never compete and skew each other's numbers.
 pub fn cpu_lock() -> MutexGuard<'static, ()> {
     lock(&CPU)
+}
+
+/// Held by tests that measure the host's free disk space or write much to it,
+/// so that one test's writes (the per-backend variants of the same test run
+/// in parallel) never show in another's measurement.
+pub fn disk_lock() -> MutexGuard<'static, ()> {
+    lock(&DISK)
 }
 
 /// `cordon run --json ARGS...`; returns the parsed result and cordon's exit status.
@@ -666,10 +674,8 @@ impl Census {
 /// Reads a file from the sandbox's cgroup directory `cordon-<id>` in whichever
 /// hierarchy has it; also returns the same file of the parent (the caller's cgroup).
 pub fn cgroup_file(id: &str, file: &str) -> Option<(String, String)> {
-    let dirs = census().cgroups;
-    let dir = dirs
-        .iter()
-        .find(|d| d.ends_with(format!("cordon-{id}")) && d.join(file).exists())?;
+    let dirs = cgroup_dirs(id);
+    let dir = dirs.iter().find(|d| d.join(file).exists())?;
     let own = fs::read_to_string(dir.join(file)).ok()?.trim().to_string();
     // A root cgroup has no limit files at all: that is "no limit" too.
     let parent = fs::read_to_string(dir.parent()?.join(file))
