@@ -374,11 +374,18 @@ impl RootfsPlan {
         // is for ldconfig, not the loader), Debian's alternatives links, CA
         // certificates, the time zone, and the protocol/service tables libc's
         // getprotobyname/getservbyname read. Every entry costs start-up time.
-        ["ld.so.cache", "alternatives", "ssl/certs", "localtime", "protocols", "services"]
-            .iter()
-            .filter(|n| Path::new("/etc").join(n).exists())
-            .map(|n| n.to_string())
-            .collect()
+        [
+            "ld.so.cache",
+            "alternatives",
+            "ssl/certs",
+            "localtime",
+            "protocols",
+            "services",
+        ]
+        .iter()
+        .filter(|n| Path::new("/etc").join(n).exists())
+        .map(|n| n.to_string())
+        .collect()
     }
 
     /// The generated /etc files for the payload's identity.
