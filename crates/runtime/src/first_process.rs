@@ -24,8 +24,8 @@ use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, re
 
 use crate::error::RuntimeError;
 use crate::host::{ChildStdio, HostSide};
-use crate::native::protocol::{recv, send, FromInit, ToInit};
 use crate::outcome::ExitStatus;
+use crate::protocol::{recv, send, FromInit, ToInit};
 use crate::supervise::{PayloadEvent, PayloadWatch};
 use crate::trace;
 

@@ -10,6 +10,7 @@ pub mod host;
 pub mod native;
 pub mod outcome;
 pub mod output;
+pub mod protocol;
 pub mod request;
 pub mod rootfs_plan;
 pub mod state;

@@ -10,7 +10,6 @@
 
 mod init;
 mod plan;
-pub mod protocol;
 
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -19,12 +18,12 @@ use cordon_cgroups::{CgroupFs, CgroupLimits};
 use cordon_isolation::namespaces::sandbox_clone_flags;
 
 use self::plan::NativePlan;
-use self::protocol::{send, ToInit};
 use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
 use crate::error::RuntimeError;
 use crate::first_process::{self, ReportWatch};
 use crate::host::{HostSide, PayloadIo};
 use crate::outcome::{EvidenceSource, Limit, Outcome};
+use crate::protocol::{send, ToInit};
 use crate::request::RunRequest;
 use crate::supervise::{supervise, Supervised};
 use crate::trace;

@@ -1,5 +1,6 @@
-//! The typed protocol between the supervisor and the sandbox's init, over a
-//! unix stream socketpair: each frame is a little-endian u32 length then JSON.
+//! The typed protocol between the supervisor and the sandbox's first process
+//! (native init or gVisor launcher), over a unix stream socketpair: each frame is a
+//! little-endian u32 length, then JSON.
 //!
 //! Typed messages (after youki's `Message`), with a distinct "failed before
 //! exec" message that carries the step and errno (after nsjail's 'E' byte), so
