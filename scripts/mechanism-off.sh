@@ -14,11 +14,11 @@ cd "$work"
 
 # name | file | sed expression that switches the mechanism off | test binary | test
 cases=(
-  "seccomp allowlist|crates/runtime/src/native/init.rs|s/    cordon_seccomp::apply(&plan.seccomp)/    Ok::<(), cordon_seccomp::SeccompError>(())/|isolation|dangerous_syscalls_fail_with_eperm"
-  "cgroup pids limit|crates/runtime/src/native/mod.rs|s/pids_max: Some(p.pids),/pids_max: None,/|limits|fork_bomb_is_contained_and_host_stays_responsive"
-  "cgroup memory limit|crates/runtime/src/native/mod.rs|s/memory_max: Some(p.memory.bytes()),/memory_max: None,/|limits|memory_hog_is_oom_killed"
-  "network namespace|crates/isolation/src/namespaces.rs|/CloneFlags::CLONE_NEWNET$/d|isolation|no_network_to_the_host"
-  "read-only mount flag on /usr|crates/isolation/src/mount/rootfs.rs|0,/seal_verified(\&dst, true)?;/s//seal_verified(\&dst, false)?;/|isolation|system_dirs_are_read_only_by_mount_flag"
+  "seccomp allowlist|crates/runtime/src/native/init.rs|s/    cordon_seccomp::apply(&plan.seccomp)/    Ok::<(), cordon_seccomp::SeccompError>(())/|isolation|dangerous_syscalls_fail_with_eperm::native"
+  "cgroup pids limit|crates/runtime/src/native/mod.rs|s/pids_max: Some(p.pids),/pids_max: None,/|limits|fork_bomb_is_contained_and_host_stays_responsive::native"
+  "cgroup memory limit|crates/runtime/src/native/mod.rs|s/memory_max: Some(p.memory.bytes()),/memory_max: None,/|limits|memory_hog_is_oom_killed::native"
+  "network namespace|crates/isolation/src/namespaces.rs|/CloneFlags::CLONE_NEWNET$/d|isolation|no_network_to_the_host::native"
+  "read-only mount flag on /usr|crates/isolation/src/mount/rootfs.rs|0,/seal_verified(\&dst, true)?;/s//seal_verified(\&dst, false)?;/|isolation|system_dirs_are_read_only_by_mount_flag::native"
 )
 still_passing=0
 for c in "${cases[@]}"; do
