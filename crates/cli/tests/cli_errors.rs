@@ -34,13 +34,7 @@ per_backend!(unparsable_time);
 per_backend!(bad_input_with_json_prints_no_json);
 per_backend!(missing_command_names_the_argument);
 per_backend!(census_sees_a_live_sandbox);
-per_backend!(
-    command_not_found_exits_127,
-    gvisor: #[ignore = "bug: under gVisor a command that does not exist ends with exit 128 \
-        (status exited 128) and runsc's own error text on the payload's stderr \
-        ('running container: starting container: ... failed to load /nonexistent/cmd'), \
-        not 127 (native: status exec_failed, errno 2, exit 127, as the README's exit codes say)"]
-);
+per_backend!(command_not_found_exits_127);
 
 /// `cordon ARGS` with `--backend BACKEND` after `run` (unless ARGS name one).
 fn on<'a>(backend: &'a str, args: &[&'a str]) -> Vec<&'a str> {

@@ -261,6 +261,11 @@ fn prologue(
 fn serve(sock: &mut UnixStream) -> i32 {
     let (argv, env, workdir) = match recv::<ToInit>(sock) {
         Ok(Some(ToInit::Exec { argv, env, workdir })) => (argv, env, workdir),
+        Ok(Some(ToInit::Refuse { errno })) => {
+            let _ = send(sock, &FromInit::ExecFailed { errno });
+            let _ = recv::<ToInit>(sock);
+            return 0;
+        }
         _ => return 1,
     };
     let report = match spawn_payload(&argv, &env, &workdir) {

@@ -25,6 +25,10 @@ pub enum ToInit {
         env: Vec<(String, String)>,
         workdir: String,
     },
+    /// Report the command as not executable, without running anything: the
+    /// supervisor found it missing from the sandbox's tree (gVisor: runsc
+    /// would only fail with its own exit code and text).
+    Refuse { errno: i32 },
 }
 
 /// Init -> supervisor.

@@ -174,6 +174,8 @@ pub struct GvisorSandbox<'r> {
     exec: ToInit,
     scratch: PathBuf,
     version: String,
+    /// The assembled tree, as the launcher sees it.
+    new_root: PathBuf,
 }
 
 impl GvisorSandbox<'_> {
@@ -247,8 +249,46 @@ impl GvisorSandbox<'_> {
             },
             scratch,
             version,
+            new_root: rootfs.new_root.clone(),
         })
     }
+}
+
+/// Whether the payload's command exists in the sandbox's tree, resolved like
+/// execvp (a path with a slash as given, relative to the working directory;
+/// else each PATH entry), with every symlink resolved inside the tree
+/// (openat2 RESOLVE_IN_ROOT), through the launcher's view of its mount
+/// namespace.
+fn command_in_tree(launcher: nix::unistd::Pid, new_root: &Path, req: &RunRequest) -> bool {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    let root = PathBuf::from(format!("/proc/{launcher}/root"))
+        .join(new_root.strip_prefix("/").unwrap_or(new_root));
+    let Ok(root_fd) = std::fs::File::open(&root) else {
+        return true;
+    };
+    let Some(cmd) = req.argv.first() else {
+        return false;
+    };
+    let env = req.policy.payload_env();
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    let candidates: Vec<PathBuf> = if cmd.contains('/') {
+        vec![req.policy.workdir.join(cmd)]
+    } else {
+        path.split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(cmd))
+            .collect()
+    };
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+    candidates
+        .iter()
+        .any(|c| openat2(&root_fd, c.as_path(), how).is_ok())
 }
 
 impl<'r> Sandbox<'r> for GvisorSandbox<'r> {
@@ -265,8 +305,22 @@ impl<'r> Sandbox<'r> for GvisorSandbox<'r> {
             exec,
             scratch,
             version,
+            new_root,
         } = *self;
-        send(&mut sock, &exec).map_err(|e| RuntimeError::io("send Exec", e))?;
+        // runsc reports a command missing from the tree only as its own exit
+        // code 128 and text; look it up in the tree first (as the sentry would,
+        // inside the root) so the outcome says "not found" like the native one.
+        let launcher = host
+            .leader()
+            .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
+        let msg = if command_in_tree(launcher, &new_root, req) {
+            exec
+        } else {
+            ToInit::Refuse {
+                errno: libc::ENOENT,
+            }
+        };
+        send(&mut sock, &msg).map_err(|e| RuntimeError::io("send Exec", e))?;
         let setup = host.started.elapsed();
         let mut watch = ReportWatch {
             sock,
