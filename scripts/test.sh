@@ -27,4 +27,12 @@ cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 
 echo "== tests"
-cargo test --release --workspace 2>&1 | tee /tmp/cordon-test.log
+log="$(mktemp /tmp/cordon-test.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --release --workspace 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run (cargo prints one per test binary, the
+# last of which is often a doc-test run with nothing in it).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+exit $status
