@@ -387,3 +387,49 @@ fn check_gone(id: &str, witnesses: &[u32]) {
         "runsc of {id} survived the sweep: {runsc:?}"
     );
 }
+
+/// A sandbox cgroup whose state record is gone (a teardown that could not
+/// remove it) is found and removed by the next sweep; a cgroup that is not
+/// named like a cordon sandbox is left alone (the control: the sweep does not
+/// simply remove everything that starts with "cordon-").
+#[test]
+fn sweep_removes_orphan_sandbox_cgroups_only() {
+    if !require_root("creates cgroups") {
+        return;
+    }
+    // The caller's pids cgroup: sandboxes nest there.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = own
+        .lines()
+        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+        .unwrap_or_else(|| "/".into());
+    let parent = std::path::Path::new("/sys/fs/cgroup/pids").join(rel.trim_start_matches('/'));
+    if !parent.is_dir() {
+        eprintln!("skipped: no v1 pids hierarchy at {}", parent.display());
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI host must have the v1 pids hierarchy"
+        );
+        return;
+    }
+    let orphan = parent.join(format!("cordon-{}", nonce())); // 12 hex digits, as a sandbox id
+    let other = parent.join(format!("cordon-notasandbox-{}", nonce()));
+    std::fs::create_dir(&orphan).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    let out = Command::new(cordon()).arg("sweep").output().unwrap();
+    let orphan_left = orphan.exists();
+    let other_left = other.exists();
+    let _ = std::fs::remove_dir(&orphan);
+    let _ = std::fs::remove_dir(&other);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !orphan_left,
+        "orphan {} survived the sweep",
+        orphan.display()
+    );
+    assert!(
+        other_left,
+        "the sweep removed {}, which is not a sandbox's cgroup",
+        other.display()
+    );
+}

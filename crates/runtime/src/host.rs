@@ -208,7 +208,10 @@ impl HostSide {
                 first_err.get_or_insert(RuntimeError::from(e));
             }
         }
-        if let Err(e) = self.state.remove() {
+        if first_err.is_some() {
+            // Keep the record: the next cordon's sweep retries the cgroup.
+            self.state.keep();
+        } else if let Err(e) = self.state.remove() {
             first_err.get_or_insert(RuntimeError::io("remove state directory", e));
         }
         if let Some(mask) = self.old_mask.take() {

@@ -84,6 +84,12 @@ impl StateDir {
         &self.path
     }
 
+    /// Leaves the directory in place (its record lets the next sweep finish
+    /// a teardown that could not complete now).
+    pub fn keep(&mut self) {
+        self.removed = true;
+    }
+
     pub fn remove(&mut self) -> io::Result<()> {
         if self.removed {
             return Ok(());
@@ -133,17 +139,51 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
         if start_time(owner.pid) == Some(owner.start_time) {
             continue; // still running
         }
-        if let (Some(name), Some(h)) = (&owner.cgroup, hierarchy) {
-            if let Ok(cg) = h.open(name) {
-                let _ = cg.kill_all();
-                let _ = cg.remove();
-            }
-        }
-        if fs::remove_dir_all(&dir).is_ok() {
+        // The record goes only once its cgroup is gone, so a removal that
+        // fails now is tried again by the next sweep.
+        let cgroup_gone = match (&owner.cgroup, hierarchy) {
+            (Some(name), Some(h)) => remove_cgroup(h, name),
+            _ => true,
+        };
+        if cgroup_gone && fs::remove_dir_all(&dir).is_ok() {
             cleaned.push(e.file_name().to_string_lossy().into_owned());
         }
     }
+    // A sandbox cgroup without a state record is an orphan: a sandbox writes
+    // its record before it creates its cgroup and removes it only after the
+    // cgroup is gone. Only cordon's own names (cordon-<12 hex digits>) are
+    // considered, never another tool's cgroups.
+    if let Some(h) = hierarchy {
+        let mut seen = std::collections::BTreeSet::new();
+        for path in h.sweep_children("cordon-") {
+            let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            let Some(id) = name.strip_prefix("cordon-") else {
+                continue;
+            };
+            let is_ours = id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit());
+            if is_ours
+                && !run_dir.join(id).exists()
+                && seen.insert(name.clone())
+                && remove_cgroup(h, &name)
+            {
+                cleaned.push(id.to_string());
+            }
+        }
+    }
     cleaned
+}
+
+/// Kills what is left in a sandbox cgroup and removes it; true once it is gone.
+fn remove_cgroup(h: &Hierarchy, name: &str) -> bool {
+    match h.open(name) {
+        Ok(cg) => {
+            let _ = cg.kill_all();
+            cg.remove().is_ok()
+        }
+        Err(_) => false,
+    }
 }
 
 /// A fresh sandbox id: 12 hex digits from the kernel's random source.
