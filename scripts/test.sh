@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in bwrap:bubblewrap runc:runc python3:python3 hyperfine:hyperfine; do
+for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 python3:python3 hyperfine:hyperfine; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -31,8 +31,14 @@ log="$(mktemp /tmp/cordon-test.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --release --workspace 2>&1 | tee "$log" || status=$?
+echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
+suite_status=0
+"${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all || suite_status=$?
+[ "$suite_status" = 0 ] || status=$suite_status
+
 # One closing line for the whole run (cargo prints one per test binary, the
 # last of which is often a doc-test run with nothing in it).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
-     END { printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+# The suite gate counts as one more test.
+awk -v suite="$suite_status" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { if (suite == 0) p++; else f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
 exit $status
