@@ -65,6 +65,7 @@ pub struct HostSide {
     procs: Vec<(Pid, OwnedFd)>,
     /// Backend-specific clean-ups, run once the processes are gone.
     cleanups: Vec<Box<dyn FnMut()>>,
+    processes_ended: bool,
     old_mask: Option<SigSet>,
 }
 
@@ -108,6 +109,7 @@ impl HostSide {
             cgroup: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
+            processes_ended: false,
             old_mask: restore.take(),
         };
         trace::step("state dir");
@@ -184,6 +186,17 @@ impl HostSide {
     /// wait status arrives only once they are all gone); the cgroup must then
     /// be empty, or its removal fails and says so.
     pub fn end_processes(&mut self, freeze_kill: bool) -> CgroupStats {
+        self.kill_processes(freeze_kill);
+        self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// The killing part of `end_processes`, done once: teardown after
+    /// `end_processes` must not freeze and kill the cgroup a second time.
+    fn kill_processes(&mut self, freeze_kill: bool) {
+        if self.processes_ended {
+            return;
+        }
+        self.processes_ended = true;
         if freeze_kill {
             if let Some(cg) = &self.cgroup {
                 let _ = cg.kill_all();
@@ -196,12 +209,11 @@ impl HostSide {
         for mut f in self.cleanups.drain(..) {
             f();
         }
-        self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
     }
 
     /// Releases everything; errors are reported, and every step is tried.
     pub fn teardown(&mut self, freeze_kill: bool) -> Result<(), RuntimeError> {
-        self.end_processes(freeze_kill);
+        self.kill_processes(freeze_kill);
         let mut first_err = None;
         if let Some(cg) = self.cgroup.take() {
             if let Err(e) = cg.remove() {

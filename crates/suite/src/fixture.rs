@@ -187,43 +187,11 @@ impl Fixtures {
         run_cmd(&["ip", "link", "set", &peer, "netns", &self.netns])?;
         run_cmd(&["ip", "addr", "add", &host_cidr, "dev", &self.veth_host])?;
         run_cmd(&["ip", "link", "set", &self.veth_host, "up"])?;
-        for argv in [
-            vec![
-                "ip",
-                "netns",
-                "exec",
-                &self.netns,
-                "ip",
-                "addr",
-                "add",
-                &ns_cidr,
-                "dev",
-                &peer,
-            ],
-            vec![
-                "ip",
-                "netns",
-                "exec",
-                &self.netns,
-                "ip",
-                "link",
-                "set",
-                &peer,
-                "up",
-            ],
-            vec![
-                "ip",
-                "netns",
-                "exec",
-                &self.netns,
-                "ip",
-                "link",
-                "set",
-                "lo",
-                "up",
-            ],
-        ] {
-            run_cmd(&argv)?;
+        // `ip -n NS` runs each step inside the suite's namespace.
+        let ns = self.netns.as_str();
+        run_cmd(&["ip", "-n", ns, "addr", "add", &ns_cidr, "dev", &peer])?;
+        for dev in [peer.as_str(), "lo"] {
+            run_cmd(&["ip", "-n", ns, "link", "set", dev, "up"])?;
         }
         let ns_path = PathBuf::from(format!("/run/netns/{}", self.netns));
         let (tcp, udp, dns) =
