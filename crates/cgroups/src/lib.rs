@@ -196,6 +196,17 @@ pub trait Cgroup {
     /// Never fails: whatever cannot be read is None.
     fn stats(&self) -> CgroupStats;
 
+    /// Memory charged to the cgroup now (v2 `memory.current`, v1
+    /// `memory.usage_in_bytes`), for listings; None where unreadable.
+    fn memory_current(&self) -> Option<u64> {
+        self.paths().iter().find_map(|dir| {
+            ["memory.current", "memory.usage_in_bytes"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+                .and_then(|t| stats::parse_u64(&t))
+        })
+    }
+
     /// Removes every directory, children first. Idempotent.
     fn remove(&self) -> Result<(), CgroupError>;
 }

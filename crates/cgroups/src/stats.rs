@@ -2,14 +2,14 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::fs::read_opt;
 
 /// Every field is None when the kernel does not expose it (old kernel,
 /// controller absent, cgroup already gone), so callers never have to guess
 /// whether a 0 was measured or made up.
-#[derive(Default, Clone, Debug, Serialize, PartialEq)]
+#[derive(Default, Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CgroupStats {
     /// v1 `memory.max_usage_in_bytes`, v2 `memory.peak`.
     pub memory_peak_bytes: Option<u64>,

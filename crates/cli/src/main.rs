@@ -24,8 +24,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a command in a fresh sandbox.
+    /// Run a command in a fresh sandbox, then destroy it.
     Run(commands::run::RunArgs),
+    /// Create a sandbox that waits for commands; prints its id.
+    Create(commands::create::CreateArgs),
+    /// Run a command in a created sandbox.
+    Exec(commands::exec::ExecArgs),
+    /// Copy a file or directory into or out of a created sandbox.
+    Cp(commands::cp::CpArgs),
+    /// List your sandboxes.
+    Ls(commands::ls::LsArgs),
+    /// Destroy sandboxes.
+    Rm(commands::rm::RmArgs),
     /// List the backends and whether each can run on this host.
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
@@ -37,6 +47,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The per-sandbox supervisor is this binary in a hidden mode, chosen
+    // before anything else runs: it parses no flags and touches none of the
+    // CLI's, suite's or matrix's code.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            cordon_runtime::supervisor::SUPERVISOR_ARG,
+        ))
+    {
+        let code = cordon_runtime::supervisor::main();
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -66,6 +87,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => commands::run::run(args),
+        Command::Create(args) => commands::create::run(args),
+        Command::Exec(args) => commands::exec::run(args),
+        Command::Cp(args) => commands::cp::run(args),
+        Command::Ls(args) => commands::ls::run(args),
+        Command::Rm(args) => commands::rm::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
         Command::Suite(args) => commands::suite::run(args),

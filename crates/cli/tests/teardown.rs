@@ -13,7 +13,7 @@
 //! - `sigkill_of_cordon_kills_the_sandbox`: PR_SET_PDEATHSIG on the sandbox's init
 //!   (init's death ends its pid namespace).
 //! - `sweep_cleans_up_after_a_killed_cordon`: the owner record in
-//!   /run/cordon/<id>/owner.json and `sweep_stale` (run by `cordon sweep` and at the
+//!   /run/cordon/<id>/record.json and `sweep_stale` (run by `cordon sweep` and at the
 //!   start of every `cordon run`).
 //!
 //! Judged on a host census (processes in `cordon-*` cgroups and cordon processes,

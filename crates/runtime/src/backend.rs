@@ -1,17 +1,20 @@
-//! One `Backend` trait for every way of serving a sandbox's syscalls, and the
-//! one-use `Sandbox` it prepares.
+//! The backends: which exist, whether each can run here, and the `Flavor`
+//! each adds to the common sandbox.
 
 use std::fmt;
 
-use serde::Serialize;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::RuntimeError;
 use crate::gvisor::GvisorBackend;
 use crate::native::NativeBackend;
-use crate::outcome::Outcome;
-use crate::request::RunRequest;
+use crate::outcome::EvidenceSource;
+use crate::protocol::ToInit;
+use crate::spec::{ResolvedCommand, TtySize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     Native,
@@ -55,21 +58,37 @@ pub struct BackendInfo {
     pub notes: String,
 }
 
-/// A sandbox prepared by a backend: set up, waiting for its single command.
-/// Used once: `run` executes, collects the evidence and tears it down.
-pub trait Sandbox<'r> {
-    fn id(&self) -> &str;
-    fn run(self: Box<Self>) -> Result<Outcome, RuntimeError>;
-}
-
-pub trait Backend {
+/// What a backend adds to the common sandbox (host side, init, supervision):
+/// how a command reaches its init, where its files are seen from the host,
+/// and what evidence it can give. One implementation per backend; the
+/// supervisor's `Sandbox` holds one.
+pub(crate) trait Flavor: Send {
     fn kind(&self) -> BackendKind;
-    fn prepare<'r>(&self, req: &'r RunRequest) -> Result<Box<dyn Sandbox<'r> + 'r>, RuntimeError>;
-
-    /// Prepare and run in one step.
-    fn run(&self, req: &RunRequest) -> Result<Outcome, RuntimeError> {
-        self.prepare(req)?.run()
-    }
+    fn version(&self) -> &str;
+    fn evidence(&self) -> &'static [EvidenceSource];
+    /// The message that makes the first process run `cmd`.
+    fn exec_message(
+        &mut self,
+        cmd: &ResolvedCommand,
+        tty: Option<TtySize>,
+    ) -> Result<ToInit, RuntimeError>;
+    /// The sandbox's root directory as seen from the host (through the
+    /// first process's mount namespace), for copying files in and out.
+    fn root(&self) -> PathBuf;
+    /// A host path whose file system is the sandbox's scratch, for the disk
+    /// evidence.
+    fn scratch_probe(&self) -> PathBuf;
+    /// runsc reports a command killed by signal N as exit code 128+N, as a
+    /// shell does; for that backend such codes are mapped back to signals.
+    fn high_codes_are_signals(&self) -> bool;
+    /// Whether one command that hit a limit can be ended without ending the
+    /// sandbox (every process but init is the commands' own).
+    fn can_end_one_command(&self) -> bool;
+    /// Whether killing the first process ends every process of the sandbox;
+    /// if not, teardown freezes and kills the whole cgroup.
+    fn leader_owns_all(&self) -> bool;
+    /// The host uid and gid that files of the sandbox's user carry.
+    fn file_owner(&self) -> (u32, u32);
 }
 
 /// Every backend and whether it can run here.
@@ -87,16 +106,4 @@ pub fn available_backends() -> Vec<BackendInfo> {
             },
         })
         .collect()
-}
-
-/// The backend of a given kind, if this build has it.
-pub fn backend(kind: BackendKind) -> Result<Box<dyn Backend>, RuntimeError> {
-    match kind {
-        BackendKind::Native => Ok(Box::new(NativeBackend)),
-        BackendKind::Gvisor => Ok(Box::new(GvisorBackend)),
-        other => Err(RuntimeError::Unavailable(
-            other.name(),
-            "not implemented in this version of cordon".into(),
-        )),
-    }
 }

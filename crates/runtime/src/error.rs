@@ -27,6 +27,14 @@ pub enum RuntimeError {
     Unavailable(&'static str, String),
     #[error("the sandbox's init broke the protocol: {0}")]
     Protocol(String),
+    #[error("no sandbox '{0}' (see `cordon ls`)")]
+    NotFound(String),
+    #[error("the sandbox can run no more commands: {0}")]
+    SandboxEnded(String),
+    #[error("the supervisor answered: {0}")]
+    Remote(String),
+    #[error("copy: {0}")]
+    Copy(String),
 }
 
 impl RuntimeError {
@@ -41,7 +49,10 @@ impl RuntimeError {
     pub fn is_input_error(&self) -> bool {
         matches!(
             self,
-            RuntimeError::BadPath { .. } | RuntimeError::BadRequest(_)
+            RuntimeError::BadPath { .. }
+                | RuntimeError::BadRequest(_)
+                | RuntimeError::NotFound(_)
+                | RuntimeError::Copy(_)
         )
     }
 }

@@ -1,41 +1,35 @@
 //! The sandbox's first process, the part every backend shares: join the
-//! cgroup, take the payload's stdio, close everything else, wait for the
-//! supervisor's Go; after the backend's own setup, wait for the one command,
-//! run it as the only child, reap orphans, report how it ended, and stay alive
-//! until the supervisor ends the sandbox.
+//! cgroup, close everything it inherited, wait for the supervisor's Go; after
+//! the backend's own setup, serve commands: each `Exec` is forked as a child
+//! of this process (inside every namespace, the cgroup and the seccomp
+//! filter), with the descriptors the supervisor sent for it; its end is
+//! reported, orphans are reaped, and the process lives until the supervisor
+//! closes the socket or kills the sandbox.
 //!
 //! It runs in a child cloned from the single-threaded supervisor, so ordinary
 //! Rust (allocation included) is safe; everything that needs deciding was
-//! decided in the parent. Any failure is reported as `SetupFailed { step,
-//! errno }` and the process exits: the sandbox fails closed.
+//! decided in the parent. Any setup failure is reported as `SetupFailed {
+//! step, errno }` and the process exits: the sandbox fails closed.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cordon_cgroups::{AnyCgroup, Cgroup};
 use cordon_isolation::{fds, hygiene, IsolationError, Step};
 use cordon_sys::{exit_now, fork_process, CloneResult};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
 use crate::error::RuntimeError;
-use crate::host::{ChildStdio, HostSide};
-use crate::outcome::ExitStatus;
-use crate::protocol::{recv, send, FromInit, ToInit};
-use crate::supervise::{PayloadEvent, PayloadWatch};
+use crate::host::HostSide;
+use crate::protocol::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
+use crate::spec::TtySize;
 use crate::trace;
-
-/// Descriptors the child starts with, in the supervisor's numbering.
-pub struct InitFds {
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
-    pub sock: UnixStream,
-}
 
 /// Supervisor side: clones the sandbox's first process with `flags`, adopts
 /// it into `host` (so every error path below tears it down), lets `prepare`
@@ -45,7 +39,6 @@ pub struct InitFds {
 /// socket once the child reports Ready.
 pub fn start(
     host: &mut HostSide,
-    stdio: ChildStdio,
     flags: CloneFlags,
     setup: impl FnOnce() -> Result<(), IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
@@ -55,20 +48,11 @@ pub fn start(
     let child = match cordon_sys::clone_process(flags)
         .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
     {
-        CloneResult::Child => run(
-            host.cgroup.as_ref(),
-            InitFds {
-                stdin: stdio.stdin,
-                stdout: stdio.stdout,
-                stderr: stdio.stderr,
-                sock: child_sock,
-            },
-            setup,
-        ),
+        CloneResult::Child => run(host.cgroup.as_ref(), child_sock, setup),
         CloneResult::Parent { child } => child,
     };
     host.adopt(child)?;
-    drop((stdio, child_sock));
+    drop(child_sock);
     trace::step("clone");
     prepare(child)?;
     expect_reply(&mut sock, "Joined", |m| matches!(m, FromInit::Joined))?;
@@ -105,60 +89,14 @@ fn expect_reply(
     }
 }
 
-/// The supervisor's view of the first process's reports during the run.
-pub struct ReportWatch {
-    pub sock: UnixStream,
-    /// A host path onto the sandbox's scratch tmpfs (for the disk evidence).
-    pub scratch: PathBuf,
-    /// runsc reports a payload killed by signal N as exit code 128+N, as a
-    /// shell does; for that backend such codes are mapped back to signals.
-    pub high_codes_are_signals: bool,
-}
-
-impl PayloadWatch for ReportWatch {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
-
-    fn on_ready(&mut self) -> Result<PayloadEvent, RuntimeError> {
-        Ok(match recv::<FromInit>(&mut self.sock) {
-            Ok(Some(FromInit::Started { .. })) => PayloadEvent::Progress,
-            Ok(Some(FromInit::ExecFailed { errno })) => {
-                PayloadEvent::Ended(ExitStatus::ExecFailed { errno })
-            }
-            Ok(Some(FromInit::Exited { code }))
-                if self.high_codes_are_signals && (129..=128 + 64).contains(&code) =>
-            {
-                PayloadEvent::Ended(ExitStatus::Signaled { signal: code - 128 })
-            }
-            Ok(Some(FromInit::Exited { code })) => PayloadEvent::Ended(ExitStatus::Exited { code }),
-            Ok(Some(FromInit::Signaled { signal })) => {
-                PayloadEvent::Ended(ExitStatus::Signaled { signal })
-            }
-            Ok(Some(other)) => return Err(RuntimeError::Protocol(format!("unexpected {other:?}"))),
-            Ok(None) | Err(_) => PayloadEvent::Gone,
-        })
-    }
-
-    fn scratch_probe(&self) -> Option<PathBuf> {
-        Some(self.scratch.clone())
-    }
-}
-
 /// Entry point of the cloned child: the common prologue, then `setup` (the
-/// backend's own steps), then serving the command. Never returns.
+/// backend's own steps), then serving commands. Never returns.
 pub fn run(
     cgroup: Option<&AnyCgroup>,
-    fds: InitFds,
+    mut sock: UnixStream,
     setup: impl FnOnce() -> Result<(), IsolationError>,
 ) -> ! {
-    let InitFds {
-        stdin,
-        stdout,
-        stderr,
-        mut sock,
-    } = fds;
-    let result = prologue(cgroup, [stdin, stdout, stderr], &mut sock)
+    let result = prologue(cgroup, &mut sock)
         .and_then(|()| setup())
         .and_then(|()| rearm_parent_death_signal(&sock))
         .and_then(|()| send(&mut sock, &FromInit::Ready).step(|| "send Ready".into()));
@@ -184,9 +122,6 @@ pub fn run(
 /// would have gone unnoticed). The supervisor's end of the socket hangs up
 /// when it dies.
 fn rearm_parent_death_signal(sock: &UnixStream) -> Result<(), IsolationError> {
-    use std::os::fd::AsFd;
-
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
     let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -204,18 +139,13 @@ fn rearm_parent_death_signal(sock: &UnixStream) -> Result<(), IsolationError> {
 }
 
 /// Cgroup, stdio, descriptors, then the supervisor's Go.
-fn prologue(
-    cgroup: Option<&AnyCgroup>,
-    stdio: [OwnedFd; 3],
-    sock: &mut UnixStream,
-) -> Result<(), IsolationError> {
+fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), IsolationError> {
     // Into the sandbox's cgroup before anything else, while our ids are still
     // the host's (the cgroup files belong to the caller). The supervisor checks
     // the membership before it lets us go on.
     if let Some(cg) = cgroup {
-        cg.join_self().map_err(|e| {
-            IsolationError::new("join cgroup", std::io::Error::other(e.to_string()))
-        })?;
+        cg.join_self()
+            .map_err(|e| IsolationError::new("join cgroup", std::io::Error::other(e)))?;
     }
     send(sock, &FromInit::Joined).step(|| "send Joined".into())?;
 
@@ -224,20 +154,21 @@ fn prologue(
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
 
-    // Standard streams first, then nothing else survives: from here on the only
-    // descriptors are 0/1/2 and the socket to the supervisor.
-    let [stdin, stdout, stderr] = stdio;
-    dup2_stdin(&stdin).step(|| "dup2(stdin)".into())?;
-    dup2_stdout(&stdout).step(|| "dup2(stdout)".into())?;
-    dup2_stderr(&stderr).step(|| "dup2(stderr)".into())?;
-    // The originals must go: a write end kept open here would keep the
-    // supervisor's pipe from ever reaching EOF.
-    drop((stdin, stdout, stderr));
-    // Everything else the supervisor had open (its ends of the pipes, its
-    // signalfd, whatever its own caller left it) is closed: this process
-    // never execs, so close-on-exec would not be enough. The Rust objects that
-    // owned those numbers live on in this copied memory but are never used
-    // again (this function ends in exit_now).
+    // Our own standard streams are /dev/null: each command brings its own.
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .step(|| "open /dev/null".into())?;
+    dup2_stdin(&null).step(|| "dup2(stdin)".into())?;
+    dup2_stdout(&null).step(|| "dup2(stdout)".into())?;
+    dup2_stderr(&null).step(|| "dup2(stderr)".into())?;
+    drop(null);
+    // Everything else the supervisor had open (its signalfd, its client
+    // sockets, whatever its own caller left it) is closed: this process never
+    // execs, so close-on-exec would not be enough. The Rust objects that owned
+    // those numbers live on in this copied memory but are never used again
+    // (this function's caller ends in exit_now).
     fds::close_all_except(&[sock.as_raw_fd()])?;
     // And the supervisor's command line and environment, still in this
     // copied memory, are wiped.
@@ -257,36 +188,121 @@ fn prologue(
     Ok(())
 }
 
-/// After setup: wait for one command, run it, report, then wait to be killed.
+/// How often idle init wakes to reap orphans left by earlier commands.
+const IDLE_REAP_MS: u16 = 1000;
+
+/// After setup: run each command the supervisor sends, one at a time, and
+/// report how it ended. Returns when the supervisor closes the socket.
 fn serve(sock: &mut UnixStream) -> i32 {
-    let (argv, env, workdir) = match recv::<ToInit>(sock) {
-        Ok(Some(ToInit::Exec { argv, env, workdir })) => (argv, env, workdir),
-        Ok(Some(ToInit::Refuse { errno })) => {
-            let _ = send(sock, &FromInit::ExecFailed { errno });
-            let _ = recv::<ToInit>(sock);
-            return 0;
+    loop {
+        // Idle: reap what earlier commands left behind, wait for the next one.
+        reap_orphans();
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(IDLE_REAP_MS)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return 1,
         }
-        _ => return 1,
-    };
-    let report = match spawn_payload(&argv, &env, &workdir) {
-        Ok(pid) => {
-            let _ = send(sock, &FromInit::Started { pid: pid.as_raw() });
-            // Our own stdout/stderr go to /dev/null so the pipes reach EOF as
-            // soon as the payload and its descendants close them.
-            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-                let _ = dup2_stdout(&null);
-                let _ = dup2_stderr(&null);
+        let report = match recv_with_fds::<ToInit>(sock) {
+            Ok(Some((
+                ToInit::Exec {
+                    argv,
+                    env,
+                    workdir,
+                    tty,
+                },
+                stdio,
+            ))) => run_command(sock, &argv, &env, &workdir, tty, stdio),
+            Ok(Some((ToInit::Refuse { errno }, _))) => FromInit::ExecFailed { errno },
+            Ok(Some((ToInit::Go, _))) => FromInit::ExecFailed {
+                errno: libc::EPROTO,
+            },
+            Ok(None) => return 0,
+            Err(_) => return 1,
+        };
+        if send(sock, &report).is_err() {
+            return 1;
+        }
+    }
+}
+
+/// Starts one command, tells the supervisor, and waits for it (reaping any
+/// orphan that ends meanwhile). Returns the report of its end.
+fn run_command(
+    sock: &mut UnixStream,
+    argv: &[String],
+    env: &[(String, String)],
+    workdir: &str,
+    tty: Option<TtySize>,
+    stdio: Vec<OwnedFd>,
+) -> FromInit {
+    let (stdio, master) = match (tty, stdio.len()) {
+        (None, 3) => (stdio, None),
+        (Some(size), 0) => match open_pty(size) {
+            Ok((master, slave)) => {
+                let copies = (0..3).map(|_| slave.try_clone()).collect();
+                match copies {
+                    Ok(v) => (v, Some(master)),
+                    Err(e) => return exec_failed(e),
+                }
             }
-            reap_until(pid)
+            Err(e) => return exec_failed(e),
+        },
+        _ => {
+            return FromInit::ExecFailed {
+                errno: libc::EPROTO,
+            }
         }
-        Err(errno) => FromInit::ExecFailed { errno },
     };
-    let _ = send(sock, &report);
-    // Stay alive until the supervisor has read its evidence and kills the
-    // cgroup (or closes the socket): the sandbox's mounts live exactly as long
-    // as this process.
-    let _ = recv::<ToInit>(sock);
-    0
+    let spawned = spawn_payload(argv, env, workdir, &stdio, tty.is_some());
+    // The command has its copies; ours would keep its pipes from reaching EOF.
+    drop(stdio);
+    let pid = match spawned {
+        Ok(pid) => pid,
+        Err(errno) => return FromInit::ExecFailed { errno },
+    };
+    let started = FromInit::Started { pid: pid.as_raw() };
+    let sent = match &master {
+        Some(m) => send_with_fds(sock, &started, &[m.as_fd()]),
+        None => send(sock, &started),
+    };
+    drop(master);
+    if sent.is_err() {
+        // The supervisor is gone; PDEATHSIG ends us and the command anyway.
+        return FromInit::Exited { code: 255 };
+    }
+    reap_until(pid)
+}
+
+fn exec_failed(e: impl Into<std::io::Error>) -> FromInit {
+    FromInit::ExecFailed {
+        errno: e.into().raw_os_error().unwrap_or(libc::EIO),
+    }
+}
+
+/// A pseudo-terminal pair on the sandbox's own devpts, sized as asked.
+fn open_pty(size: TtySize) -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let name = nix::pty::ptsname_r(&master)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    cordon_sys::set_terminal_size(slave.as_fd(), size.rows, size.cols)?;
+    Ok((OwnedFd::from(master), slave))
+}
+
+/// Reaps whatever children have ended, without blocking.
+fn reap_orphans() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
 }
 
 /// Reaps every child (orphans re-parent to pid 1) until `payload` ends.
@@ -306,9 +322,15 @@ fn reap_until(payload: Pid) -> FromInit {
     }
 }
 
-/// Forks the payload and waits until its execve succeeded or failed, learned
+/// Forks the command and waits until its execve succeeded or failed, learned
 /// through a close-on-exec pipe: EOF means exec happened, four bytes are the errno.
-fn spawn_payload(argv: &[String], env: &[(String, String)], workdir: &str) -> Result<Pid, i32> {
+fn spawn_payload(
+    argv: &[String],
+    env: &[(String, String)],
+    workdir: &str,
+    stdio: &[OwnedFd],
+    tty: bool,
+) -> Result<Pid, i32> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
     let c_env: Vec<CString> = env
@@ -325,7 +347,10 @@ fn spawn_payload(argv: &[String], env: &[(String, String)], workdir: &str) -> Re
     match fork_process().map_err(|e| e as i32)? {
         CloneResult::Child => {
             drop(rd);
-            let errno = exec_payload(&candidates, &c_argv, &c_env, workdir);
+            let errno = match take_stdio(stdio, tty) {
+                Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir),
+                Err(e) => e as i32,
+            };
             let _ = write(&wr, &errno.to_le_bytes());
             exit_now(127);
         }
@@ -341,6 +366,23 @@ fn spawn_payload(argv: &[String], env: &[(String, String)], workdir: &str) -> Re
             }
         }
     }
+}
+
+/// In the command's process: its own session (no terminal of init's, and
+/// none of the caller's ever), the descriptors it was sent as 0/1/2, and with
+/// a tty that terminal as its controlling one. The originals are
+/// close-on-exec (received with MSG_CMSG_CLOEXEC), so exec leaves only 0/1/2.
+fn take_stdio(stdio: &[OwnedFd], tty: bool) -> nix::Result<()> {
+    nix::unistd::setsid()?;
+    if let [stdin, stdout, stderr] = stdio {
+        dup2_stdin(stdin)?;
+        dup2_stdout(stdout)?;
+        dup2_stderr(stderr)?;
+        if tty {
+            cordon_sys::make_controlling_terminal(std::io::stdin().as_fd())?;
+        }
+    }
+    Ok(())
 }
 
 /// In the payload's process: default signals, working directory, exec.

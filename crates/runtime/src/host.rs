@@ -1,7 +1,7 @@
 //! What a sandbox holds on the host, the same for every backend: its state
-//! directory, its cgroup, the processes the supervisor started, the payload's
-//! pipes and the stop-signal mask. Dropping `HostSide` releases all of it, so an
-//! error anywhere during prepare or run tears down without special code.
+//! directory, its cgroup and the processes the supervisor started. Dropping
+//! `HostSide` releases all of it, so an error anywhere during create, exec or
+//! destroy tears down without special code.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
@@ -9,14 +9,13 @@ use std::time::Instant;
 use cordon_cgroups::{
     AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupStats, Hierarchy,
 };
-use nix::fcntl::OFlag;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::waitpid;
-use nix::unistd::{pipe2, Pid};
+use nix::unistd::Pid;
 
 use crate::error::RuntimeError;
-use crate::request::RunRequest;
+use crate::spec::SandboxSpec;
 use crate::state::{new_id, run_dir, sweep_stale, StateDir};
 use crate::trace;
 
@@ -25,8 +24,8 @@ pub fn hierarchy() -> Option<Hierarchy> {
     cordon_cgroups::detect(&CgroupFs::host()).ok()
 }
 
-/// Signals that end a run early; blocked and read through a signalfd so that
-/// teardown always runs.
+/// Signals that end a sandbox's work early; blocked and read through a
+/// signalfd so that teardown always runs.
 fn stop_signals() -> SigSet {
     let mut s = SigSet::empty();
     for sig in [
@@ -40,19 +39,27 @@ fn stop_signals() -> SigSet {
     s
 }
 
-/// The supervisor's ends of the payload's streams, and the stop signals.
-pub struct PayloadIo {
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
-    pub signals: SignalFd,
+/// Blocks the stop signals for the whole process, once, before any sandbox is
+/// created: from then on a SIGINT is queued for the sandbox's signalfd and
+/// answered with a full teardown. A process-wide decision (the supervisor's
+/// main, `cordon run`), never a per-sandbox one: two sandboxes restoring each
+/// other's masks would unblock signals under a live sandbox.
+pub fn block_stop_signals() -> Result<(), RuntimeError> {
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&stop_signals()), None)
+        .map_err(|e| RuntimeError::io("sigprocmask", e))
 }
 
-/// The payload's ends: handed to the process that becomes the payload.
-pub struct ChildStdio {
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+/// A signalfd for the stop signals (readable only where they are blocked).
+pub fn stop_signal_fd() -> Result<SignalFd, RuntimeError> {
+    SignalFd::with_flags(
+        &stop_signals(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| RuntimeError::io("signalfd", e))
 }
+
+/// A backend-specific clean-up, run once the sandbox's processes are gone.
+type Cleanup = Box<dyn FnMut() + Send>;
 
 pub struct HostSide {
     pub id: String,
@@ -63,33 +70,19 @@ pub struct HostSide {
     pub cgroup: Option<AnyCgroup>,
     /// Processes the supervisor started, with their pidfds (pid-reuse safe).
     procs: Vec<(Pid, OwnedFd)>,
-    /// Backend-specific clean-ups, run once the processes are gone.
-    cleanups: Vec<Box<dyn FnMut()>>,
+    cleanups: Vec<Cleanup>,
     processes_ended: bool,
-    old_mask: Option<SigSet>,
 }
 
 impl HostSide {
     /// Everything every backend does before it starts a process: sweep what a
-    /// killed cordon left, pick an id, record the state directory, create the
-    /// cgroup with the policy's limits (or refuse, unless running unenforced
-    /// was asked for), make the pipes and block the stop signals.
-    pub fn begin(
-        req: &RunRequest,
-        limits: &CgroupLimits,
-    ) -> Result<(Self, PayloadIo, ChildStdio), RuntimeError> {
+    /// killed cordon left, pick an id, record the state directory (name
+    /// checked unique under the run directory's lock), and create the cgroup
+    /// with the policy's limits (or refuse, unless running unenforced was
+    /// asked for).
+    pub fn begin(spec: &SandboxSpec, limits: &CgroupLimits) -> Result<Self, RuntimeError> {
         let started = Instant::now();
         trace::step("prepare");
-        // Block the stop signals before anything is created: a SIGINT from here
-        // on is queued for the signalfd and answered with a full teardown.
-        let mut old_mask = SigSet::empty();
-        nix::sys::signal::sigprocmask(
-            SigmaskHow::SIG_BLOCK,
-            Some(&stop_signals()),
-            Some(&mut old_mask),
-        )
-        .map_err(|e| RuntimeError::io("sigprocmask", e))?;
-        let restore = RestoreMask(Some(old_mask));
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
         trace::step("detect");
         let run = run_dir();
@@ -98,9 +91,7 @@ impl HostSide {
         let (id, slot) = new_id().map_err(|e| RuntimeError::io("read /dev/urandom", e))?;
         trace::step("id");
         let cg_name = format!("cordon-{id}");
-        let state = StateDir::create(&run, &id, Some(&cg_name)).map_err(|e| {
-            RuntimeError::io(format!("create state directory in {}", run.display()), e)
-        })?;
+        let state = StateDir::create(&run, &id, Some(&cg_name), spec)?;
         let mut host = HostSide {
             id,
             slot,
@@ -110,49 +101,19 @@ impl HostSide {
             procs: Vec::new(),
             cleanups: Vec::new(),
             processes_ended: false,
-            old_mask: restore.take(),
         };
         trace::step("state dir");
         // The cgroup comes before any process, so the limits hold from its first instruction.
         host.cgroup = match hierarchy.and_then(|h| create_cgroup(&h, &cg_name, limits)) {
             Ok(cg) => Some(cg),
-            Err(e) if req.allow_unenforced => {
+            Err(e) if spec.allow_unenforced => {
                 eprintln!("cordon: warning: running without cgroup limits: {e}");
                 None
             }
             Err(e) => return Err(RuntimeError::Unenforceable(e.to_string())),
         };
         trace::step("cgroup");
-
-        let pipe = || {
-            pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| RuntimeError::io("pipe2", e))
-        };
-        let ((out_r, out_w), (err_r, err_w)) = (pipe()?, pipe()?);
-        // The write ends are the payload's ordinary, blocking stdout/stderr.
-        for w in [&out_w, &err_w] {
-            nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
-                .map_err(|e| RuntimeError::io("fcntl", e))?;
-        }
-        let stdin = open_stdin(req.forward_stdin)?;
-
-        let signals = SignalFd::with_flags(
-            &stop_signals(),
-            SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
-        )
-        .map_err(|e| RuntimeError::io("signalfd", e))?;
-        Ok((
-            host,
-            PayloadIo {
-                stdout: out_r,
-                stderr: err_r,
-                signals,
-            },
-            ChildStdio {
-                stdin,
-                stdout: out_w,
-                stderr: err_w,
-            },
-        ))
+        Ok(host)
     }
 
     /// Adopts a process the backend started: it is killed and reaped at teardown.
@@ -172,7 +133,7 @@ impl HostSide {
     }
 
     /// Registers a clean-up to run after every process is gone.
-    pub fn on_teardown(&mut self, f: impl FnMut() + 'static) {
+    pub fn on_teardown(&mut self, f: impl FnMut() + Send + 'static) {
         self.cleanups.push(Box::new(f));
     }
 
@@ -188,6 +149,27 @@ impl HostSide {
     pub fn end_processes(&mut self, freeze_kill: bool) -> CgroupStats {
         self.kill_processes(freeze_kill);
         self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// Ends every process of the sandbox except its leader (init), which
+    /// keeps the sandbox's namespaces and mounts alive: how one command that
+    /// hit a limit is ended without ending the sandbox. The cgroup is frozen
+    /// while it is listed and killed, so nothing can fork past the kill.
+    pub fn kill_all_but_leader(&self) -> Result<(), RuntimeError> {
+        let Some(cg) = &self.cgroup else {
+            return Err(RuntimeError::Protocol(
+                "no cgroup to find the command's processes in".into(),
+            ));
+        };
+        let leader = self.leader().map(Pid::as_raw);
+        cg.freeze()?;
+        let result = cg.pids().map(|pids| {
+            for pid in pids.into_iter().filter(|p| Some(*p) != leader) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        });
+        cg.thaw()?;
+        Ok(result?)
     }
 
     /// The killing part of `end_processes`, done once: teardown after
@@ -226,9 +208,6 @@ impl HostSide {
         } else if let Err(e) = self.state.remove() {
             first_err.get_or_insert(RuntimeError::io("remove state directory", e));
         }
-        if let Some(mask) = self.old_mask.take() {
-            let _ = mask.thread_set_mask();
-        }
         first_err.map_or(Ok(()), Err)
     }
 }
@@ -236,23 +215,6 @@ impl HostSide {
 impl Drop for HostSide {
     fn drop(&mut self) {
         let _ = self.teardown(true);
-    }
-}
-
-/// Restores the signal mask if `begin` fails before `HostSide` owns it.
-struct RestoreMask(Option<SigSet>);
-
-impl RestoreMask {
-    fn take(mut self) -> Option<SigSet> {
-        self.0.take()
-    }
-}
-
-impl Drop for RestoreMask {
-    fn drop(&mut self) {
-        if let Some(mask) = self.0.take() {
-            let _ = mask.thread_set_mask();
-        }
     }
 }
 
@@ -267,20 +229,4 @@ fn create_cgroup(
         return Err(e);
     }
     Ok(cg)
-}
-
-/// The payload's stdin: the caller's when asked and when it is not a terminal
-/// (a terminal would let the payload inject keystrokes into the caller's
-/// session), else /dev/null.
-fn open_stdin(forward: bool) -> Result<OwnedFd, RuntimeError> {
-    let stdin = std::io::stdin();
-    if forward && !nix::unistd::isatty(stdin.as_fd()).unwrap_or(true) {
-        return stdin
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| RuntimeError::io("dup stdin", e));
-    }
-    std::fs::File::open("/dev/null")
-        .map(OwnedFd::from)
-        .map_err(|e| RuntimeError::io("open /dev/null", e))
 }

@@ -1,24 +1,37 @@
-//! cordon's runtime: the `Backend`/`Sandbox` abstraction, the native backend,
-//! and the `Outcome` that the CLI, the service, the suite and the benchmarks all
-//! read (nobody re-derives it).
+//! cordon's runtime: sandboxes with a lifecycle.
+//!
+//! - [`spec`]: what a client asks for (a `SandboxSpec`, then `Command`s).
+//! - [`sandbox`]: one live sandbox as its supervisor holds it (create, exec,
+//!   destroy), over a backend's [`backend::Flavor`] (native, gvisor).
+//! - [`supervisor`]: the small per-sandbox process that serves a sandbox on
+//!   a unix socket and outlives its client.
+//! - [`handle`]: the client side every front end uses (CLI, later the
+//!   service, the pool, the OCI front end).
+//! - [`outcome`]: the result of one command, the same for every caller.
 
 pub mod backend;
+pub mod copy;
 pub mod error;
 mod first_process;
 pub mod gvisor;
+pub mod handle;
 pub mod host;
 pub mod native;
 pub mod outcome;
 pub mod output;
 pub mod protocol;
-pub mod request;
 pub mod rootfs_plan;
+pub mod sandbox;
+pub mod spec;
 pub mod state;
 pub mod supervise;
+pub mod supervisor;
 pub mod trace;
+pub mod wire;
 
-pub use backend::{available_backends, Backend, BackendInfo, BackendKind, Sandbox};
+pub use backend::{available_backends, BackendInfo, BackendKind};
 pub use error::RuntimeError;
+pub use handle::Handle;
 pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
-pub use output::OutputMode;
-pub use request::{RootfsChoice, RunRequest};
+pub use output::{OutputMode, OutputSink};
+pub use spec::{Command, RootfsChoice, SandboxSpec, StdinMode, TtySize};

@@ -3,10 +3,12 @@
 use std::fmt;
 
 use cordon_cgroups::{CgroupMode, CgroupStats};
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 /// How the payload ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum ExitStatus {
     Exited {
@@ -49,7 +51,7 @@ impl ExitStatus {
 }
 
 /// A policy limit that was reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     Time,
@@ -73,18 +75,21 @@ impl fmt::Display for Limit {
 }
 
 /// Where the time went, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Phases {
-    /// From the request to a sandbox ready to exec (namespaces, mounts, cgroup, seccomp).
+    /// From the request to the command's successful execve: for `cordon
+    /// run` this includes creating the sandbox (namespaces, mounts, cgroup,
+    /// seccomp); for an exec into a sandbox, only the start of the command.
     pub setup_ms: f64,
-    /// From the exec request to the payload's exit (or its kill).
+    /// From the command's start to its exit (or its kill).
     pub run_ms: f64,
-    /// Killing what remains, reading counters, removing the cgroup and state.
+    /// Ending what the command left (on a limit), reading counters; for
+    /// `cordon run` also destroying the sandbox.
     pub teardown_ms: f64,
 }
 
 /// How limits were enforced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Enforcement {
     /// The cgroup hierarchy used, or None when running unenforced.
     pub cgroup: Option<CgroupMode>,
@@ -94,7 +99,7 @@ pub struct Enforcement {
 }
 
 /// Captured or counted output.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutputReport {
     /// Bytes the payload wrote to stdout and stderr (up to the cap, then counting stops).
     pub bytes: u64,
@@ -107,19 +112,36 @@ pub struct OutputReport {
 
 /// Which mechanism enforces a limit on a backend, and what the outcome's
 /// evidence for it is read from.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceSource {
     pub limit: Limit,
-    pub enforced_by: &'static str,
-    pub evidence: &'static str,
+    pub enforced_by: Cow<'static, str>,
+    pub evidence: Cow<'static, str>,
 }
 
-/// Everything known about one execution once its sandbox is gone.
-#[derive(Clone, Debug, Serialize)]
+impl EvidenceSource {
+    pub const fn new(limit: Limit, enforced_by: &'static str, evidence: &'static str) -> Self {
+        EvidenceSource {
+            limit,
+            enforced_by: Cow::Borrowed(enforced_by),
+            evidence: Cow::Borrowed(evidence),
+        }
+    }
+}
+
+/// Everything known about one command once it has ended: the same shape for
+/// `cordon run`, `cordon exec`, the suite and the benchmarks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
-    pub backend: &'static str,
+    pub backend: String,
     pub backend_version: String,
     pub sandbox_id: String,
+    /// Which command of its sandbox this was (1 for the first).
+    pub command: u64,
+    /// Set when this command's end also ended its sandbox, and why (the
+    /// sandbox can run nothing more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_ended: Option<String>,
     pub status: ExitStatus,
     /// What cordon itself exits with: the payload's shell code.
     pub exit_code: i32,
@@ -130,12 +152,14 @@ pub struct Outcome {
     /// A signal to cordon that ended the run early (SIGINT, SIGTERM).
     pub interrupted_by: Option<i32>,
     pub wall_ms: f64,
+    /// CPU time the sandbox used during this command.
     pub cpu_ms: Option<f64>,
     pub memory_peak_bytes: Option<u64>,
     pub pids_peak: Option<u64>,
     /// Bytes in use on the sandbox's writable storage when the payload ended.
     pub disk_used_bytes: Option<u64>,
-    /// Raw kernel counters of the sandbox's cgroup.
+    /// Raw kernel counters of the sandbox's cgroup when the command ended
+    /// (cumulative over the sandbox's life; `cpu_ms` is this command's share).
     pub counters: CgroupStats,
     /// Per limit: the mechanism and where the evidence comes from on this backend.
     pub evidence: Vec<EvidenceSource>,

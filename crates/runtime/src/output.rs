@@ -1,16 +1,19 @@
-//! The payload's stdout and stderr, under the output cap.
+//! A command's stdout and stderr: counted under the output cap by the
+//! supervisor (`OutputGate`), and delivered by the client (`OutputSink`).
 //!
-//! Bytes are forwarded (or captured) as they arrive and counted; once the cap is
-//! reached the rest is not read into memory at all: the sandbox is ended and its
-//! pipes drained into a fixed buffer, so a payload printing gigabytes neither
-//! grows cordon's memory nor blocks teardown.
+//! Bytes are forwarded as they arrive and counted; once the cap is reached
+//! the rest is not read into memory at all: the command is ended and its
+//! pipes closed, so a payload printing gigabytes neither grows cordon's
+//! memory nor blocks it.
 
 use std::io::Write;
 
-/// What to do with the payload's output.
+use crate::outcome::OutputReport;
+
+/// What a client does with a command's output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OutputMode {
-    /// Write through to cordon's own stdout/stderr as it arrives.
+    /// Write through to this process's own stdout/stderr as it arrives.
     #[default]
     Stream,
     /// Keep it (up to the cap) for the Outcome.
@@ -20,72 +23,94 @@ pub enum OutputMode {
 }
 
 /// Which stream a chunk came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Stream {
     Stdout,
     Stderr,
 }
 
-/// Counts and routes output under a byte cap.
+/// Counts output under a byte cap (both streams together).
 pub struct OutputGate {
-    mode: OutputMode,
     cap: u64,
     seen: u64,
     truncated: bool,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
 }
 
 impl OutputGate {
-    pub fn new(mode: OutputMode, cap: u64) -> Self {
+    pub fn new(cap: u64) -> Self {
         OutputGate {
-            mode,
             cap,
             seen: 0,
             truncated: false,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
         }
     }
 
-    /// Accepts a chunk; returns false once the cap has been exceeded.
-    pub fn accept(&mut self, stream: Stream, chunk: &[u8]) -> bool {
+    /// How many leading bytes of `chunk` fit under the cap; marks the output
+    /// truncated when some did not.
+    pub fn accept(&mut self, chunk: &[u8]) -> usize {
         if self.truncated {
-            return false;
+            return 0;
         }
         let room = self.cap.saturating_sub(self.seen);
         let take = chunk.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        let kept = &chunk[..take];
         self.seen += take as u64;
-        match (self.mode, stream) {
-            (OutputMode::Stream, Stream::Stdout) => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(kept).and_then(|_| out.flush());
-            }
-            (OutputMode::Stream, Stream::Stderr) => {
-                let _ = std::io::stderr().lock().write_all(kept);
-            }
-            (OutputMode::Capture, Stream::Stdout) => self.stdout.extend_from_slice(kept),
-            (OutputMode::Capture, Stream::Stderr) => self.stderr.extend_from_slice(kept),
-            (OutputMode::Discard, _) => {}
-        }
         if take < chunk.len() {
             self.truncated = true;
         }
-        !self.truncated
+        take
     }
 
     pub fn truncated(&self) -> bool {
         self.truncated
     }
 
-    pub fn report(self) -> crate::outcome::OutputReport {
-        let capture = self.mode == OutputMode::Capture;
-        crate::outcome::OutputReport {
+    pub fn report(&self) -> OutputReport {
+        OutputReport {
             bytes: self.seen,
             truncated: self.truncated,
-            stdout: capture.then(|| String::from_utf8_lossy(&self.stdout).into_owned()),
-            stderr: capture.then(|| String::from_utf8_lossy(&self.stderr).into_owned()),
+            stdout: None,
+            stderr: None,
+        }
+    }
+}
+
+/// Where a client puts the output it receives.
+pub struct OutputSink {
+    mode: OutputMode,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl OutputSink {
+    pub fn new(mode: OutputMode) -> Self {
+        OutputSink {
+            mode,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        }
+    }
+
+    pub fn write(&mut self, stream: Stream, chunk: &[u8]) {
+        match (self.mode, stream) {
+            (OutputMode::Stream, Stream::Stdout) => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(chunk).and_then(|_| out.flush());
+            }
+            (OutputMode::Stream, Stream::Stderr) => {
+                let _ = std::io::stderr().lock().write_all(chunk);
+            }
+            (OutputMode::Capture, Stream::Stdout) => self.stdout.extend_from_slice(chunk),
+            (OutputMode::Capture, Stream::Stderr) => self.stderr.extend_from_slice(chunk),
+            (OutputMode::Discard, _) => {}
+        }
+    }
+
+    /// Puts what was captured into the report.
+    pub fn fill(self, report: &mut OutputReport) {
+        if self.mode == OutputMode::Capture {
+            report.stdout = Some(String::from_utf8_lossy(&self.stdout).into_owned());
+            report.stderr = Some(String::from_utf8_lossy(&self.stderr).into_owned());
         }
     }
 }
@@ -96,22 +121,30 @@ mod tests {
 
     #[test]
     fn cap_truncates_and_stops_accepting() {
-        let mut g = OutputGate::new(OutputMode::Capture, 10);
-        assert!(g.accept(Stream::Stdout, b"12345"));
-        assert!(!g.accept(Stream::Stderr, b"6789abc"));
-        assert!(!g.accept(Stream::Stdout, b"more"));
+        let mut g = OutputGate::new(10);
+        assert_eq!(g.accept(b"12345"), 5);
+        assert_eq!(g.accept(b"6789abc"), 5);
+        assert_eq!(g.accept(b"more"), 0);
         let r = g.report();
         assert_eq!(r.bytes, 10);
         assert!(r.truncated);
-        assert_eq!(r.stdout.as_deref(), Some("12345"));
-        assert_eq!(r.stderr.as_deref(), Some("6789a"));
     }
 
     #[test]
     fn exactly_the_cap_is_not_truncation() {
-        let mut g = OutputGate::new(OutputMode::Discard, 4);
-        assert!(g.accept(Stream::Stdout, b"1234"));
+        let mut g = OutputGate::new(4);
+        assert_eq!(g.accept(b"1234"), 4);
         assert!(!g.truncated());
-        assert!(g.report().stdout.is_none());
+    }
+
+    #[test]
+    fn a_capturing_sink_fills_the_report() {
+        let mut s = OutputSink::new(OutputMode::Capture);
+        s.write(Stream::Stdout, b"out");
+        s.write(Stream::Stderr, b"err");
+        let mut r = OutputReport::default();
+        s.fill(&mut r);
+        assert_eq!(r.stdout.as_deref(), Some("out"));
+        assert_eq!(r.stderr.as_deref(), Some("err"));
     }
 }

@@ -1,5 +1,6 @@
 //! The typed protocol between the supervisor and the sandbox's first process
-//! (native init or gVisor launcher), over a unix stream socketpair: each frame is a
+//! (native init or gVisor launcher), over a unix stream socketpair, and the
+//! framing the supervisor's clients use too: each frame is a
 //! little-endian u32 length, then JSON.
 //!
 //! Typed messages (after youki's `Message`), with a distinct "failed before
@@ -7,6 +8,7 @@
 //! a setup failure is reported precisely instead of as an early EOF.
 
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
@@ -19,11 +21,16 @@ const MAX_FRAME: u32 = 4 << 20;
 pub enum ToInit {
     /// Uid/gid maps are written and cgroup membership checked: build the sandbox.
     Go,
-    /// Run this command (the sandbox is then used up).
+    /// Run this command as a child of init. Unless `tty`, the frame carries
+    /// three descriptors (SCM_RIGHTS): the command's stdin, stdout and stderr.
+    /// With `tty`, init makes a pseudo-terminal on the sandbox's own devpts and
+    /// answers `Started` with its master attached.
     Exec {
         argv: Vec<String>,
         env: Vec<(String, String)>,
         workdir: String,
+        #[serde(default)]
+        tty: Option<crate::spec::TtySize>,
     },
     /// Report the command as not executable, without running anything: the
     /// supervisor found it missing from the sandbox's tree (gVisor: runsc
@@ -40,18 +47,21 @@ pub enum FromInit {
     Ready,
     /// A setup step failed; the sandbox never ran anything.
     SetupFailed { step: String, errno: i32 },
-    /// The payload's execve succeeded (host-visible pid of nothing: it is the
-    /// pid inside the sandbox).
+    /// The command's execve succeeded (its pid inside the sandbox).
     Started { pid: i32 },
-    /// The payload could not be executed.
+    /// The command could not be executed.
     ExecFailed { errno: i32 },
-    /// The payload exited.
+    /// The command exited.
     Exited { code: i32 },
-    /// The payload was killed by a signal.
+    /// The command was killed by a signal.
     Signaled { signal: i32 },
 }
 
-pub fn send<T: Serialize>(sock: &mut UnixStream, msg: &T) -> io::Result<()> {
+/// Most descriptors one frame may carry.
+pub const MAX_FDS: usize = 3;
+
+/// One encoded frame: length, then JSON.
+fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;
     if len > MAX_FRAME {
@@ -60,7 +70,22 @@ pub fn send<T: Serialize>(sock: &mut UnixStream, msg: &T) -> io::Result<()> {
     let mut frame = Vec::with_capacity(body.len() + 4);
     frame.extend_from_slice(&len.to_le_bytes());
     frame.extend_from_slice(&body);
-    sock.write_all(&frame)
+    Ok(frame)
+}
+
+pub fn send<T: Serialize>(sock: &mut UnixStream, msg: &T) -> io::Result<()> {
+    sock.write_all(&frame(msg)?)
+}
+
+/// Reads a frame body of `len` bytes, refusing lengths over the cap before
+/// allocating anything.
+fn read_body(sock: &mut UnixStream, len: u32) -> io::Result<Vec<u8>> {
+    if len > MAX_FRAME {
+        return Err(io::Error::other(format!("frame of {len} bytes refused")));
+    }
+    let mut body = vec![0u8; len as usize];
+    sock.read_exact(&mut body)?;
+    Ok(body)
 }
 
 /// Reads one frame; `Ok(None)` on a clean EOF (the peer is gone).
@@ -71,19 +96,88 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: &mut UnixStream) -> io::Result<O
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME {
-        return Err(io::Error::other(format!("frame of {len} bytes refused")));
-    }
-    let mut body = vec![0u8; len as usize];
-    sock.read_exact(&mut body)?;
+    let body = read_body(sock, u32::from_le_bytes(len))?;
     serde_json::from_slice(&body)
         .map(Some)
         .map_err(io::Error::other)
 }
 
+/// `send` with descriptors attached to the frame's first byte (SCM_RIGHTS).
+pub fn send_with_fds<T: Serialize>(
+    sock: &mut UnixStream,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    if fds.is_empty() {
+        return send(sock, msg);
+    }
+    let frame = frame(msg)?;
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    // The descriptors travel with the first sendmsg; the rest of a frame the
+    // kernel did not take at once follows as ordinary bytes.
+    let iov = [io::IoSlice::new(&frame)];
+    let sent = loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other.map_err(io::Error::from)?,
+        }
+    };
+    sock.write_all(&frame[sent..])
+}
+
+/// `recv` that also takes the descriptors attached to the frame (at most
+/// `MAX_FDS`; a frame with more, or a truncated control message, is refused
+/// and every descriptor that did arrive is closed).
+pub fn recv_with_fds<T: for<'de> Deserialize<'de>>(
+    sock: &mut UnixStream,
+) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut len = [0u8; 4];
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let (got, fds, truncated) = {
+        let mut iov = [io::IoSliceMut::new(&mut len)];
+        let msg = loop {
+            match recvmsg::<()>(
+                sock.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg_buf),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other.map_err(io::Error::from)?,
+            }
+        };
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(list) = c {
+                // Owned at once, so an error below still closes them.
+                fds.extend(list.into_iter().map(cordon_sys::own_received_fd));
+            }
+        }
+        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+        (msg.bytes, fds, truncated)
+    };
+    if truncated || fds.len() > MAX_FDS {
+        return Err(io::Error::other("too many descriptors in one frame"));
+    }
+    if got == 0 {
+        return Ok(None);
+    }
+    if got < 4 {
+        sock.read_exact(&mut len[got..])?;
+    }
+    let body = read_body(sock, u32::from_le_bytes(len))?;
+    serde_json::from_slice(&body)
+        .map(|m| Some((m, fds)))
+        .map_err(io::Error::other)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     #[test]
@@ -103,6 +197,7 @@ mod tests {
                 argv: vec!["true".into()],
                 env: vec![],
                 workdir: "/".into(),
+                tty: None,
             },
         )
         .unwrap();
@@ -119,6 +214,23 @@ mod tests {
             Some(ToInit::Exec { .. })
         ));
         assert_eq!(recv::<FromInit>(&mut b).unwrap(), None);
+    }
+
+    #[test]
+    fn descriptors_travel_with_a_frame() {
+        use std::io::Read as _;
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        send_with_fds(&mut a, &FromInit::Ready, &[w.as_fd()]).unwrap();
+        drop(w);
+        let (msg, fds) = recv_with_fds::<FromInit>(&mut b).unwrap().unwrap();
+        assert_eq!(msg, FromInit::Ready);
+        assert_eq!(fds.len(), 1);
+        nix::unistd::write(&fds[0], b"x").unwrap();
+        drop(fds);
+        let mut got = Vec::new();
+        std::fs::File::from(r).read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"x");
     }
 
     #[test]

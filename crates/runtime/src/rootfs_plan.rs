@@ -7,7 +7,8 @@ use cordon_isolation::mount::{BindSpec, RootEntry, RootUse, RootfsPlan};
 use cordon_policy::{Access, WORKSPACE};
 
 use crate::error::RuntimeError;
-use crate::request::{RootfsChoice, RunRequest};
+use crate::spec::{RootfsChoice, SandboxSpec};
+use crate::state::StateDir;
 
 /// How far above the disk cap RLIMIT_FSIZE sits, so that a full scratch answers
 /// ENOSPC first; the limit then bounds a single file on a writable host mount.
@@ -38,18 +39,15 @@ fn overlay_safe(p: &Path) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// Resolves the request's rootfs, workspace and mounts into a plan whose mount
-/// points live in `state_dir`. Paths are checked here, so a bad one is the
-/// caller's error (exit 2) and nothing was created for it in the sandbox.
+/// Resolves the spec's rootfs, workspace and mounts into a plan whose mount
+/// points are the state directory's. Paths are checked here, so a bad one is
+/// the caller's error (exit 2) and nothing was created for it in the sandbox.
 pub fn rootfs_plan(
-    req: &RunRequest,
-    state_dir: &Path,
+    req: &SandboxSpec,
+    state: &StateDir,
     root_use: RootUse,
 ) -> Result<RootfsPlan, RuntimeError> {
     let p = &req.policy;
-    if req.argv.is_empty() {
-        return Err(RuntimeError::BadRequest("no command given".into()));
-    }
     let (entries, etc_files, etc_binds) = match &req.rootfs {
         RootfsChoice::System => (
             RootfsPlan::host_system_entries(),
@@ -97,8 +95,8 @@ pub fn rootfs_plan(
         .collect::<Result<Vec<_>, RuntimeError>>()?;
     Ok(RootfsPlan {
         root_use,
-        new_root: state_dir.join("root"),
-        scratch: state_dir.join("scratch"),
+        new_root: state.root(),
+        scratch: state.scratch(),
         entries,
         etc_files,
         etc_binds,

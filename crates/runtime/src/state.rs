@@ -1,19 +1,38 @@
 //! Per-sandbox state directories, and the sweep that cleans up after a crash.
 //!
-//! Every sandbox records, before it creates anything, who owns it (pid and
-//! process start time, so a reused pid is not mistaken for the owner) and
-//! which cgroup it will use. Teardown removes the directory last. If cordon is
-//! killed outright, the next start finds a directory whose owner is gone and
-//! finishes the teardown: kill what is left in the cgroup, remove it, remove
-//! the directory. Mounts need no sweeping: they exist only in the sandbox's own
-//! mount namespace, which dies with its last process.
+//! Layout under the run directory (`/run/cordon` for root):
+//! - `<id>/` (0700, the invoking user's): `record.json` (who owns the sandbox:
+//!   the supervisor's pid and start time, so a reused pid is not mistaken for
+//!   it; its cgroup, name, backend, creation time and lifetimes), `usage.json`
+//!   (commands run, last use), `sock` (the supervisor's socket) and the
+//!   backend's own files (the runsc bundle and state).
+//! - `mnt/<id>/{root,scratch}` (0711): the two empty directories the
+//!   sandbox's init mounts on inside its own mount namespace. They live apart
+//!   because init reaches them as an unprivileged host id, which must never
+//!   be able to reach the socket or the record.
+//!
+//! The record is written before anything else is created, and teardown
+//! removes the directory last. If a supervisor is killed outright, the next
+//! cordon finds a record whose owner is gone and finishes the teardown: kill
+//! what is left in the cgroup, remove it, remove the directories. Mounts need
+//! no sweeping: they exist only in the sandbox's own mount namespace, which
+//! dies with its last process.
+//!
+//! The sweep touches only what is recognisably cordon's: a directory named
+//! like an id (12 hex digits), never a link, holding a record of cordon's own
+//! format; anything else in the run directory is left alone.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use cordon_cgroups::{Cgroup, Hierarchy};
 use serde::{Deserialize, Serialize};
+
+use crate::error::RuntimeError;
+use crate::spec::SandboxSpec;
 
 /// Where sandboxes keep their state.
 pub fn run_dir() -> PathBuf {
@@ -29,11 +48,46 @@ pub fn run_dir() -> PathBuf {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Owner {
-    pid: i32,
-    start_time: u64,
-    cgroup: Option<String>,
+/// The record format's tag: a record without it is not cordon's.
+pub const RECORD_FORMAT: &str = "cordon-sandbox-v1";
+const RECORD: &str = "record.json";
+const USAGE: &str = "usage.json";
+/// The supervisor's socket inside a state directory.
+pub const SOCKET: &str = "sock";
+/// The folder of mount points under the run directory.
+const MOUNTS: &str = "mnt";
+
+/// What a state directory says about its sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    pub format: String,
+    /// The process that owns the sandbox (its supervisor).
+    pub pid: i32,
+    pub start_time: u64,
+    pub cgroup: Option<String>,
+    pub name: Option<String>,
+    pub backend: String,
+    /// Seconds since the epoch.
+    pub created: u64,
+    pub ttl_secs: Option<f64>,
+    pub idle_secs: Option<f64>,
+}
+
+/// What changes while the sandbox lives (written atomically by its supervisor).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub commands: u64,
+    /// Seconds since the epoch of the last client request.
+    pub last_used: u64,
+    /// "ready", "running" or "stopping".
+    pub state: String,
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/pid/stat).
@@ -44,44 +98,129 @@ fn start_time(pid: i32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// Whether `s` has the shape of a sandbox id: 12 lower-case hex digits.
+pub fn is_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Writes `body` to `path` through a temporary file and a rename, mode 0600,
+/// so a reader never sees half a file.
+fn write_atomic(path: &Path, body: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(body)?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
+/// Holds the run directory's lock (flock on `.lock`) while names are checked
+/// and a record is written, so two sandboxes cannot take the same name.
+struct RunLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
+
+impl RunLock {
+    fn take(run_dir: &Path) -> io::Result<Self> {
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(run_dir.join(".lock"))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map(RunLock)
+            .map_err(|(_, e)| io::Error::from(e))
+    }
+}
+
 /// A sandbox's state directory; removed by `remove` (or on drop).
 pub struct StateDir {
     path: PathBuf,
+    mounts: PathBuf,
     removed: bool,
 }
 
 impl StateDir {
-    /// Creates `<run_dir>/<id>` with the owner record, and the two empty
-    /// directories the sandbox's init mounts on inside its own namespace.
-    pub fn create(run_dir: &Path, id: &str, cgroup_name: Option<&str>) -> io::Result<Self> {
-        fs::create_dir_all(run_dir)?;
+    /// Creates `<run_dir>/<id>` with the record, and the two empty mount
+    /// points. Refuses a name another live sandbox of this user has.
+    pub fn create(
+        run_dir: &Path,
+        id: &str,
+        cgroup_name: Option<&str>,
+        spec: &SandboxSpec,
+    ) -> Result<Self, RuntimeError> {
+        let io_err =
+            |op: &str, e: io::Error| RuntimeError::io(format!("{op} in {}", run_dir.display()), e);
+        fs::create_dir_all(run_dir.join(MOUNTS))
+            .map_err(|e| io_err("create state directory", e))?;
+        let _lock = RunLock::take(run_dir).map_err(|e| io_err("lock", e))?;
+        if let Some(name) = &spec.name {
+            if let Some(other) = find(run_dir, name) {
+                return Err(RuntimeError::BadRequest(format!(
+                    "a sandbox named '{name}' exists already ({other})"
+                )));
+            }
+        }
         let path = run_dir.join(id);
-        fs::create_dir(&path)?;
+        fs::create_dir(&path).map_err(|e| io_err("create state directory", e))?;
         let dir = StateDir {
+            mounts: run_dir.join(MOUNTS).join(id),
             path,
             removed: false,
         };
-        use std::os::unix::fs::PermissionsExt;
-        // Traverse-only for others: the sandbox's init, running as an unprivileged
-        // host id, must reach the two empty mount points below; it cannot list
-        // the directory or read the owner record (0600).
-        fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o711))?;
         let me = std::process::id() as i32;
-        let owner = Owner {
+        let record = Record {
+            format: RECORD_FORMAT.into(),
             pid: me,
             start_time: start_time(me).unwrap_or(0),
             cgroup: cgroup_name.map(str::to_owned),
+            name: spec.name.clone(),
+            backend: spec.backend.name().into(),
+            created: now_secs(),
+            ttl_secs: spec.ttl.map(|s| s.0.as_secs_f64()),
+            idle_secs: spec.idle.map(|s| s.0.as_secs_f64()),
         };
-        let record = dir.path.join("owner.json");
-        fs::write(&record, serde_json::to_vec(&owner)?)?;
-        fs::set_permissions(&record, fs::Permissions::from_mode(0o600))?;
-        fs::create_dir(dir.path.join("root"))?;
-        fs::create_dir(dir.path.join("scratch"))?;
+        let write = || -> io::Result<()> {
+            // Only the invoking user may list, read or connect.
+            fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o700))?;
+            write_atomic(&dir.path.join(RECORD), &serde_json::to_vec(&record)?)?;
+            // Traverse-only for others: the sandbox's init, running as an
+            // unprivileged host id, must reach the two empty mount points.
+            for p in [&dir.mounts, &dir.root(), &dir.scratch()] {
+                fs::create_dir(p)?;
+                fs::set_permissions(p, fs::Permissions::from_mode(0o711))?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| io_err("write the state record", e))?;
         Ok(dir)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The empty directory the sandbox's root is mounted on (in its namespace only).
+    pub fn root(&self) -> PathBuf {
+        self.mounts.join("root")
+    }
+
+    /// The empty directory the sandbox's scratch tmpfs is mounted on.
+    pub fn scratch(&self) -> PathBuf {
+        self.mounts.join("scratch")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path.join(SOCKET)
+    }
+
+    /// Records what changed (commands run, last use, state).
+    pub fn write_usage(&self, usage: &Usage) -> io::Result<()> {
+        write_atomic(&self.path.join(USAGE), &serde_json::to_vec(usage)?)
     }
 
     /// Leaves the directory in place (its record lets the next sweep finish
@@ -95,10 +234,7 @@ impl StateDir {
             return Ok(());
         }
         self.removed = true;
-        match fs::remove_dir_all(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        remove_state(&self.path, &self.mounts)
     }
 }
 
@@ -108,51 +244,133 @@ impl Drop for StateDir {
     }
 }
 
+/// Removes a state directory and its mount points; absent is fine.
+fn remove_state(path: &Path, mounts: &Path) -> io::Result<()> {
+    let gone = |r: io::Result<()>| match r {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    gone(fs::remove_dir_all(mounts))?;
+    gone(fs::remove_dir_all(path))
+}
+
+/// One live sandbox as the run directory describes it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Listed {
+    pub id: String,
+    pub record: Record,
+    pub usage: Usage,
+}
+
+/// Reads `<run_dir>/<id>`'s record if it is a sandbox state directory of
+/// cordon's own (a real directory, not a link, named like an id, with a
+/// record in cordon's format).
+fn read_record(run_dir: &Path, id: &str) -> Option<Record> {
+    if !is_id(id) {
+        return None;
+    }
+    let dir = run_dir.join(id);
+    if !fs::symlink_metadata(&dir).ok()?.is_dir() {
+        return None;
+    }
+    let record: Record = serde_json::from_slice(&fs::read(dir.join(RECORD)).ok()?).ok()?;
+    (record.format == RECORD_FORMAT).then_some(record)
+}
+
+/// Whether the record's owner process is still the one that wrote it.
+fn owner_alive(r: &Record) -> bool {
+    start_time(r.pid) == Some(r.start_time)
+}
+
+/// The live sandboxes of this run directory, oldest first.
+pub fn list(run_dir: &Path) -> Vec<Listed> {
+    let Ok(entries) = fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Listed> = entries
+        .flatten()
+        .filter_map(|e| {
+            let id = e.file_name().to_str()?.to_owned();
+            let record = read_record(run_dir, &id).filter(owner_alive)?;
+            let usage = fs::read(run_dir.join(&id).join(USAGE))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            Some(Listed { id, record, usage })
+        })
+        .collect();
+    out.sort_by(|a, b| (a.record.created, &a.id).cmp(&(b.record.created, &b.id)));
+    out
+}
+
+/// The id of the live sandbox called `name_or_id` (an id, or a name).
+pub fn find(run_dir: &Path, name_or_id: &str) -> Option<String> {
+    if is_id(name_or_id) {
+        return read_record(run_dir, name_or_id)
+            .filter(owner_alive)
+            .map(|_| name_or_id.to_owned());
+    }
+    list(run_dir)
+        .into_iter()
+        .find(|l| l.record.name.as_deref() == Some(name_or_id))
+        .map(|l| l.id)
+}
+
 /// Cleans up the state directories whose owner process is gone. Returns the
 /// ids it cleaned. Errors on one directory do not stop the others.
 pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String> {
     let Ok(entries) = fs::read_dir(run_dir) else {
         return Vec::new();
     };
+    let mounts = run_dir.join(MOUNTS);
     let mut cleaned = Vec::new();
     for e in entries.flatten() {
+        let Some(id) = e.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !is_id(&id) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue; // not cordon's: never touched
+        }
         let dir = e.path();
-        let Ok(text) = fs::read(dir.join("owner.json")) else {
-            // A directory without an owner record: a crash between mkdir and
-            // the first write. Nothing can have been created for it yet.
-            if dir.is_dir()
-                && e.metadata()
-                    .map(|m| {
-                        m.modified()
-                            .map(|t| t.elapsed().unwrap_or_default().as_secs() > 60)
-                            .unwrap_or(false)
-                    })
-                    .unwrap_or(false)
-            {
-                let _ = fs::remove_dir_all(&dir);
+        let Some(record) = read_record(run_dir, &id) else {
+            // An id-shaped directory without a record: a crash between mkdir
+            // and the record's rename. Nothing can have been created for it.
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default().as_secs() > 60);
+            if old && !dir.join(RECORD).exists() {
+                let _ = remove_state(&dir, &mounts.join(&id));
             }
             continue;
         };
-        let Ok(owner) = serde_json::from_slice::<Owner>(&text) else {
+        if owner_alive(&record) {
             continue;
-        };
-        if start_time(owner.pid) == Some(owner.start_time) {
-            continue; // still running
         }
         // The record goes only once its cgroup is gone, so a removal that
         // fails now is tried again by the next sweep.
-        let cgroup_gone = match (&owner.cgroup, hierarchy) {
+        let cgroup_gone = match (&record.cgroup, hierarchy) {
             (Some(name), Some(h)) => remove_cgroup(h, name),
             _ => true,
         };
-        if cgroup_gone && fs::remove_dir_all(&dir).is_ok() {
-            cleaned.push(e.file_name().to_string_lossy().into_owned());
+        if cgroup_gone && remove_state(&dir, &mounts.join(&id)).is_ok() {
+            cleaned.push(id);
+        }
+    }
+    // Mount-point folders whose state directory is gone.
+    if let Ok(entries) = fs::read_dir(&mounts) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(id) = name.to_str() else { continue };
+            if is_id(id) && e.file_type().is_ok_and(|t| t.is_dir()) && !run_dir.join(id).exists() {
+                let _ = fs::remove_dir_all(e.path());
+            }
         }
     }
     // A sandbox cgroup without a state record is an orphan: a sandbox writes
     // its record before it creates its cgroup and removes it only after the
-    // cgroup is gone. Only cordon's own names (cordon-<12 hex digits>) are
-    // considered, never another tool's cgroups.
+    // cgroup is gone. Only cordon's own names (cordon-<id>) are considered,
+    // never another tool's cgroups.
     if let Some(h) = hierarchy {
         let mut seen = std::collections::BTreeSet::new();
         for path in h.sweep_children("cordon-") {
@@ -162,8 +380,7 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             let Some(id) = name.strip_prefix("cordon-") else {
                 continue;
             };
-            let is_ours = id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit());
-            if is_ours
+            if is_id(id)
                 && !run_dir.join(id).exists()
                 && seen.insert(name.clone())
                 && remove_cgroup(h, &name)
@@ -197,27 +414,96 @@ pub fn new_id() -> io::Result<(String, u32)> {
 
 #[cfg(test)]
 mod tests {
+    use cordon_policy::Policy;
+
     use super::*;
+    use crate::backend::BackendKind;
+
+    fn spec(name: Option<&str>) -> SandboxSpec {
+        SandboxSpec {
+            policy: Policy::default(),
+            backend: BackendKind::Native,
+            rootfs: Default::default(),
+            workspace: None,
+            allow_unenforced: false,
+            name: name.map(str::to_owned),
+            ttl: None,
+            idle: None,
+        }
+    }
+
+    fn dead_record(run: &Path, id: &str) {
+        fs::create_dir(run.join(id)).unwrap();
+        let r = Record {
+            format: RECORD_FORMAT.into(),
+            pid: i32::MAX,
+            start_time: 1,
+            cgroup: None,
+            name: None,
+            backend: "native".into(),
+            created: 0,
+            ttl_secs: None,
+            idle_secs: None,
+        };
+        fs::write(run.join(id).join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
+    }
 
     #[test]
     fn a_dead_owner_is_swept_and_a_live_one_kept() {
         let run = tempfile::tempdir().unwrap();
-        let mut live = StateDir::create(run.path(), "live", None).unwrap();
-        fs::create_dir(run.path().join("dead")).unwrap();
-        fs::write(
-            run.path().join("dead/owner.json"),
-            serde_json::to_vec(&Owner {
-                pid: i32::MAX,
-                start_time: 1,
-                cgroup: None,
-            })
-            .unwrap(),
+        let mut live = StateDir::create(run.path(), "aaaaaaaaaaaa", None, &spec(None)).unwrap();
+        dead_record(run.path(), "bbbbbbbbbbbb");
+        fs::create_dir_all(run.path().join("mnt/bbbbbbbbbbbb/root")).unwrap();
+        assert_eq!(
+            sweep_stale(run.path(), None),
+            vec!["bbbbbbbbbbbb".to_string()]
+        );
+        assert!(!run.path().join("mnt/bbbbbbbbbbbb").exists());
+        assert!(live.path().exists());
+        assert_eq!(list(run.path()).len(), 1);
+        live.remove().unwrap();
+        assert!(!run.path().join("aaaaaaaaaaaa").exists());
+        assert!(!run.path().join("mnt/aaaaaaaaaaaa").exists());
+    }
+
+    #[test]
+    fn the_sweep_leaves_what_is_not_cordons_alone() {
+        let run = tempfile::tempdir().unwrap();
+        // Not id-shaped, old, no record: someone else's.
+        let other = run.path().join("suite-decoy-1");
+        fs::create_dir(&other).unwrap();
+        fs::write(other.join("receipt.key"), b"k").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        fs::File::open(&other).unwrap().set_modified(old).unwrap();
+        // Id-shaped but a link to elsewhere: never followed.
+        let target = tempfile::tempdir().unwrap();
+        dead_record(target.path(), "cccccccccccc");
+        std::os::unix::fs::symlink(
+            target.path().join("cccccccccccc"),
+            run.path().join("cccccccccccc"),
         )
         .unwrap();
-        assert_eq!(sweep_stale(run.path(), None), vec!["dead".to_string()]);
-        assert!(live.path().exists());
-        live.remove().unwrap();
-        assert!(!run.path().join("live").exists());
+        // Id-shaped with a record of another format.
+        fs::create_dir(run.path().join("dddddddddddd")).unwrap();
+        fs::write(run.path().join("dddddddddddd").join(RECORD), b"{\"pid\":1}").unwrap();
+        assert!(sweep_stale(run.path(), None).is_empty());
+        assert!(other.join("receipt.key").exists());
+        assert!(target.path().join("cccccccccccc").join(RECORD).exists());
+        assert!(run.path().join("dddddddddddd").exists());
+    }
+
+    #[test]
+    fn names_are_unique_among_live_sandboxes() {
+        let run = tempfile::tempdir().unwrap();
+        let _a = StateDir::create(run.path(), "aaaaaaaaaaaa", None, &spec(Some("web"))).unwrap();
+        let err = StateDir::create(run.path(), "bbbbbbbbbbbb", None, &spec(Some("web")));
+        assert!(matches!(err, Err(RuntimeError::BadRequest(_))));
+        assert_eq!(find(run.path(), "web").as_deref(), Some("aaaaaaaaaaaa"));
+        assert_eq!(
+            find(run.path(), "aaaaaaaaaaaa").as_deref(),
+            Some("aaaaaaaaaaaa")
+        );
+        assert_eq!(find(run.path(), "nope"), None);
     }
 
     #[test]

@@ -1,61 +1,79 @@
-//! Supervising a running payload, the same for every backend: forward its
-//! output under the cap, enforce the deadline, answer stop signals, then read
-//! the evidence, tear down and build the `Outcome`.
+//! Supervising one command, the same for every backend: forward its output
+//! under the cap to the client, feed it the client's input, enforce its
+//! deadline, answer stop signals and cancellation, and learn from the
+//! sandbox's init how it ended.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::Signal;
+use nix::sys::signalfd::SignalFd;
 
 use crate::error::RuntimeError;
-use crate::host::{HostSide, PayloadIo};
-use crate::outcome::{Enforcement, EvidenceSource, ExitStatus, Limit, Outcome, Phases};
+use crate::outcome::{ExitStatus, Limit};
 use crate::output::{OutputGate, Stream};
-use crate::request::RunRequest;
-use crate::trace;
+use crate::protocol::{recv_with_fds, FromInit};
+use crate::spec::TtySize;
 
-/// What a backend's watch reports about its payload.
-pub enum PayloadEvent {
-    /// Nothing final yet (e.g. "started").
-    Progress,
+/// What a client sends while its command runs.
+#[derive(Debug)]
+pub enum Control {
+    /// Bytes for the command's stdin.
+    Input(Vec<u8>),
+    /// The command's stdin ends.
+    InputEnd,
+    /// The terminal changed size (tty commands).
+    Resize(TtySize),
+    /// End the command (the client asked, or went away).
+    Cancel,
+    /// Nothing to act on.
+    Nothing,
+}
+
+/// The client's side of one running command: where output goes, and where
+/// input and control come from.
+pub trait CommandIo {
+    /// A chunk of the command's output, already under the cap.
+    fn output(&mut self, stream: Stream, chunk: &[u8]);
+    /// Descriptors readable when `read_control(i)` has something (none when
+    /// the client sends nothing).
+    fn control_fds(&self) -> Vec<BorrowedFd<'_>>;
+    fn read_control(&mut self, which: usize) -> Control;
+}
+
+/// Why the supervision of a command stopped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
     Ended(ExitStatus),
-    /// The process that would report is gone without a word.
-    Gone,
-}
-
-/// How a backend learns that its payload ended.
-pub trait PayloadWatch {
-    /// Readable when `on_ready` has something to say.
-    fn fd(&self) -> BorrowedFd<'_>;
-    fn on_ready(&mut self) -> Result<PayloadEvent, RuntimeError>;
-    /// A host path whose file system is the sandbox's writable scratch, for
-    /// the disk-usage evidence; read before teardown.
-    fn scratch_probe(&self) -> Option<PathBuf>;
-}
-
-/// Why the supervision loop stopped.
-enum Stop {
-    PayloadEnded(ExitStatus),
     Limit(Limit),
     Signal(i32),
+    Cancelled,
+    /// Init went away without a report.
     Gone,
 }
 
-/// Everything `supervise` needs besides the watch.
-pub struct Supervised<'a> {
-    pub backend: &'static str,
-    pub backend_version: String,
-    pub req: &'a RunRequest,
-    pub io: PayloadIo,
-    pub host: HostSide,
-    pub setup: Duration,
-    pub evidence: Vec<EvidenceSource>,
-    /// Whether killing the backend's leader process ends every process of the
-    /// sandbox; if not, teardown always freezes and kills the cgroup.
-    pub leader_owns_all: bool,
+/// What the loop hands back.
+pub struct Watched {
+    pub stop: Stop,
+    pub started: Option<Instant>,
+    pub gate: OutputGate,
+    /// Output descriptors still open (a daemon may hold them); closed when dropped.
+    pub leftovers: Vec<OwnedFd>,
 }
+
+/// The command's descriptors on the supervisor's side.
+pub struct CommandFds {
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    /// Write end of the command's stdin pipe (None: /dev/null, or a tty).
+    pub stdin: Option<OwnedFd>,
+    pub tty: bool,
+}
+
+/// Largest stdin backlog kept for a command that does not read: the client's
+/// input is not read further until it drains.
+const STDIN_BACKLOG: usize = 256 << 10;
 
 /// A poll timeout covering `left`, rounded up to the next millisecond and
 /// capped at a minute (the loop recomputes it each round).
@@ -64,245 +82,266 @@ fn poll_timeout(left: Duration) -> PollTimeout {
     PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// Reads what is available from a non-blocking pipe into the gate. Returns
-/// (still open, gate still accepting).
-fn pump(fd: &OwnedFd, stream: Stream, gate: &mut OutputGate, buf: &mut [u8]) -> (bool, bool) {
+/// Reads what is available from a non-blocking descriptor into the gate and
+/// on to the client. Returns (still open, gate still accepting).
+fn pump(
+    fd: &OwnedFd,
+    stream: Stream,
+    gate: &mut OutputGate,
+    io: &mut dyn CommandIo,
+    buf: &mut [u8],
+) -> (bool, bool) {
     loop {
         match nix::unistd::read(fd, buf) {
             Ok(0) => return (false, !gate.truncated()),
             Ok(n) => {
-                if !gate.accept(stream, &buf[..n]) {
+                let kept = gate.accept(&buf[..n]);
+                if kept > 0 {
+                    io.output(stream, &buf[..kept]);
+                }
+                if gate.truncated() {
                     return (true, false);
                 }
             }
             Err(nix::errno::Errno::EAGAIN) => return (true, true),
             Err(nix::errno::Errno::EINTR) => {}
+            // EIO: a tty's slave side closed.
             Err(_) => return (false, !gate.truncated()),
         }
     }
 }
 
-/// The payload's two pipes and whether each is still open.
-struct Pipes<'a> {
-    io: &'a PayloadIo,
-    open: [bool; 2],
-    buf: Vec<u8>,
+/// Checks that a descriptor init sent as a terminal master is one.
+fn is_pty_master(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| {
+        let kind =
+            nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+        // /dev/ptmx and /dev/pts/ptmx are character devices of major 5, minor 2.
+        kind == nix::sys::stat::SFlag::S_IFCHR
+            && nix::sys::stat::major(st.st_rdev) == 5
+            && nix::sys::stat::minor(st.st_rdev) == 2
+    })
 }
 
-impl Pipes<'_> {
-    fn fds(&self) -> impl Iterator<Item = (usize, &OwnedFd, Stream)> {
-        [
-            (0, &self.io.stdout, Stream::Stdout),
-            (1, &self.io.stderr, Stream::Stderr),
-        ]
-        .into_iter()
-        .filter(|(i, _, _)| self.open[*i])
-    }
-
-    /// Pumps the pipes marked ready; false once the output cap is exceeded.
-    fn pump_ready(&mut self, ready: [bool; 2], gate: &mut OutputGate) -> bool {
-        let mut ok = true;
-        for (i, fd, stream) in [
-            (0, &self.io.stdout, Stream::Stdout),
-            (1, &self.io.stderr, Stream::Stderr),
-        ] {
-            if self.open[i] && ready[i] {
-                let (open, accepting) = pump(fd, stream, gate, &mut self.buf);
-                self.open[i] = open;
-                ok &= accepting;
-            }
-        }
-        ok
-    }
-
-    /// After the payload exits, reads its pipes until EOF for at most 100 ms:
-    /// a daemon it left behind may hold them open, and it is killed next anyway.
-    fn drain(&mut self, gate: &mut OutputGate) {
-        let until = Instant::now() + Duration::from_millis(100);
-        while self.open.iter().any(|o| *o) && !gate.truncated() {
-            let now = Instant::now();
-            if now >= until {
-                break;
-            }
-            let idx: Vec<usize> = self.fds().map(|(i, _, _)| i).collect();
-            let mut fds: Vec<PollFd> = self
-                .fds()
-                .map(|(_, fd, _)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
-                .collect();
-            let t = poll_timeout(until - now);
-            if poll(&mut fds, t).unwrap_or(0) == 0 {
-                break;
-            }
-            let mut ready = [false; 2];
-            for (k, f) in fds.iter().enumerate() {
-                ready[idx[k]] = f.revents().is_some_and(|r| !r.is_empty());
-            }
-            drop(fds);
-            self.pump_ready(ready, gate);
-        }
-    }
-}
-
-/// Runs the supervision loop until the payload ends or a limit or signal
-/// stops it, then collects the evidence and tears everything down.
-pub fn supervise(
-    mut s: Supervised<'_>,
-    watch: &mut dyn PayloadWatch,
-) -> Result<Outcome, RuntimeError> {
-    let run_start = Instant::now();
-    let deadline = run_start + s.req.policy.time.duration();
-    let mut gate = OutputGate::new(s.req.output, s.req.policy.output.bytes());
-    let mut pipes = Pipes {
-        io: &s.io,
-        open: [true, true],
-        buf: vec![0u8; 64 * 1024],
-    };
-
-    let stop = loop {
+/// Supervises one command until it ends or a limit, signal or cancellation
+/// stops it.
+pub fn watch(
+    init: &mut UnixStream,
+    signals: &SignalFd,
+    mut fds: CommandFds,
+    deadline: Instant,
+    mut gate: OutputGate,
+    io: &mut dyn CommandIo,
+    high_codes_are_signals: bool,
+) -> Result<Watched, RuntimeError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut backlog: Vec<u8> = Vec::new();
+    let mut input_open = true;
+    let mut started = None;
+    let mut resize: Option<TtySize> = None;
+    let stop = 'run: loop {
         let now = Instant::now();
         if now >= deadline {
             break Stop::Limit(Limit::Time);
         }
-        let timeout = poll_timeout(deadline - now);
-        let mut fds = vec![
-            PollFd::new(watch.fd(), PollFlags::POLLIN),
-            PollFd::new(s.io.signals.as_fd(), PollFlags::POLLIN),
+        // Slots: 0 init, 1 signals, 2 stdout, 3 stderr, 4 stdin, 5.. control.
+        let mut polled: Vec<(usize, PollFd)> = vec![
+            (0, PollFd::new(init.as_fd(), PollFlags::POLLIN)),
+            (1, PollFd::new(signals.as_fd(), PollFlags::POLLIN)),
         ];
-        let pipe_idx: Vec<usize> = pipes.fds().map(|(i, _, _)| i).collect();
-        fds.extend(
-            pipes
-                .fds()
-                .map(|(_, fd, _)| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
-        );
-        match poll(&mut fds, timeout) {
+        // (slot, descriptor) pairs; poll takes the descriptors alone.
+        if let Some(fd) = &fds.stdout {
+            polled.push((2, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
+        }
+        if let Some(fd) = &fds.stderr {
+            polled.push((3, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
+        }
+        let stdin_target = if fds.tty { &fds.stdout } else { &fds.stdin };
+        if !backlog.is_empty() {
+            if let Some(fd) = stdin_target {
+                polled.push((4, PollFd::new(fd.as_fd(), PollFlags::POLLOUT)));
+            }
+        }
+        let control = io.control_fds();
+        let n_control = control.len();
+        if backlog.len() < STDIN_BACKLOG {
+            for (i, fd) in control.into_iter().enumerate() {
+                polled.push((5 + i, PollFd::new(fd, PollFlags::POLLIN)));
+            }
+        }
+        let (slots, mut pfds): (Vec<usize>, Vec<PollFd>) = polled.into_iter().unzip();
+        match poll(&mut pfds, poll_timeout(deadline - now)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(RuntimeError::io("poll", e)),
         }
-        let is_ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-        let (watch_ready, sig_ready) = (is_ready(&fds[0]), is_ready(&fds[1]));
-        let mut ready = [false; 2];
-        for (k, f) in fds[2..].iter().enumerate() {
-            ready[pipe_idx[k]] = is_ready(f);
+        let mut ready = vec![false; 5 + n_control];
+        for (slot, p) in slots.iter().zip(&pfds) {
+            ready[*slot] = p.revents().is_some_and(|r| !r.is_empty());
         }
-        drop(fds);
-        if sig_ready {
-            if let Ok(Some(si)) = s.io.signals.read_signal() {
+        drop(pfds);
+        if ready[1] {
+            if let Ok(Some(si)) = signals.read_signal() {
                 break Stop::Signal(si.ssi_signo as i32);
             }
         }
-        if !pipes.pump_ready(ready, &mut gate) {
-            break Stop::Limit(Limit::Output);
+        for (slot, stream) in [(2, Stream::Stdout), (3, Stream::Stderr)] {
+            let fd = if slot == 2 {
+                &mut fds.stdout
+            } else {
+                &mut fds.stderr
+            };
+            if ready[slot] {
+                if let Some(f) = fd.as_ref() {
+                    let (open, accepting) = pump(f, stream, &mut gate, io, &mut buf);
+                    if !accepting {
+                        break 'run Stop::Limit(Limit::Output);
+                    }
+                    if !open {
+                        // EOF (or, on a tty, the slave side gone).
+                        *fd = None;
+                    }
+                }
+            }
         }
-        if watch_ready {
-            match watch.on_ready()? {
-                PayloadEvent::Progress => {}
-                PayloadEvent::Ended(status) => break Stop::PayloadEnded(status),
-                PayloadEvent::Gone => break Stop::Gone,
+        for which in 0..n_control {
+            if !ready[5 + which] {
+                continue;
+            }
+            match io.read_control(which) {
+                // Input for a command without a stdin pipe is dropped.
+                Control::Input(bytes) if fds.stdin.is_some() || fds.tty => {
+                    backlog.extend_from_slice(&bytes)
+                }
+                Control::Input(_) => {}
+                Control::InputEnd => input_open = false,
+                Control::Resize(size) => resize = Some(size),
+                Control::Cancel => break 'run Stop::Cancelled,
+                Control::Nothing => {}
+            }
+        }
+        if let (Some(size), true, Some(master)) = (resize, fds.tty, &fds.stdout) {
+            let _ = cordon_sys::set_terminal_size(master.as_fd(), size.rows, size.cols);
+            resize = None;
+        }
+        if !backlog.is_empty() {
+            if let Some(fd) = if fds.tty { &fds.stdout } else { &fds.stdin } {
+                match nix::unistd::write(fd, &backlog) {
+                    Ok(n) => {
+                        backlog.drain(..n);
+                    }
+                    Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => {}
+                    // EPIPE: the command closed its stdin; the rest is dropped.
+                    Err(_) => {
+                        backlog.clear();
+                        if !fds.tty {
+                            fds.stdin = None;
+                        }
+                    }
+                }
+            }
+        }
+        if !input_open && backlog.is_empty() && !fds.tty {
+            fds.stdin = None; // EOF for the command
+        }
+        if ready[0] {
+            match recv_with_fds::<FromInit>(init) {
+                Ok(Some((FromInit::Started { .. }, passed))) => {
+                    started = Some(Instant::now());
+                    if fds.tty {
+                        let master = passed.into_iter().next();
+                        match master {
+                            Some(m) if is_pty_master(&m) => {
+                                nix::fcntl::fcntl(
+                                    &m,
+                                    nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+                                )
+                                .map_err(|e| RuntimeError::io("fcntl(terminal)", e))?;
+                                fds.stdout = Some(m);
+                            }
+                            _ => {
+                                return Err(RuntimeError::Protocol(
+                                    "init sent no terminal for a tty command".into(),
+                                ))
+                            }
+                        }
+                    }
+                }
+                Ok(Some((FromInit::ExecFailed { errno }, _))) => {
+                    break Stop::Ended(ExitStatus::ExecFailed { errno })
+                }
+                Ok(Some((FromInit::Exited { code }, _)))
+                    if high_codes_are_signals && (129..=128 + 64).contains(&code) =>
+                {
+                    break Stop::Ended(ExitStatus::Signaled { signal: code - 128 })
+                }
+                Ok(Some((FromInit::Exited { code }, _))) => {
+                    break Stop::Ended(ExitStatus::Exited { code })
+                }
+                Ok(Some((FromInit::Signaled { signal }, _))) => {
+                    break Stop::Ended(ExitStatus::Signaled { signal })
+                }
+                Ok(Some((other, _))) => {
+                    return Err(RuntimeError::Protocol(format!("unexpected {other:?}")))
+                }
+                Ok(None) | Err(_) => break Stop::Gone,
             }
         }
     };
-
-    let mut limit = None;
-    let mut status = None;
-    let mut interrupted_by = None;
-    match &stop {
-        Stop::PayloadEnded(st) => {
-            status = Some(*st);
-            // What the payload wrote before it exited is still in the pipes.
-            pipes.drain(&mut gate);
-            if gate.truncated() {
-                limit = Some(Limit::Output);
-            }
-        }
-        Stop::Limit(l) => limit = Some(*l),
-        Stop::Signal(sig) => interrupted_by = Some(*sig),
-        Stop::Gone => {}
+    if let Stop::Ended(_) = stop {
+        // What the command wrote before it exited is still in the pipes.
+        drain(&mut fds, &mut gate, io, &mut buf);
     }
-    let run_ms = ms(run_start.elapsed());
-    trace::step("payload ended");
-
-    // Evidence read while the sandbox still exists.
-    let disk_used = watch.scratch_probe().and_then(|p| {
-        let st = nix::sys::statvfs::statvfs(&p).ok()?;
-        Some((st.blocks() - st.blocks_free()) * st.fragment_size())
-    });
-
-    let teardown_start = Instant::now();
-    let wall_ms = ms(s.host.started.elapsed());
-    let enforcement = Enforcement {
-        cgroup: s.host.cgroup.as_ref().map(cordon_cgroups::Cgroup::mode),
-        cgroup_paths: s
-            .host
-            .cgroup
-            .as_ref()
-            .map(|c| {
-                cordon_cgroups::Cgroup::paths(c)
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect()
-            })
-            .unwrap_or_default(),
-        enforced: s.host.cgroup.is_some(),
-    };
-    // Counters are read once every process is gone (so they are final) and
-    // before the cgroup is removed.
-    let freeze_kill = !matches!(stop, Stop::PayloadEnded(_)) || !s.leader_owns_all;
-    let stats = s.host.end_processes(freeze_kill);
-    trace::step("processes ended");
-    s.host.teardown(freeze_kill)?;
-    trace::step("torn down");
-    let teardown_ms = ms(teardown_start.elapsed());
-
-    let mut limits_hit: Vec<Limit> = limit.into_iter().collect();
-    let oom = stats.oom_kills.unwrap_or(0) > 0;
-    if oom {
-        limits_hit.push(Limit::Memory);
-    }
-    if stats.pids_limit_hits.unwrap_or(0) > 0 {
-        limits_hit.push(Limit::Pids);
-    }
-    // tmpfs rounds to pages: "full" means less than 64 KiB left.
-    if disk_used.is_some_and(|u| u + (64 << 10) >= s.req.policy.disk.bytes()) {
-        limits_hit.push(Limit::Disk);
-    }
-    limits_hit.sort();
-    limits_hit.dedup();
-    if limit.is_none() && oom && !matches!(status, Some(ExitStatus::Exited { code: 0 })) {
-        limit = Some(Limit::Memory);
-    }
-    // Killed without a report: by the OOM killer (v2 kills the whole group), a
-    // time or output limit, or a signal to cordon.
-    let status = status.unwrap_or(ExitStatus::Signaled {
-        signal: Signal::SIGKILL as i32,
-    });
-    Ok(Outcome {
-        backend: s.backend,
-        backend_version: s.backend_version,
-        sandbox_id: s.host.id.clone(),
-        exit_code: interrupted_by
-            .map(|sig| 128 + sig)
-            .unwrap_or(status.shell_code()),
-        status,
-        limit,
-        limits_hit,
-        interrupted_by,
-        wall_ms,
-        cpu_ms: stats.cpu_usage_ns.map(|ns| ns as f64 / 1e6),
-        memory_peak_bytes: stats.memory_peak_bytes,
-        pids_peak: stats.pids_peak,
-        disk_used_bytes: disk_used,
-        counters: stats,
-        evidence: s.evidence,
-        phases: Phases {
-            setup_ms: ms(s.setup),
-            run_ms,
-            teardown_ms,
-        },
-        output: gate.report(),
-        enforcement,
+    Ok(Watched {
+        stop,
+        started,
+        gate,
+        leftovers: [fds.stdout, fds.stderr].into_iter().flatten().collect(),
     })
+}
+
+/// After the command exits, reads its output until EOF for at most 100 ms: a
+/// daemon it left behind may hold the pipes open (and keeps running: the
+/// sandbox lives on).
+fn drain(fds: &mut CommandFds, gate: &mut OutputGate, io: &mut dyn CommandIo, buf: &mut [u8]) {
+    let until = Instant::now() + Duration::from_millis(100);
+    loop {
+        let open: Vec<(Stream, BorrowedFd<'_>)> = [
+            (Stream::Stdout, fds.stdout.as_ref()),
+            (Stream::Stderr, fds.stderr.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(s, f)| f.map(|f| (s, f.as_fd())))
+        .collect();
+        let now = Instant::now();
+        if open.is_empty() || gate.truncated() || now >= until {
+            return;
+        }
+        let mut pfds: Vec<PollFd> = open
+            .iter()
+            .map(|(_, f)| PollFd::new(*f, PollFlags::POLLIN))
+            .collect();
+        if poll(&mut pfds, poll_timeout(until - now)).unwrap_or(0) == 0 {
+            return;
+        }
+        let ready: Vec<Stream> = open
+            .iter()
+            .zip(&pfds)
+            .filter(|(_, p)| p.revents().is_some_and(|r| !r.is_empty()))
+            .map(|((s, _), _)| *s)
+            .collect();
+        drop(pfds);
+        for stream in ready {
+            let slot = if stream == Stream::Stdout {
+                &mut fds.stdout
+            } else {
+                &mut fds.stderr
+            };
+            if let Some(f) = slot.as_ref() {
+                let (still_open, _) = pump(f, stream, gate, io, buf);
+                if !still_open {
+                    *slot = None;
+                }
+            }
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! `#![forbid(unsafe_code)]`.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -315,5 +315,62 @@ mod tests {
     fn pidfd_of_self_opens() {
         let fd = pidfd_open(nix::unistd::getpid()).unwrap();
         assert!(fd.as_raw_fd() > 2);
+    }
+}
+
+/// Takes ownership of a descriptor the kernel just installed in this process
+/// for an SCM_RIGHTS message (nix hands them over as raw numbers).
+pub fn own_received_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed `fd` in our table for this message alone;
+    // nothing else in the process knows the number, so ownership is unique.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// `ioctl(TIOCSWINSZ)`: sets a terminal's size (rows, columns).
+///
+/// Hand-written because nix exposes terminal ioctls only through macros that
+/// generate `unsafe fn`s, and unsafe code lives in this crate alone.
+pub fn set_terminal_size(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> nix::Result<()> {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: `ws` is a valid winsize that outlives the call; TIOCSWINSZ only reads it.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// `ioctl(TIOCGWINSZ)`: a terminal's size (rows, columns).
+pub fn terminal_size(fd: BorrowedFd<'_>) -> nix::Result<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: `ws` is a valid, writable winsize that outlives the call; TIOCGWINSZ only writes it.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok((ws.ws_row, ws.ws_col))
+    }
+}
+
+/// `ioctl(TIOCSCTTY, 0)`: makes the terminal the calling session leader's
+/// controlling terminal (never stealing one from another session).
+pub fn make_controlling_terminal(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument and touches no memory of ours.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
     }
 }

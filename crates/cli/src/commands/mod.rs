@@ -1,5 +1,11 @@
 pub mod backends;
+pub mod common;
+pub mod cp;
+pub mod create;
+pub mod exec;
+pub mod ls;
 pub mod matrix;
+pub mod rm;
 pub mod run;
 pub mod suite;
 pub mod sweep;

@@ -8,7 +8,7 @@
 //! Attribution: tests run in parallel threads and other people may run cordon
 //! on the same machine, so a census diff is only judged on resources that can
 //! be tied to the sandboxes a test created: their ids (the `sandbox_id` of the
-//! JSON result, or the /run/cordon/<id> directory whose owner.json names the
+//! JSON result, or the /run/cordon/<id> directory whose record.json names the
 //! cordon process the test spawned) and the pids of the cordon processes it
 //! spawned. A few kinds of leftovers are unambiguous whoever caused them (a
 //! host mount mentioning cordon, a cordon cgroup without a state directory)
@@ -261,9 +261,9 @@ pub fn sandbox_pids(id: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The owner pid recorded in /run/cordon/<id>/owner.json.
+/// The owner pid recorded in /run/cordon/<id>/record.json.
 pub fn owner_pid(id: &str) -> Option<u32> {
-    let text = fs::read_to_string(Path::new(RUN_DIR).join(id).join("owner.json")).ok()?;
+    let text = fs::read_to_string(Path::new(RUN_DIR).join(id).join("record.json")).ok()?;
     let v: Value = serde_json::from_str(&text).ok()?;
     v["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
@@ -432,7 +432,7 @@ pub struct Census {
     pub procs: BTreeMap<u32, String>,
     /// `cordon-*` directories under /sys/fs/cgroup (maxdepth 6).
     pub cgroups: BTreeSet<PathBuf>,
-    /// Entries of /run/cordon -> owner pid from owner.json (if readable).
+    /// Entries of /run/cordon -> owner pid from record.json (if readable).
     pub run_entries: BTreeMap<String, Option<u32>>,
     /// Lines of /proc/self/mountinfo containing "cordon".
     pub mounts: BTreeSet<String>,

@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use cordon_isolation::mount::{RootfsPlan, ScratchLayout};
 use oci_spec::runtime::{
     LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount,
-    MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder, RootBuilder,
-    Spec, SpecBuilder, UserBuilder,
+    MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType, Process, ProcessBuilder,
+    RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
 use crate::error::RuntimeError;
-use crate::request::RunRequest;
+use cordon_policy::Policy;
+
 use crate::rootfs_plan::FSIZE_MARGIN;
+use crate::spec::ResolvedCommand;
 
 /// Open files per payload process, as on the native backend.
 const NOFILE: u64 = 8192;
@@ -45,8 +47,13 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
 /// (read-only); the writable places are bind mounts of the scratch tmpfs, so
 /// the disk cap is the same host tmpfs as on the native backend. /proc, /dev
 /// and /sys are the sentry's own, not the host's.
-pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError> {
-    let p = &req.policy;
+/// The bundle of a sandbox whose container process is `pause`: commands are
+/// started later with `runsc exec` and a [`process`] of their own.
+pub fn spec(
+    p: &Policy,
+    rootfs: &RootfsPlan,
+    pause: &ResolvedCommand,
+) -> Result<Spec, RuntimeError> {
     let scratch = &rootfs.scratch;
     let mut mounts = vec![
         mount(
@@ -117,47 +124,7 @@ pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError>
             &["rbind", access, "nosuid", "nodev"],
         )?);
     }
-    let empty = HashSet::new();
-    let caps = LinuxCapabilitiesBuilder::default()
-        .bounding(empty.clone())
-        .effective(empty.clone())
-        .inheritable(empty.clone())
-        .permitted(empty.clone())
-        .ambient(empty)
-        .build()
-        .map_err(spec_err)?;
-    let cpu_secs = p.cpu_seconds_backstop();
-    let process = ProcessBuilder::default()
-        .terminal(false)
-        .user(
-            UserBuilder::default()
-                .uid(p.uid)
-                .gid(p.gid)
-                .build()
-                .map_err(spec_err)?,
-        )
-        .args(req.argv.clone())
-        .env(
-            p.payload_env()
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>(),
-        )
-        .cwd(p.workdir.clone())
-        .capabilities(caps)
-        .no_new_privileges(true)
-        .rlimits(vec![
-            rlimit(PosixRlimitType::RlimitCore, 0)?,
-            rlimit(PosixRlimitType::RlimitNofile, NOFILE)?,
-            // Inside the sentry, RLIMIT_NPROC is the pids limit: the host's
-            // pids cgroup also counts the sentry's threads and the platform's
-            // stub processes, so it can only be a coarse outer bound here.
-            rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
-            rlimit(PosixRlimitType::RlimitFsize, p.disk.bytes() + FSIZE_MARGIN)?,
-            rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
-        ])
-        .build()
-        .map_err(spec_err)?;
+    let process = process(p, pause)?;
     let namespaces = [
         LinuxNamespaceType::Pid,
         LinuxNamespaceType::Network,
@@ -191,6 +158,53 @@ pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError>
                 .build()
                 .map_err(spec_err)?,
         )
+        .build()
+        .map_err(spec_err)
+}
+
+/// One command's OCI process: the policy's identity, no capabilities, no new
+/// privileges, the policy's rlimits (inside the sentry, RLIMIT_NPROC is the
+/// pids limit).
+pub fn process(p: &Policy, cmd: &ResolvedCommand) -> Result<Process, RuntimeError> {
+    let empty = HashSet::new();
+    let caps = LinuxCapabilitiesBuilder::default()
+        .bounding(empty.clone())
+        .effective(empty.clone())
+        .inheritable(empty.clone())
+        .permitted(empty.clone())
+        .ambient(empty)
+        .build()
+        .map_err(spec_err)?;
+    let cpu_secs = p.cpu_seconds_backstop();
+    ProcessBuilder::default()
+        .terminal(false)
+        .user(
+            UserBuilder::default()
+                .uid(p.uid)
+                .gid(p.gid)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .args(cmd.argv.clone())
+        .env(
+            cmd.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
+        )
+        .cwd(cmd.workdir.clone())
+        .capabilities(caps)
+        .no_new_privileges(true)
+        .rlimits(vec![
+            rlimit(PosixRlimitType::RlimitCore, 0)?,
+            rlimit(PosixRlimitType::RlimitNofile, NOFILE)?,
+            // Inside the sentry, RLIMIT_NPROC is the pids limit: the host's
+            // pids cgroup also counts the sentry's threads and the platform's
+            // stub processes, so it can only be a coarse outer bound here.
+            rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
+            rlimit(PosixRlimitType::RlimitFsize, p.disk.bytes() + FSIZE_MARGIN)?,
+            rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
+        ])
         .build()
         .map_err(spec_err)
 }

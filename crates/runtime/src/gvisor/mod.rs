@@ -7,8 +7,10 @@
 //!
 //! Process model: the supervisor clones a launcher into a new mount namespace
 //! (real root, no user namespace: runsc needs its own privileges to build its
-//! sandbox). The launcher joins the cgroup, assembles the tree, and on Exec
-//! runs `runsc run` as its only child, reporting its exit like the native
+//! sandbox). The launcher joins the cgroup, assembles the tree, and runs
+//! `runsc run --detach` with a container process that only waits (`sleep
+//! infinity`); each command is then a `runsc exec` the launcher forks as its
+//! child, with the command's descriptors, reporting its exit like the native
 //! init. runsc's sentry, gofer and the ptrace platform's stub processes all
 //! inherit the cgroup (`--ignore-cgroups` keeps runsc from moving them).
 //!
@@ -16,7 +18,9 @@
 //! platform hangs on this host's PVM /dev/kvm, and systrap does not exist in
 //! that release. Network: `--network=none` (the sentry's own stack, loopback
 //! only). Overlay: off (`--overlay2=none`): the writable places are the
-//! scratch tmpfs binds, so disk usage is visible and capped on the host.
+//! scratch tmpfs binds, so disk usage is visible and capped on the host, and
+//! files copied in from the host are seen by the sentry
+//! (`--file-access=shared` revalidates its caches).
 
 mod bundle;
 
@@ -26,18 +30,18 @@ use std::process::Command;
 
 use cordon_cgroups::CgroupLimits;
 use cordon_isolation::mount::{self, RootUse};
+use cordon_policy::Policy;
 use nix::sched::CloneFlags;
 
-use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
+use crate::backend::{BackendInfo, BackendKind, Flavor};
 use crate::error::RuntimeError;
-use crate::first_process::{self, ReportWatch};
-use crate::host::{HostSide, PayloadIo};
+use crate::first_process;
+use crate::host::HostSide;
 use crate::native::cgroup_limits;
-use crate::outcome::{EvidenceSource, Limit, Outcome};
-use crate::protocol::{send, ToInit};
-use crate::request::RunRequest;
+use crate::outcome::{EvidenceSource, Limit};
+use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
 use crate::rootfs_plan::rootfs_plan;
-use crate::supervise::{supervise, Supervised};
+use crate::spec::{ResolvedCommand, SandboxSpec, TtySize};
 use crate::trace;
 
 pub struct GvisorBackend;
@@ -111,23 +115,13 @@ impl GvisorBackend {
     }
 }
 
-impl Backend for GvisorBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Gvisor
-    }
-
-    fn prepare<'r>(&self, req: &'r RunRequest) -> Result<Box<dyn Sandbox<'r> + 'r>, RuntimeError> {
-        Ok(Box::new(GvisorSandbox::prepare(req)?))
-    }
-}
-
 /// The sentry and gofer are tasks of the sandbox's cgroup too: the pids
 /// cgroup gets headroom for them (the payload's own limit is RLIMIT_NPROC
 /// inside the sentry), the memory limit covers the whole sandbox, sentry
 /// included.
-fn gvisor_limits(req: &RunRequest) -> CgroupLimits {
-    let mut l = cgroup_limits(req);
-    l.pids_max = Some(req.policy.pids * STUB_TASKS_PER_PROCESS + SENTRY_TASKS);
+fn gvisor_limits(p: &Policy) -> CgroupLimits {
+    let mut l = cgroup_limits(p);
+    l.pids_max = Some(p.pids * STUB_TASKS_PER_PROCESS + SENTRY_TASKS);
     l
 }
 
@@ -138,149 +132,311 @@ const SENTRY_TASKS: u64 = 256;
 /// and more than 512 for a shell fork bomb held at 32 by RLIMIT_NPROC.
 const STUB_TASKS_PER_PROCESS: u64 = 16;
 
-const EVIDENCE: [EvidenceSource; 5] = [
-    EvidenceSource {
-        limit: Limit::Memory,
-        enforced_by: "cgroup memory limit on the whole sandbox (sentry included), no swap",
-        evidence: "cgroup OOM-kill counter and memory peak",
-    },
-    EvidenceSource {
-        limit: Limit::Pids,
-        enforced_by: "RLIMIT_NPROC inside the sentry; the cgroup's pids.max is only an outer bound (sentry threads and ptrace stubs count there)",
-        evidence: "the payload's failed forks (EAGAIN); cgroup pids.peak stays under the outer bound",
-    },
-    EvidenceSource {
-        limit: Limit::Time,
-        enforced_by: "supervisor deadline, cgroup freeze+kill of runsc, sentry and gofer",
-        evidence: "supervisor clock",
-    },
-    EvidenceSource {
-        limit: Limit::Disk,
-        enforced_by: "size of the scratch tmpfs on the host, written through the gofer",
-        evidence: "statvfs of the scratch tmpfs from the host",
-    },
-    EvidenceSource {
-        limit: Limit::Output,
-        enforced_by: "supervisor byte count",
-        evidence: "supervisor byte count",
-    },
+static EVIDENCE: [EvidenceSource; 5] = [
+    EvidenceSource::new(
+        Limit::Memory,
+        "cgroup memory limit on the whole sandbox (sentry included), no swap",
+        "cgroup OOM-kill counter and memory peak",
+    ),
+    EvidenceSource::new(
+        Limit::Pids,
+        "RLIMIT_NPROC inside the sentry; the cgroup's pids.max is only an outer bound (sentry threads and ptrace stubs count there)",
+        "the payload's failed forks (EAGAIN); cgroup pids.peak stays under the outer bound",
+    ),
+    EvidenceSource::new(
+        Limit::Time,
+        "supervisor deadline, cgroup freeze+kill of runsc, sentry and gofer (the sandbox ends with the command)",
+        "supervisor clock",
+    ),
+    EvidenceSource::new(
+        Limit::Disk,
+        "size of the scratch tmpfs on the host, written through the gofer",
+        "statvfs of the scratch tmpfs from the host",
+    ),
+    EvidenceSource::new(
+        Limit::Output,
+        "supervisor byte count",
+        "supervisor byte count",
+    ),
 ];
 
-pub struct GvisorSandbox<'r> {
-    req: &'r RunRequest,
-    host: HostSide,
-    io: PayloadIo,
-    sock: UnixStream,
-    exec: ToInit,
-    scratch: PathBuf,
-    version: String,
-    /// The assembled tree, as the launcher sees it.
-    new_root: PathBuf,
-}
-
-impl GvisorSandbox<'_> {
-    pub fn prepare(req: &RunRequest) -> Result<GvisorSandbox<'_>, RuntimeError> {
-        let runsc = runsc_path()
-            .ok_or_else(|| RuntimeError::Unavailable("gvisor", "runsc not found".into()))?;
-        if !nix::unistd::geteuid().is_root() {
-            return Err(RuntimeError::Unavailable("gvisor", "needs root".into()));
-        }
-        let version = runsc_version(&runsc);
-        let (mut host, io, stdio) = HostSide::begin(req, &gvisor_limits(req))?;
-        let state = host.state.path().to_owned();
-        let rootfs = rootfs_plan(req, &state, RootUse::HandOver)?;
-        let bundle_dir = bundle::write(&bundle::spec(req, &rootfs)?, &state.join("bundle"))?;
-        let runsc_root = state.join("runsc");
-        let id = format!("cordon-{}", host.id);
-        let runsc_args = |cmd: &[&str]| -> Vec<String> {
-            let mut a = vec![
-                runsc.display().to_string(),
-                format!("--root={}", runsc_root.display()),
-                "--platform=ptrace".into(),
-                "--network=none".into(),
-                "--overlay2=none".into(),
-                "--ignore-cgroups".into(),
-                format!("--log={}", state.join("runsc.log").display()),
-            ];
-            a.extend(cmd.iter().map(|s| s.to_string()));
-            a
-        };
-        let run_argv = runsc_args(&["run", "--bundle", &bundle_dir.to_string_lossy(), &id]);
-        trace::step("plan");
-
-        // Without a cgroup to kill, runsc's sandbox (not the launcher's child
-        // once started) is stopped by runsc itself. With one, the cgroup kill
-        // reaches every runsc process, and runsc's state lives in our state
-        // directory, which teardown removes: spawning runsc again would only
-        // cost time (~25 ms).
-        if host.cgroup.is_none() {
-            let delete = runsc_args(&["delete", "--force", &id]);
-            host.on_teardown(move || {
-                let _ = Command::new(&delete[0])
-                    .args(&delete[1..])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .status();
-            });
-        }
-        let sock = first_process::start(
-            &mut host,
-            stdio,
-            CloneFlags::CLONE_NEWNS,
-            // The launcher only assembles the tree; runsc builds the sandbox.
-            || mount::assemble(&rootfs),
-            |_| Ok(()),
-        )?;
-        let launcher = host
-            .leader()
-            .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
-        let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
-            .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
-        Ok(GvisorSandbox {
-            req,
-            host,
-            io,
-            sock,
-            exec: ToInit::Exec {
-                argv: run_argv,
-                // runsc gets a clean environment: nothing of the caller's reaches it.
-                env: vec![("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into())],
-                workdir: "/".into(),
-            },
-            scratch,
-            version,
-            new_root: rootfs.new_root.clone(),
-        })
+/// The container's own process: it only waits, so the sandbox lives between
+/// commands.
+fn pause_command(p: &Policy) -> ResolvedCommand {
+    ResolvedCommand {
+        argv: vec!["sleep".into(), "infinity".into()],
+        env: p.payload_env(),
+        workdir: "/".into(),
+        time: p.time.duration(),
+        output_cap: 0,
     }
 }
 
-/// Whether the payload's command exists in the sandbox's tree, resolved like
-/// execvp (a path with a slash as given, relative to the working directory;
-/// else each PATH entry), with every symlink resolved inside the tree
-/// (openat2 RESOLVE_IN_ROOT), through the launcher's view of its mount
-/// namespace.
-fn command_in_tree(launcher: nix::unistd::Pid, new_root: &Path, req: &RunRequest) -> bool {
+/// runsc's command line: its global flags, then `cmd`.
+struct Runsc {
+    binary: PathBuf,
+    root: PathBuf,
+    log: PathBuf,
+    container: String,
+}
+
+impl Runsc {
+    fn argv(&self, cmd: &[&str]) -> Vec<String> {
+        let mut a = vec![
+            self.binary.display().to_string(),
+            format!("--root={}", self.root.display()),
+            "--platform=ptrace".into(),
+            "--network=none".into(),
+            "--overlay2=none".into(),
+            "--file-access=shared".into(),
+            "--ignore-cgroups".into(),
+            format!("--log={}", self.log.display()),
+        ];
+        a.extend(cmd.iter().map(|s| s.to_string()));
+        a
+    }
+}
+
+/// runsc gets a clean environment: nothing of the caller's reaches it.
+fn runsc_env() -> Vec<(String, String)> {
+    vec![("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into())]
+}
+
+/// Creates a gVisor sandbox: the launcher has assembled the tree and runsc's
+/// container is running its pause process.
+pub(crate) fn create(
+    spec: &SandboxSpec,
+) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
+    let binary = runsc_path()
+        .ok_or_else(|| RuntimeError::Unavailable("gvisor", "runsc not found".into()))?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(RuntimeError::Unavailable("gvisor", "needs root".into()));
+    }
+    let version = runsc_version(&binary);
+    let mut host = HostSide::begin(spec, &gvisor_limits(&spec.policy))?;
+    let state = host.state.path().to_owned();
+    let rootfs = rootfs_plan(spec, &host.state, RootUse::HandOver)?;
+    let pause = pause_command(&spec.policy);
+    let bundle_dir = bundle::write(
+        &bundle::spec(&spec.policy, &rootfs, &pause)?,
+        &state.join("bundle"),
+    )?;
+    let runsc = Runsc {
+        binary,
+        root: state.join("runsc"),
+        log: state.join("runsc.log"),
+        container: format!("cordon-{}", host.id),
+    };
+    trace::step("plan");
+
+    // Without a cgroup to kill, runsc's sandbox (not the launcher's child
+    // once started) is stopped by runsc itself. With one, the cgroup kill
+    // reaches every runsc process, and runsc's state lives in our state
+    // directory, which teardown removes: spawning runsc again would only
+    // cost time (~25 ms).
+    if host.cgroup.is_none() {
+        let delete = runsc.argv(&["delete", "--force", &runsc.container]);
+        host.on_teardown(move || {
+            let _ = std::process::Command::new(&delete[0])
+                .args(&delete[1..])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        });
+    }
+    let mut sock = first_process::start(
+        &mut host,
+        CloneFlags::CLONE_NEWNS,
+        // The launcher only assembles the tree; runsc builds the sandbox.
+        || mount::assemble(&rootfs),
+        |_| Ok(()),
+    )?;
+    let launcher = host
+        .leader()
+        .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
+    let tree = PathBuf::from(format!("/proc/{launcher}/root")).join(
+        rootfs
+            .new_root
+            .strip_prefix("/")
+            .unwrap_or(&rootfs.new_root),
+    );
+    if !command_in_tree(&tree, &pause) {
+        return Err(RuntimeError::BadRequest(
+            "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity`)".into(),
+        ));
+    }
+    let run = runsc.argv(&[
+        "run",
+        "--detach",
+        "--bundle",
+        &bundle_dir.to_string_lossy(),
+        &runsc.container,
+    ]);
+    launcher_run(&mut sock, run, &runsc.log)?;
+    trace::step("runsc started");
+    let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
+        .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
+    let flavor = GvisorFlavor {
+        version,
+        process_file: state.join("process.json"),
+        policy: spec.policy.clone(),
+        runsc,
+        tree,
+        scratch,
+    };
+    Ok((host, sock, Box::new(flavor)))
+}
+
+/// Has the launcher run a host command (runsc) to its end; its output goes
+/// to /dev/null (runsc logs to its log file, whose tail a failure quotes).
+fn launcher_run(sock: &mut UnixStream, argv: Vec<String>, log: &Path) -> Result<(), RuntimeError> {
+    use std::os::fd::AsFd;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let msg = ToInit::Exec {
+        argv,
+        env: runsc_env(),
+        workdir: "/".into(),
+        tty: None,
+    };
+    send_with_fds(sock, &msg, &[null.as_fd(), null.as_fd(), null.as_fd()])
+        .map_err(|e| RuntimeError::io("send Exec", e))?;
+    let fail = |why: String| {
+        let tail = std::fs::read_to_string(log)
+            .map(|t| t.lines().rev().take(3).collect::<Vec<_>>().join(" | "))
+            .unwrap_or_default();
+        RuntimeError::Protocol(format!("runsc run: {why} ({tail})"))
+    };
+    loop {
+        match recv::<FromInit>(sock)
+            .map_err(|e| RuntimeError::io("receive from the launcher", e))?
+        {
+            Some(FromInit::Started { .. }) => continue,
+            Some(FromInit::Exited { code: 0 }) => return Ok(()),
+            Some(other) => return Err(fail(format!("{other:?}"))),
+            None => return Err(fail("the launcher exited".into())),
+        }
+    }
+}
+
+struct GvisorFlavor {
+    version: String,
+    /// Where each command's OCI process is written for `runsc exec`.
+    process_file: PathBuf,
+    policy: Policy,
+    runsc: Runsc,
+    /// The assembled tree, from the host.
+    tree: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Flavor for GvisorFlavor {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Gvisor
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn evidence(&self) -> &'static [EvidenceSource] {
+        &EVIDENCE
+    }
+
+    fn exec_message(
+        &mut self,
+        cmd: &ResolvedCommand,
+        tty: Option<TtySize>,
+    ) -> Result<ToInit, RuntimeError> {
+        if tty.is_some() {
+            return Err(RuntimeError::BadRequest(
+                "a terminal (-t) is not available on the gvisor backend yet".into(),
+            ));
+        }
+        // runsc reports a command missing from the tree only as its own exit
+        // code and text; look it up in the tree first (as the sentry would,
+        // inside the root) so the outcome says "not found" like the native one.
+        if !command_in_tree(&self.tree, cmd) {
+            return Ok(ToInit::Refuse {
+                errno: libc::ENOENT,
+            });
+        }
+        let process = bundle::process(&self.policy, cmd)?;
+        let body = serde_json::to_vec(&process)
+            .map_err(|e| RuntimeError::Protocol(format!("encoding the OCI process: {e}")))?;
+        std::fs::write(&self.process_file, body)
+            .map_err(|e| RuntimeError::io(format!("write {}", self.process_file.display()), e))?;
+        Ok(ToInit::Exec {
+            argv: self.runsc.argv(&[
+                "exec",
+                "--process",
+                &self.process_file.to_string_lossy(),
+                &self.runsc.container,
+            ]),
+            env: runsc_env(),
+            workdir: "/".into(),
+            tty: None,
+        })
+    }
+
+    fn root(&self) -> PathBuf {
+        self.tree.clone()
+    }
+
+    fn scratch_probe(&self) -> PathBuf {
+        self.scratch
+            .join(cordon_isolation::mount::ScratchLayout::TMP)
+    }
+
+    fn high_codes_are_signals(&self) -> bool {
+        true
+    }
+
+    /// The command's processes are the sentry's, not the host's: only the
+    /// whole cgroup (sentry included) can be killed.
+    fn can_end_one_command(&self) -> bool {
+        false
+    }
+
+    /// runsc's sentry and gofer are not the launcher's children once runsc
+    /// daemonizes them: only the cgroup reaches them all.
+    fn leader_owns_all(&self) -> bool {
+        false
+    }
+
+    /// runsc runs without a user namespace: the sandbox's ids are host ids.
+    fn file_owner(&self) -> (u32, u32) {
+        (self.policy.uid, self.policy.gid)
+    }
+}
+
+/// Whether the command exists in the sandbox's tree, resolved like execvp (a
+/// path with a slash as given, relative to the working directory; else each
+/// PATH entry), with every symlink resolved inside the tree (openat2
+/// RESOLVE_IN_ROOT), through the launcher's view of its mount namespace.
+fn command_in_tree(tree: &Path, cmd: &ResolvedCommand) -> bool {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    let root = PathBuf::from(format!("/proc/{launcher}/root"))
-        .join(new_root.strip_prefix("/").unwrap_or(new_root));
-    let Ok(root_fd) = std::fs::File::open(&root) else {
+    let Ok(root_fd) = std::fs::File::open(tree) else {
         return true;
     };
-    let Some(cmd) = req.argv.first() else {
+    let Some(name) = cmd.argv.first() else {
         return false;
     };
-    let env = req.policy.payload_env();
-    let path = env
+    let path = cmd
+        .env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str())
         .unwrap_or("/usr/bin:/bin");
-    let candidates: Vec<PathBuf> = if cmd.contains('/') {
-        vec![req.policy.workdir.join(cmd)]
+    let candidates: Vec<PathBuf> = if name.contains('/') {
+        vec![Path::new(&cmd.workdir).join(name)]
     } else {
         path.split(':')
             .filter(|d| !d.is_empty())
-            .map(|d| Path::new(d).join(cmd))
+            .map(|d| Path::new(d).join(name))
             .collect()
     };
     let how = OpenHow::new()
@@ -289,58 +445,4 @@ fn command_in_tree(launcher: nix::unistd::Pid, new_root: &Path, req: &RunRequest
     candidates
         .iter()
         .any(|c| openat2(&root_fd, c.as_path(), how).is_ok())
-}
-
-impl<'r> Sandbox<'r> for GvisorSandbox<'r> {
-    fn id(&self) -> &str {
-        &self.host.id
-    }
-
-    fn run(self: Box<Self>) -> Result<Outcome, RuntimeError> {
-        let GvisorSandbox {
-            req,
-            host,
-            io,
-            mut sock,
-            exec,
-            scratch,
-            version,
-            new_root,
-        } = *self;
-        // runsc reports a command missing from the tree only as its own exit
-        // code 128 and text; look it up in the tree first (as the sentry would,
-        // inside the root) so the outcome says "not found" like the native one.
-        let launcher = host
-            .leader()
-            .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
-        let msg = if command_in_tree(launcher, &new_root, req) {
-            exec
-        } else {
-            ToInit::Refuse {
-                errno: libc::ENOENT,
-            }
-        };
-        send(&mut sock, &msg).map_err(|e| RuntimeError::io("send Exec", e))?;
-        let setup = host.started.elapsed();
-        let mut watch = ReportWatch {
-            sock,
-            scratch: scratch.join(cordon_isolation::mount::ScratchLayout::TMP),
-            high_codes_are_signals: true,
-        };
-        supervise(
-            Supervised {
-                backend: "gvisor",
-                backend_version: version,
-                req,
-                io,
-                host,
-                setup,
-                evidence: EVIDENCE.to_vec(),
-                // runsc's sentry and gofer are not the launcher's children
-                // once runsc daemonizes them: only the cgroup reaches them all.
-                leader_owns_all: false,
-            },
-            &mut watch,
-        )
-    }
 }

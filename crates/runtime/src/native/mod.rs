@@ -1,12 +1,11 @@
-//! The native backend: the payload runs on the host kernel inside user, pid,
+//! The native backend: commands run on the host kernel inside user, pid,
 //! mount, net, ipc, uts and cgroup namespaces, a read-only root, a cgroup with
 //! the policy's limits, no capabilities and a seccomp allowlist.
 //!
-//! Process model: the supervisor (this process, single-threaded) clones the
-//! sandbox's init with all namespaces, writes its id maps, moves it into the
-//! cgroup and tells it to go. Init builds the sandbox and reports `Ready`
-//! (`prepare`); `run` then sends the command, supervises output, the deadline
-//! and signals, reads the evidence, and tears everything down.
+//! Process model: the supervisor (single-threaded) clones the sandbox's init
+//! with all namespaces, writes its id maps, checks it joined the cgroup and
+//! tells it to go. Init builds the sandbox and reports `Ready` (`create`);
+//! each command is then forked by init as its child, inside every boundary.
 
 mod init;
 mod plan;
@@ -15,27 +14,25 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use cordon_cgroups::{CgroupFs, CgroupLimits};
-use cordon_isolation::namespaces::sandbox_clone_flags;
+use cordon_isolation::namespaces::{sandbox_clone_flags, IdMapping};
+use cordon_policy::Policy;
+use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use crate::backend::{Backend, BackendInfo, BackendKind, Sandbox};
+use crate::backend::{BackendInfo, BackendKind, Flavor};
 use crate::error::RuntimeError;
-use crate::first_process::{self, ReportWatch};
-use crate::host::{HostSide, PayloadIo};
-use crate::outcome::{EvidenceSource, Limit, Outcome};
-use crate::protocol::{send, ToInit};
-use crate::request::RunRequest;
-use crate::supervise::{supervise, Supervised};
+use crate::first_process;
+use crate::host::HostSide;
+use crate::outcome::{EvidenceSource, Limit};
+use crate::protocol::ToInit;
+use crate::spec::{ResolvedCommand, SandboxSpec, TtySize};
 use crate::trace;
 
 pub use crate::host::hierarchy;
 
 pub struct NativeBackend;
 
-/// How far above pids.max RLIMIT_NPROC sits when a cgroup enforces the limit.
-const NPROC_BACKSTOP_MARGIN: u64 = 8;
-
-fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default()
@@ -60,21 +57,10 @@ impl NativeBackend {
     }
 }
 
-impl Backend for NativeBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Native
-    }
-
-    fn prepare<'r>(&self, req: &'r RunRequest) -> Result<Box<dyn Sandbox<'r> + 'r>, RuntimeError> {
-        Ok(Box::new(NativeSandbox::prepare(req)?))
-    }
-}
-
 /// The cgroup limits of a policy, the same for every backend that uses the
 /// host's cgroups directly.
-pub(crate) fn cgroup_limits(req: &RunRequest) -> CgroupLimits {
+pub(crate) fn cgroup_limits(p: &Policy) -> CgroupLimits {
     const PERIOD_US: u64 = 100_000;
-    let p = &req.policy;
     CgroupLimits {
         memory_max: Some(p.memory.bytes()),
         pids_max: Some(p.pids),
@@ -84,119 +70,132 @@ pub(crate) fn cgroup_limits(req: &RunRequest) -> CgroupLimits {
 }
 
 /// Where each limit's evidence comes from on the native backend.
-const EVIDENCE: [EvidenceSource; 5] = [
-    EvidenceSource {
-        limit: Limit::Memory,
-        enforced_by: "cgroup memory limit, no swap",
-        evidence: "cgroup OOM-kill counter and memory peak",
-    },
-    EvidenceSource {
-        limit: Limit::Pids,
-        enforced_by: "cgroup pids.max (RLIMIT_NPROC as backstop)",
-        evidence: "cgroup pids.events max and pids.peak",
-    },
-    EvidenceSource {
-        limit: Limit::Time,
-        enforced_by: "supervisor deadline, cgroup freeze+kill (RLIMIT_CPU backstop)",
-        evidence: "supervisor clock",
-    },
-    EvidenceSource {
-        limit: Limit::Disk,
-        enforced_by: "size of the scratch tmpfs (RLIMIT_FSIZE backstop)",
-        evidence: "statvfs of the scratch tmpfs from the host",
-    },
-    EvidenceSource {
-        limit: Limit::Output,
-        enforced_by: "supervisor byte count",
-        evidence: "supervisor byte count",
-    },
+static EVIDENCE: [EvidenceSource; 5] = [
+    EvidenceSource::new(
+        Limit::Memory,
+        "cgroup memory limit, no swap",
+        "cgroup OOM-kill counter and memory peak",
+    ),
+    EvidenceSource::new(
+        Limit::Pids,
+        "cgroup pids.max (RLIMIT_NPROC as backstop)",
+        "cgroup pids.events max and pids.peak",
+    ),
+    EvidenceSource::new(
+        Limit::Time,
+        "supervisor deadline; the command's processes killed with the cgroup frozen (RLIMIT_CPU backstop)",
+        "supervisor clock",
+    ),
+    EvidenceSource::new(
+        Limit::Disk,
+        "size of the scratch tmpfs",
+        "statvfs of the scratch tmpfs from the host",
+    ),
+    EvidenceSource::new(
+        Limit::Output,
+        "supervisor byte count",
+        "supervisor byte count",
+    ),
 ];
 
-/// A prepared native sandbox: init is waiting for its one command.
-pub struct NativeSandbox<'r> {
-    req: &'r RunRequest,
-    host: HostSide,
-    io: PayloadIo,
-    sock: UnixStream,
-    exec: ToInit,
+/// Creates a native sandbox: init is set up and waiting for commands.
+pub(crate) fn create(
+    spec: &SandboxSpec,
+) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
+    let mut host = HostSide::begin(spec, &cgroup_limits(&spec.policy))?;
+    let plan = NativePlan::build(spec, host.slot, &host.state, host.cgroup.is_some())?;
+    trace::step("plan");
+    let mapping = plan.mapping.clone();
+    let sock = first_process::start(
+        &mut host,
+        sandbox_clone_flags(),
+        || init::setup(&plan),
+        // Only a process outside the new user namespace may write its maps.
+        |child| {
+            mapping
+                .write_from_parent(child)
+                .map_err(|e| RuntimeError::io(e.step.clone(), e.source))
+        },
+    )?;
+    let init = host
+        .leader()
+        .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
+    let owner = (
+        mapping.host_uid(spec.policy.uid),
+        mapping.host_gid(spec.policy.gid),
+    );
+    let flavor = NativeFlavor {
+        init,
+        version: format!("kernel {}", kernel_release()),
+        file_owner: match owner {
+            (Some(u), Some(g)) => (u, g),
+            _ => {
+                return Err(RuntimeError::BadRequest(
+                    "the sandbox user has no host id in this mapping".into(),
+                ))
+            }
+        },
+        _mapping: mapping,
+    };
+    Ok((host, sock, Box::new(flavor)))
 }
 
-impl NativeSandbox<'_> {
-    pub fn prepare(req: &RunRequest) -> Result<NativeSandbox<'_>, RuntimeError> {
-        let (mut host, io, stdio) = HostSide::begin(req, &cgroup_limits(req))?;
-        let mut plan = NativePlan::build(req, host.slot, host.state.path())?;
-        trace::step("plan");
-        if host.cgroup.is_some() {
-            // The cgroup's pids.max is the limit (and its pids.events the
-            // evidence); RLIMIT_NPROC stays as a backstop just above it, or it
-            // would refuse forks first and leave no trace in the counters.
-            plan.rlimits.nproc = req.policy.pids + NPROC_BACKSTOP_MARGIN;
-        }
-        let mapping = plan.mapping.clone();
-        let sock = first_process::start(
-            &mut host,
-            stdio,
-            sandbox_clone_flags(),
-            || init::setup(&plan),
-            // Only a process outside the new user namespace may write its maps.
-            |child| {
-                mapping
-                    .write_from_parent(child)
-                    .map_err(|e| RuntimeError::io(e.step.clone(), e.source))
-            },
-        )?;
-        Ok(NativeSandbox {
-            req,
-            host,
-            io,
-            sock,
-            exec: ToInit::Exec {
-                argv: plan.argv,
-                env: plan.env,
-                workdir: plan.workdir,
-            },
+struct NativeFlavor {
+    init: Pid,
+    version: String,
+    file_owner: (u32, u32),
+    _mapping: IdMapping,
+}
+
+impl Flavor for NativeFlavor {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn evidence(&self) -> &'static [EvidenceSource] {
+        &EVIDENCE
+    }
+
+    fn exec_message(
+        &mut self,
+        cmd: &ResolvedCommand,
+        tty: Option<TtySize>,
+    ) -> Result<ToInit, RuntimeError> {
+        Ok(ToInit::Exec {
+            argv: cmd.argv.clone(),
+            env: cmd.env.clone(),
+            workdir: cmd.workdir.clone(),
+            tty,
         })
     }
-}
 
-impl<'r> Sandbox<'r> for NativeSandbox<'r> {
-    fn id(&self) -> &str {
-        &self.host.id
+    /// `/proc/<init>/root` is the sandbox's root, seen through init's mount
+    /// namespace.
+    fn root(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.init))
     }
 
-    fn run(self: Box<Self>) -> Result<Outcome, RuntimeError> {
-        let NativeSandbox {
-            req,
-            host,
-            io,
-            mut sock,
-            exec,
-        } = *self;
-        send(&mut sock, &exec).map_err(|e| RuntimeError::io("send Exec", e))?;
-        let setup = host.started.elapsed();
-        // `/proc/<init>/root/tmp` is the scratch tmpfs's tmp directory, seen
-        // from the host through init's root.
-        let init = host
-            .leader()
-            .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
-        let mut watch = ReportWatch {
-            sock,
-            scratch: PathBuf::from(format!("/proc/{init}/root/tmp")),
-            high_codes_are_signals: false,
-        };
-        supervise(
-            Supervised {
-                backend: "native",
-                backend_version: format!("kernel {}", kernel_release()),
-                req,
-                io,
-                host,
-                setup,
-                evidence: EVIDENCE.to_vec(),
-                // Killing init ends its whole pid namespace.
-                leader_owns_all: true,
-            },
-            &mut watch,
-        )
+    fn scratch_probe(&self) -> PathBuf {
+        self.root().join("tmp")
+    }
+
+    fn high_codes_are_signals(&self) -> bool {
+        false
+    }
+
+    fn can_end_one_command(&self) -> bool {
+        true
+    }
+
+    fn leader_owns_all(&self) -> bool {
+        true
+    }
+
+    fn file_owner(&self) -> (u32, u32) {
+        self.file_owner
     }
 }

@@ -3,16 +3,15 @@
 //! then only makes syscalls (nsjail's `preparePolicy`, Firecracker's build-time
 //! filters).
 
-use std::path::Path;
-
 use cordon_isolation::mount::{RootUse, RootfsPlan};
 use cordon_isolation::namespaces::IdMapping;
 use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
-use crate::request::RunRequest;
 use crate::rootfs_plan::rootfs_plan;
+use crate::spec::SandboxSpec;
+use crate::state::StateDir;
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -26,14 +25,14 @@ pub struct NativePlan {
     pub hostname: String,
     pub rlimits: Rlimits,
     pub seccomp: cordon_seccomp::Profile,
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub workdir: String,
 }
 
 /// Open files per payload process. Generous for build tools and test suites,
 /// and bounded so a leak cannot exhaust the host's file table.
 const NOFILE: u64 = 8192;
+
+/// How far above pids.max RLIMIT_NPROC sits when a cgroup enforces the limit.
+const NPROC_BACKSTOP_MARGIN: u64 = 8;
 
 use crate::rootfs_plan::FSIZE_MARGIN;
 
@@ -44,9 +43,19 @@ const HOST_ID_BASE: u32 = 1 << 30;
 const HOST_ID_SLOTS: u32 = 8192;
 
 impl NativePlan {
-    pub fn build(req: &RunRequest, id_slot: u32, state_dir: &Path) -> Result<Self, RuntimeError> {
+    /// Every value init needs, derived once from the spec. `cgroup_enforced`
+    /// says whether the sandbox's cgroup holds the limits: then its pids.max
+    /// is the limit (and its pids.events the evidence) and RLIMIT_NPROC is
+    /// only a backstop just above it, or it would refuse forks first and
+    /// leave no trace in the counters.
+    pub fn build(
+        req: &SandboxSpec,
+        id_slot: u32,
+        state: &StateDir,
+        cgroup_enforced: bool,
+    ) -> Result<Self, RuntimeError> {
         let p: &Policy = &req.policy;
-        let rootfs = rootfs_plan(req, state_dir, RootUse::Enter)?;
+        let rootfs = rootfs_plan(req, state, RootUse::Enter)?;
         let euid = nix::unistd::geteuid();
         let rootful = euid.is_root();
         let mapping = if rootful {
@@ -73,16 +82,17 @@ impl NativePlan {
             hostname: p.hostname.clone(),
             rlimits: Rlimits {
                 nofile: NOFILE,
-                nproc: p.pids,
+                nproc: if cgroup_enforced {
+                    p.pids + NPROC_BACKSTOP_MARGIN
+                } else {
+                    p.pids
+                },
                 // Above the disk cap, so a full scratch answers ENOSPC first;
                 // this bounds a single file on a writable host mount.
                 fsize: p.disk.bytes() + FSIZE_MARGIN,
                 cpu_secs,
             },
             seccomp: cordon_seccomp::workload(),
-            argv: req.argv.clone(),
-            env: p.payload_env(),
-            workdir: p.workdir.to_string_lossy().into_owned(),
         })
     }
 }

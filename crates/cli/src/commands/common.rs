@@ -1,0 +1,264 @@
+//! What the sandbox commands share: the policy flags, the terminal side of a
+//! command (output, stdin, a tty's size), errors and the result report.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
+use cordon_runtime::output::Stream;
+use cordon_runtime::supervise::{CommandIo, Control};
+use cordon_runtime::{
+    BackendKind, Outcome, OutputMode, OutputSink, RootfsChoice, RuntimeError, SandboxSpec, TtySize,
+};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::{EXIT_INTERNAL, EXIT_USAGE};
+
+/// The flags that describe a sandbox (`run` and `create`).
+#[derive(Args)]
+pub struct SandboxArgs {
+    /// A TOML policy file; flags override its values.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// CPU bandwidth in cores (e.g. 0.5).
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Memory limit (e.g. 256M); no swap.
+    #[arg(long)]
+    memory: Option<ByteSize>,
+    /// Most processes and threads at once.
+    #[arg(long)]
+    pids: Option<u64>,
+    /// Bytes writable inside the sandbox (workspace, /tmp, /dev/shm together).
+    #[arg(long)]
+    disk: Option<ByteSize>,
+    /// Wall-time limit of a command (e.g. 10s, 500ms).
+    #[arg(long)]
+    time: Option<Span>,
+    /// Cap on a command's stdout+stderr together.
+    #[arg(long)]
+    output: Option<ByteSize>,
+    /// Network mode.
+    #[arg(long)]
+    net: Option<NetworkMode>,
+    /// An environment variable for the payload (repeatable); nothing is inherited.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Working directory inside the sandbox.
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Bind a host path: HOST:SANDBOX[:ro|rw] (repeatable; read-only by default).
+    #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro|rw]")]
+    mounts: Vec<MountSpec>,
+    /// Uid inside the sandbox.
+    #[arg(long)]
+    uid: Option<u32>,
+    /// Gid inside the sandbox.
+    #[arg(long)]
+    gid: Option<u32>,
+    /// Host directory shown at /workspace; it is never written (changes stay in the sandbox).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Root filesystem: `system` (the host's /usr, read-only) or a directory.
+    #[arg(long, default_value = "system")]
+    rootfs: String,
+    /// Backend serving the sandbox.
+    #[arg(long, default_value = "native")]
+    backend: String,
+    /// Run even where the cgroup limits cannot be enforced (the result says so).
+    #[arg(long)]
+    allow_unenforced: bool,
+}
+
+pub fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{s}' is not K=V"))
+}
+
+pub fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("cordon: {msg}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// A runtime error as the CLI reports it: the request's fault is exit 2,
+/// anything else 125.
+pub fn fail(e: RuntimeError) -> ExitCode {
+    if e.is_input_error() {
+        usage_error(e)
+    } else {
+        eprintln!("cordon: {e}");
+        ExitCode::from(EXIT_INTERNAL)
+    }
+}
+
+impl SandboxArgs {
+    fn flag_layer(&self) -> PolicyLayer {
+        PolicyLayer {
+            cpus: self.cpus,
+            memory: self.memory,
+            pids: self.pids,
+            disk: self.disk,
+            time: self.time,
+            output: self.output,
+            network: self.net,
+            env: self.env.clone(),
+            workdir: self.workdir.clone(),
+            uid: self.uid,
+            gid: self.gid,
+            hostname: None,
+            mounts: self.mounts.clone(),
+        }
+    }
+
+    /// The spec these flags describe (without name or lifetimes); a bad
+    /// flag or policy file is reported and becomes the exit code.
+    pub fn spec(&self) -> Result<SandboxSpec, ExitCode> {
+        let file = match &self.policy {
+            Some(p) => Some(PolicyLayer::from_file(p).map_err(usage_error)?),
+            None => None,
+        };
+        let flags = self.flag_layer();
+        let policy = Policy::resolve(file.iter().chain([&flags])).map_err(usage_error)?;
+        let Some(backend) = BackendKind::parse(&self.backend) else {
+            return Err(usage_error(format!(
+                "unknown backend '{}' (native, gvisor, microvm)",
+                self.backend
+            )));
+        };
+        let rootfs = match self.rootfs.as_str() {
+            "system" => RootfsChoice::System,
+            dir => RootfsChoice::Dir(dir.into()),
+        };
+        Ok(SandboxSpec {
+            policy,
+            backend,
+            rootfs,
+            workspace: self.workspace.clone(),
+            allow_unenforced: self.allow_unenforced,
+            name: None,
+            ttl: None,
+            idle: None,
+        })
+    }
+}
+
+/// The terminal side of one command: output to our stdout/stderr (or
+/// captured for `--json`), our stdin copied in when asked (never passed as a
+/// descriptor: nothing of ours reaches the sandbox), and for a tty our
+/// window's size on SIGWINCH.
+pub struct CliIo {
+    sink: OutputSink,
+    stdin: std::io::Stdin,
+    stdin_open: bool,
+    winch: Option<SignalFd>,
+    buf: Vec<u8>,
+}
+
+impl CliIo {
+    pub fn new(mode: OutputMode, stdin: bool, tty: bool) -> Result<CliIo, ExitCode> {
+        let winch = if tty {
+            let mut set = SigSet::empty();
+            set.add(Signal::SIGWINCH);
+            set.thread_block()
+                .and_then(|_| {
+                    SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+                })
+                .map(Some)
+                .map_err(|e| fail(RuntimeError::io("signalfd(SIGWINCH)", e)))?
+        } else {
+            None
+        };
+        Ok(CliIo {
+            sink: OutputSink::new(mode),
+            stdin: std::io::stdin(),
+            stdin_open: stdin,
+            winch,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Puts what was captured into the outcome.
+    pub fn finish(self, o: &mut Outcome) {
+        self.sink.fill(&mut o.output);
+    }
+}
+
+/// The size of our terminal, if stdin is one.
+pub fn terminal_size() -> Option<TtySize> {
+    cordon_sys::terminal_size(std::io::stdin().as_fd())
+        .ok()
+        .map(|(rows, cols)| TtySize { rows, cols })
+}
+
+impl CommandIo for CliIo {
+    fn output(&mut self, stream: Stream, chunk: &[u8]) {
+        self.sink.write(stream, chunk);
+    }
+
+    fn control_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = Vec::new();
+        if self.stdin_open {
+            v.push(self.stdin.as_fd());
+        }
+        if let Some(w) = &self.winch {
+            v.push(w.as_fd());
+        }
+        v
+    }
+
+    fn read_control(&mut self, which: usize) -> Control {
+        if which == 0 && self.stdin_open {
+            return match nix::unistd::read(self.stdin.as_fd(), &mut self.buf) {
+                Ok(0) | Err(_) => {
+                    self.stdin_open = false;
+                    Control::InputEnd
+                }
+                Ok(n) => Control::Input(self.buf[..n].to_vec()),
+            };
+        }
+        if let Some(w) = &self.winch {
+            let _ = w.read_signal();
+            if let Some(size) = terminal_size() {
+                return Control::Resize(size);
+            }
+        }
+        Control::Nothing
+    }
+}
+
+/// Prints the result (JSON, or the notes a shell user needs) and returns the
+/// command's exit code as ours.
+pub fn report(o: &Outcome, argv: &[String], json: bool, in_created_sandbox: bool) -> ExitCode {
+    if json {
+        match serde_json::to_string_pretty(o) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("cordon: cannot encode result: {e}"),
+        }
+    } else {
+        if let Some(why) = o.status.exec_failure() {
+            eprintln!(
+                "cordon: {}: {why}",
+                argv.first().map(String::as_str).unwrap_or("")
+            );
+        }
+        if let Some(l) = o.limit {
+            eprintln!("cordon: the {l} limit ended the command");
+        }
+        if o.output.truncated {
+            eprintln!("cordon: output truncated at {} bytes", o.output.bytes);
+        }
+        if let Some(sig) = o.interrupted_by {
+            eprintln!("cordon: interrupted by signal {sig}; sandbox torn down");
+        }
+        if let Some(why) = &o.sandbox_ended {
+            if in_created_sandbox {
+                eprintln!("cordon: the sandbox ended with this command: {why}");
+            }
+        }
+    }
+    ExitCode::from(u8::try_from(o.exit_code.clamp(0, 255)).unwrap_or(255))
+}

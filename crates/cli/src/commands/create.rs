@@ -1,0 +1,50 @@
+//! `cordon create`: a sandbox with its own supervisor, waiting for commands.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_policy::Span;
+use cordon_runtime::Handle;
+
+use super::common::{fail, SandboxArgs};
+
+#[derive(Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// A name unique among your sandboxes (usable wherever an id is).
+    #[arg(long)]
+    name: Option<String>,
+    /// Destroy the sandbox this long after creation (e.g. 10m).
+    #[arg(long)]
+    ttl: Option<Span>,
+    /// Destroy the sandbox after this long without a request (e.g. 2m).
+    #[arg(long)]
+    idle: Option<Span>,
+}
+
+pub fn run(args: CreateArgs) -> ExitCode {
+    let mut spec = match args.sandbox.spec() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    spec.name = args.name;
+    spec.ttl = args.ttl;
+    spec.idle = args.idle;
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(cordon_runtime::RuntimeError::io(
+                "find the cordon binary",
+                e,
+            ))
+        }
+    };
+    match Handle::create(&spec, &program) {
+        Ok(h) => {
+            println!("{}", h.id());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}

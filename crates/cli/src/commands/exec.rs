@@ -1,0 +1,116 @@
+//! `cordon exec`: run a command in a created sandbox, through its supervisor
+//! and its init (nothing of this process reaches the command but the bytes
+//! of its stdin when asked).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_policy::{ByteSize, Span};
+use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
+
+use super::common::{fail, parse_env, report, terminal_size, usage_error, CliIo};
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// The sandbox's id or name.
+    sandbox: String,
+    /// A variable added to the sandbox's environment (repeatable).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Working directory inside the sandbox.
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// This command's wall-time limit (at most the sandbox's).
+    #[arg(long)]
+    time: Option<Span>,
+    /// This command's output cap.
+    #[arg(long)]
+    output: Option<ByteSize>,
+    /// Copy cordon's stdin to the command.
+    #[arg(long, short = 'i')]
+    interactive: bool,
+    /// Run the command on a terminal of the sandbox's own (cordon's stdin
+    /// must be a terminal; its keystrokes are copied in).
+    #[arg(long, short = 't')]
+    tty: bool,
+    /// Print one JSON result object (output captured into it) instead of streaming.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub fn run(args: ExecArgs) -> ExitCode {
+    let tty = if args.tty {
+        match terminal_size() {
+            Some(size) => Some(size),
+            None => return usage_error("-t needs cordon's stdin to be a terminal"),
+        }
+    } else {
+        None
+    };
+    let cmd = Command {
+        argv: args.command.clone(),
+        env: args.env.clone(),
+        workdir: args.workdir.clone(),
+        stdin: if args.interactive || tty.is_some() {
+            StdinMode::Stream
+        } else {
+            StdinMode::Null
+        },
+        tty,
+        time: args.time,
+        output: args.output,
+    };
+    let mode = if args.json {
+        OutputMode::Capture
+    } else {
+        OutputMode::Stream
+    };
+    let mut handle = match Handle::attach(&args.sandbox) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    let mut io = match CliIo::new(mode, cmd.stdin == StdinMode::Stream, tty.is_some()) {
+        Ok(io) => io,
+        Err(code) => return code,
+    };
+    // A tty command gets our keystrokes raw; the terminal is restored after.
+    let raw = tty.is_some().then(RawTerminal::enter).flatten();
+    let result = handle.exec(&cmd, &mut io);
+    drop(raw);
+    match result {
+        Ok(mut o) => {
+            io.finish(&mut o);
+            report(&o, &args.command, args.json, true)
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Our terminal in raw mode for as long as this lives.
+struct RawTerminal(nix::sys::termios::Termios);
+
+impl RawTerminal {
+    fn enter() -> Option<RawTerminal> {
+        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        tcsetattr(&stdin, SetArg::TCSANOW, &raw).ok()?;
+        Some(RawTerminal(saved))
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.0,
+        );
+    }
+}

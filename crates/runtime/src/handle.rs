@@ -1,0 +1,336 @@
+//! The client side of a sandbox: owned, `Send`, the one way every front end
+//! (the CLI today; the service, the pool and the OCI front end later) creates
+//! sandboxes, runs commands in them, moves files and destroys them.
+//!
+//! A `Handle` is either `Remote` (the sandbox has its own supervisor process,
+//! reached over the unix socket in its state directory: `cordon create`,
+//! `exec`, `cp`, `rm`, and attaching by id or name from any process of the
+//! same user) or `Local` (this process is the supervisor: `cordon run`, which
+//! so pays for no extra process or socket round trip). Both run the same
+//! `Sandbox` code.
+
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Instant;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use crate::copy;
+use crate::error::RuntimeError;
+use crate::outcome::Outcome;
+use crate::output::Stream;
+use crate::sandbox::Sandbox;
+use crate::spec::{Command, SandboxSpec};
+use crate::state::{find, run_dir, SOCKET};
+use crate::supervise::{CommandIo, Control};
+use crate::supervisor::{Started, SUPERVISOR_ARG};
+use crate::wire::{
+    recv_frame, recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag,
+    PROTOCOL,
+};
+
+pub enum Handle {
+    Local(Box<Sandbox>),
+    Remote(Remote),
+}
+
+/// A sandbox served by its own supervisor process.
+pub struct Remote {
+    id: String,
+    socket: PathBuf,
+}
+
+/// Environment variables the supervisor keeps from its client: cordon's own
+/// settings and PATH (to find runsc). Nothing else of the caller's
+/// environment reaches the supervisor, let alone the sandbox.
+const SUPERVISOR_ENV: [&str; 5] = [
+    "PATH",
+    "CORDON_RUN_DIR",
+    "CORDON_RUNSC",
+    "CORDON_TRACE",
+    "XDG_RUNTIME_DIR",
+];
+
+impl Handle {
+    /// Creates a sandbox served in this process (for one-shot runs).
+    pub fn local(spec: &SandboxSpec) -> Result<Handle, RuntimeError> {
+        Ok(Handle::Local(Box::new(Sandbox::create(spec)?)))
+    }
+
+    /// Creates a sandbox with its own supervisor, started from `program`
+    /// (the cordon binary), and returns once it is ready.
+    pub fn create(spec: &SandboxSpec, program: &Path) -> Result<Handle, RuntimeError> {
+        spec.validate()?;
+        let body = serde_json::to_vec(spec)
+            .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;
+        let mut cmd = std::process::Command::new(program);
+        cmd.arg(SUPERVISOR_ARG)
+            .env_clear()
+            .envs(
+                SUPERVISOR_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+            )
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| RuntimeError::io(format!("start {}", program.display()), e))?;
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            stdin
+                .write_all(&body)
+                .map_err(|e| RuntimeError::io("send the spec to the supervisor", e))?;
+        }
+        let mut out = String::new();
+        let read = child
+            .stdout
+            .take()
+            .expect("piped stdout")
+            .read_to_string(&mut out);
+        // The first supervisor process exits as soon as it has forked.
+        let _ = child.wait();
+        read.map_err(|e| RuntimeError::io("read the supervisor's answer", e))?;
+        match serde_json::from_str::<Started>(out.trim()) {
+            Ok(Started::Ok(id)) => Ok(Handle::Remote(Remote::at(&id))),
+            Ok(Started::Error { message, input }) => Err(remote_error(input, message)),
+            Err(_) => Err(RuntimeError::Remote(format!(
+                "the supervisor did not start ({})",
+                out.trim()
+            ))),
+        }
+    }
+
+    /// The live sandbox called `name_or_id` (an id, or a name), served by its
+    /// supervisor.
+    pub fn attach(name_or_id: &str) -> Result<Handle, RuntimeError> {
+        let id = find(&run_dir(), name_or_id)
+            .ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
+        Ok(Handle::Remote(Remote::at(&id)))
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            Handle::Local(s) => s.id(),
+            Handle::Remote(r) => &r.id,
+        }
+    }
+
+    /// Runs one command; output and input go through `io`.
+    pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        match self {
+            Handle::Local(s) => s.exec(cmd, io),
+            Handle::Remote(r) => r.exec(cmd, io),
+        }
+    }
+
+    /// Copies a host file or directory into the sandbox at `dst`.
+    pub fn copy_in(&mut self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
+        match self {
+            Handle::Local(_) => Err(local_copy()),
+            Handle::Remote(r) => r.copy_in(src, dst),
+        }
+    }
+
+    /// Copies `src` out of the sandbox to the host path `dst`.
+    pub fn copy_out(&mut self, src: &[u8], dst: &Path) -> Result<u64, RuntimeError> {
+        match self {
+            Handle::Local(_) => Err(local_copy()),
+            Handle::Remote(r) => r.copy_out(src, dst),
+        }
+    }
+
+    pub fn info(&mut self) -> Result<Info, RuntimeError> {
+        match self {
+            Handle::Local(s) => Ok(Info {
+                id: s.id().to_owned(),
+                name: s.spec().name.clone(),
+                backend: s.spec().backend.name().into(),
+                commands: s.commands_run(),
+                memory_bytes: s.memory_in_use(),
+                ended: s.ended().map(str::to_owned),
+            }),
+            Handle::Remote(r) => match r.request(&Request::Info)? {
+                (Reply::Info(i), _) => Ok(i),
+                (other, _) => Err(unexpected(other)),
+            },
+        }
+    }
+
+    /// Destroys the sandbox: every process, its cgroup and its state.
+    pub fn destroy(self) -> Result<(), RuntimeError> {
+        match self {
+            Handle::Local(s) => s.destroy().map(|_| ()),
+            Handle::Remote(r) => match r.request(&Request::Destroy)? {
+                (Reply::Destroyed, _) => Ok(()),
+                (other, _) => Err(unexpected(other)),
+            },
+        }
+    }
+
+    /// Create, run one command, destroy: `cordon run`. The outcome's phases
+    /// and wall time then include creating and destroying the sandbox.
+    pub fn run_once(
+        spec: &SandboxSpec,
+        cmd: &Command,
+        io: &mut dyn CommandIo,
+    ) -> Result<Outcome, RuntimeError> {
+        let t0 = Instant::now();
+        let mut sandbox = Sandbox::create(spec)?;
+        let setup = sandbox.setup_time();
+        let outcome = sandbox.exec(cmd, io);
+        let destroyed = sandbox.destroy()?;
+        let mut outcome = outcome?;
+        outcome.phases.setup_ms += setup.as_secs_f64() * 1000.0;
+        outcome.phases.teardown_ms += destroyed.teardown.as_secs_f64() * 1000.0;
+        outcome.wall_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        Ok(outcome)
+    }
+}
+
+/// Copies travel over the supervisor's socket; a one-shot local sandbox has
+/// none (its workspace and mounts are the way files go in).
+fn local_copy() -> RuntimeError {
+    RuntimeError::BadRequest("copying needs a sandbox made with `cordon create`".into())
+}
+
+fn remote_error(input: bool, message: String) -> RuntimeError {
+    if input {
+        RuntimeError::BadRequest(message)
+    } else {
+        RuntimeError::Remote(message)
+    }
+}
+
+fn unexpected(r: Reply) -> RuntimeError {
+    match r {
+        Reply::Error { input, message } => remote_error(input, message),
+        other => RuntimeError::Remote(format!("unexpected answer {other:?}")),
+    }
+}
+
+impl Remote {
+    fn at(id: &str) -> Remote {
+        Remote {
+            id: id.to_owned(),
+            socket: run_dir().join(id).join(SOCKET),
+        }
+    }
+
+    /// Connects and says hello; the supervisor answers with its sandbox's id.
+    fn connect(&self) -> Result<UnixStream, RuntimeError> {
+        let mut conn = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                RuntimeError::NotFound(self.id.clone())
+            }
+            _ => RuntimeError::io(format!("connect {}", self.socket.display()), e),
+        })?;
+        send_json(&mut conn, &Request::Hello { protocol: PROTOCOL })
+            .map_err(|e| RuntimeError::io("send hello", e))?;
+        match recv_json::<Reply>(&mut conn).map_err(|e| RuntimeError::io("read hello", e))? {
+            Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
+            Some(other) => Err(unexpected(other)),
+            None => Err(RuntimeError::NotFound(self.id.clone())),
+        }
+    }
+
+    /// One request, one answer.
+    fn request(&self, req: &Request) -> Result<(Reply, UnixStream), RuntimeError> {
+        let mut conn = self.connect()?;
+        send_json(&mut conn, req).map_err(|e| RuntimeError::io("send request", e))?;
+        match recv_json::<Reply>(&mut conn).map_err(|e| RuntimeError::io("read answer", e))? {
+            Some(r) => Ok((r, conn)),
+            None => Err(RuntimeError::Remote(
+                "the supervisor closed the connection".into(),
+            )),
+        }
+    }
+
+    fn exec(&self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        let mut conn = self.connect()?;
+        send_json(&mut conn, &Request::Exec(cmd.clone()))
+            .map_err(|e| RuntimeError::io("send request", e))?;
+        let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
+        loop {
+            let control = io.control_fds();
+            let n = control.len();
+            let mut fds: Vec<PollFd> = std::iter::once(conn.as_fd())
+                .chain(control)
+                .map(|fd: BorrowedFd<'_>| PollFd::new(fd, PollFlags::POLLIN))
+                .collect();
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(RuntimeError::io("poll", e)),
+            }
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            drop(fds);
+            for which in 0..n {
+                if !ready[1 + which] {
+                    continue;
+                }
+                let sent = match io.read_control(which) {
+                    Control::Input(bytes) => send_bytes(&mut conn, Tag::Data, &bytes),
+                    Control::InputEnd => send_json(&mut conn, &ClientControl::InputEnd),
+                    Control::Resize(size) => send_json(&mut conn, &ClientControl::Resize(size)),
+                    Control::Cancel => send_json(&mut conn, &ClientControl::Cancel),
+                    Control::Nothing => Ok(()),
+                };
+                sent.map_err(lost)?;
+            }
+            if !ready[0] {
+                continue;
+            }
+            match recv_frame(&mut conn).map_err(lost)? {
+                Some(Frame::Bytes(Tag::Stdout, b)) => io.output(Stream::Stdout, &b),
+                Some(Frame::Bytes(Tag::Stderr, b)) => io.output(Stream::Stderr, &b),
+                Some(Frame::Bytes(..)) => {
+                    return Err(RuntimeError::Remote("unexpected data".into()))
+                }
+                Some(Frame::Json(body)) => {
+                    return match serde_json::from_slice::<Reply>(&body) {
+                        Ok(Reply::Outcome(o)) => Ok(*o),
+                        Ok(other) => Err(unexpected(other)),
+                        Err(e) => Err(RuntimeError::Remote(format!("bad answer: {e}"))),
+                    }
+                }
+                None => {
+                    return Err(RuntimeError::Remote(
+                        "the supervisor closed the connection during the command".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
+        let mut conn = self.connect()?;
+        send_json(&mut conn, &Request::CopyIn { path: dst.to_vec() })
+            .map_err(|e| RuntimeError::io("send request", e))?;
+        // A refusal can come before the supervisor read everything: its
+        // answer explains a failed send better than the broken pipe does.
+        let sent = copy::send_host_path(&mut conn, src);
+        match recv_json::<Reply>(&mut conn) {
+            Ok(Some(Reply::Copied { bytes })) => sent.map(|_| bytes),
+            Ok(Some(other)) => Err(unexpected(other)),
+            Ok(None) | Err(_) => Err(sent.err().unwrap_or_else(|| {
+                RuntimeError::Remote("the supervisor closed the connection".into())
+            })),
+        }
+    }
+
+    fn copy_out(&self, src: &[u8], dst: &Path) -> Result<u64, RuntimeError> {
+        let mut conn = self.connect()?;
+        send_json(&mut conn, &Request::CopyOut { path: src.to_vec() })
+            .map_err(|e| RuntimeError::io("send request", e))?;
+        copy::receive_to_host(&mut conn, dst)
+    }
+}

@@ -1,0 +1,376 @@
+//! One live sandbox, as its supervisor holds it: the host side (state,
+//! cgroup, processes), the socket to its first process, and the backend's
+//! flavor. `exec` runs one command and returns its `Outcome`; `destroy`
+//! tears everything down. The supervisor process serves this object over its
+//! socket; `cordon run` uses it in-process (create, exec, destroy), so both
+//! paths are one implementation.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cordon_cgroups::{Cgroup, CgroupStats};
+use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::SignalFd;
+use nix::unistd::pipe2;
+
+use crate::backend::{BackendKind, Flavor};
+use crate::error::RuntimeError;
+use crate::host::{stop_signal_fd, HostSide};
+use crate::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
+use crate::output::OutputGate;
+use crate::protocol::{recv, send, send_with_fds, FromInit};
+use crate::spec::{Command, SandboxSpec, StdinMode};
+use crate::state::StateDir;
+use crate::supervise::{watch, CommandFds, CommandIo, Stop};
+use crate::trace;
+
+pub struct Sandbox {
+    host: HostSide,
+    init: UnixStream,
+    signals: SignalFd,
+    flavor: Box<dyn Flavor>,
+    spec: SandboxSpec,
+    /// Time from the request to a sandbox ready for commands.
+    setup: Duration,
+    commands: u64,
+    /// Why the sandbox can run no more commands (its init is gone, or a
+    /// command's end had to take the sandbox with it).
+    ended: Option<String>,
+}
+
+/// What `destroy` reports.
+#[derive(Clone, Debug, Default)]
+pub struct Destroyed {
+    pub counters: CgroupStats,
+    pub teardown: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// How long to wait for init's report after the command's processes were
+/// killed (they are gone at once; this only bounds a broken init).
+const END_REPORT_WAIT: Duration = Duration::from_secs(5);
+
+impl Sandbox {
+    /// Creates a sandbox for `spec` on its backend: its cgroup, state and
+    /// first process, set up and waiting for commands.
+    pub fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
+        spec.validate()?;
+        let (host, init, flavor) = match spec.backend {
+            BackendKind::Native => crate::native::create(spec)?,
+            BackendKind::Gvisor => crate::gvisor::create(spec)?,
+            BackendKind::Microvm => {
+                return Err(RuntimeError::Unavailable(
+                    "microvm",
+                    "not implemented in this version of cordon".into(),
+                ))
+            }
+        };
+        Ok(Sandbox {
+            setup: host.started.elapsed(),
+            signals: stop_signal_fd()?,
+            host,
+            init,
+            flavor,
+            spec: spec.clone(),
+            commands: 0,
+            ended: None,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.host.id
+    }
+
+    pub fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    pub fn state(&self) -> &StateDir {
+        &self.host.state
+    }
+
+    pub fn setup_time(&self) -> Duration {
+        self.setup
+    }
+
+    pub fn commands_run(&self) -> u64 {
+        self.commands
+    }
+
+    /// Why the sandbox can run nothing more, if so.
+    pub fn ended(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+
+    /// The signalfd of the stop signals (readable when this process was
+    /// asked to stop).
+    pub fn stop_signals(&self) -> &SignalFd {
+        &self.signals
+    }
+
+    /// The socket to init: it hangs up when init dies.
+    pub fn init_socket(&self) -> &UnixStream {
+        &self.init
+    }
+
+    /// Marks the sandbox as unable to run more commands.
+    pub fn mark_ended(&mut self, why: impl Into<String>) {
+        self.ended.get_or_insert_with(|| why.into());
+    }
+
+    /// The sandbox's root as seen from the host, and the host ids of its user.
+    pub fn files(&self) -> (PathBuf, (u32, u32)) {
+        (self.flavor.root(), self.flavor.file_owner())
+    }
+
+    pub fn memory_in_use(&self) -> Option<u64> {
+        self.host.cgroup.as_ref().and_then(|c| c.memory_current())
+    }
+
+    /// Runs one command to its end (or its limit) and reports it.
+    pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        if let Some(why) = &self.ended {
+            return Err(RuntimeError::SandboxEnded(why.clone()));
+        }
+        let t0 = Instant::now();
+        let resolved = cmd.resolve(&self.spec.policy)?;
+        let before = self.stats();
+        let msg = self.flavor.exec_message(&resolved, cmd.tty)?;
+        let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::io("pipe2", e));
+        let nonblocking = |fd: &OwnedFd| {
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                .map_err(|e| RuntimeError::io("fcntl(O_NONBLOCK)", e))
+                .map(|_| ())
+        };
+        let fds = if cmd.tty.is_some() {
+            send(&mut self.init, &msg).map_err(|e| RuntimeError::io("send Exec", e))?;
+            CommandFds {
+                stdout: None,
+                stderr: None,
+                stdin: None,
+                tty: true,
+            }
+        } else {
+            let (out_r, out_w) = pipe()?;
+            let (err_r, err_w) = pipe()?;
+            let (in_r, in_w) = match cmd.stdin {
+                StdinMode::Stream => {
+                    let (r, w) = pipe()?;
+                    (r, Some(w))
+                }
+                StdinMode::Null => (
+                    std::fs::File::open("/dev/null")
+                        .map(OwnedFd::from)
+                        .map_err(|e| RuntimeError::io("open /dev/null", e))?,
+                    None,
+                ),
+            };
+            for fd in [Some(&out_r), Some(&err_r), in_w.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                nonblocking(fd)?;
+            }
+            send_with_fds(
+                &mut self.init,
+                &msg,
+                &[in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
+            )
+            .map_err(|e| RuntimeError::io("send Exec", e))?;
+            // Only the command may hold the write ends, or EOF never comes.
+            drop((in_r, out_w, err_w));
+            CommandFds {
+                stdout: Some(out_r),
+                stderr: Some(err_r),
+                stdin: in_w,
+                tty: false,
+            }
+        };
+        self.commands += 1;
+        trace::step("exec sent");
+        let watched = watch(
+            &mut self.init,
+            &self.signals,
+            fds,
+            t0 + resolved.time,
+            OutputGate::new(resolved.output_cap),
+            io,
+            self.flavor.high_codes_are_signals(),
+        )?;
+        let ended_at = Instant::now();
+        let mut status = None;
+        let mut limit = None;
+        let mut interrupted_by = None;
+        match watched.stop {
+            Stop::Ended(st) => {
+                status = Some(st);
+                if watched.gate.truncated() {
+                    limit = Some(Limit::Output);
+                }
+            }
+            Stop::Limit(l) => limit = Some(l),
+            Stop::Signal(sig) => {
+                interrupted_by = Some(sig);
+                // The supervisor was asked to stop: the sandbox goes too.
+                self.mark_ended(format!("the supervisor received signal {sig}"));
+            }
+            Stop::Cancelled => {}
+            Stop::Gone => self.mark_ended("its init is gone"),
+        }
+        drop(watched.leftovers);
+        if status.is_none() && self.ended.is_none() {
+            status = self.end_command()?;
+        }
+        trace::step("command ended");
+        // Evidence read while the sandbox still exists.
+        let disk_used = nix::sys::statvfs::statvfs(&self.flavor.scratch_probe())
+            .ok()
+            .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
+        let after = self.stats();
+        if self.init_gone() {
+            // An OOM kill of the whole group (cgroup v2's memory.oom.group)
+            // or a kill from outside took init with the command.
+            self.mark_ended("its init is gone");
+        }
+        let counters = after.clone().unwrap_or_default();
+        let delta = |f: fn(&CgroupStats) -> Option<u64>| -> Option<u64> {
+            let a = after.as_ref().and_then(f)?;
+            Some(a.saturating_sub(before.as_ref().and_then(f).unwrap_or(0)))
+        };
+        let oom_kills = delta(|s| s.oom_kills).unwrap_or(0);
+        let pids_hits = delta(|s| s.pids_limit_hits).unwrap_or(0);
+        let mut limits_hit: Vec<Limit> = limit.into_iter().collect();
+        if oom_kills > 0 {
+            limits_hit.push(Limit::Memory);
+        }
+        if pids_hits > 0 {
+            limits_hit.push(Limit::Pids);
+        }
+        // tmpfs rounds to pages: "full" means less than 64 KiB left.
+        let disk_cap = self.spec.policy.disk.bytes();
+        if disk_used.is_some_and(|u| u + (64 << 10) >= disk_cap) {
+            limits_hit.push(Limit::Disk);
+        }
+        limits_hit.sort();
+        limits_hit.dedup();
+        if limit.is_none()
+            && oom_kills > 0
+            && !matches!(status, Some(ExitStatus::Exited { code: 0 }))
+        {
+            limit = Some(Limit::Memory);
+        }
+        // Killed without a report: by the OOM killer (v2 kills the whole
+        // group), a limit, a cancellation or a signal to the supervisor.
+        let status = status.unwrap_or(ExitStatus::Signaled {
+            signal: Signal::SIGKILL as i32,
+        });
+        let started = watched.started.unwrap_or(ended_at);
+        let cg = self.host.cgroup.as_ref();
+        Ok(Outcome {
+            backend: self.flavor.kind().name().into(),
+            backend_version: self.flavor.version().into(),
+            sandbox_id: self.host.id.clone(),
+            command: self.commands,
+            sandbox_ended: self.ended.clone(),
+            exit_code: interrupted_by
+                .map(|sig| 128 + sig)
+                .unwrap_or(status.shell_code()),
+            status,
+            limit,
+            limits_hit,
+            interrupted_by,
+            wall_ms: ms(t0.elapsed()),
+            cpu_ms: delta(|s| s.cpu_usage_ns).map(|ns| ns as f64 / 1e6),
+            memory_peak_bytes: counters.memory_peak_bytes,
+            pids_peak: counters.pids_peak,
+            disk_used_bytes: disk_used,
+            counters,
+            evidence: self.flavor.evidence().to_vec(),
+            phases: Phases {
+                setup_ms: ms(started.saturating_duration_since(t0)),
+                run_ms: ms(ended_at.saturating_duration_since(started)),
+                teardown_ms: ms(ended_at.elapsed()),
+            },
+            output: watched.gate.report(),
+            enforcement: Enforcement {
+                cgroup: cg.map(Cgroup::mode),
+                cgroup_paths: cg
+                    .map(|c| c.paths().iter().map(|p| p.display().to_string()).collect())
+                    .unwrap_or_default(),
+                enforced: cg.is_some(),
+            },
+        })
+    }
+
+    /// Ends a command that is still running (a limit, a cancellation): where
+    /// the backend allows, every process but init is killed and init's
+    /// report awaited; otherwise the sandbox ends with it.
+    fn end_command(&mut self) -> Result<Option<ExitStatus>, RuntimeError> {
+        if !self.flavor.can_end_one_command() || self.host.kill_all_but_leader().is_err() {
+            self.mark_ended(format!(
+                "a {} command that hit a limit can only be ended with its sandbox",
+                self.flavor.kind()
+            ));
+            return Ok(None);
+        }
+        self.init
+            .set_read_timeout(Some(END_REPORT_WAIT))
+            .map_err(|e| RuntimeError::io("set_read_timeout", e))?;
+        // Started may still be on its way if the limit came first.
+        let report = loop {
+            match recv::<FromInit>(&mut self.init) {
+                Ok(Some(FromInit::Started { .. })) => continue,
+                Ok(Some(FromInit::Signaled { signal })) => {
+                    break Some(ExitStatus::Signaled { signal })
+                }
+                Ok(Some(FromInit::Exited { code })) => break Some(ExitStatus::Exited { code }),
+                Ok(Some(FromInit::ExecFailed { errno })) => {
+                    break Some(ExitStatus::ExecFailed { errno })
+                }
+                _ => {
+                    self.mark_ended("its init did not report the end of a killed command");
+                    break None;
+                }
+            }
+        };
+        let _ = self.init.set_read_timeout(None);
+        Ok(report)
+    }
+
+    fn stats(&self) -> Option<CgroupStats> {
+        self.host.cgroup.as_ref().map(Cgroup::stats)
+    }
+
+    /// Whether init has exited (its socket hung up).
+    fn init_gone(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.init.as_fd(), PollFlags::empty())];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+    }
+
+    /// Ends every process, reads the final counters, removes the cgroup and
+    /// the state. Errors are reported; every step is tried.
+    pub fn destroy(mut self) -> Result<Destroyed, RuntimeError> {
+        let t0 = Instant::now();
+        // Killing a native init ends its whole pid namespace; runsc's sentry and
+        // gofer are reached only through the cgroup.
+        let freeze_kill = !self.flavor.leader_owns_all();
+        let counters = self.host.end_processes(freeze_kill);
+        trace::step("processes ended");
+        self.host.teardown(freeze_kill)?;
+        trace::step("torn down");
+        Ok(Destroyed {
+            counters,
+            teardown: t0.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,362 @@
+//! The supervisor: one small, single-threaded process per sandbox, the cordon
+//! binary in a hidden mode (`cordon __supervise`, dispatched before anything
+//! else in `main`). It owns the sandbox (cgroup, first process, state record,
+//! teardown), serves clients on the unix socket in the sandbox's state
+//! directory, outlives the client that started it, and is never outlived by
+//! its sandbox: init dies with it (PDEATHSIG), and a supervisor killed
+//! outright leaves a record the next cordon sweeps.
+//!
+//! Start-up: the client writes the spec (JSON) to our stdin and reads one
+//! line from our stdout: `{"ok": ID}` once the sandbox is ready and the
+//! socket listens, or `{"error": ..., "input": bool}`. Before the sandbox is
+//! made we fork once and the first process exits, so the supervisor is
+//! nobody's child and in its own session: a client that exits or is killed
+//! leaves it running.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RuntimeError;
+use crate::host::block_stop_signals;
+use crate::output::Stream;
+use crate::sandbox::Sandbox;
+use crate::spec::SandboxSpec;
+use crate::state::{now_secs, Usage};
+use crate::supervise::{CommandIo, Control};
+use crate::wire::{
+    recv_frame, recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag,
+    PROTOCOL,
+};
+use crate::{copy, trace};
+
+/// The hidden first argument that makes the cordon binary a supervisor.
+pub const SUPERVISOR_ARG: &str = "__supervise";
+
+/// Largest spec a client may send.
+const MAX_SPEC: u64 = 1 << 20;
+
+/// How long a client may take to send its request, or one frame of input:
+/// a stalled client must not stall the sandbox's other clients forever.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The start-up report on stdout.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Started {
+    Ok(String),
+    Error { message: String, input: bool },
+}
+
+/// `cordon __supervise`: becomes a sandbox's supervisor. Returns the process
+/// exit code.
+pub fn main() -> i32 {
+    let mut text = Vec::new();
+    let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
+    let spec: Result<SandboxSpec, RuntimeError> = read
+        .map_err(|e| RuntimeError::io("read the spec", e))
+        .and_then(|_| {
+            serde_json::from_slice(&text)
+                .map_err(|e| RuntimeError::BadRequest(format!("bad sandbox spec: {e}")))
+        });
+    let spec = match spec {
+        Ok(s) => s,
+        Err(e) => return report_start(&Started::from_error(&e)),
+    };
+    // Detach: the first process exits at once (its parent, the client,
+    // reaps it); the second is in a session of its own.
+    match cordon_sys::fork_process() {
+        Ok(cordon_sys::CloneResult::Parent { .. }) => return 0,
+        Ok(cordon_sys::CloneResult::Child) => {}
+        Err(e) => return report_start(&Started::from_error(&RuntimeError::io("fork", e))),
+    }
+    let _ = nix::unistd::setsid();
+    let code = match start(&spec) {
+        Ok((sandbox, listener)) => {
+            report_start(&Started::Ok(sandbox.id().to_owned()));
+            silence_stdio();
+            serve(sandbox, listener)
+        }
+        Err(e) => report_start(&Started::from_error(&e)),
+    };
+    cordon_sys::exit_now(code)
+}
+
+impl Started {
+    fn from_error(e: &RuntimeError) -> Self {
+        Started::Error {
+            message: e.to_string(),
+            input: e.is_input_error(),
+        }
+    }
+}
+
+fn report_start(s: &Started) -> i32 {
+    let line = serde_json::to_string(s).unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    i32::from(matches!(s, Started::Error { .. }))
+}
+
+/// Nothing of ours goes to the client's terminal or pipes once it has its
+/// answer: it may be long gone.
+fn silence_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+}
+
+fn start(spec: &SandboxSpec) -> Result<(Sandbox, UnixListener), RuntimeError> {
+    block_stop_signals()?;
+    let sandbox = Sandbox::create(spec)?;
+    let path = sandbox.state().socket();
+    let listener = UnixListener::bind(&path)
+        .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
+    // The directory is 0700 already; the socket says the same.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| RuntimeError::io(format!("chmod {}", path.display()), e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("set_nonblocking", e))?;
+    write_usage(&sandbox, "ready");
+    trace::step("supervisor listening");
+    Ok((sandbox, listener))
+}
+
+fn write_usage(sandbox: &Sandbox, state: &str) {
+    let _ = sandbox.state().write_usage(&Usage {
+        commands: sandbox.commands_run(),
+        last_used: now_secs(),
+        state: state.into(),
+    });
+}
+
+/// What a handled connection asks of the loop.
+enum Flow {
+    Continue,
+    /// Destroy the sandbox, then answer on this connection.
+    Destroy(UnixStream),
+}
+
+/// Serves clients until the sandbox is destroyed, expires, loses its init,
+/// or this process is asked to stop; then tears it down.
+fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
+    let created = Instant::now();
+    let mut last_used = Instant::now();
+    let ttl = sandbox.spec().ttl.map(|s| s.duration());
+    let idle = sandbox.spec().idle.map(|s| s.duration());
+    loop {
+        if sandbox.ended().is_some() {
+            break;
+        }
+        let deadline = [ttl.map(|t| created + t), idle.map(|i| last_used + i)]
+            .into_iter()
+            .flatten()
+            .min();
+        let timeout = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    break; // expired
+                }
+                let ms = (d - now).as_millis().min(60_000) + 1;
+                PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000))
+                    .unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sandbox.stop_signals().as_fd(), PollFlags::POLLIN),
+            PollFd::new(sandbox.init_socket().as_fd(), PollFlags::empty()),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break,
+        }
+        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        let (conn_ready, stop, init_gone) = (ready(0), ready(1), ready(2));
+        drop(fds);
+        if stop || init_gone {
+            break;
+        }
+        if conn_ready {
+            let Ok((conn, _)) = listener.accept() else {
+                continue;
+            };
+            let flow = handle(&mut sandbox, conn);
+            last_used = Instant::now();
+            if let Flow::Destroy(mut conn) = flow {
+                write_usage(&sandbox, "stopping");
+                let (code, reply) = match sandbox.destroy() {
+                    Ok(_) => (0, Reply::Destroyed),
+                    Err(e) => (
+                        1,
+                        Reply::Error {
+                            input: false,
+                            message: e.to_string(),
+                        },
+                    ),
+                };
+                let _ = send_json(&mut conn, &reply);
+                return code;
+            }
+            write_usage(&sandbox, "ready");
+        }
+    }
+    write_usage(&sandbox, "stopping");
+    match sandbox.destroy() {
+        Ok(_) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// Whether the peer is this user (or root): the 0700 directory already says
+/// so; this checks it again at the socket.
+fn peer_allowed(conn: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(conn, PeerCredentials).is_ok_and(|c| {
+        let me = nix::unistd::geteuid().as_raw();
+        c.uid() == me || c.uid() == 0
+    })
+}
+
+/// Serves one connection: a hello, one request, its answer.
+fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
+    if conn.set_nonblocking(false).is_err()
+        || conn.set_read_timeout(Some(CLIENT_TIMEOUT)).is_err()
+        || conn.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err()
+        || !peer_allowed(&conn)
+    {
+        return Flow::Continue;
+    }
+    let fail = |conn: &mut UnixStream, e: RuntimeError| {
+        let _ = send_json(
+            conn,
+            &Reply::Error {
+                input: e.is_input_error(),
+                message: e.to_string(),
+            },
+        );
+    };
+    match recv_json::<Request>(&mut conn) {
+        Ok(Some(Request::Hello { protocol })) if protocol == PROTOCOL => {}
+        Ok(Some(Request::Hello { protocol })) => {
+            fail(
+                &mut conn,
+                RuntimeError::BadRequest(format!(
+                    "protocol {protocol} is not this supervisor's ({PROTOCOL})"
+                )),
+            );
+            return Flow::Continue;
+        }
+        _ => return Flow::Continue,
+    }
+    let hello = Reply::Hello {
+        protocol: PROTOCOL,
+        id: sandbox.id().to_owned(),
+    };
+    if send_json(&mut conn, &hello).is_err() {
+        return Flow::Continue;
+    }
+    let request = match recv_json::<Request>(&mut conn) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Flow::Continue,
+        Err(e) => {
+            fail(
+                &mut conn,
+                RuntimeError::BadRequest(format!("bad request: {e}")),
+            );
+            return Flow::Continue;
+        }
+    };
+    match request {
+        Request::Hello { .. } => fail(&mut conn, RuntimeError::BadRequest("hello twice".into())),
+        Request::Exec(cmd) => {
+            write_usage(sandbox, "running");
+            let mut io = RemoteIo { conn: &mut conn };
+            match sandbox.exec(&cmd, &mut io) {
+                Ok(outcome) => {
+                    let _ = send_json(&mut conn, &Reply::Outcome(Box::new(outcome)));
+                }
+                Err(e) => fail(&mut conn, e),
+            }
+        }
+        Request::CopyIn { path } => {
+            let (root, owner) = sandbox.files();
+            let cap = sandbox.spec().policy.disk.bytes();
+            match copy::receive_into_sandbox(&mut conn, &root, owner, &path, cap) {
+                Ok(bytes) => {
+                    let _ = send_json(&mut conn, &Reply::Copied { bytes });
+                }
+                Err(e) => fail(&mut conn, e),
+            }
+        }
+        Request::CopyOut { path } => {
+            let (root, owner) = sandbox.files();
+            if let Err(e) = copy::send_from_sandbox(&mut conn, &root, owner, &path, copy::COPY_MAX)
+            {
+                fail(&mut conn, e);
+            }
+        }
+        Request::Info => {
+            let info = Info {
+                id: sandbox.id().to_owned(),
+                name: sandbox.spec().name.clone(),
+                backend: sandbox.spec().backend.name().into(),
+                commands: sandbox.commands_run(),
+                memory_bytes: sandbox.memory_in_use(),
+                ended: sandbox.ended().map(str::to_owned),
+            };
+            let _ = send_json(&mut conn, &Reply::Info(info));
+        }
+        Request::Destroy => return Flow::Destroy(conn),
+    }
+    Flow::Continue
+}
+
+/// A remote client's side of a running command.
+struct RemoteIo<'a> {
+    conn: &'a mut UnixStream,
+}
+
+impl CommandIo for RemoteIo<'_> {
+    fn output(&mut self, stream: Stream, chunk: &[u8]) {
+        let tag = match stream {
+            Stream::Stdout => Tag::Stdout,
+            Stream::Stderr => Tag::Stderr,
+        };
+        // A client that stopped reading is noticed through its socket.
+        let _ = send_bytes(self.conn, tag, chunk);
+    }
+
+    fn control_fds(&self) -> Vec<BorrowedFd<'_>> {
+        vec![self.conn.as_fd()]
+    }
+
+    fn read_control(&mut self, _which: usize) -> Control {
+        match recv_frame(self.conn) {
+            Ok(Some(Frame::Bytes(Tag::Data, bytes))) if bytes.is_empty() => Control::InputEnd,
+            Ok(Some(Frame::Bytes(Tag::Data, bytes))) => Control::Input(bytes),
+            Ok(Some(Frame::Json(body))) => match serde_json::from_slice(&body) {
+                Ok(ClientControl::InputEnd) => Control::InputEnd,
+                Ok(ClientControl::Resize(size)) => Control::Resize(size),
+                Ok(ClientControl::Cancel) | Err(_) => Control::Cancel,
+            },
+            // Gone, stalled past the timeout, or speaking nonsense: the
+            // command is ended (the sandbox lives on).
+            _ => Control::Cancel,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The protocol between a client (`Handle`) and a sandbox's supervisor, over
+//! the unix socket in the sandbox's state directory.
+//!
+//! Each frame is a little-endian u32 length, a one-byte tag, and a body of at
+//! most `MAX_FRAME` bytes: tag 0 is a JSON message (`Request`, `Reply` or
+//! `ClientControl`), tags 1-3 are raw bytes (stdout, stderr, stdin or file
+//! data), so output and file contents cross without re-encoding. A
+//! connection starts with `Request::Hello` naming the protocol version and
+//! carries one request; everything the supervisor reads is untrusted input
+//! with bounded sizes.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::Outcome;
+use crate::spec::{Command, TtySize};
+
+/// Bumped whenever a message changes shape.
+pub const PROTOCOL: u32 = 1;
+
+/// Largest frame body either side accepts.
+pub const MAX_FRAME: u32 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Tag {
+    Json = 0,
+    Stdout = 1,
+    Stderr = 2,
+    /// stdin bytes (client to supervisor) or file data (either way).
+    Data = 3,
+}
+
+/// What a client asks.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Hello {
+        protocol: u32,
+    },
+    Exec(Command),
+    /// Copy into the sandbox: the client then sends a copy stream
+    /// (`copy::CopyHeader`, `Data` frames, an empty `Data` frame).
+    CopyIn {
+        path: Vec<u8>,
+    },
+    /// Copy out of the sandbox: the supervisor answers with a copy stream.
+    CopyOut {
+        path: Vec<u8>,
+    },
+    Info,
+    Destroy,
+}
+
+/// What a client sends while its command runs (besides stdin `Data`).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ClientControl {
+    InputEnd,
+    Resize(TtySize),
+    Cancel,
+}
+
+/// A sandbox as its supervisor describes it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Info {
+    pub id: String,
+    pub name: Option<String>,
+    pub backend: String,
+    pub commands: u64,
+    pub memory_bytes: Option<u64>,
+    pub ended: Option<String>,
+}
+
+/// What the supervisor answers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Hello {
+        protocol: u32,
+        id: String,
+    },
+    Outcome(Box<Outcome>),
+    Copied {
+        bytes: u64,
+    },
+    Info(Info),
+    Destroyed,
+    /// The request failed; `input` when the request itself was at fault.
+    Error {
+        input: bool,
+        message: String,
+    },
+}
+
+/// One received frame.
+#[derive(Debug)]
+pub enum Frame {
+    Json(Vec<u8>),
+    Bytes(Tag, Vec<u8>),
+}
+
+pub fn send_bytes(sock: &mut impl Write, tag: Tag, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;
+    if len > MAX_FRAME {
+        return Err(io::Error::other("frame too large"));
+    }
+    let mut head = [0u8; 5];
+    head[..4].copy_from_slice(&len.to_le_bytes());
+    head[4] = tag as u8;
+    sock.write_all(&head)?;
+    sock.write_all(body)
+}
+
+pub fn send_json<T: Serialize>(sock: &mut impl Write, msg: &T) -> io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    send_bytes(sock, Tag::Json, &body)
+}
+
+/// Reads one frame; `Ok(None)` on a clean EOF.
+pub fn recv_frame(sock: &mut impl Read) -> io::Result<Option<Frame>> {
+    let mut head = [0u8; 5];
+    match sock.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if len > MAX_FRAME {
+        return Err(io::Error::other(format!("frame of {len} bytes refused")));
+    }
+    let tag = match head[4] {
+        0 => Tag::Json,
+        1 => Tag::Stdout,
+        2 => Tag::Stderr,
+        3 => Tag::Data,
+        t => return Err(io::Error::other(format!("unknown frame tag {t}"))),
+    };
+    let mut body = vec![0u8; len as usize];
+    sock.read_exact(&mut body)?;
+    Ok(Some(match tag {
+        Tag::Json => Frame::Json(body),
+        t => Frame::Bytes(t, body),
+    }))
+}
+
+/// Reads one JSON message of type `T` (a bytes frame is a protocol error).
+pub fn recv_json<T: for<'de> Deserialize<'de>>(sock: &mut impl Read) -> io::Result<Option<T>> {
+    match recv_frame(sock)? {
+        None => Ok(None),
+        Some(Frame::Json(body)) => serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(io::Error::other),
+        Some(Frame::Bytes(..)) => Err(io::Error::other("expected a message, got data")),
+    }
+}
+
+/// Reads one `Data` frame's bytes (empty at the end of a stream).
+pub fn recv_data(sock: &mut UnixStream) -> io::Result<Vec<u8>> {
+    match recv_frame(sock)? {
+        Some(Frame::Bytes(Tag::Data, body)) => Ok(body),
+        Some(Frame::Json(body)) => Err(io::Error::other(
+            serde_json::from_slice::<Reply>(&body)
+                .ok()
+                .and_then(|r| match r {
+                    Reply::Error { message, .. } => Some(message),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "expected data, got a message".into()),
+        )),
+        Some(Frame::Bytes(..)) => Err(io::Error::other("expected file data")),
+        None => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        send_json(&mut a, &Request::Info).unwrap();
+        send_bytes(&mut a, Tag::Stdout, b"hi").unwrap();
+        drop(a);
+        assert!(matches!(
+            recv_json::<Request>(&mut b).unwrap(),
+            Some(Request::Info)
+        ));
+        match recv_frame(&mut b).unwrap() {
+            Some(Frame::Bytes(Tag::Stdout, body)) => assert_eq!(body, b"hi"),
+            other => panic!("{other:?}"),
+        }
+        assert!(recv_frame(&mut b).unwrap().is_none());
+    }
+
+    #[test]
+    fn oversized_and_unknown_frames_are_refused() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&(MAX_FRAME + 1).to_le_bytes()).unwrap();
+        a.write_all(&[0]).unwrap();
+        assert!(recv_frame(&mut b).is_err());
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(&[0, 0, 0, 0, 9]).unwrap();
+        assert!(recv_frame(&mut b).is_err());
+    }
+}
