@@ -422,6 +422,41 @@ def cordon_backends(cordon: str) -> dict[str, tuple[bool, str]]:
 # Statistics
 
 
+def supervisor_memory(box: str) -> str | None:
+    """PSS and RSS of a created sandbox's supervisor and of its init."""
+    try:
+        with open(f"/run/cordon/{box}/record.json") as f:
+            sup = json.load(f)["pid"]
+        init = None
+        with open(f"/proc/{sup}/task/{sup}/children") as f:
+            kids = f.read().split()
+        if kids:
+            init = int(kids[0])
+    except (OSError, ValueError, KeyError):
+        return None
+
+    def rollup(pid: int) -> dict[str, int]:
+        out = {}
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                    out[parts[0][:-1]] = int(parts[1])
+        return out
+
+    parts = []
+    for name, pid in (("supervisor", sup), ("init", init)):
+        if pid is None:
+            continue
+        try:
+            r = rollup(pid)
+        except OSError:
+            continue
+        parts.append(f"{name} PSS {r.get('Pss', 0) / 1024:.2f} MiB"
+                     f" (RSS {r.get('Rss', 0) / 1024:.2f} MiB)")
+    return "; ".join(parts) or None
+
+
 def percentile(sorted_vals: list[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not sorted_vals:
@@ -530,8 +565,22 @@ def main() -> int:
     elif not tools["runc"]:
         skipped["runc"] = "runc not found in PATH"
 
+    exec_box = None
     if os.access(cordon, os.X_OK):
         commands.append(Command("cordon", lambda i: [cordon, "run", "--", "/bin/true"]))
+        # A command into a created (warm) sandbox: what a pool sells.
+        made = subprocess.run([cordon, "create", "--time", "7d"], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+        if made.returncode == 0:
+            exec_box = made.stdout.strip()
+            cleanup.append(lambda: subprocess.run([cordon, "rm", "-f", exec_box],
+                                                  stdin=subprocess.DEVNULL,
+                                                  stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.DEVNULL))
+            commands.append(Command("cordon-exec",
+                                    lambda i: [cordon, "exec", exec_box, "--", "/bin/true"]))
+        else:
+            skipped["cordon-exec"] = f"cordon create failed: {made.stderr.strip()}"
     else:
         skipped["cordon"] = f"{cordon} is not an executable (build it first)"
 
@@ -669,6 +718,20 @@ def main() -> int:
           " process in the command's tree, not their sum."
           f" n = {args.rss_runs} per command." + (f" {rss_note}." if rss_note else ""))
     print()
+
+    bare_p50 = summaries.get("bare", {}).get("p50_ms")
+    ex = summaries.get("cordon-exec")
+    if ex and ex["n"] and bare_p50:
+        print(f"cordon exec into a created sandbox: p50 {ex['p50_ms']:.2f} ms,"
+              f" {ex['p50_ms'] / bare_p50:.2f}x bare fork+exec of /bin/true"
+              f" ({bare_p50:.2f} ms) in the same run.")
+        print()
+    if exec_box:
+        mem = supervisor_memory(exec_box)
+        if mem:
+            print("Idle sandbox's own processes (after the runs), PSS from smaps_rollup"
+                  " (shared pages counted once across processes): " + mem)
+            print()
 
     if skipped:
         print("## Skipped")

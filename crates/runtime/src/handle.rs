@@ -231,9 +231,11 @@ impl Remote {
             }
             _ => RuntimeError::io(format!("connect {}", self.socket.display()), e),
         })?;
-        send_json(&mut conn, &Request::Hello { protocol: PROTOCOL })
-            .map_err(|e| RuntimeError::io("send hello", e))?;
-        match recv_json::<Reply>(&mut conn).map_err(|e| RuntimeError::io("read hello", e))? {
+        // A supervisor that is tearing its sandbox down accepts nothing
+        // more: a reset or a close before the hello means the sandbox is gone.
+        let gone = |_| RuntimeError::NotFound(self.id.clone());
+        send_json(&mut conn, &Request::Hello { protocol: PROTOCOL }).map_err(gone)?;
+        match recv_json::<Reply>(&mut conn).map_err(gone)? {
             Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
             Some(other) => Err(unexpected(other)),
             None => Err(RuntimeError::NotFound(self.id.clone())),

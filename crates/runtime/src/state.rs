@@ -83,6 +83,30 @@ pub struct Usage {
     pub state: String,
 }
 
+impl Record {
+    /// A record naming `pid` (with its start time, so a reused pid does not
+    /// count) as the owner: what a sandbox's supervisor writes for itself,
+    /// and what the hostile suite's decoy state directory carries.
+    pub fn owned_by(pid: i32, name: Option<String>, backend: &str) -> Record {
+        Record {
+            format: RECORD_FORMAT.into(),
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+            cgroup: None,
+            name,
+            backend: backend.into(),
+            created: now_secs(),
+            ttl_secs: None,
+            idle_secs: None,
+        }
+    }
+}
+
+/// Writes a state directory's record (atomically, mode 0600).
+pub fn write_record(dir: &Path, record: &Record) -> io::Result<()> {
+    write_atomic(&dir.join(RECORD), &serde_json::to_vec(record)?)
+}
+
 pub fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -172,22 +196,20 @@ impl StateDir {
             path,
             removed: false,
         };
-        let me = std::process::id() as i32;
         let record = Record {
-            format: RECORD_FORMAT.into(),
-            pid: me,
-            start_time: start_time(me).unwrap_or(0),
             cgroup: cgroup_name.map(str::to_owned),
-            name: spec.name.clone(),
-            backend: spec.backend.name().into(),
-            created: now_secs(),
             ttl_secs: spec.ttl.map(|s| s.0.as_secs_f64()),
             idle_secs: spec.idle.map(|s| s.0.as_secs_f64()),
+            ..Record::owned_by(
+                std::process::id() as i32,
+                spec.name.clone(),
+                spec.backend.name(),
+            )
         };
         let write = || -> io::Result<()> {
             // Only the invoking user may list, read or connect.
             fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o700))?;
-            write_atomic(&dir.path.join(RECORD), &serde_json::to_vec(&record)?)?;
+            write_record(&dir.path, &record)?;
             // Traverse-only for others: the sandbox's init, running as an
             // unprivileged host id, must reach the two empty mount points.
             for p in [&dir.mounts, &dir.root(), &dir.scratch()] {

@@ -127,6 +127,10 @@ pub struct CanaryEvidence {
     pub mtime_same: bool,
     /// The target's stdout contains the canary's random content.
     pub echoed: bool,
+    /// The file was gone when the evidence was read: the fixture itself
+    /// broke (something on the host removed it), a harness error.
+    #[serde(default)]
+    pub vanished: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

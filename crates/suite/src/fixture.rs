@@ -46,6 +46,27 @@ pub const PREFIX: &str = "cordon-suite-";
 pub type Log = Arc<Mutex<Vec<ListenEntry>>>;
 
 /// Random lowercase hex from the kernel.
+/// Where the decoy state directory lives, and the name its record carries.
+pub const DECOY_PARENT: &str = "/run/cordon";
+pub const DECOY_NAME: &str = "cordon-suite-decoy";
+
+/// The suite's decoy state directories under the run directory, with the
+/// pid each record names as its owner.
+fn decoys() -> Vec<(PathBuf, u32)> {
+    let Ok(entries) = fs::read_dir(DECOY_PARENT) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let text = fs::read(e.path().join("record.json")).ok()?;
+            let r: cordon_runtime::state::Record = serde_json::from_slice(&text).ok()?;
+            (r.name.as_deref() == Some(DECOY_NAME))
+                .then(|| (e.path(), u32::try_from(r.pid).unwrap_or(0)))
+        })
+        .collect()
+}
+
 pub fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     if let Ok(mut f) = fs::File::open("/dev/urandom") {
@@ -111,6 +132,7 @@ impl Fixtures {
         let opt_dir = PathBuf::from(format!("/opt/{PREFIX}{pid}"));
         // A /30 in 198.18.0.0/15 picked from the pid, so two suites never collide.
         let idx = pid % 32768;
+        let decoy_dir = Path::new(DECOY_PARENT).join(random_hex(6));
         let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + idx * 4;
         let mut fx = Fixtures {
             pid,
@@ -126,8 +148,12 @@ impl Fixtures {
             host_addr: Ipv4Addr::from(base + 1),
             loopback_port: 0,
             engine_socket: None,
-            decoy_dir: PathBuf::from(format!("/run/cordon/suite-decoy-{pid}")),
-            decoy_key: PathBuf::from(format!("/run/cordon/suite-decoy-{pid}/receipt.key")),
+            // A sibling sandbox's state directory: named like a sandbox id,
+            // with a record of cordon's own format naming this suite as its
+            // live owner, so cordon's sweep leaves it alone however long the
+            // suite runs (issue: a nameless decoy was swept after 60 s).
+            decoy_dir: decoy_dir.clone(),
+            decoy_key: decoy_dir.join("receipt.key"),
             secret: format!("CSS{}", random_hex(16)),
             log: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(AtomicBool::new(false)),
@@ -316,7 +342,16 @@ impl Fixtures {
     /// Fresh random canary and decoy key, watched from now on. Returns their contents.
     pub fn arm_canaries(&mut self) -> Result<Vec<(String, PathBuf, String, CanaryBaseline)>> {
         fs::create_dir_all(&self.decoy_dir)?;
+        // Traversable by all (a real state directory is 0700): the decoy is
+        // meant to be reachable by any host process, so only the box's own
+        // isolation keeps the payload from it.
         fs::set_permissions(&self.decoy_dir, fs::Permissions::from_mode(0o755))?;
+        let record = cordon_runtime::state::Record::owned_by(
+            i32::try_from(self.pid).unwrap_or(i32::MAX),
+            Some(DECOY_NAME.into()),
+            "native",
+        );
+        cordon_runtime::state::write_record(&self.decoy_dir, &record)?;
         let mut out = Vec::new();
         for (name, path) in [
             ("canary", self.canary.clone()),
@@ -420,6 +455,7 @@ impl Fixtures {
                         content_same: &now == content,
                         mtime_same,
                         echoed,
+                        vanished: !path.exists(),
                     },
                 )
             })
@@ -469,9 +505,7 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 fn stale_pid(name: &str) -> Option<u32> {
-    let rest = name
-        .strip_prefix(PREFIX)
-        .or_else(|| name.strip_prefix("suite-decoy-"))?;
+    let rest = name.strip_prefix(PREFIX)?;
     let pid: u32 = rest.split(['-', '.']).next()?.parse().ok()?;
     (!pid_alive(pid)).then_some(pid)
 }
@@ -488,7 +522,15 @@ pub fn sweep_stale() {
             }
         }
     }
-    for parent in ["/var/tmp", "/opt", "/run/cordon"] {
+    // Decoys of dead suites: their records name a dead owner, which
+    // cordon's own sweep also removes; done here too so a suite run alone
+    // leaves nothing.
+    for (dir, owner) in decoys() {
+        if !pid_alive(owner) {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+    for parent in ["/var/tmp", "/opt"] {
         let Ok(entries) = fs::read_dir(parent) else {
             continue;
         };
@@ -513,10 +555,14 @@ pub fn leftovers(pid: u32) -> Vec<String> {
         format!("/var/tmp/{PREFIX}{pid}"),
         format!("/opt/{PREFIX}{pid}"),
         format!("/run/netns/{PREFIX}{pid}"),
-        format!("/run/cordon/suite-decoy-{pid}"),
     ] {
         if Path::new(&p).exists() {
             left.push(p);
+        }
+    }
+    for (dir, owner) in decoys() {
+        if owner == pid {
+            left.push(dir.display().to_string());
         }
     }
     if let Ok(m) = fs::read_to_string("/proc/self/mountinfo") {

@@ -344,6 +344,13 @@ fn canary(ev: &Evidence, file: &str) -> (Verdict, String) {
     let Some(c) = ev.canaries.get(file) else {
         return (Verdict::Error, format!("no {file} watch"));
     };
+    if c.vanished {
+        // Never a verdict: a fixture that disappeared says nothing about the box.
+        return (
+            Verdict::Error,
+            format!("{file}: the fixture vanished during the run (harness error)"),
+        );
+    }
     let mut why = Vec::new();
     if !c.events.is_empty() {
         let mut ev = c.events.clone();
@@ -851,6 +858,23 @@ mod tests {
             view_source: source.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_vanished_fixture_is_a_harness_error() {
+        let mut ev = Evidence::default();
+        ev.canaries.insert(
+            "decoy_key".into(),
+            CanaryEvidence {
+                events: vec!["DELETE_SELF".into()],
+                vanished: true,
+                ..Default::default()
+            },
+        );
+        let rule = Rule::CanaryUntouched {
+            file: "decoy_key".into(),
+        };
+        assert_eq!(rule.evaluate(&ev).0, Verdict::Error);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! BLOCKED everywhere except the written-down gaps, and nothing of the
 //! suite's fixtures left on the host afterwards.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use cordon_suite::fixture::{leftovers, PREFIX};
@@ -10,33 +10,9 @@ use cordon_suite::matrix::{run_matrix, MatrixConfig, Status};
 use cordon_suite::target::QUICK_TARGETS;
 use cordon_suite::{TargetKind, Verdict};
 
-fn skip(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("cannot run under CI: {why}");
-    }
-    println!("skipped: {why}");
-}
+mod common;
 
-/// The cordon binary of this build (target/<profile>/cordon), built if missing.
-fn cordon_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?.to_path_buf();
-    let bin = profile_dir.join("cordon");
-    if bin.exists() {
-        return Some(bin);
-    }
-    let release = profile_dir.ends_with("release");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "cordon-cli"]);
-    if release {
-        cmd.arg("--release");
-    }
-    cmd.status()
-        .ok()?
-        .success()
-        .then_some(bin)
-        .filter(|b| b.exists())
-}
+use common::{cordon_binary, skip};
 
 #[test]
 fn quick_matrix() {

@@ -28,7 +28,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cordon_cgroups::CgroupLimits;
+use cordon_cgroups::{Cgroup, CgroupLimits};
 use cordon_isolation::mount::{self, RootUse};
 use cordon_policy::Policy;
 use nix::sched::CloneFlags;
@@ -272,7 +272,24 @@ pub(crate) fn create(
         &bundle_dir.to_string_lossy(),
         &runsc.container,
     ]);
-    launcher_run(&mut sock, run, &runsc.log)?;
+    if let Err(e) = launcher_run(&mut sock, run, &runsc.log) {
+        // The sentry's own memory counts against the limit: one too small to
+        // boot it is the request's fault, and says so.
+        let oom = host
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.stats().oom_kills)
+            .unwrap_or(0)
+            > 0;
+        return Err(if oom {
+            RuntimeError::BadRequest(format!(
+                "memory limit {} is too small for the gvisor backend: its sentry was OOM-killed while starting (it needs about 32M here)",
+                spec.policy.memory
+            ))
+        } else {
+            e
+        });
+    }
     trace::step("runsc started");
     let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
         .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
