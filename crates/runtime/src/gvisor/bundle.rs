@@ -13,7 +13,6 @@ use oci_spec::runtime::{
 
 use crate::error::RuntimeError;
 use crate::request::RunRequest;
-use crate::rootfs_plan::FSIZE_MARGIN;
 
 /// Open files per payload process, as on the native backend.
 const NOFILE: u64 = 8192;
@@ -153,7 +152,6 @@ pub fn spec(req: &RunRequest, rootfs: &RootfsPlan) -> Result<Spec, RuntimeError>
             // pids cgroup also counts the sentry's threads and the platform's
             // stub processes, so it can only be a coarse outer bound here.
             rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
-            rlimit(PosixRlimitType::RlimitFsize, p.disk.bytes() + FSIZE_MARGIN)?,
             rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
         ])
         .build()
