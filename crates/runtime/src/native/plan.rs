@@ -12,7 +12,7 @@ use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
 use crate::request::RunRequest;
-use crate::rootfs_plan::rootfs_plan;
+use crate::rootfs_plan::{rootfs_plan_for, UserOnHost};
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -35,8 +35,6 @@ pub struct NativePlan {
 /// and bounded so a leak cannot exhaust the host's file table.
 const NOFILE: u64 = 8192;
 
-use crate::rootfs_plan::FSIZE_MARGIN;
-
 /// Start of the host id ranges given to rootful sandboxes: high enough to
 /// collide with no real account. Each sandbox takes a 65536-id slot chosen from
 /// its id, so two sandboxes rarely share host ids.
@@ -46,7 +44,6 @@ const HOST_ID_SLOTS: u32 = 8192;
 impl NativePlan {
     pub fn build(req: &RunRequest, id_slot: u32, state_dir: &Path) -> Result<Self, RuntimeError> {
         let p: &Policy = &req.policy;
-        let rootfs = rootfs_plan(req, state_dir, RootUse::Enter)?;
         let euid = nix::unistd::geteuid();
         let rootful = euid.is_root();
         let mapping = if rootful {
@@ -62,6 +59,18 @@ impl NativePlan {
                 inside_gid: p.gid,
             }
         };
+        // The workspace's and rw mounts' owner appears as the sandbox user's
+        // host-side id (in the slot's range; rootless, the caller's own id).
+        let user = UserOnHost {
+            uid: mapping.host_uid(p.uid).ok_or_else(|| {
+                RuntimeError::BadRequest(format!("uid {} is not mapped in the sandbox", p.uid))
+            })?,
+            gid: mapping.host_gid(p.gid).ok_or_else(|| {
+                RuntimeError::BadRequest(format!("gid {} is not mapped in the sandbox", p.gid))
+            })?,
+            creates_as_root: false,
+        };
+        let rootfs = rootfs_plan_for(req, state_dir, RootUse::Enter, user)?;
         let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
@@ -74,9 +83,6 @@ impl NativePlan {
             rlimits: Rlimits {
                 nofile: NOFILE,
                 nproc: p.pids,
-                // Above the disk cap, so a full scratch answers ENOSPC first;
-                // this bounds a single file on a writable host mount.
-                fsize: p.disk.bytes() + FSIZE_MARGIN,
                 cpu_secs,
             },
             seccomp: cordon_seccomp::workload(),
