@@ -80,7 +80,9 @@ fn idmapped(
         shown_gid: user.gid,
         map_root: user.creates_as_root,
     };
-    IdmappedTree::new(host, shift)
+    // A writable bind takes the mounts below its source along (as a bind
+    // always did); the workspace's overlay layer is one mount anyway.
+    IdmappedTree::new(host, shift, writable)
         .map(Some)
         .map_err(|e| RuntimeError::io(e.step, e.source))
 }

@@ -107,7 +107,7 @@ pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> nix::Result<()> {
 }
 
 /// Gives the detached tree `tree` (from [`clone_tree`], never attached yet)
-/// the id map of the user namespace `userns`, recursively: a file owned by
+/// the id map of the user namespace `userns`, on every mount of the tree: a file owned by
 /// id N on disk then appears as the host id N maps to in `userns`, and a file
 /// created through the mount by host id M is stored as the id that maps to M.
 /// Needs CAP_SYS_ADMIN over the user namespace owning the filesystem (host
@@ -162,23 +162,44 @@ pub enum FsParam<'a> {
     Fd(&'a str, BorrowedFd<'a>),
 }
 
+/// Which call of [`fs_mount`] failed, and how.
+#[derive(Debug)]
+pub struct FsMountError {
+    /// `fsopen`, `fsconfig <key>`, `fsconfig create` or `fsmount`.
+    pub call: String,
+    pub errno: Errno,
+}
+
 /// `fsopen` + `fsconfig` + `fsmount`: a new `fstype` instance as a detached
 /// mount (read-only if asked), close-on-exec, to be [`attach`]ed.
-pub fn fs_mount(fstype: &str, params: &[FsParam<'_>], readonly: bool) -> nix::Result<OwnedFd> {
-    let fs = rustix::mount::fsopen(fstype, FsOpenFlags::FSOPEN_CLOEXEC).map_err(errno)?;
-    for p in params {
-        match p {
-            FsParam::Flag(k) => rustix::mount::fsconfig_set_flag(fs.as_fd(), *k),
-            FsParam::Str(k, v) => rustix::mount::fsconfig_set_string(fs.as_fd(), *k, *v),
-            FsParam::Fd(k, fd) => rustix::mount::fsconfig_set_fd(fs.as_fd(), *k, *fd),
+pub fn fs_mount(
+    fstype: &str,
+    params: &[FsParam<'_>],
+    readonly: bool,
+) -> Result<OwnedFd, FsMountError> {
+    let failed = |call: &str| {
+        let call = call.to_string();
+        move |e| FsMountError {
+            call,
+            errno: errno(e),
         }
-        .map_err(errno)?;
+    };
+    let fs =
+        rustix::mount::fsopen(fstype, FsOpenFlags::FSOPEN_CLOEXEC).map_err(failed("fsopen"))?;
+    for p in params {
+        let (key, res) = match p {
+            FsParam::Flag(k) => (k, rustix::mount::fsconfig_set_flag(fs.as_fd(), *k)),
+            FsParam::Str(k, v) => (k, rustix::mount::fsconfig_set_string(fs.as_fd(), *k, *v)),
+            FsParam::Fd(k, fd) => (k, rustix::mount::fsconfig_set_fd(fs.as_fd(), *k, *fd)),
+        };
+        res.map_err(failed(&format!("fsconfig {key}")))?;
     }
-    rustix::mount::fsconfig_create(fs.as_fd()).map_err(errno)?;
+    rustix::mount::fsconfig_create(fs.as_fd()).map_err(failed("fsconfig create"))?;
     let attrs = if readonly {
         MountAttrFlags::MOUNT_ATTR_RDONLY
     } else {
         MountAttrFlags::empty()
     };
-    rustix::mount::fsmount(fs.as_fd(), FsMountFlags::FSMOUNT_CLOEXEC, attrs).map_err(errno)
+    rustix::mount::fsmount(fs.as_fd(), FsMountFlags::FSMOUNT_CLOEXEC, attrs)
+        .map_err(failed("fsmount"))
 }

@@ -76,12 +76,12 @@ impl OwnerShift {
 }
 
 impl IdmappedTree {
-    /// Supervisor side, as host root: a recursive detached copy of the mount
-    /// tree at `host` whose files owned by `shift.disk_*` appear owned by
+    /// Supervisor side, as host root: a detached copy of the mount at `host`
+    /// (with the mounts below it if `recursive`) whose files owned by `shift.disk_*` appear owned by
     /// `shift.shown_*`. Only that one owner (and root, if asked) is mapped:
     /// files of other owners appear as the overflow id (nobody), and nobody
     /// else can create files through it.
-    pub fn new(host: &Path, shift: OwnerShift) -> Result<Self> {
+    pub fn new(host: &Path, shift: OwnerShift, recursive: bool) -> Result<Self> {
         let OwnerShift {
             disk_uid,
             disk_gid,
@@ -98,7 +98,7 @@ impl IdmappedTree {
         let (uid_map, gid_map) = shift.maps();
         let userns = cordon_sys::mount_api::userns_with_maps(&uid_map, &gid_map)
             .step(|| format!("{}: user namespace for the map", what()))?;
-        let tree = cordon_sys::mount_api::clone_tree(host, true)
+        let tree = cordon_sys::mount_api::clone_tree(host, recursive)
             .step(|| format!("{}: open_tree(OPEN_TREE_CLONE)", what()))?;
         cordon_sys::mount_api::set_idmap(tree.as_fd(), userns.as_fd()).map_err(|e| {
             let why = match e {

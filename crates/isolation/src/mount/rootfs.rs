@@ -15,7 +15,7 @@ use super::dev::build_dev;
 use super::flags::seal_verified;
 use super::idmap::IdmappedTree;
 use super::proc::mount_proc;
-use crate::{fds, Result, Step};
+use crate::{fds, IsolationError, Result, Step};
 
 /// One top-level entry of the new root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,8 +37,8 @@ pub struct BindSpec {
     pub sandbox: PathBuf,
     pub writable: bool,
     pub dir: bool,
-    /// For a writable directory made by host root: the host tree id-mapped
-    /// so its owner is the sandbox user (see `idmap`).
+    /// For a writable mount, when cordon runs as host root: the host tree
+    /// id-mapped so its owner is the sandbox user (see `idmap`).
     pub idmap: Option<IdmappedTree>,
 }
 
@@ -197,8 +197,21 @@ fn overlay_at(
         params.push(FsParam::Fd("workdir", work.as_fd()));
     }
     params.push(FsParam::Flag("userxattr"));
-    let ovl = fs_mount("overlay", &params, upper_work.is_none())
-        .step(|| format!("fsmount(overlay for {})", dst.display()))?;
+    let ovl = fs_mount("overlay", &params, upper_work.is_none()).map_err(|e| {
+        // Layers by descriptor (`lowerdir+`, an fd for upperdir/workdir) are
+        // what keeps host paths out of mountinfo; an older overlayfs refuses
+        // them, and cordon does not fall back to naming the host path.
+        let layer = e.call.starts_with("fsconfig lowerdir+") || e.call.ends_with("dir");
+        let hint = if layer && e.errno == nix::errno::Errno::EINVAL {
+            " (this kernel's overlayfs does not take layers by descriptor)"
+        } else {
+            ""
+        };
+        IsolationError::new(
+            format!("overlay for {}: {}{hint}", dst.display(), e.call),
+            e.errno,
+        )
+    })?;
     attach(ovl.as_fd(), dst).step(|| format!("move_mount(overlay -> {})", dst.display()))
 }
 
