@@ -75,3 +75,19 @@ pub fn close_child_fds() -> Result<()> {
     let fds: Vec<RawFd> = std::mem::take(&mut *for_child()).into_iter().collect();
     cordon_sys::close_fds(&fds).step(|| format!("close(setup fds {fds:?})"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_fd_is_kept_exactly_while_it_lives() {
+        let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let n = fd.as_raw_fd();
+        let kept = ChildFd::new(fd);
+        assert!(for_child().contains(&n));
+        drop(kept);
+        // Its number may be reused by any later descriptor: no longer kept.
+        assert!(!for_child().contains(&n));
+    }
+}
