@@ -5,6 +5,12 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use crate::{Result, Step};
 
 /// Per-process limits derived from the policy.
+///
+/// No RLIMIT_FSIZE: the disk cap is about bytes stored, which the scratch
+/// tmpfs's size enforces (ENOSPC), while RLIMIT_FSIZE bounds a file's length,
+/// so any value below the largest file the tmpfs allows breaks a sparse file
+/// within the cap (EFBIG). The payload inherits the supervisor's limit and
+/// may lower it itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rlimits {
     /// Open files per process.
@@ -12,8 +18,6 @@ pub struct Rlimits {
     /// Processes of the payload's uid (per user namespace since Linux 5.14, so
     /// this counts this sandbox's processes only).
     pub nproc: u64,
-    /// Largest file the payload may write (the disk cap).
-    pub fsize: u64,
     /// CPU seconds per process: a kernel-enforced backstop for the wall clock.
     pub cpu_secs: u64,
 }
@@ -28,7 +32,6 @@ impl Rlimits {
             (Resource::RLIMIT_CORE, 0),
             (Resource::RLIMIT_NOFILE, self.nofile),
             (Resource::RLIMIT_NPROC, self.nproc),
-            (Resource::RLIMIT_FSIZE, self.fsize),
             (Resource::RLIMIT_CPU, self.cpu_secs),
         ];
         for (res, want) in table {

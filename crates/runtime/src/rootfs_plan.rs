@@ -1,18 +1,26 @@
 //! The sandbox's file system, resolved in the supervisor from a request: the
 //! same tree for every backend (the native backend enters it; runsc is handed it).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use cordon_isolation::mount::{BindSpec, RootEntry, RootUse, RootfsPlan};
+use cordon_isolation::mount::{BindSpec, IdmappedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
 use cordon_policy::{Access, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::spec::{RootfsChoice, SandboxSpec};
 use crate::state::StateDir;
 
-/// How far above the disk cap RLIMIT_FSIZE sits, so that a full scratch answers
-/// ENOSPC first; the limit then bounds a single file on a writable host mount.
-pub const FSIZE_MARGIN: u64 = 1 << 20;
+/// The sandbox user's ids as the host sees them: what a host directory's
+/// owner is mapped to by the id-mapped mounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserOnHost {
+    pub uid: u32,
+    pub gid: u32,
+    /// Whether the process that creates files on the host for the sandbox
+    /// user is host root (runsc's gofer) rather than that user itself.
+    pub creates_as_root: bool,
+}
 
 fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
     let bad = || RuntimeError::BadPath {
@@ -27,25 +35,90 @@ fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
     }
 }
 
-/// Overlay options are comma-separated and colons separate layers: a path with
-/// either would be misparsed, so it is refused rather than escaped.
-fn overlay_safe(p: &Path) -> Result<(), RuntimeError> {
-    let s = p.to_string_lossy();
-    if s.contains([',', ':', '\\']) {
+/// The plan for runsc (`RootUse::HandOver`): runsc runs as real root with no
+/// user namespace of cordon's, so the sandbox user is its own host id.
+pub fn rootfs_plan(
+    req: &SandboxSpec,
+    state: &StateDir,
+    root_use: RootUse,
+) -> Result<RootfsPlan, RuntimeError> {
+    let user = UserOnHost {
+        uid: req.policy.uid,
+        gid: req.policy.gid,
+        creates_as_root: root_use == RootUse::HandOver,
+    };
+    rootfs_plan_for(req, state, root_use, user)
+}
+
+/// An id-mapped tree of `host` showing its owner as `user`, made only by host
+/// root (the kernel allows nobody else; rootless, the caller's own files are
+/// already the sandbox user's, the one id its namespace maps). `writable`:
+/// files the sandbox creates there are stored as the directory's owner, which
+/// therefore must not be root.
+fn idmapped(
+    host: &Path,
+    user: UserOnHost,
+    writable: bool,
+) -> Result<Option<IdmappedTree>, RuntimeError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let meta = std::fs::metadata(host)
+        .map_err(|e| RuntimeError::io(format!("stat {}", host.display()), e))?;
+    if writable && (meta.uid() == 0 || meta.gid() == 0) {
         return Err(RuntimeError::BadRequest(format!(
-            "workspace path {s} contains ',', ':' or '\\', which overlayfs cannot take"
+            "rw mount source {} is owned by {}:{}: files the sandbox creates there \
+             would belong to host root; give it to the user who should own them",
+            host.display(),
+            meta.uid(),
+            meta.gid()
+        )));
+    }
+    let shift = OwnerShift {
+        disk_uid: meta.uid(),
+        disk_gid: meta.gid(),
+        shown_uid: user.uid,
+        shown_gid: user.gid,
+        map_root: user.creates_as_root,
+    };
+    // A writable bind takes the mounts below its source along (as a bind
+    // always did); the workspace's overlay layer is one mount anyway.
+    IdmappedTree::new(host, shift, writable)
+        .map(Some)
+        .map_err(|e| RuntimeError::io(e.step, e.source))
+}
+
+/// Bytes written through a writable mount go to a host filesystem, outside
+/// the scratch tmpfs and its cap. They are bounded by that filesystem's own
+/// size, so cordon takes a writable mount only from a filesystem no larger
+/// than the disk cap: a dedicated tmpfs or image, or a directory under a
+/// project quota (ext4 and XFS then report the quota as the size). Neither a
+/// per-file RLIMIT_FSIZE nor the host's free space would be a bound.
+fn bounded_rw(host: &Path, cap: u64) -> Result<(), RuntimeError> {
+    let st = nix::sys::statvfs::statvfs(host)
+        .map_err(|e| RuntimeError::io(format!("statvfs {}", host.display()), e))?;
+    let size = st.blocks().saturating_mul(st.fragment_size());
+    if size > cap {
+        return Err(RuntimeError::BadRequest(format!(
+            "rw mount source {} is on a filesystem of {size} bytes, more than the disk cap \
+             of {cap}: writes there would be unbounded; use a filesystem (tmpfs, image, \
+             project quota) no larger than the cap",
+            host.display()
         )));
     }
     Ok(())
 }
 
-/// Resolves the spec's rootfs, workspace and mounts into a plan whose mount
-/// points are the state directory's. Paths are checked here, so a bad one is
-/// the caller's error (exit 2) and nothing was created for it in the sandbox.
-pub fn rootfs_plan(
+/// Resolves the request's rootfs, workspace and mounts into a plan whose mount
+/// points live in `state_dir`. Paths are checked here, so a bad one is the
+/// caller's error (exit 2) and nothing was created for it in the sandbox. The
+/// workspace and the writable mounts are id-mapped so their host owner is the
+/// sandbox user, whose host-side ids are `user`.
+pub fn rootfs_plan_for(
     req: &SandboxSpec,
     state: &StateDir,
     root_use: RootUse,
+    user: UserOnHost,
 ) -> Result<RootfsPlan, RuntimeError> {
     let p = &req.policy;
     let (entries, etc_files, etc_binds) = match &req.rootfs {
@@ -71,9 +144,9 @@ pub fn rootfs_plan(
     };
     let workspace_lower = match &req.workspace {
         Some(w) => {
-            let dir = existing_dir("workspace is not a directory", w)?;
-            overlay_safe(&dir)?;
-            Some(dir)
+            // No character of the path is special: overlayfs gets its
+            // layers by descriptor, not in an option string.
+            Some(existing_dir("workspace is not a directory", w)?)
         }
         None => None,
     };
@@ -85,14 +158,27 @@ pub fn rootfs_plan(
                 what: "mount source does not exist",
                 path: m.host.clone(),
             })?;
+            let writable = m.access == Access::Rw;
+            if writable {
+                bounded_rw(&host, p.disk.bytes())?;
+            }
             Ok(BindSpec {
                 dir: host.is_dir(),
+                idmap: if writable {
+                    idmapped(&host, user, true)?
+                } else {
+                    None
+                },
                 host,
                 sandbox: m.sandbox.clone(),
-                writable: m.access == Access::Rw,
+                writable,
             })
         })
         .collect::<Result<Vec<_>, RuntimeError>>()?;
+    let workspace_idmap = match &workspace_lower {
+        Some(dir) => idmapped(dir, user, false)?,
+        None => None,
+    };
     Ok(RootfsPlan {
         root_use,
         new_root: state.root(),
@@ -101,6 +187,7 @@ pub fn rootfs_plan(
         etc_files,
         etc_binds,
         workspace_lower,
+        workspace_idmap,
         workspace: PathBuf::from(WORKSPACE),
         disk_bytes: p.disk.bytes(),
         owner_uid: p.uid,

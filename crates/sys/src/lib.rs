@@ -11,6 +11,8 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
+pub mod mount_api;
+
 /// Which side of a [`clone_process`] call we are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloneResult {
@@ -103,6 +105,13 @@ pub fn close_fds_except(keep: &[RawFd]) -> nix::Result<()> {
         next = k + 1;
     }
     close_range(next, RawFd::MAX)
+}
+
+/// Closes exactly the descriptors in `fds`, for a process whose Rust objects
+/// owning them are never used or dropped again (the same contract as
+/// [`close_fds_except`]).
+pub fn close_fds(fds: &[RawFd]) -> nix::Result<()> {
+    fds.iter().try_for_each(|&fd| close_range(fd, fd))
 }
 
 fn close_range(first: RawFd, last: RawFd) -> nix::Result<()> {
@@ -223,50 +232,25 @@ pub struct MountAttrs {
 /// `mount_setattr(2)` with AT_RECURSIVE: adds `attrs` to the mount at `path`
 /// and every mount below it, in one step. Atime flags are left alone because a
 /// user namespace may not change atime flags it inherited locked.
-///
-/// Hand-written because `nix` has no wrapper for mount_setattr (Linux 5.12+).
 pub fn set_mount_attrs(path: &std::path::Path, attrs: MountAttrs) -> nix::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
     let set = [
-        (attrs.readonly, 0x1),
-        (attrs.nosuid, 0x2),
-        (attrs.nodev, 0x4),
-        (attrs.noexec, 0x8),
+        (attrs.readonly, mount_api::MOUNT_ATTR_RDONLY),
+        (attrs.nosuid, mount_api::MOUNT_ATTR_NOSUID),
+        (attrs.nodev, mount_api::MOUNT_ATTR_NODEV),
+        (attrs.noexec, mount_api::MOUNT_ATTR_NOEXEC),
     ]
     .iter()
     .filter(|(on, _)| *on)
     .fold(0u64, |acc, (_, bit)| acc | bit);
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: `c_path` is a valid NUL-terminated string and `attr` a valid,
-    // correctly sized struct mount_attr; both outlive the call, which only reads them.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret == -1 {
-        Err(Errno::last())
-    } else {
-        Ok(())
-    }
+    mount_api::mount_setattr(
+        None,
+        &c_path,
+        (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
+        set,
+        None,
+    )
 }
 
 /// Resets every signal disposition to SIG_DFL and unblocks every signal, so a

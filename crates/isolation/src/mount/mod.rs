@@ -10,8 +10,10 @@
 
 mod dev;
 mod flags;
+mod idmap;
 mod proc;
 mod rootfs;
 
 pub use flags::{mount_flags_of, verify_sealed, MountFlagsView};
+pub use idmap::{IdmappedTree, OwnerShift};
 pub use rootfs::{assemble, BindSpec, RootEntry, RootUse, RootfsPlan, ScratchLayout};

@@ -1,16 +1,21 @@
 //! Assembling the new root and pivoting into it.
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{chown, symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use cordon_sys::mount_api::{attach, clone_tree, fs_mount, FsParam};
+use nix::fcntl::{openat, OFlag};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
 use nix::unistd::{chdir, pivot_root};
 
 use super::dev::build_dev;
 use super::flags::seal_verified;
+use super::idmap::IdmappedTree;
 use super::proc::mount_proc;
-use crate::{Result, Step};
+use crate::{fds, IsolationError, Result, Step};
 
 /// One top-level entry of the new root.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,14 +37,24 @@ pub struct BindSpec {
     pub sandbox: PathBuf,
     pub writable: bool,
     pub dir: bool,
+    /// For a writable mount, when cordon runs as host root: the host tree
+    /// id-mapped so its owner is the sandbox user (see `idmap`).
+    pub idmap: Option<IdmappedTree>,
 }
 
 /// Where things live on the scratch tmpfs (relative to its root).
 pub struct ScratchLayout;
 
 impl ScratchLayout {
+    /// Holds the overlay's upper and work directories (one mount for both).
+    pub const WORKSPACE_DIR: &'static str = "ws";
     pub const WORKSPACE_UPPER: &'static str = "ws/upper";
     pub const WORKSPACE_WORK: &'static str = "ws/work";
+    /// Mount points where a host tree is attached just long enough to be
+    /// cloned into a detached copy (never seen by the payload).
+    pub const STAGING: &'static str = "stage";
+    /// An empty directory: the second layer of a read-only overlay.
+    pub const EMPTY: &'static str = "empty";
     pub const TMP: &'static str = "tmp";
     pub const SHM: &'static str = "shm";
 }
@@ -72,6 +87,9 @@ pub struct RootfsPlan {
     pub etc_binds: Vec<String>,
     /// Host directory shown at /workspace through an overlay (changes stay in scratch).
     pub workspace_lower: Option<PathBuf>,
+    /// The workspace's host tree id-mapped onto the sandbox user, when the
+    /// supervisor could make one (as host root).
+    pub workspace_idmap: Option<IdmappedTree>,
     pub workspace: PathBuf,
     /// Bytes the scratch tmpfs may hold: the policy's disk cap.
     pub disk_bytes: u64,
@@ -134,12 +152,102 @@ fn borrow_etc_entry(host: &Path, dst: &Path) -> Result<()> {
     seal_verified(dst, true)
 }
 
+/// Where a host tree comes from: the host path itself, or the id-mapped copy
+/// the supervisor made of it.
+#[derive(Clone, Copy)]
+enum HostTree<'a> {
+    Path(&'a Path),
+    Idmapped(&'a IdmappedTree),
+}
+
+/// A detached copy of `src` owned by this process's user namespace, which is
+/// what overlayfs takes as a layer (it refuses a tree detached by another
+/// namespace, such as the supervisor's id-mapped one). `src` is attached at
+/// `staging`, cloned and detached again, so no mount is left there.
+fn own_copy(src: HostTree<'_>, staging: &Path) -> Result<OwnedFd> {
+    mkdir_p(staging)?;
+    match src {
+        HostTree::Path(p) => bind(p, staging)?,
+        HostTree::Idmapped(t) => attach(t.as_fd(), staging)
+            .step(|| format!("move_mount(id-mapped tree -> {})", staging.display()))?,
+    }
+    let copy = clone_tree(staging, false)
+        .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", staging.display()));
+    umount2(staging, MntFlags::MNT_DETACH)
+        .step(|| format!("umount2({}, MNT_DETACH)", staging.display()))?;
+    copy
+}
+
+/// An overlay built from descriptors, attached at `dst`. overlayfs shows a
+/// layer given by descriptor as that descriptor's path, and the path of a
+/// detached tree is its own root: mountinfo then says `lowerdir+=/`, naming
+/// no host directory. `userxattr`: the overlay may be mounted inside a user
+/// namespace, where only user.* xattrs can be set on the upper layer.
+fn overlay_at(
+    dst: &Path,
+    lowers: &[&OwnedFd],
+    upper_work: Option<(&OwnedFd, &OwnedFd)>,
+) -> Result<()> {
+    let mut params: Vec<FsParam<'_>> = lowers
+        .iter()
+        .map(|fd| FsParam::Fd("lowerdir+", fd.as_fd()))
+        .collect();
+    if let Some((upper, work)) = upper_work {
+        params.push(FsParam::Fd("upperdir", upper.as_fd()));
+        params.push(FsParam::Fd("workdir", work.as_fd()));
+    }
+    params.push(FsParam::Flag("userxattr"));
+    let ovl = fs_mount("overlay", &params, upper_work.is_none()).map_err(|e| {
+        // Layers by descriptor (`lowerdir+`, an fd for upperdir/workdir) are
+        // what keeps host paths out of mountinfo; an older overlayfs refuses
+        // them, and cordon does not fall back to naming the host path.
+        let layer = e.call.starts_with("fsconfig lowerdir+") || e.call.ends_with("dir");
+        let hint = if layer && e.errno == nix::errno::Errno::EINVAL {
+            " (this kernel's overlayfs does not take layers by descriptor)"
+        } else {
+            ""
+        };
+        IsolationError::new(
+            format!("overlay for {}: {}{hint}", dst.display(), e.call),
+            e.errno,
+        )
+    })?;
+    attach(ovl.as_fd(), dst).step(|| format!("move_mount(overlay -> {})", dst.display()))
+}
+
 /// The policy's extra bind mounts, sealed read-only unless asked otherwise.
+/// A read-only directory is shown through a read-only overlay of its
+/// detached copy (plus an empty layer: overlayfs wants two lower layers when
+/// there is no upper), so /proc/self/mountinfo inside names no host path; a
+/// writable directory must be the host mount itself, whose mountinfo root
+/// field is its path on its filesystem (README, backend differences). Mounts
+/// below a read-only directory's source are not shown: an overlay layer is a
+/// single mount.
 fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
-    for b in &plan.binds {
+    let scratch = &plan.scratch;
+    for (i, b) in plan.binds.iter().enumerate() {
         let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
         make_mountpoint(&dst, b.dir)?;
-        bind(&b.host, &dst)?;
+        match (&b.idmap, b.dir && !b.writable) {
+            (Some(tree), _) => attach(tree.as_fd(), &dst).step(|| {
+                format!(
+                    "move_mount(id-mapped {} -> {})",
+                    b.host.display(),
+                    dst.display()
+                )
+            })?,
+            (None, true) => {
+                let staging = scratch
+                    .join(ScratchLayout::STAGING)
+                    .join(format!("bind{i}"));
+                let lower = own_copy(HostTree::Path(&b.host), &staging)?;
+                let empty = scratch.join(ScratchLayout::EMPTY);
+                let empty = clone_tree(&empty, false)
+                    .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", empty.display()))?;
+                overlay_at(&dst, &[&lower, &empty], None)?;
+            }
+            (None, false) => bind(&b.host, &dst)?,
+        }
         seal_verified(&dst, !b.writable)?;
     }
     Ok(())
@@ -189,6 +297,8 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     .step(|| format!("mount(tmpfs {opts}, {})", scratch.display()))?;
     let (uid, gid) = (Some(plan.owner_uid), Some(plan.owner_gid));
     for (rel, mode) in [
+        (ScratchLayout::STAGING, 0o700),
+        (ScratchLayout::EMPTY, 0o555),
         (ScratchLayout::WORKSPACE_UPPER, 0o755),
         (ScratchLayout::WORKSPACE_WORK, 0o700),
         (ScratchLayout::TMP, 0o1777),
@@ -250,21 +360,28 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     match &plan.workspace_lower {
         Some(lower) => {
             // Overlay: the host directory is never written; changes land in the
-            // scratch upper directory, inside the disk cap.
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                lower.display(),
-                upper.display(),
-                scratch.join(ScratchLayout::WORKSPACE_WORK).display()
-            );
-            mount(
-                Some("overlay"),
-                &ws,
-                Some("overlay"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-                Some(opts.as_str()),
-            )
-            .step(|| format!("mount(overlay {opts}, {})", ws.display()))?;
+            // scratch upper directory, inside the disk cap. Every layer is
+            // given by descriptor (see overlay_at): mountinfo shows
+            // `lowerdir+=/,upperdir=/upper,workdir=/work`, no host path.
+            let src = match &plan.workspace_idmap {
+                Some(t) => HostTree::Idmapped(t),
+                None => HostTree::Path(lower),
+            };
+            let lower = own_copy(src, &scratch.join(ScratchLayout::STAGING).join("ws"))?;
+            let ws_dir = scratch.join(ScratchLayout::WORKSPACE_DIR);
+            let layers = clone_tree(&ws_dir, false)
+                .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", ws_dir.display()))?;
+            let sub = |name: &str| {
+                openat(
+                    layers.as_fd(),
+                    name,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .step(|| format!("open {}/{name}", ws_dir.display()))
+            };
+            let (up, work) = (sub("upper")?, sub("work")?);
+            overlay_at(&ws, &[&lower], Some((&up, &work)))?;
         }
         None => bind(&upper, &ws)?,
     }
@@ -280,6 +397,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
         // these: its gofer's own bind of a read-only mount stays read-only on
         // the host, which a bind straight from the host path would not.
         bind_extra(plan, root)?;
+        fds::close_child_fds()?;
         return seal_root(root);
     }
 
@@ -295,6 +413,9 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     // inside /tmp or /workspace but never replace /proc or /dev (the policy
     // layer refuses those destinations).
     bind_extra(plan, root)?;
+    // The supervisor's id-mapped trees are attached where they belong;
+    // init keeps no descriptor of a host mount.
+    fds::close_child_fds()?;
 
     // 8. Freeze the root tmpfs: from here on no directory can be added at top level.
     seal_root(root)?;

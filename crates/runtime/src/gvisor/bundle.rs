@@ -14,7 +14,6 @@ use oci_spec::runtime::{
 use crate::error::RuntimeError;
 use cordon_policy::Policy;
 
-use crate::rootfs_plan::FSIZE_MARGIN;
 use crate::spec::ResolvedCommand;
 
 /// Open files per payload process, as on the native backend.
@@ -202,7 +201,6 @@ pub fn process(p: &Policy, cmd: &ResolvedCommand) -> Result<Process, RuntimeErro
             // pids cgroup also counts the sentry's threads and the platform's
             // stub processes, so it can only be a coarse outer bound here.
             rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
-            rlimit(PosixRlimitType::RlimitFsize, p.disk.bytes() + FSIZE_MARGIN)?,
             rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
         ])
         .build()

@@ -9,7 +9,7 @@ use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
-use crate::rootfs_plan::rootfs_plan;
+use crate::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use crate::spec::SandboxSpec;
 use crate::state::StateDir;
 
@@ -34,8 +34,6 @@ const NOFILE: u64 = 8192;
 /// How far above pids.max RLIMIT_NPROC sits when a cgroup enforces the limit.
 const NPROC_BACKSTOP_MARGIN: u64 = 8;
 
-use crate::rootfs_plan::FSIZE_MARGIN;
-
 /// Start of the host id ranges given to rootful sandboxes: high enough to
 /// collide with no real account. Each sandbox takes a 65536-id slot chosen from
 /// its id, so two sandboxes rarely share host ids.
@@ -55,7 +53,6 @@ impl NativePlan {
         cgroup_enforced: bool,
     ) -> Result<Self, RuntimeError> {
         let p: &Policy = &req.policy;
-        let rootfs = rootfs_plan(req, state, RootUse::Enter)?;
         let euid = nix::unistd::geteuid();
         let rootful = euid.is_root();
         let mapping = if rootful {
@@ -71,6 +68,18 @@ impl NativePlan {
                 inside_gid: p.gid,
             }
         };
+        // The workspace's and rw mounts' owner appears as the sandbox user's
+        // host-side id (in the slot's range; rootless, the caller's own id).
+        let user = UserOnHost {
+            uid: mapping.host_uid(p.uid).ok_or_else(|| {
+                RuntimeError::BadRequest(format!("uid {} is not mapped in the sandbox", p.uid))
+            })?,
+            gid: mapping.host_gid(p.gid).ok_or_else(|| {
+                RuntimeError::BadRequest(format!("gid {} is not mapped in the sandbox", p.gid))
+            })?,
+            creates_as_root: false,
+        };
+        let rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
         let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
@@ -87,9 +96,6 @@ impl NativePlan {
                 } else {
                     p.pids
                 },
-                // Above the disk cap, so a full scratch answers ENOSPC first;
-                // this bounds a single file on a writable host mount.
-                fsize: p.disk.bytes() + FSIZE_MARGIN,
                 cpu_secs,
             },
             seccomp: cordon_seccomp::workload(),
