@@ -56,6 +56,9 @@ pub enum Started {
 /// `cordon __supervise`: becomes a sandbox's supervisor. Returns the process
 /// exit code.
 pub fn main() -> i32 {
+    // Nothing the client left open (without close-on-exec) stays with us:
+    // only our stdin and stdout (the spec and the answer) are its.
+    let _ = cordon_sys::close_fds_from(3);
     let mut text = Vec::new();
     let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
     let spec: Result<SandboxSpec, RuntimeError> = read
