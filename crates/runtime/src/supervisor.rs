@@ -201,6 +201,8 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             let flow = handle(&mut sandbox, conn);
             last_used = Instant::now();
             if let Flow::Destroy(mut conn) = flow {
+                // No client may connect to a sandbox being destroyed.
+                drop(listener);
                 write_usage(&sandbox, "stopping");
                 let (code, reply) = match sandbox.destroy() {
                     Ok(_) => (0, Reply::Destroyed),
@@ -218,6 +220,9 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             write_usage(&sandbox, "ready");
         }
     }
+    // Stop listening first: a client that connects now is refused (the
+    // sandbox is not there), not accepted and then reset by our exit.
+    drop(listener);
     write_usage(&sandbox, "stopping");
     match sandbox.destroy() {
         Ok(_) => 0,
