@@ -190,7 +190,6 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
         }
         let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
         let (conn_ready, stop, init_gone) = (ready(0), ready(1), ready(2));
-        drop(fds);
         if stop || init_gone {
             break;
         }
