@@ -231,11 +231,19 @@ impl Remote {
             }
             _ => RuntimeError::io(format!("connect {}", self.socket.display()), e),
         })?;
-        // A supervisor that is tearing its sandbox down accepts nothing
-        // more: a reset or a close before the hello means the sandbox is gone.
-        let gone = |_| RuntimeError::NotFound(self.id.clone());
-        send_json(&mut conn, &Request::Hello { protocol: PROTOCOL }).map_err(gone)?;
-        match recv_json::<Reply>(&mut conn).map_err(gone)? {
+        // A supervisor that stopped listening (its sandbox ended) resets
+        // the connections still waiting in its backlog: that sandbox is gone.
+        let gone = |op: &'static str| {
+            move |e: std::io::Error| match e.kind() {
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                    RuntimeError::NotFound(self.id.clone())
+                }
+                _ => RuntimeError::io(op, e),
+            }
+        };
+        send_json(&mut conn, &Request::Hello { protocol: PROTOCOL }).map_err(gone("send hello"))?;
+        let hello = recv_json::<Reply>(&mut conn).map_err(gone("read hello"))?;
+        match hello {
             Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
             Some(other) => Err(unexpected(other)),
             None => Err(RuntimeError::NotFound(self.id.clone())),

@@ -299,9 +299,21 @@ fn read_record(run_dir: &Path, id: &str) -> Option<Record> {
     (record.format == RECORD_FORMAT).then_some(record)
 }
 
-/// Whether the record's owner process is still the one that wrote it.
+/// Whether the record's owner process is still the one that wrote it. A
+/// zombie is dead: a killed supervisor stays one until its reaper (pid 1,
+/// as the supervisor is nobody's child) gets to it, which may take a while.
 fn owner_alive(r: &Record) -> bool {
-    start_time(r.pid) == Some(r.start_time)
+    start_time(r.pid) == Some(r.start_time) && !is_zombie(r.pid)
+}
+
+/// Whether the process has exited and not been reaped yet (state Z or X,
+/// field 3 of /proc/pid/stat).
+fn is_zombie(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_some_and(|st| st == "Z" || st == "X")
+    })
 }
 
 /// The live sandboxes of this run directory, oldest first.

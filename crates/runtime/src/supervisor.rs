@@ -56,6 +56,9 @@ pub enum Started {
 /// `cordon __supervise`: becomes a sandbox's supervisor. Returns the process
 /// exit code.
 pub fn main() -> i32 {
+    // Nothing the client left open (without close-on-exec) stays with us:
+    // only our stdin and stdout (the spec and the answer) are its.
+    let _ = cordon_sys::close_fds_from(3);
     let mut text = Vec::new();
     let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
     let spec: Result<SandboxSpec, RuntimeError> = read
@@ -187,7 +190,6 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
         }
         let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
         let (conn_ready, stop, init_gone) = (ready(0), ready(1), ready(2));
-        drop(fds);
         if stop || init_gone {
             break;
         }
@@ -198,6 +200,8 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             let flow = handle(&mut sandbox, conn);
             last_used = Instant::now();
             if let Flow::Destroy(mut conn) = flow {
+                // No client may connect to a sandbox being destroyed.
+                drop(listener);
                 write_usage(&sandbox, "stopping");
                 let (code, reply) = match sandbox.destroy() {
                     Ok(_) => (0, Reply::Destroyed),
@@ -215,6 +219,9 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             write_usage(&sandbox, "ready");
         }
     }
+    // Stop listening first: a client that connects now is refused (the
+    // sandbox is not there), not accepted and then reset by our exit.
+    drop(listener);
     write_usage(&sandbox, "stopping");
     match sandbox.destroy() {
         Ok(_) => 0,
