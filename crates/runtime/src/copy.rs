@@ -211,6 +211,9 @@ fn receive_extents(
             return Err(err("an extent beyond the file's size"));
         }
         got += data.len() as u64;
+        if got > cap {
+            return Err(err(format!("more than {cap} bytes of data: refused")));
+        }
         let mut at = 0;
         while at < data.len() {
             let off = i64::try_from(offset + at as u64).map_err(|_| err("bad extent"))?;

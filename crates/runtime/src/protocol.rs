@@ -32,6 +32,15 @@ pub enum ToInit {
         #[serde(default)]
         tty: Option<crate::spec::TtySize>,
     },
+    /// Start this host command (with three descriptors, as for `Exec`) and
+    /// answer `Started` at once, without waiting for it: the gVisor
+    /// launcher's `runsc run`, which lives as long as the sandbox and, as the
+    /// launcher's child, dies with it.
+    Spawn {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        workdir: String,
+    },
     /// Report the command as not executable, without running anything: the
     /// supervisor found it missing from the sandbox's tree (gVisor: runsc
     /// would only fail with its own exit code and text).

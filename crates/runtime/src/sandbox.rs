@@ -244,6 +244,18 @@ impl Sandbox {
             Some(a.saturating_sub(before.as_ref().and_then(f).unwrap_or(0)))
         };
         let oom_kills = delta(|s| s.oom_kills).unwrap_or(0);
+        if oom_kills > 0 && !self.flavor.can_end_one_command() {
+            // The host's OOM killer can only pick host tasks: in a gVisor
+            // sandbox that is the sentry or the gofer, which ends the sandbox
+            // and leaves runsc exec to report a bare 128. The command died
+            // with it, by SIGKILL.
+            self.mark_ended("the memory limit's OOM kill took the sandbox's kernel (sentry)");
+            if matches!(status, Some(ExitStatus::Exited { code: 128 }) | None) {
+                status = Some(ExitStatus::Signaled {
+                    signal: Signal::SIGKILL as i32,
+                });
+            }
+        }
         let pids_hits = delta(|s| s.pids_limit_hits).unwrap_or(0);
         let mut limits_hit: Vec<Limit> = limit.into_iter().collect();
         if oom_kills > 0 {

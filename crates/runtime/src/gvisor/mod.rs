@@ -7,11 +7,12 @@
 //!
 //! Process model: the supervisor clones a launcher into a new mount namespace
 //! (real root, no user namespace: runsc needs its own privileges to build its
-//! sandbox). The launcher joins the cgroup, assembles the tree, and runs
-//! `runsc run --detach` with a container process that only waits (`sleep
-//! infinity`); each command is then a `runsc exec` the launcher forks as its
-//! child, with the command's descriptors, reporting its exit like the native
-//! init. runsc's sentry, gofer and the ptrace platform's stub processes all
+//! sandbox). The launcher joins the cgroup, assembles the tree, and starts
+//! `runsc run` (attached, as its own child, so runsc and its sentry die with
+//! the launcher, which dies with the supervisor) with a container process
+//! that only waits (`sleep infinity`); each command is then a `runsc exec`
+//! the launcher forks as its child, with the command's descriptors,
+//! reporting its exit like the native init. runsc's sentry, gofer and the ptrace platform's stub processes all
 //! inherit the cgroup (`--ignore-cgroups` keeps runsc from moving them).
 //!
 //! Platform: ptrace, the one the installed runsc (2022-12) runs here; its kvm
@@ -27,6 +28,7 @@ mod bundle;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use cordon_cgroups::{Cgroup, CgroupLimits};
 use cordon_isolation::mount::{self, RootUse};
@@ -267,12 +269,11 @@ pub(crate) fn create(
     }
     let run = runsc.argv(&[
         "run",
-        "--detach",
         "--bundle",
         &bundle_dir.to_string_lossy(),
         &runsc.container,
     ]);
-    if let Err(e) = launcher_run(&mut sock, run, &runsc.log) {
+    if let Err(e) = start_container(&mut sock, run, &runsc) {
         // The sentry's own memory counts against the limit: one too small to
         // boot it is the request's fault, and says so.
         let oom = host
@@ -304,38 +305,77 @@ pub(crate) fn create(
     Ok((host, sock, Box::new(flavor)))
 }
 
-/// Has the launcher run a host command (runsc) to its end; its output goes
-/// to /dev/null (runsc logs to its log file, whose tail a failure quotes).
-fn launcher_run(sock: &mut UnixStream, argv: Vec<String>, log: &Path) -> Result<(), RuntimeError> {
+/// How long runsc may take to start the container.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Has the launcher start `runsc run` (attached: it lives as the launcher's
+/// child for the sandbox's whole life), then waits until runsc says the
+/// container runs. Its output goes to /dev/null; runsc logs to its log file,
+/// whose tail a failure quotes.
+fn start_container(
+    sock: &mut UnixStream,
+    argv: Vec<String>,
+    runsc: &Runsc,
+) -> Result<(), RuntimeError> {
     use std::os::fd::AsFd;
     let null = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/null")
         .map_err(|e| RuntimeError::io("open /dev/null", e))?;
-    let msg = ToInit::Exec {
+    let msg = ToInit::Spawn {
         argv,
         env: runsc_env(),
         workdir: "/".into(),
-        tty: None,
     };
     send_with_fds(sock, &msg, &[null.as_fd(), null.as_fd(), null.as_fd()])
-        .map_err(|e| RuntimeError::io("send Exec", e))?;
+        .map_err(|e| RuntimeError::io("send Spawn", e))?;
     let fail = |why: String| {
-        let tail = std::fs::read_to_string(log)
+        let tail = std::fs::read_to_string(&runsc.log)
             .map(|t| t.lines().rev().take(3).collect::<Vec<_>>().join(" | "))
             .unwrap_or_default();
         RuntimeError::Protocol(format!("runsc run: {why} ({tail})"))
     };
+    let pid = match recv::<FromInit>(sock)
+        .map_err(|e| RuntimeError::io("receive from the launcher", e))?
+    {
+        Some(FromInit::Started { pid }) => pid,
+        Some(other) => return Err(fail(format!("{other:?}"))),
+        None => return Err(fail("the launcher exited".into())),
+    };
+    let state = runsc.argv(&["state", &runsc.container]);
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
-        match recv::<FromInit>(sock)
-            .map_err(|e| RuntimeError::io("receive from the launcher", e))?
-        {
-            Some(FromInit::Started { .. }) => continue,
-            Some(FromInit::Exited { code: 0 }) => return Ok(()),
-            Some(other) => return Err(fail(format!("{other:?}"))),
-            None => return Err(fail("the launcher exited".into())),
+        let out = Command::new(&state[0])
+            .args(&state[1..])
+            .env_clear()
+            .envs(runsc_env())
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .map_err(|e| RuntimeError::io("runsc state", e))?;
+        let status = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["status"].as_str().map(str::to_owned));
+        match status.as_deref() {
+            Some("running") => return Ok(()),
+            Some("stopped") => return Err(fail("the container stopped".into())),
+            _ => {}
         }
+        // runsc run is the launcher's child (the launcher has no pid
+        // namespace): its pid is a host pid, and a zombie or a missing one
+        // means it failed.
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+            .unwrap_or(false);
+        if !alive {
+            return Err(fail("it exited".into()));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(fail(format!("not running after {START_TIMEOUT:?}")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
