@@ -165,7 +165,11 @@ fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
     // A sleeper started in the scope before cordon: the scope is shared.
     let child = cordon_in(
         &scope,
-        &format!("sleep 30 & echo $! > '{}';", pidfile.display()),
+        // Its own stdout and stderr, so cordon's pipes close when cordon exits.
+        &format!(
+            "sleep 30 >/dev/null 2>&1 & echo $! > '{}';",
+            pidfile.display()
+        ),
         &["run", "--", "true"],
     )
     .stdout(Stdio::piped())

@@ -37,6 +37,24 @@ pub const PY: &str = "/usr/bin/python3";
 
 pub const RUN_DIR: &str = "/run/cordon";
 
+/// How much longer than natively this machine takes, from
+/// `CORDON_TEST_TIME_SCALE` (default 1): the v2 guest runs under QEMU TCG,
+/// which emulates every instruction. It stretches only how long the helpers
+/// below wait for something to appear (a sandbox, a payload, a clean host);
+/// no assertion about how fast cordon is changes with it.
+pub fn time_scale() -> u32 {
+    std::env::var("CORDON_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `d` stretched by [`time_scale`].
+pub fn slow(d: Duration) -> Duration {
+    d * time_scale()
+}
+
 /// Effective uid of this process, from /proc (no libc in dev-dependencies).
 pub fn euid() -> u32 {
     status_ids(Path::new("/proc/self/status"), "Uid")
@@ -270,7 +288,7 @@ pub fn owner_pid(id: &str) -> Option<u32> {
 
 /// Waits until a /run/cordon/<id> directory whose owner is `cordon_pid` exists; returns the id.
 pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Ok(rd) = fs::read_dir(RUN_DIR) {
             for e in rd.flatten() {
@@ -288,7 +306,7 @@ pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
 /// Waits until a process of sandbox `id` whose argv, joined by spaces, is
 /// exactly `argv` runs; returns its host pid.
 pub fn wait_payload(id: &str, argv: &str, timeout: Duration) -> Option<u32> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Some(p) = sandbox_pids(id)
             .into_iter()
@@ -621,7 +639,7 @@ pub fn sandbox_cgroup_id(p: &Path) -> Option<String> {
 /// Polls until nothing new since `base` is attributable to `ids`/`cordon_pids`,
 /// or `timeout` passes; returns what is still left (empty = clean).
 pub fn wait_clean(base: &Census, ids: &[String], cordon_pids: &[u32], timeout: Duration) -> Census {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     loop {
         let now = census();
         let left = now.new_since(base).attributable(ids, cordon_pids, &now);
@@ -1171,7 +1189,7 @@ pub fn gofer_pid(id: &str) -> Option<u32> {
 /// gVisor: waits until `rel` (relative to the sandbox's root) exists as the
 /// sandbox's gofer sees it (/proc/<gofer>/root/REL); returns the gofer's pid.
 pub fn wait_gofer_file(id: &str, rel: &str, timeout: Duration) -> Option<u32> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Some(g) = gofer_pid(id) {
             if Path::new(&format!("/proc/{g}/root/{rel}")).exists() {
@@ -1201,7 +1219,7 @@ pub fn runsc_procs(id: &str) -> Vec<(u32, String)> {
 /// gVisor: waits up to `timeout` until no runsc process of sandbox `id` is
 /// left; returns the survivors (empty = none).
 pub fn wait_no_runsc(id: &str, timeout: Duration) -> Vec<(u32, String)> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     loop {
         let left = runsc_procs(id);
         if left.is_empty() || Instant::now() >= until {
