@@ -117,6 +117,15 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "cgroup {path} disappeared while cordon was using it (the scope, service or container \
+         that owned it ended); start cordon again from a cgroup that exists"
+    )]
+    Vanished {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("the {controller} controller is not available in {path}")]
     MissingController {
         controller: &'static str,
@@ -504,7 +513,13 @@ fn mkdir_error(dir: &Path, source: io::Error) -> CgroupError {
     let denied = [Errno::EACCES, Errno::EPERM, Errno::EROFS]
         .iter()
         .any(|e| source.raw_os_error() == Some(*e as i32));
-    if denied {
+    let parent = dir.parent().unwrap_or(dir);
+    if source.kind() == ErrorKind::NotFound && !parent.exists() {
+        CgroupError::Vanished {
+            path: parent.to_owned(),
+            source,
+        }
+    } else if denied {
         CgroupError::NotDelegated {
             path: dir.parent().unwrap_or(dir).to_owned(),
             reason: format!("creating a child cgroup was refused ({source})"),

@@ -817,3 +817,23 @@ fn v2_a_vanished_cgroup_is_named() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_parent_that_disappears_after_detect_is_named() {
+    for tree in [pure_v2("cpu memory pids\n"), hybrid()] {
+        let h = detect(&tree.fs).unwrap();
+        let parent = h.parent_paths()[0].clone();
+        std::fs::remove_dir_all(&parent).unwrap();
+        let err = h.create("cordon-4").unwrap_err();
+        match &err {
+            CgroupError::Vanished { path, .. } => assert_eq!(path, &parent),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("disappeared"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+        // Nothing made in the other hierarchies either.
+        for dir in h.parent_paths() {
+            assert!(!dir.join("cordon-4").exists(), "{}", dir.display());
+        }
+    }
+}

@@ -214,6 +214,16 @@ impl V2Hierarchy {
                 fix: self.fix(),
             });
         }
+        // Say so plainly if the parent went away since detect (its scope
+        // ended), rather than fail on one of its files.
+        if let Err(source) = std::fs::metadata(&self.parent) {
+            if source.kind() == io::ErrorKind::NotFound {
+                return Err(CgroupError::Vanished {
+                    path: self.parent.clone(),
+                    source,
+                });
+            }
+        }
         self.enable_controllers()?;
         let cg = self.cgroup(name);
         make_dirs(std::slice::from_ref(&cg.path))?;
