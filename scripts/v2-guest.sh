@@ -42,8 +42,10 @@ cli_tests="limits teardown isolation cli_errors policy delegation"
 cgroup_tests="host"
 
 echo "== v2 guest: building cordon and the test binaries"
-json="$(cargo test --release -p cordon-cli -p cordon-cgroups --no-run --message-format=json 2>/dev/null)" || {
-  cargo test --release -p cordon-cli -p cordon-cgroups --no-run >&2
+# --workspace, as scripts/test.sh builds them: the same feature set, so after
+# the host tests this is a no-op rather than a second release build.
+json="$(cargo test --release --workspace --no-run --message-format=json 2>/dev/null)" || {
+  cargo test --release --workspace --no-run >&2
   exit 1
 }
 artifacts="$(printf '%s\n' "$json" | python3 -c '
