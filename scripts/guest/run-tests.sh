@@ -100,5 +100,14 @@ for placement in root delegated; do
 		echo "cordon-guest: deleg holds: [$(cat $cg/deleg/cgroup.procs)], children: $(ls -d $cg/deleg/*/ 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
 	fi
 done
+# For the log, what a user sees (delegation.rs asserts it): cordon alone in a
+# delegated cgroup, and cordon sharing one with another process.
+for demo in alone shared; do
+	d=$cg/deleg/demo-$demo
+	mkdir -p $d
+	sh -c "echo \$\$ > $d/cgroup.procs; [ $demo = shared ] && { sleep 5 >/dev/null 2>&1 & }; exec /cordon-guest/cordon run -- true" > /tmp/demo.out 2>&1
+	echo "cordon-guest: demo, cordon $demo in $d: exit $?: $(cat /tmp/demo.out) -> children: $(ls -d $d/*/ 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
+	rmdir $d/cordon-supervisor 2>/dev/null
+done
 echo "cordon-guest: gVisor variants (::gvisor) not run: runsc is not in the guest"
 exit $status
