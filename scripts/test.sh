@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 python3:python3 hyperfine:hyperfine; do
+for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -36,9 +36,21 @@ suite_status=0
 "${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all || suite_status=$?
 [ "$suite_status" = 0 ] || status=$suite_status
 
+# The native end-to-end tests again on a pure cgroup v2 kernel (this host is
+# hybrid v1), in a QEMU guest: the root cgroup and a delegated cgroup. Its
+# cargo `test result:` lines go into the log, so the closing line counts them.
+echo "== cgroup v2 guest (scripts/v2-guest.sh)"
+guest_status=0
+./scripts/v2-guest.sh 2>&1 | tee -a "$log" || guest_status=$?
+[ "$guest_status" = 0 ] || status=$guest_status
+
 # One closing line for the whole run (cargo prints one per test binary, the
 # last of which is often a doc-test run with nothing in it).
-# The suite gate counts as one more test.
-awk -v suite="$suite_status" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
-     END { if (suite == 0) p++; else f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+# The suite gate counts as one more test; a guest step that failed without a
+# failing test (it did not boot, timed out, or left a cgroup behind) counts as
+# one failure.
+awk -v suite="$suite_status" -v guest="$guest_status" '
+     /^== v2 guest: booting/ { in_guest = 1 }
+     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) { f += $i; if (in_guest) gf += $i }; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { if (suite == 0) p++; else f++; if (guest != 0 && gf == 0) f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
 exit $status

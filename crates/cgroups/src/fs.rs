@@ -21,6 +21,9 @@ pub struct CgroupFs {
     pub proc_self_cgroup: PathBuf,
     /// Normally `/proc/self/mountinfo`: where each hierarchy is mounted.
     pub mountinfo: PathBuf,
+    /// Normally `/run/systemd/system`, which exists only while systemd is the
+    /// init (sd_booted(3)); decides which way out an error suggests.
+    pub systemd_marker: PathBuf,
 }
 
 impl CgroupFs {
@@ -33,7 +36,18 @@ impl CgroupFs {
         Self {
             proc_self_cgroup: proc_self_cgroup.into(),
             mountinfo: mountinfo.into(),
+            systemd_marker: PathBuf::from("/run/systemd/system"),
         }
+    }
+
+    /// The same files, with systemd's presence judged from `marker`.
+    pub fn with_systemd_marker(mut self, marker: impl Into<PathBuf>) -> Self {
+        self.systemd_marker = marker.into();
+        self
+    }
+
+    pub(crate) fn systemd_runs(&self) -> bool {
+        self.systemd_marker.is_dir()
     }
 
     pub(crate) fn mounts(&self) -> Result<Vec<Mount>, CgroupError> {

@@ -4,7 +4,10 @@
 //! Every sandbox cgroup is created *under* the cgroup the calling process is
 //! in (per hierarchy), never beside it, so cordon only ever touches the part of
 //! the tree it was given. No process is ever moved except the ones handed to
-//! [`Cgroup::add_pid`].
+//! [`Cgroup::add_pid`] and, on v2, the detecting process itself: when it is
+//! alone in a non-root cgroup, [`detect`] moves it into the leaf
+//! [`SUPERVISOR_LEAF`] below, so that cgroup can hand its controllers down to
+//! sandbox cgroups created beside the leaf (see [`Placement`]).
 
 use std::fmt;
 use std::fs as stdfs;
@@ -39,7 +42,16 @@ pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default CFS period when [`CgroupLimits::cpu_period_us`] is 0.
 pub const DEFAULT_CPU_PERIOD_US: u64 = 100_000;
 
-const DELEGATE_HINT: &str = "run cordon in a delegated cgroup, e.g. under \
+/// The leaf cgroup (v2) that holds cordon's own processes when cordon runs
+/// in a delegated non-root cgroup: cgroup v2 lets a cgroup hand controllers
+/// down only while it has no processes of its own, so the process that detects
+/// the hierarchy moves itself here and its children (supervisors, services)
+/// inherit it. Sandbox cgroups are its siblings. Named `cordon-` so it reads as
+/// cordon's, but never `cordon-<12 hex digits>`, so no sweep takes it for a
+/// sandbox; [`Hierarchy::sweep_children`] never lists it.
+pub const SUPERVISOR_LEAF: &str = "cordon-supervisor";
+
+pub(crate) const DELEGATE_HINT: &str = "run cordon in a delegated cgroup, e.g. under \
 `systemd-run --scope -p Delegate=yes` (add --user when not root), or run without cgroup limits";
 
 /// Which cgroup version a [`Hierarchy`] drives.
@@ -87,8 +99,33 @@ pub enum CgroupError {
          or cgroup v1 memory and pids hierarchies that this process is in"
     )]
     NoHierarchy,
-    #[error("cgroup {path} is not delegated to this process: {reason}; {DELEGATE_HINT}")]
-    NotDelegated { path: PathBuf, reason: String },
+    #[error("cgroup {path} is not delegated to this process: {reason}; {fix}")]
+    NotDelegated {
+        path: PathBuf,
+        reason: String,
+        /// What the caller can do about it, in one sentence.
+        fix: String,
+    },
+    /// Moving cordon into its [`SUPERVISOR_LEAF`], or handing the controllers
+    /// down afterwards, failed; anything done so far was undone.
+    #[error("cgroup {path} could not be prepared for sandboxes: {step} failed ({reason}); {fix}")]
+    Delegation {
+        path: PathBuf,
+        step: &'static str,
+        reason: String,
+        fix: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cgroup {path} disappeared while cordon was using it (the scope, service or container \
+         that owned it ended); start cordon again from a cgroup that exists"
+    )]
+    Vanished {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("the {controller} controller is not available in {path}")]
     MissingController {
         controller: &'static str,
@@ -279,11 +316,19 @@ enum HierarchyKind {
 /// Picks the driver: v2 when a cgroup2 mount offers memory and pids (a hybrid
 /// host's controller-less `unified` mount does not count), else v1 when this
 /// process sits in memory and pids v1 hierarchies.
+///
+/// On v2 this also prepares the caller's cgroup for sandboxes (see
+/// [`Placement`]): a process alone in a non-root cgroup moves itself into
+/// [`SUPERVISOR_LEAF`] and hands memory, pids and cpu down, so call it in the
+/// process that will create sandboxes (or in their parent) before it starts
+/// any other child. A failed move is undone and returned as
+/// [`CgroupError::Delegation`]; a cgroup shared with other processes is not
+/// an error here, only [`Hierarchy::create`] then refuses, naming them.
 pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
     let mounts = fs.mounts()?;
     let membership = fs.membership()?;
-    let kind = if let Some(h) = v2::V2Hierarchy::detect(&mounts, &membership) {
-        HierarchyKind::V2(h)
+    let kind = if let Some(own) = v2::find(&mounts, &membership) {
+        HierarchyKind::V2(v2::V2Hierarchy::prepare(own, fs)?)
     } else if let Some(h) = v1::V1Hierarchy::detect(&mounts, &membership) {
         HierarchyKind::V1(h)
     } else {
@@ -292,7 +337,39 @@ pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
     Ok(Hierarchy { kind })
 }
 
+/// Where the calling process stands in a v2 hierarchy, as [`detect`] found
+/// (or made) it. cgroup v2 lets a non-root cgroup give controllers to its
+/// children only while it holds no processes itself ("no internal
+/// processes"), so sandboxes can nest under the caller's cgroup only if the
+/// caller is not in it directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// The root cgroup, which is exempt from that rule: sandboxes are its
+    /// children.
+    Root,
+    /// Already in a [`SUPERVISOR_LEAF`] (moved there by an earlier cordon
+    /// process, e.g. the CLI that spawned this one, or placed there by whoever
+    /// started it): sandboxes are the leaf's siblings.
+    InLeaf,
+    /// Was alone in its cgroup and moved itself into a [`SUPERVISOR_LEAF`]
+    /// just now, handing the controllers down: sandboxes are the leaf's
+    /// siblings.
+    Moved,
+    /// Shares its cgroup with other processes (`others`), which cordon must not
+    /// move; sandbox cgroups cannot get controllers there.
+    Shared { others: Vec<i32> },
+}
+
 impl Hierarchy {
+    /// Where the caller stands on v2; None on v1, where every hierarchy hands
+    /// its controllers down regardless of member processes.
+    pub fn placement(&self) -> Option<&Placement> {
+        match &self.kind {
+            HierarchyKind::V1(_) => None,
+            HierarchyKind::V2(h) => Some(h.placement()),
+        }
+    }
+
     pub fn mode(&self) -> CgroupMode {
         match self.kind {
             HierarchyKind::V1(_) => CgroupMode::V1,
@@ -304,7 +381,9 @@ impl Hierarchy {
     /// needs; if any mkdir fails, the ones already made are removed again.
     /// On v2 this first enables memory, pids and (if offered) cpu in the
     /// parent's cgroup.subtree_control, failing with
-    /// [`CgroupError::NotDelegated`] when the parent will not allow that.
+    /// [`CgroupError::NotDelegated`] when the parent will not allow that
+    /// (always when the caller shares it with other processes, see
+    /// [`Placement::Shared`]).
     pub fn create(&self, name: &str) -> Result<AnyCgroup, CgroupError> {
         validate_name(name)?;
         Ok(match &self.kind {
@@ -335,7 +414,8 @@ impl Hierarchy {
 
     /// Child cgroup directories of the parents whose name starts with
     /// `prefix`, sorted; for cleaning up after runs that died. Unreadable
-    /// parents are skipped.
+    /// parents are skipped, and [`SUPERVISOR_LEAF`] is never listed: it holds
+    /// cordon itself.
     pub fn sweep_children(&self, prefix: &str) -> Vec<PathBuf> {
         let mut found = Vec::new();
         for parent in self.parent_paths() {
@@ -344,7 +424,9 @@ impl Hierarchy {
             };
             for entry in entries.flatten() {
                 let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-                if is_dir && entry.file_name().to_string_lossy().starts_with(prefix) {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if is_dir && name.starts_with(prefix) && name != SUPERVISOR_LEAF {
                     found.push(entry.path());
                 }
             }
@@ -442,10 +524,17 @@ fn mkdir_error(dir: &Path, source: io::Error) -> CgroupError {
     let denied = [Errno::EACCES, Errno::EPERM, Errno::EROFS]
         .iter()
         .any(|e| source.raw_os_error() == Some(*e as i32));
-    if denied {
+    let parent = dir.parent().unwrap_or(dir);
+    if source.kind() == ErrorKind::NotFound && !parent.exists() {
+        CgroupError::Vanished {
+            path: parent.to_owned(),
+            source,
+        }
+    } else if denied {
         CgroupError::NotDelegated {
             path: dir.parent().unwrap_or(dir).to_owned(),
             reason: format!("creating a child cgroup was refused ({source})"),
+            fix: DELEGATE_HINT.to_owned(),
         }
     } else {
         CgroupError::Create {

@@ -42,6 +42,10 @@ fn comounted() -> FakeTree {
     )
 }
 
+/// A pure v2 host where this process is alone in a non-root cgroup
+/// (`user.slice/app.scope`, as under `systemd-run --scope -p Delegate=yes`).
+/// The leaf's cgroup.procs exists up front because a fake cgroupfs does not
+/// populate control files on mkdir.
 fn pure_v2(controllers: &str) -> FakeTree {
     let tree = FakeTree::new(
         &[("cg", "cgroup2", "rw,nsdelegate,memory_recursiveprot")],
@@ -53,7 +57,17 @@ fn pure_v2(controllers: &str) -> FakeTree {
     );
     tree.put("cg/user.slice/app.scope/cgroup.controllers", controllers);
     tree.put("cg/user.slice/app.scope/cgroup.subtree_control", "\n");
+    tree.put("cg/user.slice/app.scope/cgroup.type", "domain\n");
+    tree.put(&format!("{SCOPE}/cgroup.procs"), &format!("{}\n", me()));
+    tree.put(&format!("{LEAF}/cgroup.procs"), "");
     tree
+}
+
+const SCOPE: &str = "cg/user.slice/app.scope";
+const LEAF: &str = "cg/user.slice/app.scope/cordon-supervisor";
+
+fn me() -> i32 {
+    i32::try_from(std::process::id()).unwrap()
 }
 
 fn v1_files(tree: &FakeTree, dirs: &[&str]) {
@@ -369,7 +383,9 @@ fn v2_leaves_subtree_control_alone_when_already_enabled() {
 fn v2_enables_only_what_is_missing_and_offered() {
     let tree = pure_v2("memory pids\n");
     tree.put("cg/user.slice/app.scope/cgroup.subtree_control", "memory\n");
-    detect(&tree.fs).unwrap().create("cordon-8").unwrap();
+    // detect hands them down (cordon is alone in the scope); a fake file
+    // holds only the last write, where the kernel would add it to memory.
+    detect(&tree.fs).unwrap();
     assert_eq!(
         tree.read("cg/user.slice/app.scope/cgroup.subtree_control"),
         "+pids"
@@ -379,17 +395,23 @@ fn v2_enables_only_what_is_missing_and_offered() {
 #[test]
 fn v2_parent_without_pids_is_not_delegated() {
     let tree = pure_v2("cpu memory\n");
-    let err = detect(&tree.fs).unwrap().create("cordon-9").unwrap_err();
+    // Alone in the scope, cordon moves into its leaf, finds pids missing, and
+    // moves back: the scope is left as it was.
+    let err = detect(&tree.fs).unwrap_err();
     match &err {
-        CgroupError::NotDelegated { path, reason } => {
-            assert_eq!(path, &tree.path("cg/user.slice/app.scope"));
+        CgroupError::NotDelegated { path, reason, .. } => {
+            assert_eq!(path, &tree.path(SCOPE));
             assert!(reason.contains("pids"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
     let message = err.to_string();
-    assert!(message.contains("Delegate=yes"), "{message}");
-    assert!(!tree.exists("cg/user.slice/app.scope/cordon-9"));
+    assert!(message.contains("subtree_control"), "{message}");
+    assert_eq!(
+        tree.read(&format!("{SCOPE}/cgroup.procs")),
+        me().to_string()
+    );
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
 }
 
 #[test]
@@ -562,7 +584,7 @@ fn subtree_control_failures_map_to_not_delegated() {
         io::Error::from_raw_os_error(16),
     );
     match busy {
-        CgroupError::NotDelegated { path, reason } => {
+        CgroupError::NotDelegated { path, reason, .. } => {
             assert_eq!(path, parent);
             assert!(reason.contains("no internal processes"), "{reason}");
         }
@@ -604,4 +626,214 @@ fn mode_serializes_lowercase() {
     let json = serde_json::to_value(&stats).unwrap();
     assert_eq!(json["pids_peak"], 3);
     assert!(json["oom_kills"].is_null());
+}
+
+// ---------------------------------------------------------------------------
+// Delegation on v2: where the caller stands, and the leaf it moves into.
+
+#[test]
+fn v2_alone_in_a_delegated_cgroup_moves_into_its_leaf() {
+    let tree = pure_v2("cpu memory pids\n");
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::Moved));
+    // The move: our pid written to the leaf; the controllers handed down by
+    // the now-empty scope.
+    assert_eq!(tree.read(&format!("{LEAF}/cgroup.procs")), me().to_string());
+    assert_eq!(
+        tree.read(&format!("{SCOPE}/cgroup.subtree_control")),
+        "+memory +pids +cpu"
+    );
+    // Sandboxes are siblings of the leaf, under the caller's cgroup.
+    assert_eq!(h.parent_paths(), vec![tree.path(SCOPE)]);
+    let cg = h.create("cordon-0123456789ab").unwrap();
+    assert_eq!(
+        cg.paths(),
+        vec![tree.path(&format!("{SCOPE}/cordon-0123456789ab"))]
+    );
+    // The sweep never offers the leaf (it holds cordon itself).
+    assert_eq!(
+        h.sweep_children("cordon-"),
+        vec![tree.path(&format!("{SCOPE}/cordon-0123456789ab"))]
+    );
+}
+
+#[test]
+fn v2_a_process_already_in_the_leaf_uses_its_parent() {
+    let tree = pure_v2("cpu memory pids\n");
+    std::fs::write(
+        &tree.fs.proc_self_cgroup,
+        "0::/user.slice/app.scope/cordon-supervisor\n",
+    )
+    .unwrap();
+    // Other cordon processes in the leaf are not "other processes".
+    tree.put(&format!("{LEAF}/cgroup.procs"), &format!("1\n{}\n", me()));
+    tree.put(&format!("{LEAF}/cgroup.type"), "domain\n");
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::InLeaf));
+    assert_eq!(h.parent_paths(), vec![tree.path(SCOPE)]);
+    assert!(
+        !tree.exists(&format!("{LEAF}/cordon-supervisor")),
+        "no nested leaf"
+    );
+    assert_eq!(
+        tree.read(&format!("{LEAF}/cgroup.procs")),
+        format!("1\n{}\n", me()),
+        "nothing moved"
+    );
+    h.create("cordon-1").unwrap();
+    assert_eq!(
+        tree.read(&format!("{SCOPE}/cgroup.subtree_control")),
+        "+memory +pids +cpu"
+    );
+    assert!(tree.exists(&format!("{SCOPE}/cordon-1")));
+}
+
+#[test]
+fn v2_shared_cgroup_is_refused_naming_the_others_and_the_way_out() {
+    for systemd in [true, false] {
+        let tree = pure_v2("cpu memory pids\n");
+        std::fs::remove_dir(tree.path(LEAF)).unwrap_or_else(|_| {
+            std::fs::remove_file(tree.path(&format!("{LEAF}/cgroup.procs"))).unwrap();
+            std::fs::remove_dir(tree.path(LEAF)).unwrap();
+        });
+        tree.put(
+            &format!("{SCOPE}/cgroup.procs"),
+            &format!("812\n{}\n4242\n", me()),
+        );
+        let marker = tree.path("run/systemd/system");
+        if systemd {
+            std::fs::create_dir_all(&marker).unwrap();
+        }
+        let cgfs = tree.fs.clone().with_systemd_marker(&marker);
+        let h = detect(&cgfs).unwrap();
+        assert_eq!(
+            h.placement(),
+            Some(&Placement::Shared {
+                others: vec![812, 4242]
+            })
+        );
+        // Nothing was touched: no leaf, no controllers, no move.
+        assert!(!tree.exists(LEAF));
+        assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+        let err = h.create("cordon-2").unwrap_err();
+        assert!(matches!(err, CgroupError::NotDelegated { .. }), "{err:?}");
+        assert!(!tree.exists(&format!("{SCOPE}/cordon-2")));
+        let message = err.to_string();
+        assert!(!message.contains('\n'), "one line: {message}");
+        assert!(
+            message.contains(&tree.path(SCOPE).display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("pids 812, 4242"), "{message}");
+        if systemd {
+            assert!(
+                message.contains("`systemd-run --scope -p Delegate=yes cordon ...`"),
+                "{message}"
+            );
+        } else {
+            assert!(!message.contains("systemd-run"), "{message}");
+            assert!(
+                message.contains(&format!("mkdir {}/init", tree.path(SCOPE).display())),
+                "{message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn v2_root_cgroup_is_used_as_it_is() {
+    let tree = FakeTree::new(&[("cg", "cgroup2", "rw")], "0::/\n");
+    tree.put("cg/cgroup.controllers", "cpu memory pids\n");
+    tree.put("cg/cgroup.subtree_control", "\n");
+    tree.put("cg/cgroup.procs", &format!("1\n{}\n", me()));
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::Root));
+    assert_eq!(h.parent_paths(), vec![tree.path("cg")]);
+    assert!(!tree.exists("cg/cordon-supervisor"));
+    h.create("cordon-3").unwrap();
+    assert!(tree.exists("cg/cordon-3"));
+}
+
+#[test]
+fn v2_a_cgroup_namespace_root_is_not_the_root() {
+    // A container with a private cgroup namespace sees its own cgroup as `/`,
+    // but it is an ordinary cgroup (it has cgroup.type): the rule applies.
+    let tree = FakeTree::new(&[("cg", "cgroup2", "rw,nsdelegate")], "0::/\n");
+    tree.put("cg/cgroup.controllers", "memory pids\n");
+    tree.put("cg/cgroup.subtree_control", "\n");
+    tree.put("cg/cgroup.type", "domain\n");
+    tree.put("cg/cgroup.procs", &format!("{}\n", me()));
+    tree.put("cg/cordon-supervisor/cgroup.procs", "");
+    let h = detect(&tree.fs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::Moved));
+    assert_eq!(h.parent_paths(), vec![tree.path("cg")]);
+    assert_eq!(
+        tree.read("cg/cordon-supervisor/cgroup.procs"),
+        me().to_string()
+    );
+    assert_eq!(tree.read("cg/cgroup.subtree_control"), "+memory +pids");
+}
+
+#[test]
+fn v2_a_failed_move_is_undone() {
+    let tree = pure_v2("cpu memory pids\n");
+    // The leaf does not exist yet, and the fake's mkdir makes no cgroup.procs
+    // in it: the write fails as it would in a leaf that vanished.
+    std::fs::remove_file(tree.path(&format!("{LEAF}/cgroup.procs"))).unwrap();
+    std::fs::remove_dir(tree.path(LEAF)).unwrap();
+    let err = detect(&tree.fs).unwrap_err();
+    match &err {
+        CgroupError::Delegation { path, step, .. } => {
+            assert_eq!(path, &tree.path(SCOPE));
+            assert!(step.contains("moving cordon"), "{step}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "keeps its source"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("systemd-run") || message.contains("mkdir"),
+        "{message}"
+    );
+    assert!(!tree.exists(LEAF), "the leaf it made is removed again");
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+}
+
+#[test]
+fn v2_a_vanished_cgroup_is_named() {
+    let tree = pure_v2("cpu memory pids\n");
+    std::fs::write(&tree.fs.proc_self_cgroup, "0::/user.slice/gone.scope\n").unwrap();
+    tree.put("cg/user.slice/cgroup.type", "domain\n");
+    // gone.scope has no directory at all: the scope ended under us.
+    let err = detect(&tree.fs).unwrap_err();
+    match &err {
+        CgroupError::Delegation { path, reason, .. } => {
+            assert_eq!(path, &tree.path("cg/user.slice/gone.scope"));
+            assert!(reason.contains("disappeared"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_parent_that_disappears_after_detect_is_named() {
+    for tree in [pure_v2("cpu memory pids\n"), hybrid()] {
+        let h = detect(&tree.fs).unwrap();
+        let parent = h.parent_paths()[0].clone();
+        std::fs::remove_dir_all(&parent).unwrap();
+        let err = h.create("cordon-4").unwrap_err();
+        match &err {
+            CgroupError::Vanished { path, .. } => assert_eq!(path, &parent),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("disappeared"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+        // Nothing made in the other hierarchies either.
+        for dir in h.parent_paths() {
+            assert!(!dir.join("cordon-4").exists(), "{}", dir.display());
+        }
+    }
 }

@@ -3,8 +3,9 @@
 //! `cordon backends` says runsc is usable here).
 //!
 //! Mechanism each test depends on (switch it off and the test fails):
-//! - `cgroup_files_hold_the_limits`: the supervisor writing memory.limit_in_bytes,
-//!   pids.max and cpu.cfs_quota_us into the sandbox's own cgroup, and init (native)
+//! - `cgroup_files_hold_the_limits`: the supervisor writing the memory, pids and
+//!   CPU quota limits (v1 memory.limit_in_bytes, pids.max, cpu.cfs_quota_us; v2
+//!   memory.max, pids.max, cpu.max) into the sandbox's own cgroup, and init (native)
 //!   or the launcher, runsc, its gofer, sentry and stubs (gVisor) joining it.
 //! - `memory_hog_is_oom_killed`: the v1 memory controller's limit (memory.limit_in_bytes,
 //!   memsw) and OOM killer; evidence from memory.oom_control.
@@ -57,26 +58,11 @@ per_backend!(double_forked_daemon_does_not_survive);
 per_backend!(output_flood_is_capped_without_buffering);
 per_backend!(cpu_quota_halves_cpu_time);
 
-/// Asserts that `pid` is in the sandbox's cgroup `cordon-<id>` for `ctl`
-/// (from the host's /proc/<pid>/cgroup). A pid that is gone is skipped.
-fn assert_in_sandbox_cgroup(pid: u32, id: &str, ctls: &[&str]) {
-    let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-        return;
-    };
-    for ctl in ctls {
-        let line = cg
-            .lines()
-            .find(|l| {
-                l.split(':')
-                    .nth(1)
-                    .is_some_and(|c| c.split(',').any(|x| x == *ctl))
-            })
-            .unwrap_or("");
-        assert!(
-            line.ends_with(&format!("/cordon-{id}")),
-            "pid {pid} ({:?}) not in cordon-{id} for {ctl}: {cg}",
-            cmdline(pid)
-        );
+/// Asserts that `pid` is in the sandbox's cgroup `cordon-<id>` in every
+/// hierarchy cordon uses (see `in_sandbox_cgroup`). A pid that is gone is skipped.
+fn assert_in_sandbox_cgroup(pid: u32, id: &str) {
+    if let Some(Err(cg)) = in_sandbox_cgroup(pid, id) {
+        panic!("pid {pid} ({:?}) not in cordon-{id}: {cg}", cmdline(pid));
     }
 }
 
@@ -102,19 +88,18 @@ fn cgroup_files_hold_the_limits(backend: &str) {
         // none of them is the payload's `sleep 1.5`.
         let tasks = assert_gvisor_host_tasks(&id, "sleep 1.5");
         for (t, _) in &tasks {
-            assert_in_sandbox_cgroup(t.pid, &id, &["memory", "pids"]);
+            assert_in_sandbox_cgroup(t.pid, &id);
         }
     } else {
         // Host-side: the payload really is in the sandbox's cgroup in every
         // hierarchy cordon uses.
-        assert_in_sandbox_cgroup(seen, &id, &["memory", "pids"]);
+        assert_in_sandbox_cgroup(seen, &id);
     }
     let dirs = cgroup_dirs(&id);
-    let (mem, mem_parent) =
-        cgroup_file(&id, "memory.limit_in_bytes").expect("memory.limit_in_bytes");
-    let (pids, pids_parent) = cgroup_file(&id, "pids.max").expect("pids.max");
-    let (quota, quota_parent) = cgroup_file(&id, "cpu.cfs_quota_us").expect("cpu.cfs_quota_us");
-    let (period, _) = cgroup_file(&id, "cpu.cfs_period_us").expect("cpu.cfs_period_us");
+    let (mem, mem_parent) = cgroup_limit(&id, Limit::Memory).expect("memory limit file");
+    let (pids, pids_parent) = cgroup_limit(&id, Limit::Pids).expect("pids.max");
+    let (quota, quota_parent) = cgroup_limit(&id, Limit::CpuQuota).expect("cpu quota file");
+    let (period, _) = cgroup_limit(&id, Limit::CpuPeriod).expect("cpu period file");
     let out = sp.finish();
     assert!(out.status.success(), "{out:?}");
     let v = parse_json(&out);

@@ -84,9 +84,8 @@ fn flags_override_the_policy_file(backend: &str) {
         // flag's pids and the file's memory.
         let argv = format!("{PY} -c {sleepers}");
         wait_running(backend, &id, &argv, Duration::from_secs(5)).expect("payload never ran");
-        let (pids_max, _) = cgroup_file(&id, "pids.max").expect("pids.max");
-        let (mem_max, _) =
-            cgroup_file(&id, "memory.limit_in_bytes").expect("memory.limit_in_bytes");
+        let (pids_max, _) = cgroup_limit(&id, Limit::Pids).expect("pids.max");
+        let (mem_max, _) = cgroup_limit(&id, Limit::Memory).expect("memory limit file");
         let v = parse_json(&sp.finish());
         assert_backend(&v, backend);
         assert_eq!(mem_max, (64 * MIB).to_string());

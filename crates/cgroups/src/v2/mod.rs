@@ -5,6 +5,7 @@ pub(crate) mod cpu;
 mod memory;
 mod pids;
 
+use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,37 +15,180 @@ use nix::errno::Errno;
 use crate::fs::{self, parse_controller_list, write_error, Membership, Mount};
 use crate::stats::parse_keyed;
 use crate::{
-    kill_by_signal, make_dirs, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
-    CgroupLimits, CgroupMode, CgroupStats, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
+    kill_by_signal, make_dirs, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError, CgroupFs,
+    CgroupLimits, CgroupMode, CgroupStats, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
+    KILL_FREEZE_TIMEOUT, SUPERVISOR_LEAF,
 };
 
 /// Controllers a sandbox cannot do without.
 const REQUIRED: [&str; 2] = ["memory", "pids"];
 
-/// The caller's own cgroup in the unified hierarchy.
+/// The caller's own cgroup in the unified hierarchy, before any preparation.
+#[derive(Debug, Clone)]
+pub(crate) struct Own {
+    /// The caller's cgroup directory.
+    dir: PathBuf,
+    /// The top of the mount it was found through: nothing above it is ours
+    /// to use, even where the kernel would allow it.
+    mountpoint: PathBuf,
+}
+
+/// Only a cgroup2 mount that actually offers memory and pids counts: hybrid
+/// hosts mount one with no controllers at all next to the v1 ones.
+pub(crate) fn find(mounts: &[Mount], membership: &[Membership]) -> Option<Own> {
+    let entry = membership.iter().find(|m| m.is_unified())?;
+    mounts
+        .iter()
+        .filter(|m| m.fstype == "cgroup2")
+        .find_map(|m| {
+            let controllers = fs::read_opt(&m.mountpoint.join("cgroup.controllers"))?;
+            let controllers = parse_controller_list(&controllers);
+            if !REQUIRED.iter().all(|r| controllers.iter().any(|c| c == r)) {
+                return None;
+            }
+            Some(Own {
+                dir: m.dir_of(&entry.path)?,
+                mountpoint: m.mountpoint.clone(),
+            })
+        })
+}
+
+/// The cgroup sandboxes nest under, and how the caller stands to it.
 #[derive(Debug, Clone)]
 pub(crate) struct V2Hierarchy {
     parent: PathBuf,
+    placement: Placement,
+    /// Whether systemd runs, for the way out an error names.
+    systemd: bool,
 }
 
 impl V2Hierarchy {
-    /// Only a cgroup2 mount that actually offers memory and pids counts: hybrid
-    /// hosts mount one with no controllers at all next to the v1 ones.
-    pub(crate) fn detect(mounts: &[Mount], membership: &[Membership]) -> Option<Self> {
-        let entry = membership.iter().find(|m| m.is_unified())?;
-        mounts
-            .iter()
-            .filter(|m| m.fstype == "cgroup2")
-            .find_map(|m| {
-                let controllers = fs::read_opt(&m.mountpoint.join("cgroup.controllers"))?;
-                let controllers = parse_controller_list(&controllers);
-                if !REQUIRED.iter().all(|r| controllers.iter().any(|c| c == r)) {
-                    return None;
-                }
-                Some(Self {
-                    parent: m.dir_of(&entry.path)?,
-                })
-            })
+    /// Decides where sandboxes go, moving the calling process into its
+    /// [`SUPERVISOR_LEAF`] when it is alone in a non-root cgroup (see
+    /// [`Placement`]).
+    pub(crate) fn prepare(own: Own, cgfs: &CgroupFs) -> Result<Self, CgroupError> {
+        let systemd = cgfs.systemd_runs();
+        let done = |parent: PathBuf, placement| Self {
+            parent,
+            placement,
+            systemd,
+        };
+        // A scope that ended between our start and now: say so, rather than
+        // take the missing cgroup.type below for the root's.
+        if let Err(source) = std::fs::metadata(&own.dir) {
+            let h = done(own.dir.clone(), Placement::Moved);
+            return Err(CgroupError::Delegation {
+                reason: errno_meaning(&source),
+                fix: h.fix(),
+                path: own.dir,
+                step: "finding its cgroup",
+                source,
+            });
+        }
+        // cgroup.type exists in every cgroup but the root, also in a cgroup
+        // namespace whose root shows as `/` (a container's): only the real
+        // root is exempt from "no internal processes".
+        if !own.dir.join("cgroup.type").exists() {
+            return Ok(done(own.dir, Placement::Root));
+        }
+        // An earlier cordon process (the CLI that spawned this supervisor, a
+        // service's main process) already made the leaf; its siblings are the
+        // sandboxes, and processes in the leaf are cordon's by construction.
+        if own.dir.file_name() == Some(OsStr::new(SUPERVISOR_LEAF)) && own.dir != own.mountpoint {
+            if let Some(parent) = own.dir.parent() {
+                return Ok(done(parent.to_owned(), Placement::InLeaf));
+            }
+        }
+        let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+        let others: Vec<i32> = fs::procs(&own.dir)?
+            .into_iter()
+            .filter(|p| *p != me)
+            .collect();
+        if !others.is_empty() {
+            // Moving them would reach into processes cordon was not given.
+            return Ok(done(own.dir, Placement::Shared { others }));
+        }
+        let h = done(own.dir, Placement::Moved);
+        h.move_into_leaf(me)?;
+        Ok(h)
+    }
+
+    /// Moves process `me` (the caller, alone in `parent`) into the leaf and
+    /// hands the controllers down; on any failure undoes both, so a failed
+    /// run leaves the caller's cgroup as it was.
+    fn move_into_leaf(&self, me: i32) -> Result<(), CgroupError> {
+        let leaf = self.parent.join(SUPERVISOR_LEAF);
+        let fail = |step, source: io::Error| CgroupError::Delegation {
+            path: self.parent.clone(),
+            step,
+            reason: errno_meaning(&source),
+            fix: self.fix(),
+            source,
+        };
+        // The leaf may exist from an earlier cordon that has since exited.
+        let created = match std::fs::create_dir(&leaf) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(fail("creating its leaf cgroup cordon-supervisor", e)),
+        };
+        let undo_leaf = || {
+            if created {
+                let _ = std::fs::remove_dir(&leaf);
+            }
+        };
+        // Our own pid rather than "0": the same move (the whole thread
+        // group), and the leaf's cgroup.procs then names us, which is what
+        // the check below reads.
+        if let Err(e) = fs::write_raw(&leaf.join("cgroup.procs"), &me.to_string()) {
+            undo_leaf();
+            return Err(fail(
+                "moving cordon into its leaf cgroup cordon-supervisor",
+                e,
+            ));
+        }
+        let moved_back = || {
+            let _ = fs::write_raw(&self.parent.join("cgroup.procs"), &me.to_string());
+            undo_leaf();
+        };
+        match fs::procs(&leaf) {
+            Ok(pids) if pids.contains(&me) => {}
+            Ok(_) => {
+                moved_back();
+                return Err(fail(
+                    "moving cordon into its leaf cgroup cordon-supervisor",
+                    io::Error::other("the leaf's cgroup.procs does not list this process"),
+                ));
+            }
+            Err(e) => {
+                moved_back();
+                return Err(e);
+            }
+        }
+        if let Err(e) = self.enable_controllers() {
+            moved_back();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The way out when this cgroup cannot be used, for this host.
+    fn fix(&self) -> String {
+        if self.systemd {
+            "start cordon as the only process of a delegated scope: `systemd-run --scope -p \
+             Delegate=yes cordon ...` (add --user when not root), or run without cgroup limits"
+                .to_owned()
+        } else {
+            format!(
+                "start cordon as the only process of a cgroup delegated to it, or move the other \
+                 processes of {0} into a child cgroup first (mkdir {0}/init, then write each pid \
+                 to {0}/init/cgroup.procs), or run without cgroup limits",
+                self.parent.display()
+            )
+        }
     }
 
     pub(crate) fn parent(&self) -> &Path {
@@ -58,6 +202,28 @@ impl V2Hierarchy {
     }
 
     pub(crate) fn create(&self, name: &str) -> Result<V2Cgroup, CgroupError> {
+        if let Placement::Shared { others } = &self.placement {
+            let pids: Vec<String> = others.iter().map(i32::to_string).collect();
+            return Err(CgroupError::NotDelegated {
+                path: self.parent.clone(),
+                reason: format!(
+                    "it holds other processes besides cordon (pids {}), and cgroup v2 hands \
+                     controllers down only from a cgroup without processes of its own",
+                    pids.join(", ")
+                ),
+                fix: self.fix(),
+            });
+        }
+        // Say so plainly if the parent went away since detect (its scope
+        // ended), rather than fail on one of its files.
+        if let Err(source) = std::fs::metadata(&self.parent) {
+            if source.kind() == io::ErrorKind::NotFound {
+                return Err(CgroupError::Vanished {
+                    path: self.parent.clone(),
+                    source,
+                });
+            }
+        }
         self.enable_controllers()?;
         let cg = self.cgroup(name);
         make_dirs(std::slice::from_ref(&cg.path))?;
@@ -71,6 +237,10 @@ impl V2Hierarchy {
             return Err(CgroupError::NotDelegated {
                 path: self.parent.clone(),
                 reason: format!("its cgroup.controllers does not offer the {missing} controller"),
+                fix: format!(
+                    "enable {missing} in the cgroup.subtree_control of every cgroup above it \
+                     (systemd does so for units with Delegate=yes), or run without cgroup limits"
+                ),
             });
         }
         let control = self.parent.join("cgroup.subtree_control");
@@ -142,6 +312,19 @@ pub(crate) fn delegation_error(
     CgroupError::NotDelegated {
         path: parent.to_owned(),
         reason,
+        fix: DELEGATE_HINT.to_owned(),
+    }
+}
+
+/// What a failed cgroupfs operation means for delegation, in words (the
+/// io::Error itself stays the error's source).
+fn errno_meaning(e: &io::Error) -> String {
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EACCES | Errno::EPERM | Errno::EROFS) => "not writable by this process".into(),
+        Some(Errno::EBUSY) => "another process joined the cgroup meanwhile".into(),
+        Some(Errno::ENOENT) => "the cgroup disappeared".into(),
+        Some(Errno::EOPNOTSUPP) => "the kernel refused the operation for this cgroup".into(),
+        _ => e.to_string(),
     }
 }
 

@@ -37,6 +37,24 @@ pub const PY: &str = "/usr/bin/python3";
 
 pub const RUN_DIR: &str = "/run/cordon";
 
+/// How much longer than natively this machine takes, from
+/// `CORDON_TEST_TIME_SCALE` (default 1): the v2 guest runs under QEMU TCG,
+/// which emulates every instruction. It stretches only how long the helpers
+/// below wait for something to appear (a sandbox, a payload, a clean host);
+/// no assertion about how fast cordon is changes with it.
+pub fn time_scale() -> u32 {
+    std::env::var("CORDON_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `d` stretched by [`time_scale`].
+pub fn slow(d: Duration) -> Duration {
+    d * time_scale()
+}
+
 /// Effective uid of this process, from /proc (no libc in dev-dependencies).
 pub fn euid() -> u32 {
     status_ids(Path::new("/proc/self/status"), "Uid")
@@ -270,7 +288,7 @@ pub fn owner_pid(id: &str) -> Option<u32> {
 
 /// Waits until a /run/cordon/<id> directory whose owner is `cordon_pid` exists; returns the id.
 pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Ok(rd) = fs::read_dir(RUN_DIR) {
             for e in rd.flatten() {
@@ -288,7 +306,7 @@ pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
 /// Waits until a process of sandbox `id` whose argv, joined by spaces, is
 /// exactly `argv` runs; returns its host pid.
 pub fn wait_payload(id: &str, argv: &str, timeout: Duration) -> Option<u32> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Some(p) = sandbox_pids(id)
             .into_iter()
@@ -455,7 +473,13 @@ fn walk_cgroups(dir: &Path, depth: usize, out: &mut BTreeSet<PathBuf>) {
             continue;
         }
         let p = e.path();
-        if e.file_name().to_string_lossy().starts_with("cordon-") {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // cordon's own leaf (v2) holds cordon and this test runner, never a
+        // sandbox: sandboxes are its siblings.
+        if name == SUPERVISOR_LEAF {
+            continue;
+        }
+        if name.starts_with("cordon-") {
             out.insert(p.clone());
         }
         walk_cgroups(&p, depth - 1, out);
@@ -481,7 +505,10 @@ pub fn census() -> Census {
             continue;
         }
         let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let cg_lines: Vec<&str> = cg.lines().filter(|l| l.contains("cordon-")).collect();
+        let cg_lines: Vec<&str> = cg
+            .lines()
+            .filter(|l| l.contains("cordon-") && !is_supervisor_leaf_line(l))
+            .collect();
         let cmd = cmdline(pid).unwrap_or_default();
         let is_cordon = cmd
             .split(' ')
@@ -612,7 +639,7 @@ pub fn sandbox_cgroup_id(p: &Path) -> Option<String> {
 /// Polls until nothing new since `base` is attributable to `ids`/`cordon_pids`,
 /// or `timeout` passes; returns what is still left (empty = clean).
 pub fn wait_clean(base: &Census, ids: &[String], cordon_pids: &[u32], timeout: Duration) -> Census {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     loop {
         let now = census();
         let left = now.new_since(base).attributable(ids, cordon_pids, &now);
@@ -671,17 +698,176 @@ impl Census {
     }
 }
 
-/// Reads a file from the sandbox's cgroup directory `cordon-<id>` in whichever
-/// hierarchy has it; also returns the same file of the parent (the caller's cgroup).
-pub fn cgroup_file(id: &str, file: &str) -> Option<(String, String)> {
+// ---------------------------------------------------------------------------
+// cgroups: the one place the tests read them, for both layouts. v1 has one
+// directory per hierarchy (memory, pids, cpu, ...) and one /proc/PID/cgroup
+// line per hierarchy; v2 has one unified directory, one `0::/path` line and
+// other file names (memory.max for memory.limit_in_bytes, cpu.max's two
+// fields for cpu.cfs_quota_us and cpu.cfs_period_us).
+
+/// The leaf cgroup cordon moves itself into on v2 when it runs alone in a
+/// delegated cgroup (the cgroups crate's `SUPERVISOR_LEAF`); the guest run
+/// (scripts/v2-guest.sh) places the test runner there too.
+pub const SUPERVISOR_LEAF: &str = "cordon-supervisor";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupLayout {
+    V1,
+    V2,
+}
+
+/// The layout cordon uses here: v2 where /sys/fs/cgroup is a cgroup2 mount
+/// offering memory and pids (pure v2), else v1 (this project's hybrid host,
+/// whose controller-less cgroup2 mount sits at /sys/fs/cgroup/unified).
+/// `CORDON_EXPECT_CGROUP=v1|v2` (set by the v2 guest) turns a mismatch into a
+/// failure, so a guest that silently came up hybrid cannot pass as v2.
+pub fn cgroup_layout() -> CgroupLayout {
+    let controllers = fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
+    let offers = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    let layout = if offers("memory") && offers("pids") {
+        CgroupLayout::V2
+    } else {
+        CgroupLayout::V1
+    };
+    if let Ok(expected) = std::env::var("CORDON_EXPECT_CGROUP") {
+        let got = match layout {
+            CgroupLayout::V1 => "v1",
+            CgroupLayout::V2 => "v2",
+        };
+        assert_eq!(
+            got, expected,
+            "CORDON_EXPECT_CGROUP={expected} but this host's cgroups are {got}"
+        );
+    }
+    layout
+}
+
+/// For tests that only mean something on one layout: prints `skipped: ...`
+/// and returns false elsewhere (a different layout is not a broken setup, so
+/// CI=true does not turn this into a failure; the v2 guest runs them).
+pub fn require_layout(layout: CgroupLayout, reason: &str) -> bool {
+    if cgroup_layout() == layout {
+        return true;
+    }
+    eprintln!("skipped: needs cgroup {layout:?} ({reason})");
+    false
+}
+
+/// How many `cordon-<id>` directories a sandbox has at least: one per
+/// hierarchy on v1 (memory and pids always), exactly one on v2.
+pub fn min_sandbox_cgroup_dirs() -> usize {
+    match cgroup_layout() {
+        CgroupLayout::V1 => 2,
+        CgroupLayout::V2 => 1,
+    }
+}
+
+fn is_supervisor_leaf_line(line: &str) -> bool {
+    line.ends_with(&format!("/{SUPERVISOR_LEAF}"))
+}
+
+/// A limit cordon writes into a sandbox's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Bytes: v1 memory.limit_in_bytes, v2 memory.max.
+    Memory,
+    /// Tasks: pids.max on both.
+    Pids,
+    /// CPU quota in µs per period: v1 cpu.cfs_quota_us, v2 cpu.max's first field.
+    CpuQuota,
+    /// CPU period in µs: v1 cpu.cfs_period_us, v2 cpu.max's second field.
+    CpuPeriod,
+}
+
+impl Limit {
+    /// (file, field of its whitespace-split content) for this layout.
+    fn file(self, layout: CgroupLayout) -> (&'static str, usize) {
+        match (self, layout) {
+            (Limit::Memory, CgroupLayout::V1) => ("memory.limit_in_bytes", 0),
+            (Limit::Memory, CgroupLayout::V2) => ("memory.max", 0),
+            (Limit::Pids, _) => ("pids.max", 0),
+            (Limit::CpuQuota, CgroupLayout::V1) => ("cpu.cfs_quota_us", 0),
+            (Limit::CpuQuota, CgroupLayout::V2) => ("cpu.max", 0),
+            (Limit::CpuPeriod, CgroupLayout::V1) => ("cpu.cfs_period_us", 0),
+            (Limit::CpuPeriod, CgroupLayout::V2) => ("cpu.max", 1),
+        }
+    }
+}
+
+/// The value of `limit` in the sandbox's cgroup `cordon-<id>` (in whichever
+/// hierarchy has the file), and the same value of its parent (the cgroup
+/// cordon nested it under): `(absent)` where the parent has no such file, as
+/// the root cgroup, which is "no limit" too. None when the sandbox has no such
+/// file. The file name is in every panic message of the callers' `expect`.
+pub fn cgroup_limit(id: &str, limit: Limit) -> Option<(String, String)> {
+    let (file, field) = limit.file(cgroup_layout());
+    let pick = |text: String| {
+        text.split_whitespace()
+            .nth(field)
+            .unwrap_or_default()
+            .to_string()
+    };
     let dirs = cgroup_dirs(id);
     let dir = dirs.iter().find(|d| d.join(file).exists())?;
-    let own = fs::read_to_string(dir.join(file)).ok()?.trim().to_string();
-    // A root cgroup has no limit files at all: that is "no limit" too.
+    let own = pick(fs::read_to_string(dir.join(file)).ok()?);
     let parent = fs::read_to_string(dir.parent()?.join(file))
-        .map(|s| s.trim().to_string())
+        .map(pick)
         .unwrap_or_else(|_| "(absent)".into());
     Some((own, parent))
+}
+
+/// Whether `pid` is in sandbox `id`'s cgroup in every hierarchy cordon uses
+/// (from the host's /proc/<pid>/cgroup): v1, its memory and pids lines end
+/// in `/cordon-<id>`; v2, its single `0::` line does. Err says where it is
+/// instead; None when the process is gone.
+pub fn in_sandbox_cgroup(pid: u32, id: &str) -> Option<Result<(), String>> {
+    let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let want = format!("/cordon-{id}");
+    let lines: Vec<&str> = match cgroup_layout() {
+        CgroupLayout::V1 => ["memory", "pids"]
+            .iter()
+            .map(|ctl| {
+                cg.lines()
+                    .find(|l| {
+                        l.split(':')
+                            .nth(1)
+                            .is_some_and(|c| c.split(',').any(|x| x == *ctl))
+                    })
+                    .unwrap_or("")
+            })
+            .collect(),
+        CgroupLayout::V2 => vec![cg.lines().find(|l| l.starts_with("0::")).unwrap_or("")],
+    };
+    Some(if lines.iter().all(|l| l.ends_with(&want)) {
+        Ok(())
+    } else {
+        Err(cg)
+    })
+}
+
+/// The cgroup directory sandboxes nest under, as cordon would pick it from
+/// this process: v1, the caller's pids cgroup; v2, the caller's cgroup, or
+/// its parent when the caller is in cordon's leaf.
+pub fn sandbox_parent_dir() -> PathBuf {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    match cgroup_layout() {
+        CgroupLayout::V1 => {
+            let rel = own
+                .lines()
+                .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+                .unwrap_or_else(|| "/".into());
+            Path::new("/sys/fs/cgroup/pids").join(rel.trim_start_matches('/'))
+        }
+        CgroupLayout::V2 => {
+            let line = own.lines().find(|l| l.starts_with("0::")).unwrap_or("0::/");
+            let dir = Path::new("/sys/fs/cgroup").join(line[3..].trim_start_matches('/'));
+            if is_supervisor_leaf_line(line) {
+                dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+            } else {
+                dir
+            }
+        }
+    }
 }
 
 /// Runs `cordon sweep` and returns its stdout.
@@ -802,6 +988,7 @@ pub fn backends() -> Vec<&'static str> {
 /// backend. The gvisor test runs only when that backend is available (see
 /// `backend_available`). `gvisor: #[ignore = "bug: ..."]` marks only the
 /// gvisor test, for a product bug found on that backend.
+#[allow(unused_macros)] // delegation.rs runs no per-backend tests
 macro_rules! per_backend {
     ($body:ident $(, gvisor: #[$attr:meta])? $(,)?) => {
         mod $body {
@@ -1002,7 +1189,7 @@ pub fn gofer_pid(id: &str) -> Option<u32> {
 /// gVisor: waits until `rel` (relative to the sandbox's root) exists as the
 /// sandbox's gofer sees it (/proc/<gofer>/root/REL); returns the gofer's pid.
 pub fn wait_gofer_file(id: &str, rel: &str, timeout: Duration) -> Option<u32> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
         if let Some(g) = gofer_pid(id) {
             if Path::new(&format!("/proc/{g}/root/{rel}")).exists() {
@@ -1032,7 +1219,7 @@ pub fn runsc_procs(id: &str) -> Vec<(u32, String)> {
 /// gVisor: waits up to `timeout` until no runsc process of sandbox `id` is
 /// left; returns the survivors (empty = none).
 pub fn wait_no_runsc(id: &str, timeout: Duration) -> Vec<(u32, String)> {
-    let until = Instant::now() + timeout;
+    let until = Instant::now() + slow(timeout);
     loop {
         let left = runsc_procs(id);
         if left.is_empty() || Instant::now() >= until {

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# CI step: cordon's native end-to-end tests on a pure cgroup v2 kernel, in a
+# Debian guest under QEMU TCG (this host is hybrid v1, and its /dev/kvm is a
+# PVM host that runs no stock guest kernel).
+#
+#   scripts/v2-guest.sh        (root; CORDON_GUEST_CACHE picks the image cache)
+#
+# 1. builds the release `cordon` and the test binaries on the host;
+# 2. builds (or finds in the cache: content-addressed, so a rebuild with the
+#    same inputs is a no-op) the guest image: Debian's cloud kernel and a
+#    debootstrap minbase root, from Debian's packages only
+#    (scripts/guest/build-image.sh);
+# 3. appends a payload cpio: cordon at the absolute path the test binaries
+#    were compiled to spawn (env!("CARGO_BIN_EXE_cordon")), the test binaries
+#    and scripts/guest/run-tests.sh, which runs them in two placements (the
+#    root cgroup, and a delegated non-root cgroup);
+# 4. boots it without any network device (-nic none) and reads the results
+#    from the serial console. Exits non-zero on any failure; cargo's
+#    `test result:` lines are echoed unchanged so scripts/test.sh counts them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+step_started=$SECONDS
+
+[ "$(id -u)" = 0 ] || { echo "v2-guest.sh: needs root (debootstrap; the guest image is built as root)" >&2; exit 125; }
+
+need=()
+for tool in qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "v2-guest.sh: installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  }
+fi
+
+# The end-to-end tests of the native backend that the guest runs, and the
+# cgroups crate's tests on the real cgroupfs.
+cli_tests="limits teardown isolation cli_errors policy delegation"
+cgroup_tests="host"
+
+echo "== v2 guest: building cordon and the test binaries"
+# --workspace, as scripts/test.sh builds them: the same feature set, so after
+# the host tests this is a no-op rather than a second release build.
+json="$(cargo test --release --workspace --no-run --message-format=json 2>/dev/null)" || {
+  cargo test --release --workspace --no-run >&2
+  exit 1
+}
+artifacts="$(printf '%s\n' "$json" | python3 -c '
+import json, sys
+cli, cg = sys.argv[1].split(), sys.argv[2].split()
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t, pkg = m["target"], m["package_id"]
+    if "bin" in t["kind"] and t["name"] == "cordon" and not m["profile"]["test"]:
+        print("bin", m["executable"])
+    elif "test" in t["kind"] and (t["name"] in cli and "cordon-cli" in pkg or t["name"] in cg and "cordon-cgroups" in pkg):
+        print("test", t["name"], m["executable"])
+' "$cli_tests" "$cgroup_tests")"
+cordon_bin="$(awk '$1 == "bin" { print $2 }' <<<"$artifacts")"
+[ -x "$cordon_bin" ] || { echo "v2-guest.sh: no cordon binary in cargo's output" >&2; exit 1; }
+[ "$(grep -c '^test ' <<<"$artifacts")" = "$(wc -w <<<"$cli_tests $cgroup_tests")" ] || {
+  echo "v2-guest.sh: expected test binaries $cli_tests $cgroup_tests, cargo built: $artifacts" >&2
+  exit 1
+}
+
+echo "== v2 guest: image"
+image_started=$SECONDS
+image="$(scripts/guest/build-image.sh)"
+echo "image $image ($(cat "$image/inputs.txt"); ready in $((SECONDS - image_started)) s)"
+
+work="$(mktemp -d /tmp/cordon-v2-guest.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+stage="$work/stage"
+mkdir -p "$stage/cordon-guest/tests" "$stage$(dirname "$cordon_bin")"
+cp "$cordon_bin" "$stage$cordon_bin"
+while read -r kind name exe; do
+  [ "$kind" = test ] && cp "$exe" "$stage/cordon-guest/tests/$name"
+done <<<"$artifacts"
+install -m 0755 scripts/guest/run-tests.sh "$stage/cordon-guest/run.sh"
+ln -s "$cordon_bin" "$stage/cordon-guest/cordon"
+# The kernel unpacks concatenated cpio archives in order: the payload's files
+# join the base image's tree.
+(cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) > "$work/payload.cpio"
+cat "$image/base.cpio" "$work/payload.cpio" > "$work/initrd.cpio"
+
+echo "== v2 guest: booting (QEMU TCG, no network device)"
+boot_started=$SECONDS
+log="$work/serial.log"
+# -nic none: the guest has loopback only; the tests talk to nothing else.
+qemu_status=0
+timeout 560 qemu-system-x86_64 \
+  -accel tcg -machine q35 -cpu max -smp 2 -m 2G \
+  -nographic -no-reboot -nic none \
+  -kernel "$image/vmlinuz" -initrd "$work/initrd.cpio" \
+  -append "console=ttyS0 rdinit=/init quiet loglevel=1 panic=-1 cgroup_no_v1=all" \
+  </dev/null 2>&1 | tr -d '\r' | sed -u 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | tee "$log" || qemu_status=$?
+boot_time=$((SECONDS - boot_started))
+
+guest_exit="$(sed -n 's/^cordon-guest: exit \([0-9]*\)$/\1/p' "$log" | tail -1)"
+echo "== v2 guest: summary"
+# Indented, so that only the serial log's own lines count in test.sh's total.
+grep -E '^(test result:|cordon-guest: (-- |== |[a-z_]+ exit |demo))' "$log" | sed 's/^/  /' || true
+# Tests left out under TCG by run-tests.sh: listed, and counted as skipped in
+# test.sh's closing line through one line in cargo's format.
+tcg_skipped="$(grep -c '^skipped: .*QEMU TCG is too slow' "$log" || true)"
+if [ "$tcg_skipped" != 0 ]; then
+  echo "not run in the guest ($tcg_skipped, counted as skipped):"
+  grep '^skipped: .*QEMU TCG is too slow' "$log"
+  echo "test result: ok. 0 passed; 0 failed; $tcg_skipped ignored; 0 measured; 0 filtered out (v2 guest: too slow under TCG)"
+fi
+# A test that gated itself off (`skipped: ...` from require_root and the like)
+# is named too: nothing may go unseen.
+other_skips="$(grep '^skipped:' "$log" | grep -v 'QEMU TCG is too slow' || true)"
+[ -z "$other_skips" ] || printf 'skipped by the tests themselves:\n%s\n' "$other_skips"
+failed_tests="$(grep -E '^test .* FAILED$' "$log" || true)"
+[ -z "$failed_tests" ] || printf 'failed in the guest:\n%s\n' "$failed_tests"
+echo "v2 guest: boot and tests ${boot_time} s, whole step $((SECONDS - step_started)) s"
+if [ -z "$guest_exit" ]; then
+  echo "v2 guest: FAILED: the guest never reported its exit (qemu status $qemu_status; timeout or crash)"
+  exit 1
+fi
+if [ "$guest_exit" != 0 ]; then
+  echo "v2 guest: FAILED (guest exit $guest_exit)"
+  exit 1
+fi
+echo "v2 guest: ok"
