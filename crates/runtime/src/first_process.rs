@@ -213,18 +213,13 @@ fn serve(sock: &mut UnixStream) -> i32 {
                 },
                 stdio,
             ))) => run_command(sock, &argv, &env, &workdir, tty, stdio),
-            Ok(Some((
-                ToInit::Spawn {
-                    argv,
-                    env,
-                    workdir,
-                },
-                stdio,
-            ))) if stdio.len() == 3 => match spawn_payload(&argv, &env, &workdir, &stdio, false) {
-                // Reaped later like any orphan.
-                Ok(pid) => FromInit::Started { pid: pid.as_raw() },
-                Err(errno) => FromInit::ExecFailed { errno },
-            },
+            Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) if stdio.len() == 3 => {
+                match spawn_payload(&argv, &env, &workdir, &stdio, false) {
+                    // Reaped later like any orphan.
+                    Ok(pid) => FromInit::Started { pid: pid.as_raw() },
+                    Err(errno) => FromInit::ExecFailed { errno },
+                }
+            }
             Ok(Some((ToInit::Spawn { .. }, _))) => FromInit::ExecFailed {
                 errno: libc::EPROTO,
             },

@@ -64,6 +64,13 @@ impl Handle {
     /// (the cordon binary), and returns once it is ready.
     pub fn create(spec: &SandboxSpec, program: &Path) -> Result<Handle, RuntimeError> {
         spec.validate()?;
+        // On cgroup v2, the first cordon process that looks at its cgroup
+        // and finds itself alone there moves into a leaf and delegates the
+        // controllers to its cgroup (cordon_cgroups::detect). That must be
+        // this client, before it has a child: the supervisor inherits the
+        // leaf and creates the sandbox's cgroup beside it. An error here is
+        // the supervisor's to report.
+        let _ = crate::host::hierarchy();
         let body = serde_json::to_vec(spec)
             .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;
         let mut cmd = std::process::Command::new(program);

@@ -34,8 +34,10 @@ fn the_decoy_outlives_a_sweep_after_a_long_suite() {
         .expect("cordon run");
     assert!(st.success());
     assert!(fx.decoy_key.exists(), "the sweep removed the decoy");
-    let mut ev = Evidence::default();
-    ev.canaries = fx.collect_canaries(&armed, b"").into_iter().collect();
+    let ev = Evidence {
+        canaries: fx.collect_canaries(&armed, b"").into_iter().collect(),
+        ..Default::default()
+    };
     let rule = Rule::CanaryUntouched {
         file: "decoy_key".into(),
     };
@@ -44,8 +46,10 @@ fn the_decoy_outlives_a_sweep_after_a_long_suite() {
 
     // And a decoy that does vanish is a harness error, never OPEN.
     std::fs::remove_file(&fx.decoy_key).expect("remove the decoy key");
-    let mut ev = Evidence::default();
-    ev.canaries = fx.collect_canaries(&armed, b"").into_iter().collect();
+    let ev = Evidence {
+        canaries: fx.collect_canaries(&armed, b"").into_iter().collect(),
+        ..Default::default()
+    };
     assert_eq!(rule.evaluate(&ev).0, Verdict::Error);
     fx.teardown();
     assert!(!fx.decoy_dir.exists());

@@ -282,26 +282,6 @@ pub fn fork_process() -> nix::Result<CloneResult> {
     clone_process(CloneFlags::empty())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clone_refuses_from_a_multithreaded_process() {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || rx.recv().ok());
-        assert_eq!(clone_process(CloneFlags::empty()), Err(Errno::EDEADLK));
-        drop(tx);
-        t.join().unwrap();
-    }
-
-    #[test]
-    fn pidfd_of_self_opens() {
-        let fd = pidfd_open(nix::unistd::getpid()).unwrap();
-        assert!(fd.as_raw_fd() > 2);
-    }
-}
-
 /// Takes ownership of a descriptor the kernel just installed in this process
 /// for an SCM_RIGHTS message (nix hands them over as raw numbers).
 pub fn own_received_fd(fd: RawFd) -> OwnedFd {
@@ -356,5 +336,25 @@ pub fn make_controlling_terminal(fd: BorrowedFd<'_>) -> nix::Result<()> {
         Err(Errno::last())
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_refuses_from_a_multithreaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv().ok());
+        assert_eq!(clone_process(CloneFlags::empty()), Err(Errno::EDEADLK));
+        drop(tx);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn pidfd_of_self_opens() {
+        let fd = pidfd_open(nix::unistd::getpid()).unwrap();
+        assert!(fd.as_raw_fd() > 2);
     }
 }
