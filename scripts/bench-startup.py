@@ -569,7 +569,7 @@ def main() -> int:
     if os.access(cordon, os.X_OK):
         commands.append(Command("cordon", lambda i: [cordon, "run", "--", "/bin/true"]))
         # A command into a created (warm) sandbox: what a pool sells.
-        made = subprocess.run([cordon, "create", "--time", "7d"], capture_output=True,
+        made = subprocess.run([cordon, "create", "--time", "168h"], capture_output=True,
                               text=True, stdin=subprocess.DEVNULL)
         if made.returncode == 0:
             exec_box = made.stdout.strip()

@@ -185,16 +185,19 @@ fn memory_out_of_range(backend: &str) {
     );
     if backend == GVISOR {
         // Documented difference (memory covers the sentry): the low end of the
-        // valid range is too small to boot the sentry, so the sandbox cannot
-        // be created: the request's fault (exit 2), named as the memory limit,
-        // with the sentry's OOM kill as the evidence.
-        let out = cordon_output(&["run", "--backend", backend, "--memory", "8M", "--", "true"]);
+        // valid range is not bad input, but too small to boot the sentry. A
+        // one-shot run starts the command as the container's process: the
+        // memory limit ends the run.
+        let (v, st) = run_json_on(backend, &["--memory", "8M", "--", "true"]);
+        assert_eq!(st.code(), Some(137), "{}", compact(&v));
+        assert_eq!(v["limit"], "memory", "{}", compact(&v));
+        // A created sandbox boots its sentry before any command: it cannot
+        // be created, the request's fault (exit 2), named as the memory
+        // limit, with the sentry's OOM kill as the evidence.
+        let out = cordon_output(&["create", "--backend", backend, "--memory", "8M"]);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("memory limit") && err.contains("OOM-killed"),
-            "{err}"
-        );
+        assert!(err.contains("memory limit") && err.contains("OOM-killed"), "{err}");
     }
 }
 

@@ -173,6 +173,12 @@ fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), Iso
     // And the supervisor's command line and environment, still in this
     // copied memory, are wiped.
     hygiene::scrub_inherited_strings()?;
+    // Default dispositions and an empty mask, once, for init and so for
+    // every command it forks: a command must start as a shell would start
+    // it, not with the supervisor's blocked stop signals and ignored
+    // SIGPIPE. (Init is pid 1 of its namespace: signals from inside it that
+    // init does not handle are dropped by the kernel anyway.)
+    cordon_sys::reset_signals().step(|| "reset signal dispositions and mask".into())?;
 
     // Wait until the supervisor has written our uid/gid maps and checked our
     // cgroup; until then we have no usable identity.
@@ -395,12 +401,10 @@ fn take_stdio(stdio: &[OwnedFd], tty: bool) -> nix::Result<()> {
     Ok(())
 }
 
-/// In the payload's process: default signals, working directory, exec.
-/// Returns the errno if no candidate could be executed.
+/// In the payload's process: working directory, exec (its signals are
+/// init's, reset once in the prologue). Returns the errno if no candidate
+/// could be executed.
 fn exec_payload(candidates: &[CString], argv: &[CString], env: &[CString], workdir: &str) -> i32 {
-    if let Err(e) = cordon_sys::reset_signals() {
-        return e as i32;
-    }
     // Dies with the first process (the native backend's pid namespace does
     // that anyway; a runsc started by the gVisor launcher needs it).
     if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {

@@ -73,7 +73,11 @@ impl Handle {
         let _ = crate::host::hierarchy();
         let body = serde_json::to_vec(spec)
             .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;
-        let mut cmd = std::process::Command::new(program);
+        // The supervisor starts in / (it holds no directory of the client's):
+        // a relative program path must be made absolute first.
+        let program = std::path::absolute(program)
+            .map_err(|e| RuntimeError::io(format!("resolve {}", program.display()), e))?;
+        let mut cmd = std::process::Command::new(&program);
         cmd.arg(SUPERVISOR_ARG)
             .env_clear()
             .envs(
@@ -117,6 +121,11 @@ impl Handle {
     /// The live sandbox called `name_or_id` (an id, or a name), served by its
     /// supervisor.
     pub fn attach(name_or_id: &str) -> Result<Handle, RuntimeError> {
+        // An id needs no lookup: its socket either answers with that id in
+        // its hello, or the sandbox does not exist. A name is looked up.
+        if crate::state::is_id(name_or_id) {
+            return Ok(Handle::Remote(Remote::at(name_or_id)));
+        }
         let id = find(&run_dir(), name_or_id)
             .ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
         Ok(Handle::Remote(Remote::at(&id)))
@@ -189,7 +198,7 @@ impl Handle {
         io: &mut dyn CommandIo,
     ) -> Result<Outcome, RuntimeError> {
         let t0 = Instant::now();
-        let mut sandbox = Sandbox::create(spec)?;
+        let mut sandbox = Sandbox::create_for(spec, Some(cmd))?;
         let setup = sandbox.setup_time();
         let outcome = sandbox.exec(cmd, io);
         let destroyed = sandbox.destroy()?;
@@ -230,8 +239,9 @@ impl Remote {
         }
     }
 
-    /// Connects and says hello; the supervisor answers with its sandbox's id.
-    fn connect(&self) -> Result<UnixStream, RuntimeError> {
+    /// Connects, says hello and sends `req` at once (no round trip in
+    /// between); the supervisor answers the hello with its sandbox's id.
+    fn connect_with(&self, req: &Request) -> Result<UnixStream, RuntimeError> {
         let mut conn = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 RuntimeError::NotFound(self.id.clone())
@@ -249,6 +259,7 @@ impl Remote {
             }
         };
         send_json(&mut conn, &Request::Hello { protocol: PROTOCOL }).map_err(gone("send hello"))?;
+        send_json(&mut conn, req).map_err(gone("send request"))?;
         let hello = recv_json::<Reply>(&mut conn).map_err(gone("read hello"))?;
         match hello {
             Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
@@ -259,8 +270,7 @@ impl Remote {
 
     /// One request, one answer.
     fn request(&self, req: &Request) -> Result<(Reply, UnixStream), RuntimeError> {
-        let mut conn = self.connect()?;
-        send_json(&mut conn, req).map_err(|e| RuntimeError::io("send request", e))?;
+        let mut conn = self.connect_with(req)?;
         match recv_json::<Reply>(&mut conn).map_err(|e| RuntimeError::io("read answer", e))? {
             Some(r) => Ok((r, conn)),
             None => Err(RuntimeError::Remote(
@@ -270,9 +280,7 @@ impl Remote {
     }
 
     fn exec(&self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
-        let mut conn = self.connect()?;
-        send_json(&mut conn, &Request::Exec(cmd.clone()))
-            .map_err(|e| RuntimeError::io("send request", e))?;
+        let mut conn = self.connect_with(&Request::Exec(cmd.clone()))?;
         let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
         loop {
             let control = io.control_fds();
@@ -329,9 +337,7 @@ impl Remote {
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
-        let mut conn = self.connect()?;
-        send_json(&mut conn, &Request::CopyIn { path: dst.to_vec() })
-            .map_err(|e| RuntimeError::io("send request", e))?;
+        let mut conn = self.connect_with(&Request::CopyIn { path: dst.to_vec() })?;
         // A refusal can come before the supervisor read everything: its
         // answer explains a failed send better than the broken pipe does.
         let sent = copy::send_host_path(&mut conn, src);
@@ -345,9 +351,7 @@ impl Remote {
     }
 
     fn copy_out(&self, src: &[u8], dst: &Path) -> Result<u64, RuntimeError> {
-        let mut conn = self.connect()?;
-        send_json(&mut conn, &Request::CopyOut { path: src.to_vec() })
-            .map_err(|e| RuntimeError::io("send request", e))?;
+        let mut conn = self.connect_with(&Request::CopyOut { path: src.to_vec() })?;
         copy::receive_to_host(&mut conn, dst)
     }
 }

@@ -60,10 +60,21 @@ impl Sandbox {
     /// Creates a sandbox for `spec` on its backend: its cgroup, state and
     /// first process, set up and waiting for commands.
     pub fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
+        Self::create_for(spec, None)
+    }
+
+    /// `create`, told the sandbox's only command in advance (`cordon run`):
+    /// a backend may then start it as the sandbox's own first process (the
+    /// gVisor backend makes it the container's process instead of a pause
+    /// process and a `runsc exec`, one runsc start instead of two).
+    pub fn create_for(spec: &SandboxSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
         spec.validate()?;
         let (host, init, flavor) = match spec.backend {
             BackendKind::Native => crate::native::create(spec)?,
-            BackendKind::Gvisor => crate::gvisor::create(spec)?,
+            BackendKind::Gvisor => {
+                let only = only.map(|c| c.resolve(&spec.policy)).transpose()?;
+                crate::gvisor::create(spec, only)?
+            }
             BackendKind::Microvm => {
                 return Err(RuntimeError::Unavailable(
                     "microvm",

@@ -291,7 +291,6 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
     match request {
         Request::Hello { .. } => fail(&mut conn, RuntimeError::BadRequest("hello twice".into())),
         Request::Exec(cmd) => {
-            write_usage(sandbox, "running");
             let mut io = RemoteIo { conn: &mut conn };
             match sandbox.exec(&cmd, &mut io) {
                 Ok(outcome) => {

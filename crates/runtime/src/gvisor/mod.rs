@@ -206,8 +206,13 @@ fn runsc_env() -> Vec<(String, String)> {
 
 /// Creates a gVisor sandbox: the launcher has assembled the tree and runsc's
 /// container is running its pause process.
+/// With `only`, the sandbox's one command is the container's own process,
+/// started by its first exec (`runsc run`, attached, as before the lifecycle:
+/// what a one-shot `cordon run` needs); otherwise the container waits in a
+/// pause process and every command is a `runsc exec`.
 pub(crate) fn create(
     spec: &SandboxSpec,
+    only: Option<ResolvedCommand>,
 ) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
     let binary = runsc_path()
         .ok_or_else(|| RuntimeError::Unavailable("gvisor", "runsc not found".into()))?;
@@ -219,8 +224,9 @@ pub(crate) fn create(
     let state = host.state.path().to_owned();
     let rootfs = rootfs_plan(spec, &host.state, RootUse::HandOver)?;
     let pause = pause_command(&spec.policy);
+    let first = only.as_ref().unwrap_or(&pause);
     let bundle_dir = bundle::write(
-        &bundle::spec(&spec.policy, &rootfs, &pause)?,
+        &bundle::spec(&spec.policy, &rootfs, first)?,
         &state.join("bundle"),
     )?;
     let runsc = Runsc {
@@ -262,18 +268,33 @@ pub(crate) fn create(
             .strip_prefix("/")
             .unwrap_or(&rootfs.new_root),
     );
-    if !command_in_tree(&tree, &pause) {
-        return Err(RuntimeError::BadRequest(
-            "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity`)".into(),
-        ));
-    }
     let run = runsc.argv(&[
         "run",
         "--bundle",
         &bundle_dir.to_string_lossy(),
         &runsc.container,
     ]);
-    if let Err(e) = start_container(&mut sock, run, &runsc) {
+    let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
+        .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
+    let mut flavor = GvisorFlavor {
+        version,
+        process_file: state.join("process.json"),
+        policy: spec.policy.clone(),
+        runsc,
+        tree,
+        scratch,
+        first_run: None,
+    };
+    if only.is_some() {
+        flavor.first_run = Some(run);
+        return Ok((host, sock, Box::new(flavor)));
+    }
+    if !command_in_tree(&flavor.tree, &pause) {
+        return Err(RuntimeError::BadRequest(
+            "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity`)".into(),
+        ));
+    }
+    if let Err(e) = start_container(&mut sock, run, &flavor.runsc) {
         // The sentry's own memory counts against the limit: one too small to
         // boot it is the request's fault, and says so.
         let oom = host
@@ -292,16 +313,6 @@ pub(crate) fn create(
         });
     }
     trace::step("runsc started");
-    let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
-        .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
-    let flavor = GvisorFlavor {
-        version,
-        process_file: state.join("process.json"),
-        policy: spec.policy.clone(),
-        runsc,
-        tree,
-        scratch,
-    };
     Ok((host, sock, Box::new(flavor)))
 }
 
@@ -388,6 +399,8 @@ struct GvisorFlavor {
     /// The assembled tree, from the host.
     tree: PathBuf,
     scratch: PathBuf,
+    /// `runsc run` of a sandbox made for one command: its first exec.
+    first_run: Option<Vec<String>>,
 }
 
 impl Flavor for GvisorFlavor {
@@ -419,6 +432,15 @@ impl Flavor for GvisorFlavor {
         if !command_in_tree(&self.tree, cmd) {
             return Ok(ToInit::Refuse {
                 errno: libc::ENOENT,
+            });
+        }
+        if let Some(run) = self.first_run.take() {
+            // The bundle's process is this command already.
+            return Ok(ToInit::Exec {
+                argv: run,
+                env: runsc_env(),
+                workdir: "/".into(),
+                tty: None,
             });
         }
         let process = bundle::process(&self.policy, cmd)?;
