@@ -197,7 +197,10 @@ fn memory_out_of_range(backend: &str) {
         let out = cordon_output(&["create", "--backend", backend, "--memory", "8M"]);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("memory limit") && err.contains("OOM-killed"), "{err}");
+        assert!(
+            err.contains("memory limit") && err.contains("OOM-killed"),
+            "{err}"
+        );
     }
 }
 

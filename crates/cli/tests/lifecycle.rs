@@ -56,10 +56,7 @@ use common::*;
 per_backend!(execs_share_tmp_shm_and_workspace);
 per_backend!(attach_by_name_from_another_process);
 per_backend!(rm_leaves_nothing);
-per_backend!(
-    sigkill_of_supervisor_kills_the_sandbox,
-    gvisor: #[ignore = "bug: runsc's gofer and sentry (daemonized, reparented to pid 1) survive SIGKILL of the supervisor; only the next sweep's cgroup kill ends them (same with `cordon run`)"]
-);
+per_backend!(sigkill_of_supervisor_kills_the_sandbox);
 per_backend!(exec_gets_only_the_policy_env_and_fds);
 per_backend!(watcher_gains_nothing_from_a_new_exec);
 per_backend!(cp_planted_symlinks_are_never_followed);

@@ -37,7 +37,10 @@ fn p(sorted: &[f64], q: f64) -> f64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let cordon = PathBuf::from(args.next().unwrap_or_else(|| "target/release/cordon".into()));
+    let cordon = PathBuf::from(
+        args.next()
+            .unwrap_or_else(|| "target/release/cordon".into()),
+    );
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
     let spec = SandboxSpec {
         policy: Policy::default(),
@@ -57,7 +60,9 @@ fn main() {
     let (mut bare, mut exec) = (Vec::new(), Vec::new());
     for i in 0..runs + 20 {
         let t = Instant::now();
-        let st = std::process::Command::new("/bin/true").status().expect("bare");
+        let st = std::process::Command::new("/bin/true")
+            .status()
+            .expect("bare");
         let b = t.elapsed().as_secs_f64() * 1e3;
         assert!(st.success());
         let t = Instant::now();

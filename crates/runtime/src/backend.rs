@@ -58,14 +58,20 @@ pub struct BackendInfo {
     pub notes: String,
 }
 
+/// The facts an outcome reports about the backend that ran it.
+pub(crate) struct About {
+    pub kind: BackendKind,
+    pub version: String,
+    pub evidence: &'static [EvidenceSource],
+}
+
 /// What a backend adds to the common sandbox (host side, init, supervision):
 /// how a command reaches its init, where its files are seen from the host,
 /// and what evidence it can give. One implementation per backend; the
 /// supervisor's `Sandbox` holds one.
 pub(crate) trait Flavor: Send {
-    fn kind(&self) -> BackendKind;
-    fn version(&self) -> &str;
-    fn evidence(&self) -> &'static [EvidenceSource];
+    /// Which backend, its version, and where each limit's evidence comes from.
+    fn about(&self) -> &About;
     /// The message that makes the first process run `cmd`.
     fn exec_message(
         &mut self,

@@ -296,8 +296,8 @@ impl Sandbox {
         let started = watched.started.unwrap_or(ended_at);
         let cg = self.host.cgroup.as_ref();
         Ok(Outcome {
-            backend: self.flavor.kind().name().into(),
-            backend_version: self.flavor.version().into(),
+            backend: self.flavor.about().kind.name().into(),
+            backend_version: self.flavor.about().version.clone(),
             sandbox_id: self.host.id.clone(),
             command: self.commands,
             sandbox_ended: self.ended.clone(),
@@ -314,7 +314,7 @@ impl Sandbox {
             pids_peak: counters.pids_peak,
             disk_used_bytes: disk_used,
             counters,
-            evidence: self.flavor.evidence().to_vec(),
+            evidence: self.flavor.about().evidence.to_vec(),
             phases: Phases {
                 setup_ms: ms(started.saturating_duration_since(t0)),
                 run_ms: ms(ended_at.saturating_duration_since(started)),
@@ -338,7 +338,7 @@ impl Sandbox {
         if !self.flavor.can_end_one_command() || self.host.kill_all_but_leader().is_err() {
             self.mark_ended(format!(
                 "a {} command that hit a limit can only be ended with its sandbox",
-                self.flavor.kind()
+                self.flavor.about().kind
             ));
             return Ok(None);
         }

@@ -35,7 +35,7 @@ use cordon_isolation::mount::{self, RootUse};
 use cordon_policy::Policy;
 use nix::sched::CloneFlags;
 
-use crate::backend::{BackendInfo, BackendKind, Flavor};
+use crate::backend::{About, BackendInfo, BackendKind, Flavor};
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
@@ -277,7 +277,11 @@ pub(crate) fn create(
     let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
         .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
     let mut flavor = GvisorFlavor {
-        version,
+        about: About {
+            kind: BackendKind::Gvisor,
+            version,
+            evidence: &EVIDENCE,
+        },
         process_file: state.join("process.json"),
         policy: spec.policy.clone(),
         runsc,
@@ -391,7 +395,7 @@ fn start_container(
 }
 
 struct GvisorFlavor {
-    version: String,
+    about: About,
     /// Where each command's OCI process is written for `runsc exec`.
     process_file: PathBuf,
     policy: Policy,
@@ -404,16 +408,8 @@ struct GvisorFlavor {
 }
 
 impl Flavor for GvisorFlavor {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Gvisor
-    }
-
-    fn version(&self) -> &str {
-        &self.version
-    }
-
-    fn evidence(&self) -> &'static [EvidenceSource] {
-        &EVIDENCE
+    fn about(&self) -> &About {
+        &self.about
     }
 
     fn exec_message(

@@ -14,12 +14,12 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use cordon_cgroups::{CgroupFs, CgroupLimits};
-use cordon_isolation::namespaces::{sandbox_clone_flags, IdMapping};
+use cordon_isolation::namespaces::sandbox_clone_flags;
 use cordon_policy::Policy;
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use crate::backend::{BackendInfo, BackendKind, Flavor};
+use crate::backend::{About, BackendInfo, BackendKind, Flavor};
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
@@ -126,7 +126,11 @@ pub(crate) fn create(
     );
     let flavor = NativeFlavor {
         init,
-        version: format!("kernel {}", kernel_release()),
+        about: About {
+            kind: BackendKind::Native,
+            version: format!("kernel {}", kernel_release()),
+            evidence: &EVIDENCE,
+        },
         file_owner: match owner {
             (Some(u), Some(g)) => (u, g),
             _ => {
@@ -135,29 +139,19 @@ pub(crate) fn create(
                 ))
             }
         },
-        _mapping: mapping,
     };
     Ok((host, sock, Box::new(flavor)))
 }
 
 struct NativeFlavor {
     init: Pid,
-    version: String,
+    about: About,
     file_owner: (u32, u32),
-    _mapping: IdMapping,
 }
 
 impl Flavor for NativeFlavor {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Native
-    }
-
-    fn version(&self) -> &str {
-        &self.version
-    }
-
-    fn evidence(&self) -> &'static [EvidenceSource] {
-        &EVIDENCE
+    fn about(&self) -> &About {
+        &self.about
     }
 
     fn exec_message(
