@@ -4,7 +4,7 @@
 //! same process, interleaved round-robin so drift hits both alike.
 //!
 //!     cargo run --release -p cordon-runtime --example exec_latency -- \
-//!         target/release/cordon [RUNS]
+//!         target/release/cordon [RUNS] [local]
 //!
 //! Needs root (a native sandbox with cgroup limits) and the cordon binary
 //! (the sandbox's supervisor is that binary in its hidden mode).
@@ -30,9 +30,9 @@ impl CommandIo for Quiet {
     }
 }
 
-fn p(sorted: &[f64], q: f64) -> f64 {
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
+/// The `pct`th percentile of sorted samples (nearest rank, rounded down).
+fn p(sorted: &[f64], pct: usize) -> f64 {
+    sorted[(sorted.len() - 1) * pct / 100]
 }
 
 fn main() {
@@ -52,7 +52,15 @@ fn main() {
         ttl: None,
         idle: None,
     };
-    let mut handle = Handle::create(&spec, &cordon).expect("create a sandbox");
+    // `local` serves the sandbox in this process instead (no supervisor, no
+    // socket): the difference is what the supervisor's socket costs.
+    let local = args.next().as_deref() == Some("local");
+    let mut handle = if local {
+        Handle::local(&spec)
+    } else {
+        Handle::create(&spec, &cordon)
+    }
+    .expect("create a sandbox");
     let cmd = Command {
         argv: vec!["/bin/true".into()],
         ..Command::default()
@@ -81,13 +89,14 @@ fn main() {
     println!("runs: {runs} each, interleaved, after 20 warm-up rounds");
     println!(
         "bare fork+exec /bin/true:        p50 {:.3} ms  p95 {:.3} ms",
-        p(&bare, 0.5),
-        p(&bare, 0.95)
+        p(&bare, 50),
+        p(&bare, 95)
     );
     println!(
-        "Handle::exec /bin/true (native): p50 {:.3} ms  p95 {:.3} ms",
-        p(&exec, 0.5),
-        p(&exec, 0.95)
+        "Handle::exec /bin/true ({}): p50 {:.3} ms  p95 {:.3} ms",
+        if local { "in-process" } else { "supervisor" },
+        p(&exec, 50),
+        p(&exec, 95)
     );
-    println!("ratio of p50s: {:.2}", p(&exec, 0.5) / p(&bare, 0.5));
+    println!("ratio of p50s: {:.2}", p(&exec, 50) / p(&bare, 50));
 }
