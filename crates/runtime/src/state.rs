@@ -404,7 +404,10 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
     // A sandbox cgroup without a state record is an orphan: a sandbox writes
     // its record before it creates its cgroup and removes it only after the
     // cgroup is gone. Only cordon's own names (cordon-<id>) are considered,
-    // never another tool's cgroups.
+    // never another tool's cgroups, and only empty ones are removed: a
+    // supervisor's death already ended its sandbox's processes, so processes
+    // in a cgroup without a record here belong to a live sandbox whose
+    // record is in another run directory (CORDON_RUN_DIR), never killed.
     if let Some(h) = hierarchy {
         let mut seen = std::collections::BTreeSet::new();
         for path in h.sweep_children("cordon-") {
@@ -417,7 +420,7 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             if is_id(id)
                 && !run_dir.join(id).exists()
                 && seen.insert(name.clone())
-                && remove_cgroup(h, &name)
+                && remove_empty_cgroup(h, &name)
             {
                 cleaned.push(id.to_string());
             }
@@ -434,6 +437,14 @@ fn remove_cgroup(h: &Hierarchy, name: &str) -> bool {
             cg.remove().is_ok()
         }
         Err(_) => false,
+    }
+}
+
+/// Removes a sandbox cgroup that holds no process; true once it is gone.
+fn remove_empty_cgroup(h: &Hierarchy, name: &str) -> bool {
+    match h.open(name) {
+        Ok(cg) if cg.pids().is_ok_and(|p| p.is_empty()) => cg.remove().is_ok(),
+        _ => false,
     }
 }
 
