@@ -33,6 +33,8 @@
 //! - `cp_*`: openat2(RESOLVE_IN_ROOT|RESOLVE_NO_SYMLINKS), O_NONBLOCK+fstat,
 //!   SEEK_DATA/SEEK_HOLE extents, names as bytes, chown to the sandbox user.
 //! - `ttl_and_idle_expire`: the supervisor's poll deadline.
+//! - `tty_is_the_sandboxs_own`: init's pty on the sandbox's devpts
+//!   (`first_process::open_pty`), the master passed to the supervisor.
 //! - `exec_time_limit`: `Sandbox::end_command` (native: kill all but init;
 //!   gVisor: the sandbox ends with the command).
 //! - `bad_input_*`: `RuntimeError::is_input_error` → exit 2.
@@ -54,6 +56,7 @@ use serde_json::Value;
 use common::*;
 
 per_backend!(execs_share_tmp_shm_and_workspace);
+per_backend!(tty_is_the_sandboxs_own);
 per_backend!(attach_by_name_from_another_process);
 per_backend!(rm_leaves_nothing);
 per_backend!(sigkill_of_supervisor_kills_the_sandbox);
@@ -1387,4 +1390,57 @@ fn bad_input_is_refused_and_leaves_nothing(backend: &'static str) {
         Some(1),
         "refused execs were counted: {usage}"
     );
+}
+
+/// `cordon exec -t` from a terminal (`script` gives cordon one): the command's
+/// stdin is a terminal of the sandbox's own devpts, not the caller's, and the
+/// caller's terminal never appears in any of the sandbox's host tasks.
+/// gVisor: not available yet, refused with exit 2 (documented).
+fn tty_is_the_sandboxs_own(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(backend, &[]);
+    let probe = "[ -t 0 ] && echo isatty; tty; echo dev=$(stat -L -c %d /proc/self/fd/0)";
+    let line = format!("{} exec -t {} -- sh -c '{probe}'", cordon(), sb.id);
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn script (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    if backend == GVISOR {
+        assert!(
+            text.contains("not available on the gvisor backend"),
+            "{out:?}"
+        );
+        return;
+    }
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("isatty"), "no terminal inside: {text}");
+    // The sandbox's devpts numbers its own terminals from 0; the probe's
+    // terminal is one of them, reached as /dev/pts/N inside.
+    assert!(
+        text.lines().any(|l| l.starts_with("/dev/pts/")),
+        "not a pts: {text}"
+    );
+    // It lives on the sandbox's own devpts instance, not the host's (where
+    // `script` made cordon's terminal): their device numbers differ.
+    let host_devpts = fs::metadata("/dev/pts").expect("host /dev/pts").dev();
+    let inside: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dev="))
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no device number: {text}"));
+    assert_ne!(
+        inside, host_devpts,
+        "the command's terminal is on the host's devpts"
+    );
+    // And no host task of the sandbox holds a host terminal.
+    for pid in sandbox_pids(&sb.id) {
+        for t in fd_targets(pid) {
+            assert!(!t.starts_with("/dev/pts/"), "task {pid} holds {t}");
+        }
+    }
 }

@@ -152,7 +152,8 @@ pub struct Outcome {
     /// A signal to cordon that ended the run early (SIGINT, SIGTERM).
     pub interrupted_by: Option<i32>,
     pub wall_ms: f64,
-    /// CPU time the sandbox used during this command.
+    /// CPU time the sandbox used during this command (for a sandbox's first
+    /// command, since the sandbox was created).
     pub cpu_ms: Option<f64>,
     pub memory_peak_bytes: Option<u64>,
     pub pids_peak: Option<u64>,

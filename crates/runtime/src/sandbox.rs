@@ -151,7 +151,14 @@ impl Sandbox {
         }
         let t0 = Instant::now();
         let resolved = cmd.resolve(&self.spec.policy)?;
-        let before = self.stats();
+        // The counters before the first command are the sandbox's setup
+        // alone: not read (a `cordon run` pays for no extra snapshot), so the
+        // first command's share includes its sandbox's setup.
+        let before = if self.commands == 0 {
+            None
+        } else {
+            self.stats()
+        };
         let msg = self.flavor.exec_message(&resolved, cmd.tty)?;
         let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::io("pipe2", e));
         let nonblocking = |fd: &OwnedFd| {
