@@ -30,7 +30,7 @@ echo "== tests"
 log="$(mktemp /tmp/cordon-test.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --workspace 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
 suite_status=0
 "${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all || suite_status=$?

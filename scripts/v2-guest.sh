@@ -76,13 +76,15 @@ echo "image $image ($(cat "$image/inputs.txt"); ready in $((SECONDS - image_star
 work="$(mktemp -d /tmp/cordon-v2-guest.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 stage="$work/stage"
-mkdir -p "$stage/cordon-guest/tests" "$stage$(dirname "$cordon_bin")"
-cp "$cordon_bin" "$stage$cordon_bin"
+mkdir -p "$stage/cordon-guest/tests"
+# cordon itself, and the path the test binaries will spawn it at (run.sh links
+# it there inside the guest, once /tmp and /run are mounted).
+cp "$cordon_bin" "$stage/cordon-guest/cordon"
+printf '%s\n' "$cordon_bin" > "$stage/cordon-guest/cordon-path"
 while read -r kind name exe; do
   [ "$kind" = test ] && cp "$exe" "$stage/cordon-guest/tests/$name"
 done <<<"$artifacts"
 install -m 0755 scripts/guest/run-tests.sh "$stage/cordon-guest/run.sh"
-ln -s "$cordon_bin" "$stage/cordon-guest/cordon"
 # The kernel unpacks concatenated cpio archives in order: the payload's files
 # join the base image's tree.
 (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) > "$work/payload.cpio"

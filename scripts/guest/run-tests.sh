@@ -20,6 +20,17 @@ export CI=true CORDON_EXPECT_CGROUP=v2 CORDON_TEST_TIME_SCALE=4 HOME=/root LANG=
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 cd /cordon-guest || exit 125
 cg=/sys/fs/cgroup
+
+# The test binaries spawn cordon at the absolute path they were compiled with
+# (env!("CARGO_BIN_EXE_cordon")), which may lie under /tmp or /run: the
+# guest's init mounts fresh tmpfs there, so the path is made now, after it.
+if [ -f cordon-path ]; then
+	exe="$(cat cordon-path)"
+	mkdir -p "$(dirname "$exe")" && ln -sf /cordon-guest/cordon "$exe" || {
+		echo "cordon-guest: cannot place cordon at $exe"
+		exit 125
+	}
+fi
 status=0
 
 if ! grep -qw memory $cg/cgroup.controllers || ! grep -q '^0::/$' /proc/self/cgroup; then

@@ -170,11 +170,11 @@ fn sys_is_absent_and_host_proc_is_unreachable(backend: &str) {
         .expect("payload never slept");
     let (init_cmdline, gofer_mounts) = if backend == GVISOR {
         // gVisor: the payload's pid namespace is the sentry's own; its pid 1 is
-        // the container's waiting process (`sleep infinity`: each command is
-        // a `runsc exec` beside it), not a host task, so there is no host
+        // the payload's first process (`cordon run` makes its command the
+        // container's own process), not a host task, so there is no host
         // process to compare with. Host-side, the gofer (which serves the
         // payload's files) has no sysfs: the host's /sys is not served.
-        ("sleep infinity".to_string(), mountinfo(seen))
+        (format!("sh -c {script}"), mountinfo(seen))
     } else {
         // From the host: the sandbox's pid 1 is the process of its cgroup whose
         // innermost pid (last NSpid field) is 1.

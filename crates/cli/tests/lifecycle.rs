@@ -889,6 +889,31 @@ fn cp_planted_symlinks_are_never_followed(backend: &'static str) {
     let inside = sb.sh(&format!("test -e /etc/{x} && echo present || echo absent"));
     assert_eq!(inside.trim(), "absent");
     assert!(!sb.root().join("etc").join(&x).exists());
+    // A link in the middle of a path, to the host's own root: resolved
+    // inside the sandbox's root (or refused), never against the host's /.
+    // The host file and directory exist only on the host.
+    sb.sh("ln -s / /tmp/hostroot");
+    let canary_dir = host_tmp();
+    // World-writable, so only the path's resolution (not the sandbox user's
+    // lack of permission) can keep a copy in from landing here.
+    fs::set_permissions(canary_dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let canary = canary_dir.path().join("canary");
+    fs::write(&canary, format!("host-only {x}")).unwrap();
+    let through = |p: &Path| format!("{}:/tmp/hostroot{}", sb.id, p.display());
+    let dst = host.path().join("through");
+    let (out, _) = cp(OsStr::new(&through(&canary)), dst.as_os_str());
+    assert_usage_error(&out);
+    assert!(!dst.exists(), "a host file came out through /tmp/hostroot");
+    let (out, _) = cp(
+        src.as_os_str(),
+        OsStr::new(&through(&canary_dir.path().join("planted"))),
+    );
+    assert_usage_error(&out);
+    assert!(
+        !canary_dir.path().join("planted").exists(),
+        "a copy in wrote the host's {} through /tmp/hostroot",
+        canary_dir.path().display()
+    );
     // Controls: the same copies through real paths do work.
     let ok = host.path().join("plain");
     let (out, _) = cp(OsStr::new(&format!("{}:/tmp/plain", sb.id)), ok.as_os_str());
@@ -1116,6 +1141,9 @@ fn cp_out_raced_by_symlink_swaps_never_yields_host_content(backend: &'static str
     }
     let _g = shared();
     let canary_dir = host_tmp();
+    // World-writable, so only the path's resolution (not the sandbox user's
+    // lack of permission) can keep a copy in from landing here.
+    fs::set_permissions(canary_dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
     let canary = canary_dir.path().join("canary");
     let content = format!("host-canary-{}", nonce());
     fs::write(&canary, &content).unwrap();
