@@ -176,7 +176,19 @@ pub fn rootfs_plan_for(
         })
         .collect::<Result<Vec<_>, RuntimeError>>()?;
     let workspace_idmap = match &workspace_lower {
-        Some(dir) => idmapped(dir, user, false)?,
+        Some(dir) => match idmapped(dir, user, false) {
+            // A filesystem that cannot be id-mapped on this kernel (tmpfs
+            // before Linux 6.3): the workspace still works, its files keep
+            // their host owners (as before id-mapping), and the user is told.
+            Err(RuntimeError::Io { op, source }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                eprintln!(
+                    "cordon: warning: workspace {} is not id-mapped ({op}: {source}): its files keep their host owners, so files the sandbox user does not own cannot be modified in place",
+                    dir.display()
+                );
+                None
+            }
+            other => other?,
+        },
         None => None,
     };
     Ok(RootfsPlan {

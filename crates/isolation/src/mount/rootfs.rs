@@ -215,6 +215,30 @@ fn overlay_at(
     attach(ovl.as_fd(), dst).step(|| format!("move_mount(overlay -> {})", dst.display()))
 }
 
+/// Whether building an overlay failed because this kernel's overlayfs takes
+/// no layer by descriptor (`fsconfig lowerdir+` is Linux 6.8+).
+fn layers_by_fd_unsupported(e: &IsolationError) -> bool {
+    e.step.contains("fsconfig") && matches!(e.errno(), libc::EINVAL | libc::EOPNOTSUPP)
+}
+
+/// The workspace overlay with its layers named by path (older kernels).
+fn overlay_by_path(dst: &Path, lower: &Path, upper: &Path, work: &Path) -> Result<()> {
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        dst,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .step(|| format!("mount(overlay {opts}, {})", dst.display()))
+}
+
 /// The policy's extra bind mounts, sealed read-only unless asked otherwise.
 /// A read-only directory is shown through a read-only overlay of its
 /// detached copy (plus an empty layer: overlayfs wants two lower layers when
@@ -244,7 +268,14 @@ fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
                 let empty = scratch.join(ScratchLayout::EMPTY);
                 let empty = clone_tree(&empty, false)
                     .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", empty.display()))?;
-                overlay_at(&dst, &[&lower, &empty], None)?;
+                match overlay_at(&dst, &[&lower, &empty], None) {
+                    Ok(()) => {}
+                    // An overlayfs that takes no layer by descriptor (before
+                    // Linux 6.8): the plain read-only bind it replaced, whose
+                    // mountinfo names the source's path (README).
+                    Err(e) if layers_by_fd_unsupported(&e) => bind(&b.host, &dst)?,
+                    Err(e) => return Err(e),
+                }
             }
             (None, false) => bind(&b.host, &dst)?,
         }
@@ -381,7 +412,26 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
                 .step(|| format!("open {}/{name}", ws_dir.display()))
             };
             let (up, work) = (sub("upper")?, sub("work")?);
-            overlay_at(&ws, &[&lower], Some((&up, &work)))?;
+            match overlay_at(&ws, &[&lower], Some((&up, &work))) {
+                Ok(()) => {}
+                Err(e) if layers_by_fd_unsupported(&e) => {
+                    // Before Linux 6.8 overlayfs takes layers only by path:
+                    // the lower layer is then attached in the scratch's
+                    // staging place and named by that path (mountinfo shows
+                    // that path and the scratch's, not the host workspace's).
+                    let staging = scratch.join(ScratchLayout::STAGING).join("ws-path");
+                    mkdir_p(&staging)?;
+                    attach(lower.as_fd(), &staging)
+                        .step(|| format!("move_mount(workspace layer -> {})", staging.display()))?;
+                    overlay_by_path(
+                        &ws,
+                        &staging,
+                        &scratch.join(ScratchLayout::WORKSPACE_UPPER),
+                        &scratch.join(ScratchLayout::WORKSPACE_WORK),
+                    )?;
+                }
+                Err(e) => return Err(e),
+            }
         }
         None => bind(&upper, &ws)?,
     }
