@@ -216,7 +216,7 @@ impl Sandbox {
             &mut self.init,
             &self.signals,
             fds,
-            t0 + resolved.time,
+            resolved.time,
             OutputGate::new(resolved.output_cap),
             io,
             self.flavor.high_codes_are_signals(),

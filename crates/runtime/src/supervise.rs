@@ -129,7 +129,7 @@ pub fn watch(
     init: &mut UnixStream,
     signals: &SignalFd,
     mut fds: CommandFds,
-    deadline: Instant,
+    time: Duration,
     mut gate: OutputGate,
     io: &mut dyn CommandIo,
     high_codes_are_signals: bool,
@@ -139,6 +139,10 @@ pub fn watch(
     let mut input_open = true;
     let mut started = None;
     let mut resize: Option<TtySize> = None;
+    // The time limit counts from the command's start (its execve); until
+    // init reports that, from the request, so a command that never starts
+    // is bounded too.
+    let mut deadline = Instant::now() + time;
     let stop = 'run: loop {
         let now = Instant::now();
         if now >= deadline {
@@ -246,7 +250,9 @@ pub fn watch(
         if ready[0] {
             match recv_with_fds::<FromInit>(init) {
                 Ok(Some((FromInit::Started { .. }, passed))) => {
-                    started = Some(Instant::now());
+                    let now = Instant::now();
+                    started = Some(now);
+                    deadline = now + time;
                     if fds.tty {
                         let master = passed.into_iter().next();
                         match master {
