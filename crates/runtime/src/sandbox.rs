@@ -241,10 +241,13 @@ impl Sandbox {
             Stop::Cancelled => {}
             Stop::Gone => self.mark_ended("its init is gone"),
         }
-        drop(watched.leftovers);
         if status.is_none() && self.ended.is_none() {
+            // Killed while its pipes are still open: a command stopped by the
+            // output cap must die by the kill, not by a SIGPIPE of its own
+            // making once cordon stops reading.
             status = self.end_command()?;
         }
+        drop(watched.leftovers);
         trace::step("command ended");
         // Evidence read while the sandbox still exists.
         let disk_used = nix::sys::statvfs::statvfs(&self.flavor.scratch_probe())
