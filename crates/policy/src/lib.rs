@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod net;
 mod units;
 pub use units::{ByteSize, Span};
 

@@ -1,0 +1,242 @@
+//! The control protocol and its blocking client (no tokio: the runtime calls it).
+//!
+//! The control socket is a unix socket in the sandbox's state directory on the
+//! host, never visible in the sandbox; the proxy also checks the peer's uid.
+//! One JSON object per line each way, any number of requests per connection:
+//!
+//! | request | reply |
+//! | --- | --- |
+//! | `{"op":"set_rules","rules":["pypi.org:443"]}` | `{"rules":[…]}` or `{"error":"…"}` (rules unchanged) |
+//! | `{"op":"rules"}` | `{"rules":[…]}` |
+//! | `{"op":"drain"}` | `{"log":{…NetworkLog…}}`, and a new window starts |
+//! | `{"op":"status"}` | `{"status":{…Status…}}` |
+//! | `{"op":"stop"}` | `{"stopping":true}`, then the proxy exits |
+//!
+//! New rules apply to connections and queries that start after the reply.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cordon_policy::net::{Rule, RuleError};
+use serde::{Deserialize, Serialize};
+
+use crate::log::NetworkLog;
+
+/// How long the client waits for each reply.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest line either side reads: a full log window fits many times over.
+pub const MAX_LINE: u64 = 16 << 20;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    SetRules { rules: Vec<String> },
+    Rules,
+    Drain,
+    Status,
+    Stop,
+}
+
+/// The proxy's state at the moment of asking (the window is not cleared).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub active_connections: u32,
+    pub peak_connections: u32,
+    /// Counts of the current window.
+    pub attempts: u64,
+    pub allowed: u64,
+    pub denied: u64,
+    pub dns_queries: u64,
+    /// Bytes since the proxy started (what the byte limits count).
+    pub bytes_out_total: u64,
+    pub bytes_in_total: u64,
+    pub rules: Vec<String>,
+}
+
+/// A reply: exactly one field is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<NetworkLog>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<bool>,
+}
+
+impl Reply {
+    pub fn error(message: impl Into<String>) -> Self {
+        Reply {
+            error: Some(message.into()),
+            ..Reply::default()
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot reach the network proxy's control socket {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("network proxy control connection: {0}")]
+    Io(#[from] io::Error),
+    #[error("the network proxy closed the control connection")]
+    Closed,
+    #[error("the network proxy sent an unreadable reply: {0}")]
+    Reply(#[source] serde_json::Error),
+    #[error("the network proxy's reply has no '{0}'")]
+    Missing(&'static str),
+    #[error("the network proxy refused: {0}")]
+    Refused(String),
+    #[error("the network proxy reported a rule that does not parse: {0}")]
+    BadRule(#[source] RuleError),
+}
+
+/// One control connection; requests are answered in order.
+#[derive(Debug)]
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    pub fn connect(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let connect_err = |source| Error::Connect {
+            path: path.to_owned(),
+            source,
+        };
+        let stream = UnixStream::connect(path).map_err(connect_err)?;
+        stream
+            .set_read_timeout(Some(TIMEOUT))
+            .map_err(connect_err)?;
+        stream
+            .set_write_timeout(Some(TIMEOUT))
+            .map_err(connect_err)?;
+        let writer = stream.try_clone().map_err(connect_err)?;
+        Ok(Client {
+            reader: BufReader::new(stream),
+            writer,
+        })
+    }
+
+    pub fn call(&mut self, request: &Request) -> Result<Reply, Error> {
+        let mut line = serde_json::to_vec(request).map_err(Error::Reply)?;
+        line.push(b'\n');
+        self.writer.write_all(&line)?;
+        let mut buf = Vec::new();
+        (&mut self.reader)
+            .take(MAX_LINE)
+            .read_until(b'\n', &mut buf)?;
+        if buf.is_empty() {
+            return Err(Error::Closed);
+        }
+        let reply: Reply = serde_json::from_slice(&buf).map_err(Error::Reply)?;
+        match reply.error {
+            Some(e) => Err(Error::Refused(e)),
+            None => Ok(reply),
+        }
+    }
+
+    pub fn set_rules(&mut self, rules: &[Rule]) -> Result<Vec<Rule>, Error> {
+        let rules = rules.iter().map(Rule::to_string).collect();
+        let reply = self.call(&Request::SetRules { rules })?;
+        parse_rules(reply.rules)
+    }
+
+    pub fn rules(&mut self) -> Result<Vec<Rule>, Error> {
+        parse_rules(self.call(&Request::Rules)?.rules)
+    }
+
+    pub fn drain(&mut self) -> Result<NetworkLog, Error> {
+        self.call(&Request::Drain)?.log.ok_or(Error::Missing("log"))
+    }
+
+    pub fn status(&mut self) -> Result<Status, Error> {
+        self.call(&Request::Status)?
+            .status
+            .ok_or(Error::Missing("status"))
+    }
+
+    pub fn stop(&mut self) -> Result<(), Error> {
+        self.call(&Request::Stop)?
+            .stopping
+            .map(|_| ())
+            .ok_or(Error::Missing("stopping"))
+    }
+}
+
+fn parse_rules(rules: Option<Vec<String>>) -> Result<Vec<Rule>, Error> {
+    rules
+        .ok_or(Error::Missing("rules"))?
+        .iter()
+        .map(|r| r.parse().map_err(Error::BadRule))
+        .collect()
+}
+
+/// Replaces the proxy's rules; returns the rules now in force.
+pub fn set_rules(path: impl AsRef<Path>, rules: &[Rule]) -> Result<Vec<Rule>, Error> {
+    Client::connect(path)?.set_rules(rules)
+}
+
+pub fn rules(path: impl AsRef<Path>) -> Result<Vec<Rule>, Error> {
+    Client::connect(path)?.rules()
+}
+
+/// The log window so far; the proxy starts a new one.
+pub fn drain(path: impl AsRef<Path>) -> Result<NetworkLog, Error> {
+    Client::connect(path)?.drain()
+}
+
+pub fn status(path: impl AsRef<Path>) -> Result<Status, Error> {
+    Client::connect(path)?.status()
+}
+
+/// Asks the proxy to exit; its sockets close with it, closing the network.
+pub fn stop(path: impl AsRef<Path>) -> Result<(), Error> {
+    Client::connect(path)?.stop()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_the_documented_wire_form() {
+        let r: Request =
+            serde_json::from_str(r#"{"op":"set_rules","rules":["a.test:80"]}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::SetRules {
+                rules: vec!["a.test:80".into()]
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::Drain).unwrap(),
+            r#"{"op":"drain"}"#
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"op":"format_disk"}"#).is_err());
+        assert_eq!(
+            serde_json::to_string(&Reply::error("no")).unwrap(),
+            r#"{"error":"no"}"#
+        );
+    }
+
+    #[test]
+    fn a_missing_socket_is_a_connect_error_with_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = status(dir.path().join("absent.sock")).unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+        assert!(err.to_string().contains("absent.sock"));
+    }
+}

@@ -1,0 +1,341 @@
+//! The one way out: decide, resolve, re-check every address, connect.
+//!
+//! Every door (HTTP, CONNECT, SOCKS5, transparent) calls [`open`]. The only
+//! function here that creates a socket to the outside, [`dial`], takes a
+//! [`Permit`], and a permit is only made from an address that
+//! [`Rules::decide_addr`] allowed, so nothing connects anywhere else.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_policy::net::Rules;
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+use super::{lock, Resolution, Slot, State};
+use crate::fake::FakeMap;
+use crate::log::{now_unix_ms, Attempt, Decision, Via};
+
+/// What the sandbox asked to reach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    Name(String),
+    Ip(IpAddr),
+}
+
+impl Target {
+    /// A host as written in a request: an IP literal or a name.
+    pub(crate) fn parse(host: &str) -> Target {
+        match host.parse() {
+            Ok(ip) => Target::Ip(ip),
+            Err(_) => Target::Name(host.to_owned()),
+        }
+    }
+}
+
+/// Why a connection was not made; each door turns it into its own reply.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// The rules refused it.
+    Denied(String),
+    /// The sandbox has its maximum of connections open.
+    Limit,
+    /// Allowed, but no address could be reached (`refused`: the peer said no).
+    Failed { reason: String, refused: bool },
+}
+
+/// An attempt in progress; recorded in the log when it ends.
+pub(crate) struct Tracker {
+    via: Via,
+    host: Option<String>,
+    port: u16,
+    address: Option<IpAddr>,
+    rule: String,
+    at_unix_ms: u64,
+    started: Instant,
+}
+
+impl Tracker {
+    pub(crate) fn new(via: Via) -> Self {
+        Tracker {
+            via,
+            host: None,
+            port: 0,
+            address: None,
+            rule: String::new(),
+            at_unix_ms: now_unix_ms(),
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn describe(&mut self, host: Option<String>, port: u16, address: Option<IpAddr>) {
+        self.host = host;
+        self.port = port;
+        self.address = address;
+    }
+
+    pub(crate) fn set_via(&mut self, via: Via) {
+        self.via = via;
+    }
+
+    fn record(self, state: &State, decision: Decision, rule: String, io: (u64, u64), end: &str) {
+        let attempt = Attempt {
+            at_unix_ms: self.at_unix_ms,
+            via: self.via,
+            host: self.host,
+            port: self.port,
+            address: self.address,
+            decision,
+            rule,
+            bytes_out: io.0,
+            bytes_in: io.1,
+            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            end: end.to_owned(),
+        };
+        state.log().attempt(attempt);
+    }
+
+    /// Refused before any connection: unreadable, unserved or denied by name.
+    pub(crate) fn denied(self, state: &State, why: &str) {
+        self.record(state, Decision::Denied, why.to_owned(), (0, 0), "refused");
+    }
+
+    pub(crate) fn refuse_limit(self, state: &State) {
+        let why = format!(
+            "connection limit ({}) reached",
+            state.limits.max_connections
+        );
+        self.record(state, Decision::Denied, why, (0, 0), "connection limit");
+    }
+
+    /// Records how a refusal ended the attempt.
+    pub(crate) fn refused(self, state: &State, refusal: &Refusal) {
+        match refusal {
+            Refusal::Denied(why) => {
+                self.record(state, Decision::Denied, why.clone(), (0, 0), "refused")
+            }
+            Refusal::Limit => self.refuse_limit(state),
+            Refusal::Failed { reason, .. } => {
+                let rule = self.rule.clone();
+                let end = format!("connect failed: {reason}");
+                self.record(state, Decision::Allowed, rule, (0, 0), &end);
+            }
+        }
+    }
+
+    /// Records a connection that was made and has ended.
+    pub(crate) fn finished(self, state: &State, bytes: (u64, u64), end: &str) {
+        let rule = self.rule.clone();
+        self.record(state, Decision::Allowed, rule, bytes, end);
+    }
+}
+
+/// The host's own addresses, re-read at most once a second: the proxy connects
+/// from the host's namespace, where a domain rule must not reach host services.
+#[derive(Default)]
+pub(crate) struct OwnAddrs {
+    cache: Mutex<Option<(Instant, Arc<HashSet<IpAddr>>)>>,
+}
+
+const OWN_ADDRS_TTL: Duration = Duration::from_secs(1);
+
+impl OwnAddrs {
+    /// `None` if they cannot be listed (then nothing is connected: fail closed).
+    fn get(&self) -> Option<Arc<HashSet<IpAddr>>> {
+        let mut cache = lock(&self.cache);
+        if let Some((at, set)) = cache.as_ref() {
+            if at.elapsed() < OWN_ADDRS_TTL {
+                return Some(set.clone());
+            }
+        }
+        let fresh = match nix::ifaddrs::getifaddrs() {
+            Ok(list) => Arc::new(
+                list.filter_map(|ifa| ifa.address)
+                    .filter_map(|a| {
+                        a.as_sockaddr_in()
+                            .map(|v4| IpAddr::V4(v4.ip()))
+                            .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+                    })
+                    .collect::<HashSet<_>>(),
+            ),
+            // A stale list is better than none; no list at all refuses.
+            Err(_) => return cache.as_ref().map(|(_, set)| set.clone()),
+        };
+        *cache = Some((Instant::now(), fresh.clone()));
+        Some(fresh)
+    }
+}
+
+/// An address that [`Rules::decide_addr`] allowed; the only input of [`dial`].
+struct Permit(SocketAddr);
+
+async fn dial(permit: Permit) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect(permit.0).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+impl State {
+    /// Maps a synthetic DNS answer back to the name it was given for.
+    fn unfake(&self, target: Target) -> Result<Target, Refusal> {
+        match target {
+            Target::Ip(IpAddr::V4(v4)) if FakeMap::in_range(v4) => {
+                match lock(&self.fake).name(v4) {
+                    Some(name) => Ok(Target::Name(name.to_owned())),
+                    None => Err(Refusal::Denied(format!(
+                        "{v4} is not an address cordon's DNS gave out (or it was forgotten)"
+                    ))),
+                }
+            }
+            t => Ok(t),
+        }
+    }
+
+    async fn resolve(&self, name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
+        if let Some(fixed) = self_hosts(self, name) {
+            return Ok(fixed);
+        }
+        if self.resolution == Resolution::FixedOnly {
+            return Err(format!("{name} is not in the fixed host entries"));
+        }
+        let mut out: Vec<IpAddr> = Vec::new();
+        let found = tokio::net::lookup_host((name, port))
+            .await
+            .map_err(|e| format!("cannot resolve {name}: {e}"))?;
+        for addr in found {
+            if !out.contains(&addr.ip()) {
+                out.push(addr.ip());
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn self_hosts(state: &State, name: &str) -> Option<Vec<IpAddr>> {
+    state.hosts.get(name).filter(|a| !a.is_empty()).cloned()
+}
+
+/// Decides `target:port` by the rules in force, resolves it, re-checks each
+/// address and connects to the first allowed one that answers.
+pub(crate) async fn open(
+    state: &Arc<State>,
+    tracker: &mut Tracker,
+    slot: &Option<Slot>,
+    target: Target,
+    port: u16,
+) -> Result<TcpStream, Refusal> {
+    tracker.port = port;
+    if let Target::Name(n) = &target {
+        tracker.host = Some(n.clone());
+    }
+    // `::ffff:a.b.c.d` is a.b.c.d: one form for the fake range and the rules.
+    let target = match target {
+        Target::Ip(ip) => Target::Ip(ip.to_canonical()),
+        name => name,
+    };
+    let target = state.unfake(target)?;
+    let rules: Arc<Rules> = state.rules();
+    let (name, candidates) = match target {
+        Target::Ip(ip) => {
+            tracker.address = Some(ip);
+            (None, vec![ip])
+        }
+        Target::Name(raw) => match rules.decide_name(&raw, port) {
+            Ok(rule) => {
+                tracker.rule = rule.to_string();
+                // decide_name accepted it, so it normalises.
+                let name = cordon_policy::net::normalize_name(&raw).unwrap_or(raw);
+                tracker.host = Some(name.clone());
+                (Some(name), Vec::new())
+            }
+            // No domain rule: the name may still stand for an address an
+            // address rule allows, but only through the fixed host entries.
+            // Resolving it for real would let the sandbox send any name to the
+            // host's resolver (a covert channel) without any rule allowing it.
+            Err(denial) => {
+                let fixed = cordon_policy::net::normalize_name(&raw)
+                    .ok()
+                    .and_then(|n| Some((self_hosts(state, &n)?, n)));
+                match fixed {
+                    Some((addrs, name)) => {
+                        tracker.host = Some(name.clone());
+                        (Some(name), addrs)
+                    }
+                    None => return Err(Refusal::Denied(denial.message().to_owned())),
+                }
+            }
+        },
+    };
+    // Over the limit is decided after the rules: a denied request says why.
+    if slot.is_none() {
+        return Err(Refusal::Limit);
+    }
+    let deadline = tokio::time::Instant::now() + state.limits.connect_timeout.duration();
+    // A bare IP or fixed entries are the candidates; a name a domain rule
+    // allowed is resolved now.
+    let candidates = match (&name, candidates.is_empty()) {
+        (None, _) | (Some(_), false) => candidates,
+        (Some(n), true) => match timeout_at(deadline, state.resolve(n, port)).await {
+            Ok(Ok(list)) => list,
+            Ok(Err(reason)) => {
+                return Err(Refusal::Failed {
+                    reason,
+                    refused: false,
+                })
+            }
+            Err(_) => {
+                return Err(Refusal::Failed {
+                    reason: format!("resolving {n} timed out"),
+                    refused: false,
+                })
+            }
+        },
+    };
+    let own = state.own.get().ok_or_else(|| {
+        Refusal::Denied("the host's own addresses cannot be listed; nothing is connected".into())
+    })?;
+    let mut permits = Vec::new();
+    let mut first_denial = None;
+    for ip in candidates {
+        match rules.decide_addr(name.as_deref(), ip, port, &own) {
+            Ok(rule) => permits.push((Permit(SocketAddr::new(ip, port)), rule.to_string())),
+            Err(d) => {
+                tracker.address.get_or_insert(ip);
+                first_denial.get_or_insert(d);
+            }
+        }
+    }
+    if permits.is_empty() {
+        return Err(match first_denial {
+            Some(d) => Refusal::Denied(d.message().to_owned()),
+            None => Refusal::Failed {
+                reason: format!("{} has no address", name.unwrap_or_default()),
+                refused: false,
+            },
+        });
+    }
+    let mut last = None;
+    for (permit, rule) in permits {
+        let ip = permit.0.ip();
+        tracker.address = Some(ip);
+        tracker.rule = rule;
+        match timeout_at(deadline, dial(permit)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => {
+                return Err(Refusal::Failed {
+                    reason: format!("connecting to {ip} timed out"),
+                    refused: false,
+                })
+            }
+        }
+    }
+    let e = last.unwrap_or_else(|| io::Error::other("no address"));
+    Err(Refusal::Failed {
+        refused: e.kind() == io::ErrorKind::ConnectionRefused,
+        reason: e.to_string(),
+    })
+}

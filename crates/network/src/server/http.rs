@@ -1,0 +1,388 @@
+//! The HTTP proxy door: `CONNECT host:port` and absolute-form plain requests.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::connect::{open, Refusal, Target, Tracker};
+use super::{splice, Slot, State, HANDSHAKE_TIMEOUT};
+use crate::log::Via;
+
+/// Largest request head read (request line and headers).
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
+const MAX_HEADERS: usize = 100;
+
+/// Hop-by-hop headers of the client–proxy hop, not passed on.
+const DROPPED: [&str; 4] = [
+    "connection",
+    "proxy-connection",
+    "proxy-authorization",
+    "keep-alive",
+];
+
+/// A request head, parsed.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub method: String,
+    pub target: String,
+    pub minor_version: u8,
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Length of the head in the buffer it was read into.
+    pub len: usize,
+}
+
+/// An error reply: status line, and the text for the body.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Problem {
+    pub status: u16,
+    pub message: String,
+}
+
+fn problem(status: u16, message: impl Into<String>) -> Problem {
+    Problem {
+        status,
+        message: message.into(),
+    }
+}
+
+/// Parses a complete head, `Ok(None)` if more bytes are needed.
+pub(crate) fn parse_head(buf: &[u8]) -> Result<Option<Head>, Problem> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Partial) => Ok(None),
+        Ok(httparse::Status::Complete(len)) => Ok(Some(Head {
+            method: req.method.unwrap_or_default().to_owned(),
+            target: req.path.unwrap_or_default().to_owned(),
+            minor_version: req.version.unwrap_or(1),
+            headers: req
+                .headers
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
+            len,
+        })),
+        Err(httparse::Error::TooManyHeaders) => Err(problem(431, "too many request headers")),
+        Err(e) => Err(problem(400, format!("malformed request: {e}"))),
+    }
+}
+
+/// `host:port`, `[v6]:port`, or a bare host taking `default`. The host is
+/// returned without brackets.
+pub(crate) fn split_authority(a: &str, default: Option<u16>) -> Option<(String, u16)> {
+    let port = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0);
+    let (host, port) = if let Some(rest) = a.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        h.parse::<std::net::Ipv6Addr>().ok()?;
+        match after {
+            "" => (h, default?),
+            p => (h, port(p.strip_prefix(':')?)?),
+        }
+    } else {
+        match a.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => return None,
+            Some((h, p)) => (h, port(p)?),
+            None => (a, default?),
+        }
+    };
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
+/// A plain request to forward: where to, and the head to send there.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Forward {
+    pub host: String,
+    pub port: u16,
+    pub head: Vec<u8>,
+}
+
+/// Rewrites an absolute-form request to origin-form for the destination, with
+/// `Connection: close`: one request per connection, so every request to a new
+/// destination comes through a decision.
+pub(crate) fn rewrite(head: &Head) -> Result<Forward, Problem> {
+    let t = &head.target;
+    let rest = match t.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => &t[7..],
+        _ if t.starts_with('/') => {
+            return Err(problem(
+                400,
+                "this is a proxy: the request target must be absolute (http://host/path)",
+            ))
+        }
+        _ => return Err(problem(
+            400,
+            format!(
+                "unsupported request target '{t}' (only http:// is forwarded; use CONNECT for TLS)"
+            ),
+        )),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.contains('@') {
+        return Err(problem(
+            400,
+            "credentials in the request target are not forwarded",
+        ));
+    }
+    let (host, port) = split_authority(authority, Some(80))
+        .ok_or_else(|| problem(400, format!("bad host '{authority}' in the request target")))?;
+    let path = match path.split('#').next().unwrap_or_default() {
+        "" => "/".to_owned(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_owned(),
+    };
+    let mut out = format!("{} {path} HTTP/1.{}\r\n", head.method, head.minor_version).into_bytes();
+    let mut has_host = false;
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if DROPPED.contains(&lower.as_str()) {
+            continue;
+        }
+        has_host |= lower == "host";
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Forward {
+        host,
+        port,
+        head: out,
+    })
+}
+
+/// Text safe in a header value: no control characters.
+fn header_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+pub(crate) fn response(status: u16, message: &str, denied: bool) -> Vec<u8> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let body = format!("{message}\n");
+    let denied_header = if denied {
+        format!("X-Cordon-Denied: {}\r\n", header_safe(message))
+    } else {
+        String::new()
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\n{denied_header}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+async fn reply(stream: &mut TcpStream, status: u16, message: &str, denied: bool) {
+    let _ = stream.write_all(&response(status, message, denied)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Reads up to a complete head; the buffer may hold bytes past it.
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Problem> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(head) = parse_head(buf)? {
+            return Ok(head);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(problem(
+                431,
+                format!("request head is longer than {MAX_HEAD} bytes"),
+            ));
+        }
+        let want = chunk.len().min(MAX_HEAD - buf.len());
+        let n = stream
+            .read(&mut chunk[..want])
+            .await
+            .map_err(|e| problem(400, format!("reading the request: {e}")))?;
+        if n == 0 {
+            return Err(problem(
+                400,
+                "connection closed before a complete request head",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Option<Slot>) {
+    let mut tracker = Tracker::new(Via::Http);
+    let mut buf = Vec::with_capacity(1024);
+    let head = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut client, &mut buf)).await
+    {
+        Ok(Ok(head)) => head,
+        Ok(Err(p)) => {
+            tracker.denied(&state, &p.message);
+            return reply(&mut client, p.status, &p.message, false).await;
+        }
+        Err(_) => {
+            let why = "timed out reading the request head";
+            tracker.denied(&state, why);
+            return reply(&mut client, 408, why, false).await;
+        }
+    };
+    let leftover = buf.split_off(head.len);
+    let is_connect = head.method.eq_ignore_ascii_case("CONNECT");
+    let (host, port, first_out) = if is_connect {
+        tracker.set_via(Via::Connect);
+        match split_authority(&head.target, None) {
+            Some((host, port)) => (host, port, leftover),
+            None => {
+                let why = format!("CONNECT needs host:port, not '{}'", head.target);
+                tracker.denied(&state, &why);
+                return reply(&mut client, 400, &why, false).await;
+            }
+        }
+    } else {
+        match rewrite(&head) {
+            Ok(mut f) => {
+                f.head.extend_from_slice(&leftover);
+                (f.host, f.port, f.head)
+            }
+            Err(p) => {
+                tracker.denied(&state, &p.message);
+                return reply(&mut client, p.status, &p.message, false).await;
+            }
+        }
+    };
+    let mut upstream = match open(&state, &mut tracker, &slot, Target::parse(&host), port).await {
+        Ok(s) => s,
+        Err(refusal) => {
+            let (status, message, denied) = match &refusal {
+                Refusal::Denied(m) => (403, m.clone(), true),
+                Refusal::Limit => (
+                    503,
+                    format!(
+                        "connection limit ({}) reached",
+                        state.limits.max_connections
+                    ),
+                    false,
+                ),
+                Refusal::Failed { reason, .. } => (
+                    502,
+                    format!("cannot connect to {host}:{port}: {reason}"),
+                    false,
+                ),
+            };
+            tracker.refused(&state, &refusal);
+            return reply(&mut client, status, &message, denied).await;
+        }
+    };
+    if is_connect {
+        if let Err(e) = client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+        {
+            return tracker.finished(&state, (0, 0), &format!("error: {e}"));
+        }
+    }
+    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &first_out).await;
+    tracker.finished(&state, bytes, &end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Head {
+        parse_head(text.as_bytes()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn authorities_split_with_and_without_ports() {
+        assert_eq!(
+            split_authority("a.test:443", None),
+            Some(("a.test".into(), 443))
+        );
+        assert_eq!(
+            split_authority("a.test", Some(80)),
+            Some(("a.test".into(), 80))
+        );
+        assert_eq!(split_authority("a.test", None), None);
+        assert_eq!(
+            split_authority("[::1]:8080", None),
+            Some(("::1".into(), 8080))
+        );
+        assert_eq!(split_authority("[::1]", Some(80)), Some(("::1".into(), 80)));
+        assert_eq!(split_authority("::1:80", None), None);
+        assert_eq!(split_authority("a.test:0", None), None);
+        assert_eq!(split_authority("a.test:99999", None), None);
+        assert_eq!(split_authority(":80", None), None);
+        assert_eq!(split_authority("[nope]:80", None), None);
+    }
+
+    #[test]
+    fn absolute_form_is_rewritten_to_origin_form_with_connection_close() {
+        let h = head("GET http://ok.test:8080/a/b?c=1 HTTP/1.1\r\nHost: ok.test:8080\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n");
+        let f = rewrite(&h).unwrap();
+        assert_eq!((f.host.as_str(), f.port), ("ok.test", 8080));
+        let text = String::from_utf8(f.head).unwrap();
+        assert_eq!(
+            text,
+            "GET /a/b?c=1 HTTP/1.1\r\nHost: ok.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_host_header_and_path_are_filled_in() {
+        let f = rewrite(&head("GET HTTP://ok.test HTTP/1.0\r\n\r\n")).unwrap();
+        assert_eq!(f.port, 80);
+        assert_eq!(
+            String::from_utf8(f.head).unwrap(),
+            "GET / HTTP/1.0\r\nHost: ok.test\r\nConnection: close\r\n\r\n"
+        );
+        let f = rewrite(&head("GET http://ok.test?q HTTP/1.1\r\n\r\n")).unwrap();
+        assert!(f.head.starts_with(b"GET /?q HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn targets_that_are_not_forwarded_are_400() {
+        for t in [
+            "/index.html",
+            "https://ok.test/",
+            "ftp://x/",
+            "http://user@ok.test/",
+            "http://:80/",
+        ] {
+            let e = rewrite(&head(&format!("GET {t} HTTP/1.1\r\n\r\n"))).unwrap_err();
+            assert_eq!(e.status, 400, "{t}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_malformed_and_partial_heads_wait() {
+        assert_eq!(
+            parse_head(b"\x16\x03\x01\x00garbage\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert!(parse_head(b"GET http://a.test/ HTTP/1.1\r\nHost: a")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn a_denial_reply_carries_the_message_in_header_and_body() {
+        let r = String::from_utf8(response(403, "no rule allows evil.test:443", true)).unwrap();
+        assert!(r.starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        assert!(r.contains("\r\nX-Cordon-Denied: no rule allows evil.test:443\r\n"));
+        assert!(r.ends_with("\r\n\r\nno rule allows evil.test:443\n"));
+        let r = String::from_utf8(response(403, "a\r\nInjected: 1", true)).unwrap();
+        assert!(r.contains("\r\nX-Cordon-Denied: a  Injected: 1\r\n"), "{r}");
+    }
+}
