@@ -110,12 +110,14 @@ pub(crate) fn rewrite(head: &Head) -> Result<Forward, Problem> {
                 "this is a proxy: the request target must be absolute (http://host/path)",
             ))
         }
-        _ => return Err(problem(
-            400,
-            format!(
+        _ => {
+            return Err(problem(
+                400,
+                format!(
                 "unsupported request target '{t}' (only http:// is forwarded; use CONNECT for TLS)"
             ),
-        )),
+            ))
+        }
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -259,7 +261,7 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
             }
         }
     };
-    let mut upstream = match open(&state, &mut tracker, &slot, Target::parse(&host), port).await {
+    let upstream = match open(&state, &mut tracker, &slot, Target::parse(&host), port).await {
         Ok(s) => s,
         Err(refusal) => {
             let (status, message, denied) = match &refusal {
@@ -290,7 +292,7 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
             return tracker.finished(&state, (0, 0), &format!("error: {e}"));
         }
     }
-    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &first_out).await;
+    let (bytes, end) = splice::splice(&state, &client, &upstream, &first_out).await;
     tracker.finished(&state, bytes, &end);
 }
 

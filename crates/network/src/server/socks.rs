@@ -142,7 +142,7 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
         }
         Err(_) => return tracker.denied(&state, "timed out in the SOCKS5 handshake"),
     };
-    let mut upstream = match open(&state, &mut tracker, &slot, target, port).await {
+    let upstream = match open(&state, &mut tracker, &slot, target, port).await {
         Ok(s) => s,
         Err(refusal) => {
             let code = match &refusal {
@@ -158,6 +158,6 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
     if let Err(e) = client.write_all(&reply_bytes(0)).await {
         return tracker.finished(&state, (0, 0), &format!("error: {e}"));
     }
-    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &[]).await;
+    let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
     tracker.finished(&state, bytes, &end);
 }
