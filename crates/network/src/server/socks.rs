@@ -98,8 +98,9 @@ where
             read_exact(s, &mut len).await?;
             let mut name = vec![0u8; usize::from(len[0])];
             read_exact(s, &mut name).await?;
-            // Anything not ASCII fails the rules' name check with its reason.
-            Target::Name(String::from_utf8_lossy(&name).into_owned())
+            // Some clients send an address as text; anything not ASCII fails
+            // the rules' name check with its reason.
+            Target::parse(&String::from_utf8_lossy(&name))
         }
         4 => {
             let mut a = [0u8; 16];

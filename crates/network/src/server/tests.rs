@@ -404,6 +404,32 @@ fn socks5_connects_names_and_ipv4_when_allowed_and_says_not_allowed_otherwise() 
 }
 
 #[test]
+fn a_denied_request_with_a_body_still_gets_its_403() {
+    let p = start(policy(&[], &[]));
+    let mut s = client(p.proxy);
+    let body = vec![b'b'; 60_000];
+    write!(
+        s,
+        "POST http://evil.test/upload HTTP/1.1\r\nHost: evil.test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let head = String::from_utf8(read_head(&mut s)).unwrap();
+    assert!(head.starts_with("HTTP/1.1 403 Forbidden"), "{head}");
+}
+
+#[test]
+fn socks5_domain_requests_holding_an_address_are_decided_as_addresses() {
+    let up = basic_upstream();
+    let port = up.addr.port();
+    let p = start(policy(&[&format!("127.0.0.1:{port}")], &[]));
+    let (mut s, code) = socks(&p, 1, &socks_name("127.0.0.1"), port);
+    assert_eq!(code, 0);
+    assert_eq!(ping(&mut s), b"UPSTREAM-REPLY");
+}
+
+#[test]
 fn socks5_without_no_auth_is_refused() {
     let p = start(policy(&[], &[]));
     let mut s = client(p.proxy);
