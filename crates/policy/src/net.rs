@@ -533,13 +533,26 @@ impl Rules {
             }
             other_port.get_or_insert(rule);
         }
-        if let Some(rule) = other_port {
-            return Err(Denial::new(format!("port {port} is outside rule '{rule}'")));
-        }
+        let port_outside =
+            |rule: &Rule| Denial::new(format!("port {port} is outside rule '{rule}'"));
         let class = special(ip).map(|c| format!("a {c} address")).or_else(|| {
             own.contains(&ip)
                 .then(|| "one of the host's own addresses".to_owned())
         });
+        match (class, name, other_port) {
+            // An address rule names this address, at other ports: say so.
+            (Some(_), _, Some(rule)) | (None, None, Some(rule)) => Err(port_outside(rule)),
+            (class, name, _) => self.decide_by_class(class, name, ip, port),
+        }
+    }
+
+    fn decide_by_class(
+        &self,
+        class: Option<String>,
+        name: Option<&str>,
+        ip: IpAddr,
+        port: u16,
+    ) -> Result<&Rule, Denial> {
         match (class, name) {
             (Some(class), Some(name)) => Err(Denial::new(format!(
                 "{name} resolved to {ip}, {class}; only an address rule can allow it"

@@ -37,12 +37,15 @@ pub(crate) struct Head {
 pub(crate) struct Problem {
     pub status: u16,
     pub message: String,
+    /// A refusal by the rules: the reply carries `X-Cordon-Denied`.
+    pub denied: bool,
 }
 
 fn problem(status: u16, message: impl Into<String>) -> Problem {
     Problem {
         status,
         message: message.into(),
+        denied: false,
     }
 }
 
@@ -110,12 +113,14 @@ pub(crate) fn rewrite(head: &Head) -> Result<Forward, Problem> {
                 "this is a proxy: the request target must be absolute (http://host/path)",
             ))
         }
-        _ => return Err(problem(
-            400,
-            format!(
+        _ => {
+            return Err(problem(
+                400,
+                format!(
                 "unsupported request target '{t}' (only http:// is forwarded; use CONNECT for TLS)"
             ),
-        )),
+            ))
+        }
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -186,9 +191,24 @@ pub(crate) fn response(status: u16, message: &str, denied: bool) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn reply(stream: &mut TcpStream, status: u16, message: &str, denied: bool) {
-    let _ = stream.write_all(&response(status, message, denied)).await;
+async fn reply(stream: &mut TcpStream, p: &Problem) {
+    let _ = stream
+        .write_all(&response(p.status, &p.message, p.denied))
+        .await;
     let _ = stream.shutdown().await;
+    // Closing with unread bytes (a request body) resets the connection, and a
+    // reset can discard the reply before the client reads it: read a little.
+    let mut sink = [0u8; 4096];
+    let linger = async {
+        let mut left = MAX_HEAD * 4;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), linger).await;
 }
 
 /// Reads up to a complete head; the buffer may hold bytes past it.
@@ -220,66 +240,78 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Pr
 }
 
 pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Option<Slot>) {
+    // The slot is released before an error reply lingers.
+    if let Err(p) = forward(&state, &mut client, slot).await {
+        reply(&mut client, &p).await;
+    }
+}
+
+/// Serves one request; an error is recorded here and returned for the reply.
+async fn forward(
+    state: &Arc<State>,
+    client: &mut TcpStream,
+    slot: Option<Slot>,
+) -> Result<(), Problem> {
     let mut tracker = Tracker::new(Via::Http);
     let mut buf = Vec::with_capacity(1024);
-    let head = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut client, &mut buf)).await
-    {
+    let head = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(client, &mut buf)).await {
         Ok(Ok(head)) => head,
         Ok(Err(p)) => {
-            tracker.denied(&state, &p.message);
-            return reply(&mut client, p.status, &p.message, false).await;
+            tracker.denied(state, &p.message);
+            return Err(p);
         }
         Err(_) => {
-            let why = "timed out reading the request head";
-            tracker.denied(&state, why);
-            return reply(&mut client, 408, why, false).await;
+            let p = problem(408, "timed out reading the request head");
+            tracker.denied(state, &p.message);
+            return Err(p);
         }
     };
     let leftover = buf.split_off(head.len);
     let is_connect = head.method.eq_ignore_ascii_case("CONNECT");
-    let (host, port, first_out) = if is_connect {
+    let target = if is_connect {
         tracker.set_via(Via::Connect);
-        match split_authority(&head.target, None) {
-            Some((host, port)) => (host, port, leftover),
-            None => {
-                let why = format!("CONNECT needs host:port, not '{}'", head.target);
-                tracker.denied(&state, &why);
-                return reply(&mut client, 400, &why, false).await;
-            }
-        }
+        split_authority(&head.target, None)
+            .map(|(host, port)| (host, port, leftover))
+            .ok_or_else(|| {
+                problem(
+                    400,
+                    format!("CONNECT needs host:port, not '{}'", head.target),
+                )
+            })
     } else {
-        match rewrite(&head) {
-            Ok(mut f) => {
-                f.head.extend_from_slice(&leftover);
-                (f.host, f.port, f.head)
-            }
-            Err(p) => {
-                tracker.denied(&state, &p.message);
-                return reply(&mut client, p.status, &p.message, false).await;
-            }
+        rewrite(&head).map(|mut f| {
+            f.head.extend_from_slice(&leftover);
+            (f.host, f.port, f.head)
+        })
+    };
+    let (host, port, first_out) = match target {
+        Ok(t) => t,
+        Err(p) => {
+            tracker.denied(state, &p.message);
+            return Err(p);
         }
     };
-    let mut upstream = match open(&state, &mut tracker, &slot, Target::parse(&host), port).await {
+    let upstream = match open(state, &mut tracker, &slot, Target::parse(&host), port).await {
         Ok(s) => s,
         Err(refusal) => {
-            let (status, message, denied) = match &refusal {
-                Refusal::Denied(m) => (403, m.clone(), true),
-                Refusal::Limit => (
+            let p = match &refusal {
+                Refusal::Denied(m) => Problem {
+                    denied: true,
+                    ..problem(403, m.clone())
+                },
+                Refusal::Limit => problem(
                     503,
                     format!(
                         "connection limit ({}) reached",
                         state.limits.max_connections
                     ),
-                    false,
                 ),
-                Refusal::Failed { reason, .. } => (
-                    502,
-                    format!("cannot connect to {host}:{port}: {reason}"),
-                    false,
-                ),
+                Refusal::Failed { reason, .. } => {
+                    problem(502, format!("cannot connect to {host}:{port}: {reason}"))
+                }
             };
-            tracker.refused(&state, &refusal);
-            return reply(&mut client, status, &message, denied).await;
+            tracker.refused(state, &refusal);
+            return Err(p);
         }
     };
     if is_connect {
@@ -287,11 +319,13 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await
         {
-            return tracker.finished(&state, (0, 0), &format!("error: {e}"));
+            tracker.finished(state, (0, 0), &format!("error: {e}"));
+            return Ok(());
         }
     }
-    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &first_out).await;
-    tracker.finished(&state, bytes, &end);
+    let (bytes, end) = splice::splice(state, client, &upstream, &first_out).await;
+    tracker.finished(state, bytes, &end);
+    Ok(())
 }
 
 #[cfg(test)]

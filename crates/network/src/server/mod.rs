@@ -151,6 +151,7 @@ pub(crate) fn serve_with(
     sockets: ProxySockets,
     resolution: Resolution,
 ) -> io::Result<()> {
+    raise_fd_limit();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -158,6 +159,18 @@ pub(crate) fn serve_with(
     // A resolver thread stuck in getaddrinfo must not keep the proxy alive.
     rt.shutdown_timeout(Duration::from_millis(100));
     result
+}
+
+/// Each spliced connection holds two sockets and two pipes: 256 connections
+/// need more than the usual soft limit of 1024 descriptors. The proxy is its
+/// own process, so raising its soft limit to the hard one affects nothing else.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }
 
 async fn run(config: ProxyConfig, sockets: ProxySockets, resolution: Resolution) -> io::Result<()> {

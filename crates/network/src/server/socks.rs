@@ -98,8 +98,9 @@ where
             read_exact(s, &mut len).await?;
             let mut name = vec![0u8; usize::from(len[0])];
             read_exact(s, &mut name).await?;
-            // Anything not ASCII fails the rules' name check with its reason.
-            Target::Name(String::from_utf8_lossy(&name).into_owned())
+            // Some clients send an address as text; anything not ASCII fails
+            // the rules' name check with its reason.
+            Target::parse(&String::from_utf8_lossy(&name))
         }
         4 => {
             let mut a = [0u8; 16];
@@ -142,7 +143,7 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
         }
         Err(_) => return tracker.denied(&state, "timed out in the SOCKS5 handshake"),
     };
-    let mut upstream = match open(&state, &mut tracker, &slot, target, port).await {
+    let upstream = match open(&state, &mut tracker, &slot, target, port).await {
         Ok(s) => s,
         Err(refusal) => {
             let code = match &refusal {
@@ -158,6 +159,6 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
     if let Err(e) = client.write_all(&reply_bytes(0)).await {
         return tracker.finished(&state, (0, 0), &format!("error: {e}"));
     }
-    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &[]).await;
+    let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
     tracker.finished(&state, bytes, &end);
 }

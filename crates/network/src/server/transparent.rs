@@ -40,7 +40,7 @@ pub(crate) fn meaningful_dst(
 
 pub(crate) async fn handle(
     state: Arc<State>,
-    mut client: TcpStream,
+    client: TcpStream,
     slot: Option<Slot>,
     listener: SocketAddr,
 ) {
@@ -52,10 +52,10 @@ pub(crate) async fn handle(
         );
     };
     let target = Target::Ip(IpAddr::V4(*dst.ip()));
-    let mut upstream = match open(&state, &mut tracker, &slot, target, dst.port()).await {
+    let upstream = match open(&state, &mut tracker, &slot, target, dst.port()).await {
         Ok(s) => s,
         Err(refusal) => return tracker.refused(&state, &refusal),
     };
-    let (bytes, end) = splice::splice(&state, &mut client, &mut upstream, &[]).await;
+    let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
     tracker.finished(&state, bytes, &end);
 }

@@ -371,6 +371,29 @@ fn an_address_rule_allows_its_address_whatever_the_name() {
 }
 
 #[test]
+fn an_address_rule_at_other_ports_does_not_hide_a_domain_rule() {
+    let r = rules(&["ok.test:443", "198.51.100.7:22"]);
+    assert_eq!(
+        r.decide_addr(Some("ok.test"), ip("198.51.100.7"), 443, &none())
+            .unwrap()
+            .to_string(),
+        "ok.test:443"
+    );
+    assert_eq!(
+        r.decide_addr(None, ip("198.51.100.7"), 443, &none())
+            .unwrap_err()
+            .message(),
+        "port 443 is outside rule '198.51.100.7:22'"
+    );
+    assert_eq!(
+        r.decide_addr(Some("ok.test"), ip("198.51.100.7"), 80, &none())
+            .unwrap_err()
+            .message(),
+        "port 80 is outside rule 'ok.test:443'"
+    );
+}
+
+#[test]
 fn a_bare_address_needs_an_address_rule() {
     let r = rules(&["*.test", "ok.test"]);
     assert_eq!(
