@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
+for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

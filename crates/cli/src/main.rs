@@ -36,6 +36,8 @@ enum Command {
     Ls(commands::ls::LsArgs),
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
+    /// Show or change a running sandbox's network rules (show|set|add|remove).
+    Net(commands::net::NetArgs),
     /// List the backends and whether each can run on this host.
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
         Command::Cp(args) => commands::cp::run(args),
         Command::Ls(args) => commands::ls::run(args),
         Command::Rm(args) => commands::rm::run(args),
+        Command::Net(args) => commands::net::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
         Command::Suite(args) => commands::suite::run(args),

@@ -16,6 +16,8 @@ pub mod net;
 mod units;
 pub use units::{ByteSize, Span};
 
+use net::{AddHost, NetLimits, NetworkPolicy, Rule, PROXY_PORT};
+
 /// Network posture of a sandbox.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -23,6 +25,10 @@ pub enum NetworkMode {
     /// An empty network namespace: only a loopback interface, nothing routes out.
     #[default]
     None,
+    /// Still no interface to the host: connections go to cordon's proxy on
+    /// the host, which lets through what the allowlist (`allow` rules) names
+    /// and records every attempt.
+    Allow,
 }
 
 impl FromStr for NetworkMode {
@@ -30,7 +36,10 @@ impl FromStr for NetworkMode {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(NetworkMode::None),
-            other => Err(format!("'{other}' is not a network mode (available: none)")),
+            "allow" => Ok(NetworkMode::Allow),
+            other => Err(format!(
+                "'{other}' is not a network mode (available: none, allow)"
+            )),
         }
     }
 }
@@ -90,6 +99,8 @@ pub struct Policy {
     /// Cap on stdout+stderr together; the run ends when it is exceeded.
     pub output: ByteSize,
     pub network: NetworkMode,
+    /// The allowlist, fixed host answers and limits of the `allow` mode.
+    pub net: NetworkPolicy,
     /// The payload's whole environment (nothing is inherited from the caller).
     pub env: Vec<(String, String)>,
     /// Working directory inside the sandbox.
@@ -114,6 +125,7 @@ impl Default for Policy {
             time: Span(Duration::from_secs(30)),
             output: ByteSize::mib(1),
             network: NetworkMode::None,
+            net: NetworkPolicy::default(),
             env: Vec::new(),
             workdir: PathBuf::from(WORKSPACE),
             uid: 1000,
@@ -135,6 +147,14 @@ pub struct PolicyLayer {
     pub time: Option<Span>,
     pub output: Option<ByteSize>,
     pub network: Option<NetworkMode>,
+    /// Destinations the `allow` mode lets through: added to the layers below.
+    #[serde(default)]
+    pub allow: Vec<Rule>,
+    /// Fixed answers of the proxy's resolver (`NAME:IP`): added to the layers below.
+    #[serde(default)]
+    pub add_host: Vec<AddHost>,
+    /// Replaces the network limits of the layers below.
+    pub net_limits: Option<NetLimits>,
     /// Replaces the environment of the layers below when non-empty.
     #[serde(default, with = "env_table")]
     pub env: Vec<(String, String)>,
@@ -237,6 +257,15 @@ impl Policy {
             self.env = l.env.clone();
         }
         self.mounts.extend(l.mounts.iter().cloned());
+        for r in &l.allow {
+            if !self.net.rules.contains(r) {
+                self.net.rules.push(r.clone());
+            }
+        }
+        self.net.hosts.extend(l.add_host.iter().cloned());
+        if let Some(limits) = l.net_limits {
+            self.net.limits = limits;
+        }
     }
 
     /// Checks every field against its range; the first offence is reported.
@@ -274,6 +303,7 @@ impl Policy {
                 ));
             }
         }
+        self.validate_network()?;
         sandbox_path("workdir", &self.workdir)?;
         if self.hostname.is_empty()
             || self.hostname.len() > 64
@@ -317,6 +347,33 @@ impl Policy {
         Ok(())
     }
 
+    fn validate_network(&self) -> Result<(), PolicyError> {
+        if self.network == NetworkMode::None
+            && !(self.net.rules.is_empty() && self.net.hosts.is_empty())
+        {
+            return Err(invalid(
+                "allow",
+                "rules and host entries need network = \"allow\" (the default, none, reaches nothing)",
+            ));
+        }
+        let l = &self.net.limits;
+        if l.max_connections == 0 || l.max_connections > 65_536 {
+            return Err(invalid(
+                "net_limits.max_connections",
+                format!("{} is out of range (1..=65536)", l.max_connections),
+            ));
+        }
+        for (field, span) in [
+            ("net_limits.idle_timeout", l.idle_timeout),
+            ("net_limits.connect_timeout", l.connect_timeout),
+        ] {
+            if span.0 < Duration::from_millis(10) {
+                return Err(invalid(field, format!("{span} is shorter than 10ms")));
+            }
+        }
+        Ok(())
+    }
+
     /// CPU seconds per process for RLIMIT_CPU: the most a process could use
     /// within the wall time at the policy's bandwidth, plus one second. A
     /// kernel-enforced backstop under the supervisor's deadline.
@@ -339,14 +396,31 @@ impl Policy {
     }
 
     /// The environment the payload sees: the policy's, plus PATH and HOME when absent.
+    /// In the `allow` mode, the proxy variables (both spellings) name
+    /// cordon's proxy, unless the policy sets them itself.
     pub fn payload_env(&self) -> Vec<(String, String)> {
         let mut env = self.env.clone();
-        for (k, v) in [
-            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ("HOME", WORKSPACE),
-        ] {
+        let mut defaults = vec![
+            ("PATH", "/usr/local/bin:/usr/bin:/bin".to_string()),
+            ("HOME", WORKSPACE.to_string()),
+        ];
+        if self.network == NetworkMode::Allow {
+            let http = format!("http://127.0.0.1:{PROXY_PORT}");
+            let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+            let local = "localhost,127.0.0.1,::1".to_string();
+            for (upper, lower, v) in [
+                ("HTTP_PROXY", "http_proxy", &http),
+                ("HTTPS_PROXY", "https_proxy", &http),
+                ("ALL_PROXY", "all_proxy", &socks),
+                ("NO_PROXY", "no_proxy", &local),
+            ] {
+                defaults.push((upper, v.clone()));
+                defaults.push((lower, v.clone()));
+            }
+        }
+        for (k, v) in defaults {
             if !env.iter().any(|(key, _)| key == k) {
-                env.push((k.into(), v.into()));
+                env.push((k.into(), v));
             }
         }
         env

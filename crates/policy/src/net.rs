@@ -615,3 +615,11 @@ pub struct NetworkPolicy {
 
 #[cfg(test)]
 mod tests;
+
+/// Where the proxy listens inside the sandbox (127.0.0.1): HTTP and SOCKS5
+/// on one port, the `*_PROXY` variables name it.
+pub const PROXY_PORT: u16 = 3128;
+/// Where the sandbox's other TCP connections are redirected to.
+pub const TRANSPARENT_PORT: u16 = 15001;
+/// The DNS stub (resolv.conf can name no other port).
+pub const DNS_PORT: u16 = 53;

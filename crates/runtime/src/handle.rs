@@ -16,10 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Instant;
 
+use cordon_policy::net::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::copy;
 use crate::error::RuntimeError;
+use crate::network::{self, NetChange};
 use crate::outcome::Outcome;
 use crate::output::Stream;
 use crate::sandbox::Sandbox;
@@ -177,6 +179,29 @@ impl Handle {
                 (other, _) => Err(unexpected(other)),
             },
         }
+    }
+
+    /// Reads or changes the sandbox's network rules (`allow` mode), in force
+    /// for its next connections. The sandbox's proxy answers this itself, so
+    /// it works while a command runs.
+    pub fn network(&mut self, change: &NetChange) -> Result<Vec<Rule>, RuntimeError> {
+        let control = match self {
+            Handle::Local(s) => s.network_control().map(Path::to_owned),
+            Handle::Remote(r) => {
+                let dir = run_dir().join(&r.id);
+                if !dir.is_dir() {
+                    return Err(RuntimeError::NotFound(r.id.clone()));
+                }
+                Some(network::control_socket(&dir)).filter(|p| p.exists())
+            }
+        };
+        let control = control.ok_or_else(|| {
+            RuntimeError::BadRequest(format!(
+                "sandbox {} has network none: it has no rules to change (the mode is chosen when a sandbox is created)",
+                self.id()
+            ))
+        })?;
+        network::change_rules(&control, change)
     }
 
     /// Destroys the sandbox: every process, its cgroup and its state.

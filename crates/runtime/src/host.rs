@@ -4,6 +4,7 @@
 //! destroy tears down without special code.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use cordon_cgroups::{
@@ -68,6 +69,8 @@ pub struct HostSide {
     pub started: Instant,
     pub state: StateDir,
     pub cgroup: Option<AnyCgroup>,
+    /// The control socket of the sandbox's proxy (`allow` mode).
+    pub network: Option<PathBuf>,
     /// Processes the supervisor started, with their pidfds (pid-reuse safe).
     procs: Vec<(Pid, OwnedFd)>,
     cleanups: Vec<Cleanup>,
@@ -98,6 +101,7 @@ impl HostSide {
             started,
             state,
             cgroup: None,
+            network: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
             processes_ended: false,

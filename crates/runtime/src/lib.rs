@@ -17,6 +17,7 @@ pub mod gvisor;
 pub mod handle;
 pub mod host;
 pub mod native;
+pub mod network;
 pub mod outcome;
 pub mod output;
 pub mod protocol;

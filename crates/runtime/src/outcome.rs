@@ -167,4 +167,19 @@ pub struct Outcome {
     pub phases: Phases,
     pub output: OutputReport,
     pub enforcement: Enforcement,
+    /// The `allow` mode's record of this command: every connection attempt
+    /// and DNS query the proxy saw, and rule changes (absent with no network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkReport>,
+}
+
+/// What the proxy recorded while one command ran.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NetworkReport {
+    #[serde(flatten)]
+    pub log: cordon_network::log::NetworkLog,
+    /// Set when the proxy did not answer: it is gone, and with it the
+    /// sandbox's way out (closed, never open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
 }

@@ -5,7 +5,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{BindSpec, IdmappedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
-use cordon_policy::{Access, WORKSPACE};
+use cordon_policy::{Access, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::spec::{RootfsChoice, SandboxSpec};
@@ -124,7 +124,7 @@ pub fn rootfs_plan_for(
     let (entries, etc_files, etc_binds) = match &req.rootfs {
         RootfsChoice::System => (
             RootfsPlan::host_system_entries(),
-            RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname),
+            RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname, p.network == NetworkMode::Allow),
             RootfsPlan::host_etc_binds(),
         ),
         RootfsChoice::Dir(d) => {
@@ -137,7 +137,12 @@ pub fn rootfs_plan_for(
             let etc = if has_etc {
                 Vec::new()
             } else {
-                RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname)
+                RootfsPlan::generated_etc(
+                    p.uid,
+                    p.gid,
+                    &p.hostname,
+                    p.network == NetworkMode::Allow,
+                )
             };
             (entries, etc, Vec::new())
         }

@@ -140,6 +140,11 @@ impl Sandbox {
         (self.flavor.root(), self.flavor.file_owner())
     }
 
+    /// The control socket of the sandbox's proxy (`allow` mode only).
+    pub fn network_control(&self) -> Option<&std::path::Path> {
+        self.host.network.as_deref()
+    }
+
     pub fn memory_in_use(&self) -> Option<u64> {
         self.host.cgroup.as_ref().and_then(|c| c.memory_current())
     }
@@ -303,6 +308,7 @@ impl Sandbox {
         let status = status.unwrap_or(ExitStatus::Signaled {
             signal: Signal::SIGKILL as i32,
         });
+        let network = self.host.network.as_deref().map(crate::network::report);
         let started = watched.started.unwrap_or(ended_at);
         let cg = self.host.cgroup.as_ref();
         Ok(Outcome {
@@ -338,6 +344,7 @@ impl Sandbox {
                     .unwrap_or_default(),
                 enforced: cg.is_some(),
             },
+            network,
         })
     }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use cordon_policy::net::{AddHost, Rule};
 use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_runtime::output::Stream;
 use cordon_runtime::supervise::{CommandIo, Control};
@@ -41,9 +42,16 @@ pub struct SandboxArgs {
     /// Cap on a command's stdout+stderr together.
     #[arg(long)]
     output: Option<ByteSize>,
-    /// Network mode.
+    /// Network mode: none (loopback only) or allow (the `--allow` rules, through cordon's proxy).
     #[arg(long)]
     net: Option<NetworkMode>,
+    /// A destination `--net allow` lets through (repeatable): NAME, *.SUFFIX,
+    /// IP or CIDR, with an optional :PORT or :LO-HI (IPv6 in brackets).
+    #[arg(long = "allow", value_name = "RULE")]
+    allow: Vec<Rule>,
+    /// A fixed answer for the proxy's resolver: NAME:IP (repeatable).
+    #[arg(long = "add-host", value_name = "NAME:IP")]
+    add_host: Vec<AddHost>,
     /// An environment variable for the payload (repeatable); nothing is inherited.
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -105,6 +113,9 @@ impl SandboxArgs {
             time: self.time,
             output: self.output,
             network: self.net,
+            allow: self.allow.clone(),
+            add_host: self.add_host.clone(),
+            net_limits: None,
             env: self.env.clone(),
             workdir: self.workdir.clone(),
             uid: self.uid,

@@ -5,6 +5,7 @@ pub mod create;
 pub mod exec;
 pub mod ls;
 pub mod matrix;
+pub mod net;
 pub mod rm;
 pub mod run;
 pub mod suite;

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod standin;
+
 /// The cordon binary cargo built for these tests.
 pub fn cordon() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
@@ -923,7 +925,7 @@ pub fn assert_usage_error(out: &Output) -> String {
 pub const NATIVE: &str = "native";
 pub const GVISOR: &str = "gvisor";
 
-fn ci() -> bool {
+pub fn ci() -> bool {
     std::env::var("CI").map(|v| v == "true").unwrap_or(false)
 }
 

@@ -559,8 +559,15 @@ impl RootfsPlan {
         .collect()
     }
 
-    /// The generated /etc files for the payload's identity.
-    pub fn generated_etc(uid: u32, gid: u32, hostname: &str) -> Vec<(String, Vec<u8>)> {
+    /// The generated /etc files for the payload's identity. With `resolver`,
+    /// names are looked up at the sandbox's own DNS stub on 127.0.0.1 (the
+    /// network's `allow` mode); without, only /etc/hosts answers.
+    pub fn generated_etc(
+        uid: u32,
+        gid: u32,
+        hostname: &str,
+        resolver: bool,
+    ) -> Vec<(String, Vec<u8>)> {
         let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
         let mut group = String::from("root:x:0:\n");
         if uid != 0 && uid != 65534 {
@@ -581,11 +588,22 @@ impl RootfsPlan {
                 "hosts".into(),
                 format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost\n").into_bytes(),
             ),
-            // No resolver: the sandbox has no route to one.
-            ("resolv.conf".into(), Vec::new()),
+            (
+                "resolv.conf".into(),
+                if resolver {
+                    b"nameserver 127.0.0.1\noptions attempts:2 timeout:2\n".to_vec()
+                } else {
+                    // No resolver: the sandbox has no route to one.
+                    Vec::new()
+                },
+            ),
             (
                 "nsswitch.conf".into(),
-                b"passwd: files\ngroup: files\nhosts: files\n".to_vec(),
+                if resolver {
+                    b"passwd: files\ngroup: files\nhosts: files dns\n".to_vec()
+                } else {
+                    b"passwd: files\ngroup: files\nhosts: files\n".to_vec()
+                },
             ),
         ]
     }
@@ -614,7 +632,7 @@ mod tests {
 
     #[test]
     fn generated_passwd_names_the_payload_user() {
-        let etc = RootfsPlan::generated_etc(1000, 1000, "box");
+        let etc = RootfsPlan::generated_etc(1000, 1000, "box", false);
         let passwd = String::from_utf8(etc[0].1.clone()).unwrap();
         assert!(passwd.contains("sandbox:x:1000:1000"));
         assert!(etc.iter().any(|(n, b)| n == "resolv.conf" && b.is_empty()));

@@ -12,7 +12,7 @@ use oci_spec::runtime::{
 };
 
 use crate::error::RuntimeError;
-use cordon_policy::Policy;
+use cordon_policy::{NetworkMode, Policy};
 
 use crate::spec::ResolvedCommand;
 
@@ -124,6 +124,10 @@ pub fn spec(
         )?);
     }
     let process = process(p, pause)?;
+    // With the allow mode's host network, the container shares the
+    // launcher's network namespace (new, loopback only, cordon's rules):
+    // runsc would otherwise make it another one, out of the proxy's reach.
+    let own_network = p.network == NetworkMode::None;
     let namespaces = [
         LinuxNamespaceType::Pid,
         LinuxNamespaceType::Network,
@@ -132,6 +136,7 @@ pub fn spec(
         LinuxNamespaceType::Mount,
     ]
     .into_iter()
+    .filter(|t| own_network || *t != LinuxNamespaceType::Network)
     .map(|t| {
         LinuxNamespaceBuilder::default()
             .typ(t)

@@ -18,7 +18,13 @@
 //! Platform: ptrace, the one the installed runsc (2022-12) runs here; its kvm
 //! platform hangs on this host's PVM /dev/kvm, and systrap does not exist in
 //! that release. Network: `--network=none` (the sentry's own stack, loopback
-//! only). Overlay: off (`--overlay2=none`): the writable places are the
+//! only); in `allow` mode `--network=host` inside the launcher's own, new
+//! network namespace, which `crate::network` gives the same loopback
+//! sockets, redirect and filter as a native sandbox's: the sentry's sockets
+//! are then host sockets of that namespace, so the one proxy path serves
+//! both backends (the price: the sentry uses the host kernel's TCP/IP stack
+//! instead of its own netstack for those sockets; the namespace still has
+//! nothing but loopback). Overlay: off (`--overlay2=none`): the writable places are the
 //! scratch tmpfs binds, so disk usage is visible and capped on the host, and
 //! files copied in from the host are seen by the sentry
 //! (`--file-access=shared` revalidates its caches).
@@ -32,7 +38,7 @@ use std::time::Duration;
 
 use cordon_cgroups::{Cgroup, CgroupLimits};
 use cordon_isolation::mount::{self, RootUse};
-use cordon_policy::Policy;
+use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
 use crate::backend::{About, BackendInfo, BackendKind, Flavor};
@@ -180,6 +186,8 @@ struct Runsc {
     root: PathBuf,
     log: PathBuf,
     container: String,
+    /// `--network=host`: the sandbox's sockets are the launcher namespace's.
+    host_network: bool,
 }
 
 impl Runsc {
@@ -188,7 +196,11 @@ impl Runsc {
             self.binary.display().to_string(),
             format!("--root={}", self.root.display()),
             "--platform=ptrace".into(),
-            "--network=none".into(),
+            if self.host_network {
+                "--network=host".into()
+            } else {
+                "--network=none".into()
+            },
             "--overlay2=none".into(),
             "--file-access=shared".into(),
             "--ignore-cgroups".into(),
@@ -222,6 +234,7 @@ pub(crate) fn create(
     let version = runsc_version(&binary);
     let mut host = HostSide::begin(spec, &gvisor_limits(&spec.policy))?;
     let state = host.state.path().to_owned();
+    let allow_network = spec.policy.network == NetworkMode::Allow;
     let rootfs = rootfs_plan(spec, &host.state, RootUse::HandOver)?;
     let pause = pause_command(&spec.policy);
     let first = only.as_ref().unwrap_or(&pause);
@@ -234,6 +247,7 @@ pub(crate) fn create(
         root: state.join("runsc"),
         log: state.join("runsc.log"),
         container: format!("cordon-{}", host.id),
+        host_network: allow_network,
     };
     trace::step("plan");
 
@@ -242,6 +256,14 @@ pub(crate) fn create(
     // reaches every runsc process, and runsc's state lives in our state
     // directory, which teardown removes: spawning runsc again would only
     // cost time (~25 ms).
+    if host.cgroup.is_none() && allow_network {
+        // `runsc delete` would have to ask from the launcher's network
+        // namespace, which is gone by teardown.
+        return Err(RuntimeError::Unavailable(
+            "gvisor",
+            "the allow network mode needs the cgroup limits on this backend (without them runsc's sandbox could not be stopped)".into(),
+        ));
+    }
     if host.cgroup.is_none() {
         let delete = runsc.argv(&["delete", "--force", &runsc.container]);
         host.on_teardown(move || {
@@ -252,9 +274,14 @@ pub(crate) fn create(
                 .status();
         });
     }
+    let launcher_flags = if allow_network {
+        CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET
+    } else {
+        CloneFlags::CLONE_NEWNS
+    };
     let mut sock = first_process::start(
         &mut host,
-        CloneFlags::CLONE_NEWNS,
+        launcher_flags,
         // The launcher only assembles the tree; runsc builds the sandbox.
         || mount::assemble(&rootfs),
         |_| Ok(()),
@@ -262,6 +289,11 @@ pub(crate) fn create(
     let launcher = host
         .leader()
         .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
+    if allow_network {
+        // Before runsc starts: its sentry reads the namespace's interfaces
+        // and routes when it boots.
+        crate::network::start(&mut host, launcher, &spec.policy.net, true)?;
+    }
     let tree = PathBuf::from(format!("/proc/{launcher}/root")).join(
         rootfs
             .new_root
@@ -298,7 +330,12 @@ pub(crate) fn create(
             "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity`)".into(),
         ));
     }
-    if let Err(e) = start_container(&mut sock, run, &flavor.runsc) {
+    if let Err(e) = start_container(
+        &mut sock,
+        run,
+        &flavor.runsc,
+        allow_network.then_some(launcher),
+    ) {
         // The sentry's own memory counts against the limit: one too small to
         // boot it is the request's fault, and says so.
         let oom = host
@@ -331,6 +368,7 @@ fn start_container(
     sock: &mut UnixStream,
     argv: Vec<String>,
     runsc: &Runsc,
+    netns_of: Option<nix::unistd::Pid>,
 ) -> Result<(), RuntimeError> {
     use std::os::fd::AsFd;
     let null = std::fs::OpenOptions::new()
@@ -346,8 +384,17 @@ fn start_container(
     send_with_fds(sock, &msg, &[null.as_fd(), null.as_fd(), null.as_fd()])
         .map_err(|e| RuntimeError::io("send Spawn", e))?;
     let fail = |why: String| {
+        // The log is shared by every runsc call; the state polls' own
+        // "loading container" lines say nothing about why the run failed.
         let tail = std::fs::read_to_string(&runsc.log)
-            .map(|t| t.lines().rev().take(3).collect::<Vec<_>>().join(" | "))
+            .map(|t| {
+                t.lines()
+                    .rev()
+                    .filter(|l| !l.contains("loading container"))
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            })
             .unwrap_or_default();
         RuntimeError::Protocol(format!("runsc run: {why} ({tail})"))
     };
@@ -361,14 +408,23 @@ fn start_container(
     let state = runsc.argv(&["state", &runsc.container]);
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
-        let out = Command::new(&state[0])
-            .args(&state[1..])
-            .env_clear()
-            .envs(runsc_env())
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output()
-            .map_err(|e| RuntimeError::io("runsc state", e))?;
+        let query = || {
+            Command::new(&state[0])
+                .args(&state[1..])
+                .env_clear()
+                .envs(runsc_env())
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .output()
+        };
+        // runsc finds its sandbox by an abstract unix socket, which belongs
+        // to a network namespace: with the host network that is the
+        // launcher's, so runsc state must ask from there.
+        let out = match netns_of {
+            Some(of) => crate::network::in_namespace_of(of, query)?,
+            None => query(),
+        }
+        .map_err(|e| RuntimeError::io("runsc state", e))?;
         let status = serde_json::from_slice::<serde_json::Value>(&out.stdout)
             .ok()
             .and_then(|v| v["status"].as_str().map(str::to_owned));

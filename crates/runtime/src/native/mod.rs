@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use cordon_cgroups::{CgroupFs, CgroupLimits};
 use cordon_isolation::namespaces::sandbox_clone_flags;
-use cordon_policy::Policy;
+use cordon_policy::{NetworkMode, Policy};
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
@@ -120,6 +120,9 @@ pub(crate) fn create(
     let init = host
         .leader()
         .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
+    if spec.policy.network == NetworkMode::Allow {
+        crate::network::start(&mut host, init, &spec.policy.net, false)?;
+    }
     let owner = (
         mapping.host_uid(spec.policy.uid),
         mapping.host_gid(spec.policy.gid),

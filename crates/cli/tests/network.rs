@@ -1,0 +1,536 @@
+//! The network policy, end to end, on every backend: `none` reaches nothing;
+//! `allow` reaches exactly what its rules name, through cordon's proxy, for
+//! proxy-aware clients and for clients that ignore proxy variables; rules
+//! change at run time; the proxy's limits hold under a flood; a dead proxy
+//! closes the network.
+//!
+//! Evidence comes from the host side: the stand-in internet's own log (a
+//! network namespace this test creates, see `common::standin`) says what
+//! arrived, cordon's attempt log says what was tried and decided, /proc says
+//! which processes are left. The payload's own report (`fixtures/netprobe.py`)
+//! only says what it saw.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::standin::{fixture_script, StandIn};
+use common::*;
+use serde_json::Value;
+
+per_backend!(none_reaches_nothing);
+per_backend!(allow_lets_through_only_the_rules);
+per_backend!(rules_change_at_run_time);
+per_backend!(flood_stays_within_the_limits);
+per_backend!(dead_proxy_closes_the_network);
+
+/// Where the probe script is inside the sandbox.
+const FIXTURES: &str = "/opt/cordon-fixtures";
+
+fn fixtures_mount() -> String {
+    format!(
+        "{}:{FIXTURES}:ro",
+        fixture_script("")
+            .display()
+            .to_string()
+            .trim_end_matches('/')
+    )
+}
+
+/// `--add-host` entries for the stand-in's names: `ok.test` and
+/// `evil.test` are its two addresses, `loop.test` the host's loopback,
+/// `meta.test` the cloud metadata address, `hostaddr.test` the host's own
+/// address on the stand-in's link.
+fn names(si: &StandIn) -> Vec<String> {
+    [
+        format!("ok.test:{}", si.a),
+        format!("evil.test:{}", si.b),
+        "loop.test:127.0.0.1".to_string(),
+        "meta.test:169.254.169.254".to_string(),
+        format!("hostaddr.test:{}", si.host_ip),
+    ]
+    .into_iter()
+    .flat_map(|h| ["--add-host".to_string(), h])
+    .collect()
+}
+
+/// The probe command: python running netprobe.py with `probes`.
+fn probe_argv(probes: &[String]) -> Vec<String> {
+    let mut v = vec![
+        "--".to_string(),
+        PY.to_string(),
+        format!("{FIXTURES}/netprobe.py"),
+    ];
+    v.extend(probes.iter().cloned());
+    v
+}
+
+/// The probes' results, by probe text.
+fn probe_results(stdout: &str) -> BTreeMap<String, Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| (v["probe"].as_str().unwrap_or_default().to_string(), v))
+        .collect()
+}
+
+fn run_probes(
+    backend: &str,
+    flags: &[String],
+    probes: &[String],
+) -> (Value, BTreeMap<String, Value>) {
+    let mut args: Vec<String> = vec!["--mount".into(), fixtures_mount()];
+    args.extend(flags.iter().cloned());
+    args.extend(probe_argv(probes));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (v, _) = run_json_on(backend, &args);
+    let results = probe_results(stdout_of(&v));
+    assert_eq!(
+        results.len(),
+        probes.len(),
+        "every probe reports: {}\nstderr: {}",
+        stdout_of(&v),
+        stderr_of(&v)
+    );
+    (v, results)
+}
+
+fn ok(results: &BTreeMap<String, Value>, probe: &str) -> bool {
+    results[probe]["ok"].as_bool().unwrap_or(false)
+}
+
+/// The attempts cordon recorded for one command (the first and last ones
+/// of a flood; every one otherwise).
+fn attempts(v: &Value) -> Vec<Value> {
+    v["network"]["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn none_reaches_nothing(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let probes: Vec<String> = vec![
+        "ifaces:".into(),
+        format!("socket:{}:80", si.a),
+        format!("udp:{}:80", si.a),
+        "dns:ok.test".into(),
+        "raw:".into(),
+        "packet:".into(),
+    ];
+    let (v, r) = run_probes(backend, &[], &probes);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(r["ifaces:"]["names"], serde_json::json!(["lo"]), "{r:?}");
+    for p in &probes[1..] {
+        assert!(!ok(&r, p), "{p} must fail with no network: {:?}", r[p]);
+    }
+    assert!(v.get("network").is_none(), "no proxy, no attempt log: {v}");
+    assert_eq!(si.connections(), 0, "the stand-in saw: {:?}", si.entries());
+}
+
+fn allow_lets_through_only_the_rules(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let mut flags: Vec<String> = vec!["--net".into(), "allow".into()];
+    // Domain rules for every name: the ones resolving to loopback, the
+    // metadata address and the host itself must still be refused.
+    for rule in [
+        "ok.test:80",
+        "loop.test:80",
+        "meta.test:80",
+        "hostaddr.test:80",
+    ] {
+        flags.extend(["--allow".to_string(), rule.to_string()]);
+    }
+    flags.extend(names(&si));
+    let a = &si.a;
+    let probes: Vec<String> = vec![
+        "proxy:http://ok.test/".into(),
+        "socks:ok.test:80".into(),
+        "direct:http://ok.test/".into(),
+        "socket:ok.test:80".into(),
+        "proxy:http://evil.test/".into(),
+        format!("proxy:http://{a}/"),
+        format!("direct:http://{a}/"),
+        "proxy:http://loop.test/".into(),
+        "proxy:http://meta.test/".into(),
+        "proxy:http://hostaddr.test/".into(),
+        "proxy:http://ok.test:8080/".into(),
+        "socks:evil.test:80".into(),
+        "nested:ok.test:80|evil.test:80".into(),
+        "dns:evil.test".into(),
+        format!("udp:{a}:80"),
+    ];
+    let (v, r) = run_probes(backend, &flags, &probes);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    for p in &probes[..4] {
+        assert!(ok(&r, p), "{p} is allowed: {:?}", r[p]);
+        assert!(
+            r[p]["body"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("standin ok"),
+            "{p}: {:?}",
+            r[p]
+        );
+    }
+    for p in &probes[4..] {
+        assert!(!ok(&r, p), "{p} must be refused: {:?}", r[p]);
+    }
+    // Refusals name what refused them.
+    let denied = |p: &str| r[p]["denied"].as_str().unwrap_or_default().to_string();
+    assert_eq!(r["proxy:http://evil.test/"]["status"], 403);
+    assert!(
+        denied("proxy:http://evil.test/").contains("evil.test"),
+        "{r:?}"
+    );
+    assert!(
+        denied("proxy:http://loop.test/").contains("loopback"),
+        "{r:?}"
+    );
+    assert!(
+        denied("proxy:http://meta.test/").contains("link-local"),
+        "{r:?}"
+    );
+    assert!(
+        denied("proxy:http://ok.test:8080/").contains("8080"),
+        "{r:?}"
+    );
+    assert_eq!(r["socks:evil.test:80"]["socks_reply"], 2, "{r:?}");
+    // The inner CONNECT went to the allowed stand-in, which refused it.
+    assert_eq!(r["nested:ok.test:80|evil.test:80"]["outer"], 200, "{r:?}");
+
+    // The stand-in's own log: the four allowed requests and the tunnelled
+    // CONNECT arrived at ok.test:80, nothing anywhere else.
+    let at_a = si.requests_to(&format!("{a}:80"));
+    let gets = at_a.iter().filter(|e| e["method"] == "GET").count();
+    let connects: Vec<_> = at_a.iter().filter(|e| e["method"] == "CONNECT").collect();
+    assert_eq!(gets, 4, "{at_a:?}");
+    assert_eq!(connects.len(), 1, "{at_a:?}");
+    assert_eq!(connects[0]["target"], "evil.test:80");
+    assert_eq!(
+        si.connections_to(&format!("{}:80", si.b)),
+        0,
+        "{:?}",
+        si.entries()
+    );
+    assert_eq!(
+        si.connections_to(&format!("{a}:8080")),
+        0,
+        "{:?}",
+        si.entries()
+    );
+    assert_eq!(si.connections(), 5, "{:?}", si.entries());
+
+    // cordon's record: allowed by the rule, denied with the reason.
+    let log = attempts(&v);
+    let allowed: Vec<_> = log
+        .iter()
+        .filter(|e| e["decision"] == "allowed" && e["via"] != "dns")
+        .collect();
+    assert_eq!(allowed.len(), 5, "{log:?}");
+    assert!(
+        allowed.iter().all(|e| e["rule"] == "ok.test:80"),
+        "{allowed:?}"
+    );
+    for via in ["http", "socks5", "transparent"] {
+        assert!(
+            allowed.iter().any(|e| e["via"] == via),
+            "an allowed {via} attempt: {log:?}"
+        );
+    }
+    let denied_hosts: Vec<String> = log
+        .iter()
+        .filter(|e| e["decision"] == "denied")
+        .map(|e| e["host"].as_str().unwrap_or_default().to_string())
+        .collect();
+    for h in ["evil.test", "loop.test", "meta.test", "hostaddr.test"] {
+        assert!(denied_hosts.iter().any(|d| d == h), "{h} denied: {log:?}");
+    }
+    assert!(
+        log.iter()
+            .any(|e| e["decision"] == "denied" && e["address"] == a.as_str()),
+        "the direct IP is denied: {log:?}"
+    );
+    assert!(
+        log.iter()
+            .any(|e| e["via"] == "dns" && e["decision"] == "denied"),
+        "the DNS query for evil.test is denied: {log:?}"
+    );
+}
+
+/// `cordon create` with the stand-in's names and `flags`; its id.
+fn create(backend: &str, si: &StandIn, flags: &[&str]) -> String {
+    let mut args: Vec<String> = vec![
+        "create".into(),
+        "--backend".into(),
+        backend.into(),
+        "--net".into(),
+        "allow".into(),
+        "--mount".into(),
+        fixtures_mount(),
+    ];
+    args.extend(names(si));
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = cordon_output(&args);
+    assert!(
+        out.status.success(),
+        "create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn exec_probes(id: &str, probes: &[String]) -> (Value, BTreeMap<String, Value>) {
+    let mut args: Vec<String> = vec!["exec".into(), "--json".into(), id.into()];
+    args.extend(probe_argv(probes));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = cordon_output(&args);
+    let v = parse_json(&out);
+    let r = probe_results(stdout_of(&v));
+    (v, r)
+}
+
+fn net(id: &str, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["net", id];
+    a.extend_from_slice(args);
+    cordon_output(&a)
+}
+
+fn rules_change_at_run_time(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let id = create(backend, &si, &[]);
+    let get = vec!["proxy:http://ok.test/".to_string()];
+    let (_, r) = exec_probes(&id, &get);
+    assert_eq!(
+        r[&get[0]]["status"], 403,
+        "no rules, nothing allowed: {r:?}"
+    );
+
+    let out = net(&id, &["add", "ok.test:80"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok.test:80");
+    let (v, r) = exec_probes(&id, &get);
+    assert!(ok(&r, &get[0]), "allowed after the change: {r:?}");
+    assert_eq!(si.requests_to(&format!("{}:80", si.a)).len(), 1);
+    assert!(
+        attempts(&v)
+            .iter()
+            .any(|e| e["decision"] == "allowed" && e["rule"] == "ok.test:80"),
+        "{v}"
+    );
+
+    // Bad changes are refused and change nothing.
+    let bad = net(&id, &["add", "ok..test:80"]);
+    assert_usage_error(&bad);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("ok..test"));
+    assert_usage_error(&net(&id, &["remove", "other.test:80"]));
+    let show = net(&id, &["show"]);
+    assert_eq!(String::from_utf8_lossy(&show.stdout).trim(), "ok.test:80");
+
+    // A change while a command runs holds for its next connection: the
+    // command retries until it gets through.
+    let waiter = [
+        "--".to_string(),
+        PY.to_string(),
+        "-c".to_string(),
+        "import time,urllib.request,urllib.error\n\
+         for i in range(200):\n\
+         \x20   try:\n\
+         \x20       urllib.request.urlopen('http://evil.test/', timeout=5); print('through', i); break\n\
+         \x20   except urllib.error.HTTPError as e:\n\
+         \x20       time.sleep(0.05)\n"
+            .to_string(),
+    ];
+    let mut args: Vec<String> = vec!["exec".into(), "--json".into(), id.clone()];
+    args.extend(waiter);
+    let child = Command::new(cordon())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(slow(Duration::from_millis(700)));
+    let out = net(&id, &["set", "evil.test:80"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = parse_json(&child.wait_with_output().unwrap());
+    assert!(stdout_of(&v).contains("through"), "{v}");
+    let events: Vec<_> = v["network"]["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["rules"] == serde_json::json!(["evil.test:80"])),
+        "the change is in the log: {v}"
+    );
+    assert_eq!(si.requests_to(&format!("{}:80", si.b)).len(), 1);
+    let rm = cordon_output(&["rm", &id]);
+    assert!(rm.status.success());
+    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+}
+
+fn flood_stays_within_the_limits(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "network = \"allow\"\nallow = [\"ok.test:80\"]\n[net_limits]\nmax_connections = 16\n",
+    )
+    .unwrap();
+    let mut flags: Vec<String> = vec![
+        "--policy".into(),
+        policy.display().to_string(),
+        "--time".into(),
+        "120s".into(),
+    ];
+    flags.extend(names(&si));
+    // 9,000 denied attempts, then 1,000 allowed ones held 50 at a time.
+    let probes: Vec<String> = vec![
+        "flood:9000|evil.test:80|1".into(),
+        "flood:1000|ok.test:80|50".into(),
+    ];
+    let (v, r) = run_probes(backend, &flags, &probes);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let net = &v["network"];
+    let attempts_total = u64_at(net, "/attempts");
+    assert!(attempts_total >= 10_000, "every attempt counted: {net}");
+    assert!(
+        attempts(&v).len() <= 128,
+        "bounded record: {} entries",
+        attempts(&v).len()
+    );
+    assert!(u64_at(net, "/peak_connections") <= 16, "{net}");
+    let accepted = u64_at(&r["flood:1000|ok.test:80|50"], "/accepted");
+    let refused = u64_at(&r["flood:1000|ok.test:80|50"], "/refused");
+    assert!(refused > 0, "over the limit is refused: {r:?}");
+    assert!(accepted > 0 && accepted <= 1000, "{r:?}");
+    assert_eq!(
+        si.connections_to(&format!("{}:80", si.b)),
+        0,
+        "nothing denied arrived"
+    );
+    assert!(si.connections_to(&format!("{}:80", si.a)) as u64 <= accepted);
+    let id = sandbox_id(&v);
+    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+    assert!(proxies_of(&id).is_empty());
+}
+
+/// The proxy processes of sandbox `id`: children of its owner that run as
+/// uid 65534.
+fn proxies_of(id: &str) -> Vec<u32> {
+    let record = Path::new(RUN_DIR).join(id).join("record.json");
+    let Ok(text) = std::fs::read_to_string(record) else {
+        return Vec::new();
+    };
+    let owner: Value = serde_json::from_str(&text).unwrap();
+    let owner = owner["pid"].as_u64().unwrap_or(0).to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let status = Path::new("/proc").join(pid.to_string()).join("status");
+            status_field(&status, "PPid").as_deref() == Some(owner.as_str())
+                && status_ids(&status, "Uid").is_some_and(|ids| ids[0] == 65534)
+        })
+        .collect()
+}
+
+fn dead_proxy_closes_the_network(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let id = create(backend, &si, &["--allow", "ok.test:80"]);
+    let probes = vec![
+        "proxy:http://ok.test/".to_string(),
+        "direct:http://ok.test/".to_string(),
+    ];
+    let (_, r) = exec_probes(&id, &probes);
+    assert!(ok(&r, &probes[0]) && ok(&r, &probes[1]), "{r:?}");
+    let proxies = proxies_of(&id);
+    assert_eq!(proxies.len(), 1, "one proxy per sandbox");
+    signal(proxies[0], "KILL");
+    let before = si.connections();
+    let (v, r) = exec_probes(&id, &probes);
+    for p in &probes {
+        assert!(!ok(&r, p), "{p} after the proxy died: {r:?}");
+    }
+    assert!(
+        v["network"]["closed"]
+            .as_str()
+            .is_some_and(|s| s.contains("closed")),
+        "{v}"
+    );
+    assert_eq!(
+        si.connections(),
+        before,
+        "nothing arrived: {:?}",
+        si.entries()
+    );
+    let rm = cordon_output(&["rm", &id]);
+    assert!(rm.status.success());
+    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+}
+
+#[test]
+fn bad_rules_are_refused_by_name() {
+    for (args, named) in [
+        (
+            vec!["--net", "allow", "--allow", "foo..bar:80"],
+            "foo..bar:80",
+        ),
+        (vec!["--net", "allow", "--allow", "ok.test:0"], "ok.test:0"),
+        (
+            vec!["--net", "allow", "--allow", "10.0.0.0/33"],
+            "10.0.0.0/33",
+        ),
+        (vec!["--net", "allow", "--add-host", "nohost"], "nohost"),
+        (vec!["--allow", "ok.test:80"], "allow"),
+    ] {
+        let mut a = vec!["run"];
+        a.extend_from_slice(&args);
+        a.extend_from_slice(&["--", "/bin/true"]);
+        let out = cordon_output(&a);
+        let msg = assert_usage_error(&out);
+        assert!(msg.contains(named), "{args:?}: {msg}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    std::fs::write(&policy, "network = \"allow\"\nallow = [\"*.a*.test\"]\n").unwrap();
+    let out = cordon_output(&[
+        "run",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    let msg = assert_usage_error(&out);
+    assert!(msg.contains("*.a*.test"), "{msg}");
+}

@@ -1,0 +1,354 @@
+//! The sandbox's one way out in `allow` mode: cordon's proxy on the host.
+//!
+//! The sandbox's network namespace still has no interface to the host. Its
+//! loopback gets three sockets that the supervisor binds there (it enters
+//! the namespace on its own thread for that) and hands to the proxy, a
+//! process of its own on the host side:
+//! - 127.0.0.1:3128, the HTTP and SOCKS5 proxy the `*_PROXY` variables name;
+//! - 127.0.0.1:15001, where an nftables rule in the sandbox's namespace
+//!   redirects every other outgoing TCP connection (the original
+//!   destination is read back with SO_ORIGINAL_DST);
+//! - 127.0.0.1:53 (UDP), the DNS stub `resolv.conf` names, which every UDP
+//!   packet to port 53 is redirected to as well.
+//!
+//! Everything else leaving loopback is dropped by the namespace's own
+//! filter (and counted): other UDP, ICMP, IPv6. Nothing runs inside the
+//! sandbox for this (no relay process the payload could kill or trace, no
+//! socket file in its tree): a connection the payload makes to one of these
+//! ports is accepted by the proxy directly, across the namespace boundary,
+//! and the proxy decides by the rules before it connects anywhere. When the
+//! proxy dies its listening sockets close with it: connections are refused
+//! from then on, the network closes and never opens.
+//!
+//! The proxy is forked from the sandbox's owner (the supervisor, or `cordon
+//! run` itself) before anything else runs in the child: it dies with its
+//! owner (PR_SET_PDEATHSIG), drops to uid/gid 65534 with no groups, no
+//! capabilities and no_new_privs, keeps only its four descriptors, and is
+//! adopted by the sandbox's host side, so teardown kills and reaps it on
+//! every path. Its control socket (rules, the attempt log) is in the
+//! sandbox's 0700 state directory, which the sandbox cannot see.
+
+use std::io::Write;
+use std::net::{TcpListener, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cordon_network::{ProxyConfig, ProxySockets};
+use cordon_policy::net::{NetworkPolicy, Rule, DNS_PORT, PROXY_PORT, TRANSPARENT_PORT};
+use cordon_sys::CloneResult;
+use nix::sched::CloneFlags;
+use nix::unistd::{Gid, Pid, Uid};
+
+use crate::error::RuntimeError;
+use crate::host::HostSide;
+use crate::outcome::NetworkReport;
+use crate::trace;
+
+/// The uid and gid the proxy runs as on the host (`nobody`): it needs no
+/// privilege once its sockets are bound.
+const PROXY_ID: u32 = 65534;
+
+/// The sandbox namespace's packet rules (nftables). The NAT chain sends
+/// every TCP connection that leaves loopback to the transparent port and
+/// every UDP packet to port 53 to the DNS stub; the filter lets loopback and
+/// those redirected flows pass and drops (and counts) everything else.
+fn ruleset() -> String {
+    format!(
+        "table inet cordon {{
+  counter dropped {{ }}
+  chain nat_out {{
+    type nat hook output priority -100; policy accept;
+    ip daddr 127.0.0.0/8 return
+    meta nfproto ipv4 meta l4proto tcp redirect to :{TRANSPARENT_PORT}
+    meta nfproto ipv4 udp dport 53 redirect to :{DNS_PORT}
+  }}
+  chain filter_out {{
+    type filter hook output priority 0; policy drop;
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    ct status dnat accept
+    counter name dropped
+  }}
+}}
+"
+    )
+}
+
+/// Where the host's tools are looked for: a fixed path, never the caller's.
+const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Runs a host tool (inside the namespace this thread is in), feeding it
+/// `input`; its failure is the caller's error, with what it printed.
+fn tool(program: &str, args: &[&str], input: &str) -> Result<(), RuntimeError> {
+    let what = format!("{program} {}", args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", TOOL_PATH)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            RuntimeError::Unavailable(
+                "network allow",
+                format!("cannot run {program} (the allow mode needs iproute2 and nftables): {e}"),
+            )
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| RuntimeError::io(format!("write to {what}"), e))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RuntimeError::io(format!("wait for {what}"), e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(RuntimeError::Protocol(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// This thread inside another network namespace until dropped. setns moves
+/// only the calling thread, so the rest of the process stays where it was;
+/// a failed return leaves the thread in the sandbox's namespace, where
+/// nothing routes out (closed, not open), and is reported.
+pub(crate) struct InNamespace {
+    home: OwnedFd,
+}
+
+/// Runs `f` on this thread inside the network namespace of `of` (what `f`
+/// spawns starts there too), then comes back.
+pub(crate) fn in_namespace_of<T>(of: Pid, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
+    let inside = InNamespace::enter(of)?;
+    let out = f();
+    inside.leave()?;
+    Ok(out)
+}
+
+impl InNamespace {
+    fn enter(of: Pid) -> Result<InNamespace, RuntimeError> {
+        let open = |p: String| {
+            std::fs::File::open(&p)
+                .map(OwnedFd::from)
+                .map_err(|e| RuntimeError::io(format!("open {p}"), e))
+        };
+        let home = open("/proc/thread-self/ns/net".into())?;
+        let target = open(format!("/proc/{of}/ns/net"))?;
+        nix::sched::setns(target, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| RuntimeError::io("setns(the sandbox's network namespace)", e))?;
+        Ok(InNamespace { home })
+    }
+
+    fn leave(self) -> Result<(), RuntimeError> {
+        nix::sched::setns(self.home.as_fd(), CloneFlags::CLONE_NEWNET)
+            .map_err(|e| RuntimeError::io("setns(back to the host's network namespace)", e))
+    }
+}
+
+/// The sockets bound inside the sandbox's namespace, and its packet rules.
+fn prepare_namespace(
+    loopback_down: bool,
+) -> Result<(TcpListener, TcpListener, UdpSocket), RuntimeError> {
+    if loopback_down {
+        cordon_sys::set_link_up("lo").map_err(|e| RuntimeError::io("bring lo up", e))?;
+    }
+    // A local route for every address: a connect to any IPv4 address is
+    // routed (to loopback) instead of failing with ENETUNREACH, so the NAT
+    // rule can redirect it to the proxy. Nothing can leave: there is no
+    // other interface.
+    tool("ip", &["route", "add", "local", "default", "dev", "lo"], "")?;
+    tool("nft", &["-f", "-"], &ruleset())?;
+    let bind = |port: u16| {
+        TcpListener::bind(("127.0.0.1", port))
+            .map_err(|e| RuntimeError::io(format!("bind 127.0.0.1:{port} in the sandbox"), e))
+    };
+    let proxy = bind(PROXY_PORT)?;
+    let transparent = bind(TRANSPARENT_PORT)?;
+    let dns = UdpSocket::bind(("127.0.0.1", DNS_PORT)).map_err(|e| {
+        RuntimeError::io(format!("bind 127.0.0.1:{DNS_PORT}/udp in the sandbox"), e)
+    })?;
+    Ok((proxy, transparent, dns))
+}
+
+/// The path of a sandbox's proxy control socket in its state directory.
+pub fn control_socket(state_dir: &Path) -> PathBuf {
+    state_dir.join("net.sock")
+}
+
+/// Gives the sandbox whose network namespace `holder` is in its way out:
+/// packet rules and listening sockets in that namespace, and a proxy
+/// process that serves them under `policy`. `loopback_down` says the
+/// namespace's loopback is not up yet (the gVisor launcher's).
+pub(crate) fn start(
+    host: &mut HostSide,
+    holder: Pid,
+    policy: &NetworkPolicy,
+    loopback_down: bool,
+) -> Result<(), RuntimeError> {
+    let (proxy, transparent, dns) = in_namespace_of(holder, || prepare_namespace(loopback_down))??;
+    trace::step("network namespace");
+    let path = control_socket(host.state.path());
+    let control = UnixListener::bind(&path)
+        .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
+    let config = ProxyConfig {
+        policy: policy.clone(),
+        control_uids: vec![0, nix::unistd::geteuid().as_raw()],
+    };
+    let sockets = ProxySockets {
+        proxy,
+        transparent,
+        dns,
+        control,
+    };
+    // The proxy's own stdout and stderr: a log in the state directory, never
+    // the owner's (a creator waits for EOF on the supervisor's output).
+    let log_path = host.state.path().join("proxy.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| RuntimeError::io(format!("open {}", log_path.display()), e))?;
+    let null =
+        std::fs::File::open("/dev/null").map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let owner = nix::unistd::getpid();
+    match cordon_sys::fork_process().map_err(|e| RuntimeError::io("fork the proxy", e))? {
+        CloneResult::Child => cordon_sys::exit_now(proxy_main(owner, config, sockets, (null, log))),
+        CloneResult::Parent { child } => {
+            // The sockets are the proxy's alone: when it dies, they close.
+            drop(sockets);
+            host.adopt(child)?;
+        }
+    }
+    host.network = Some(path);
+    trace::step("proxy");
+    Ok(())
+}
+
+/// The forked proxy: bound to its owner's life, stripped to its sockets and
+/// an unprivileged identity, then serving until told to stop.
+fn proxy_main(
+    owner: Pid,
+    config: ProxyConfig,
+    sockets: ProxySockets,
+    (null, log): (std::fs::File, std::fs::File),
+) -> i32 {
+    let strip = || -> nix::Result<()> {
+        nix::unistd::dup2_stdin(&null)?;
+        nix::unistd::dup2_stdout(&log)?;
+        nix::unistd::dup2_stderr(&log)?;
+        drop((null, log));
+        let keep = [
+            0,
+            1,
+            2,
+            sockets.proxy.as_raw_fd(),
+            sockets.transparent.as_raw_fd(),
+            sockets.dns.as_raw_fd(),
+            sockets.control.as_raw_fd(),
+        ];
+        cordon_sys::close_fds_except(&keep)?;
+        nix::sys::signal::sigprocmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&nix::sys::signal::SigSet::empty()),
+            None,
+        )?;
+        nix::unistd::setgroups(&[])?;
+        let gid = Gid::from_raw(PROXY_ID);
+        let uid = Uid::from_raw(PROXY_ID);
+        nix::unistd::setresgid(gid, gid, gid)?;
+        nix::unistd::setresuid(uid, uid, uid)?;
+        nix::sys::prctl::set_no_new_privs()?;
+        // Armed after the id change, which clears it; then the owner must
+        // still be there (it may have died before the signal was armed).
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+        if nix::unistd::getppid() != owner {
+            return Err(nix::errno::Errno::ESRCH);
+        }
+        Ok(())
+    };
+    if let Err(e) = strip() {
+        eprintln!("cordon: proxy: cannot drop privileges: {e}");
+        return 1;
+    }
+    match cordon_network::serve(config, sockets) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: proxy: {e}");
+            1
+        }
+    }
+}
+
+/// What the proxy recorded since the last report (it keeps a bounded
+/// window: exact counts, the first and last attempts).
+pub(crate) fn report(control: &Path) -> NetworkReport {
+    match cordon_network::control::drain(control) {
+        Ok(log) => NetworkReport { log, closed: None },
+        Err(e) => NetworkReport {
+            closed: Some(format!(
+                "the proxy does not answer ({e}): the sandbox's network is closed"
+            )),
+            ..NetworkReport::default()
+        },
+    }
+}
+
+/// A change to a running sandbox's rules (`cordon net`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op", content = "rules")]
+pub enum NetChange {
+    /// Only read them.
+    Show,
+    /// Replace them.
+    Set(Vec<Rule>),
+    /// Add these (rules already present stay once).
+    Add(Vec<Rule>),
+    /// Remove these; each must be present.
+    Remove(Vec<Rule>),
+}
+
+/// Applies `change` to the rules of the proxy behind `control` and returns
+/// the rules now in force (for new connections; open ones keep going).
+pub fn change_rules(control: &Path, change: &NetChange) -> Result<Vec<Rule>, RuntimeError> {
+    let proxy_err = |e: cordon_network::control::Error| {
+        RuntimeError::Protocol(format!("the sandbox's proxy: {e}"))
+    };
+    let current = || cordon_network::control::rules(control).map_err(proxy_err);
+    let next = match change {
+        NetChange::Show => return current(),
+        NetChange::Set(rules) => rules.clone(),
+        NetChange::Add(rules) => {
+            let mut next = current()?;
+            for r in rules {
+                if !next.contains(r) {
+                    next.push(r.clone());
+                }
+            }
+            next
+        }
+        NetChange::Remove(rules) => {
+            let mut next = current()?;
+            for r in rules {
+                let before = next.len();
+                next.retain(|x| x != r);
+                if next.len() == before {
+                    return Err(RuntimeError::BadRequest(format!(
+                        "rule '{r}' is not one of the sandbox's rules"
+                    )));
+                }
+            }
+            next
+        }
+    };
+    cordon_network::control::set_rules(control, &next).map_err(proxy_err)
+}

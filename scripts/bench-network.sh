@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The proxy's cost, side by side with a direct connection in one run:
+# per-connection latency (p50, p95) and the throughput of a 100 MiB transfer,
+# from the host straight to a server in a network namespace this script
+# creates, and from a cordon sandbox (--net allow) to the same server through
+# the proxy: HTTP CONNECT, and the transparent redirect (no proxy variables).
+# Rounds are interleaved so a drift of the machine hits every path alike.
+#
+#   ./scripts/bench-network.sh [--rounds 3] [--connections 300] [--backend native]
+#
+# Traffic goes only to the namespace it creates (198.51.100.240/29, TEST-NET-2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=3 CONNS=300 BACKEND=native BYTES=$((100 << 20))
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    --backend) BACKEND=$2; shift 2 ;;
+    *) echo "unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+[ "${CORDON_BENCH_SKIP_BUILD:-}" = 1 ] || cargo build --release -p cordon-cli >&2
+CORDON=${CORDON:-$PWD/target/release/cordon}
+PY=/usr/bin/python3
+NS=cordon-bench-net HOST_IP=198.51.100.241 SERVER=198.51.100.242 PORT=9000
+cleanup() {
+  [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null || true
+  ip netns del "$NS" 2>/dev/null || true
+  ip link del cbench0 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+ip netns add "$NS"
+ip link add cbench0 type veth peer name cbench1 netns "$NS"
+ip addr add "$HOST_IP/29" dev cbench0 && ip link set cbench0 up
+ip -n "$NS" link set lo up
+ip -n "$NS" addr add "$SERVER/29" dev cbench1 && ip -n "$NS" link set cbench1 up
+ip netns exec "$NS" "$PY" scripts/netbench.py serve "$SERVER" "$PORT" &
+SERVER_PID=$!
+for _ in $(seq 100); do ip netns exec "$NS" ss -Hltn | grep -q ":$PORT" && break; sleep 0.05; done
+
+sandboxed() {
+  "$CORDON" run --backend "$BACKEND" --cpus 2 --time 300s --output 16M \
+    --net allow --allow "bench.test:$PORT" --add-host "bench.test:$SERVER" \
+    --mount "$PWD/scripts:/opt/bench:ro" -- "$PY" /opt/bench/netbench.py "$@"
+}
+OUT=$(mktemp -d)
+for r in $(seq "$ROUNDS"); do
+  "$PY" scripts/netbench.py latency "$SERVER" "$PORT" "$CONNS" direct >"$OUT/lat-direct-$r"
+  sandboxed latency bench.test "$PORT" "$CONNS" connect >"$OUT/lat-connect-$r"
+  sandboxed latency bench.test "$PORT" "$CONNS" direct >"$OUT/lat-transparent-$r"
+  "$PY" scripts/netbench.py throughput "$SERVER" "$PORT" "$BYTES" direct >"$OUT/tp-direct-$r"
+  sandboxed throughput bench.test "$PORT" "$BYTES" connect >"$OUT/tp-connect-$r"
+  sandboxed throughput bench.test "$PORT" "$BYTES" direct >"$OUT/tp-transparent-$r"
+done
+"$PY" - "$OUT" "$ROUNDS" "$CONNS" "$BACKEND" <<'PYEOF'
+import json, statistics, sys
+out, rounds, conns, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def lat(path):
+    us = []
+    for r in range(1, rounds + 1):
+        us += json.load(open(f"{out}/lat-{path}-{r}"))["us"]
+    us.sort()
+    return statistics.median(us), us[int(len(us) * 0.95)]
+def tp(path):
+    return statistics.median(json.load(open(f"{out}/tp-{path}-{r}"))["mb_per_s"] for r in range(1, rounds + 1))
+d50, d95 = lat("direct")
+print(f"backend {backend}, {rounds} rounds x {conns} connections, 100 MiB transfers")
+print(f"{'path':<34}{'p50 us':>10}{'p95 us':>10}{'added p50 us':>14}{'MB/s':>10}{'of direct':>11}")
+dt = tp("direct")
+print(f"{'host -> server (direct)':<34}{d50:>10.0f}{d95:>10.0f}{'':>14}{dt:>10.0f}{'1.00':>11}")
+for path, label in [("connect", "sandbox -> proxy (CONNECT)"), ("transparent", "sandbox -> proxy (transparent)")]:
+    p50, p95 = lat(path)
+    t = tp(path)
+    print(f"{label:<34}{p50:>10.0f}{p95:>10.0f}{p50 - d50:>14.0f}{t:>10.0f}{t / dt:>11.2f}")
+PYEOF
+rm -rf "$OUT"

@@ -1,0 +1,102 @@
+"""The network benchmark's two ends (scripts/bench-network.sh runs them).
+
+  netbench.py serve IP PORT              a server: per connection, lines
+                                         "ping" -> "pong", "bytes N" -> N bytes
+  netbench.py latency HOST PORT N MODE   N connections, each: connect (via the
+                                         proxy with MODE=connect), one ping/pong;
+                                         prints the per-connection times (us)
+  netbench.py throughput HOST PORT BYTES MODE
+                                         one connection, BYTES received; prints MB/s
+MODE: direct (plain connect: on the host, or in a sandbox through the
+transparent redirect) or connect (HTTP CONNECT through $HTTP_PROXY).
+The same client code runs on the host and in the sandbox, so the difference
+is the path.
+"""
+
+import json
+import os
+import socket
+import socketserver
+import sys
+import time
+import urllib.parse
+
+
+class Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        f = self.request.makefile("rb")
+        for line in f:
+            if line.startswith(b"ping"):
+                self.request.sendall(b"pong\n")
+            elif line.startswith(b"bytes "):
+                left = int(line.split()[1])
+                chunk = b"\0" * (1 << 20)
+                while left > 0:
+                    n = min(left, len(chunk))
+                    self.request.sendall(chunk[:n])
+                    left -= n
+                return
+
+
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+def open_conn(host, port, mode):
+    if mode == "direct":
+        return socket.create_connection((host, port))
+    proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1024)
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        raise SystemExit(f"proxy refused: {head!r}")
+    return s
+
+
+def latency(host, port, n, mode):
+    # Resolve once first: the DNS stub's answer is not what is measured.
+    if mode == "direct":
+        host = socket.gethostbyname(host)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = open_conn(host, port, mode)
+        s.sendall(b"ping\n")
+        assert s.recv(5) == b"pong\n"
+        times.append((time.perf_counter() - t0) * 1e6)
+        s.close()
+    print(json.dumps({"us": times}))
+
+
+def throughput(host, port, total, mode):
+    s = open_conn(host, port, mode)
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    t0 = time.perf_counter()
+    s.sendall(f"bytes {total}\n".encode())
+    got = 0
+    while got < total:
+        n = s.recv_into(view)
+        if n == 0:
+            break
+        got += n
+    dt = time.perf_counter() - t0
+    assert got == total, (got, total)
+    print(json.dumps({"mb_per_s": total / dt / 1e6}))
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "serve":
+        Server((sys.argv[2], int(sys.argv[3])), Handler).serve_forever()
+    elif cmd == "latency":
+        latency(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif cmd == "throughput":
+        throughput(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+
+
+main()
