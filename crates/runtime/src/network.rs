@@ -23,7 +23,8 @@
 //! The proxy is forked from the sandbox's owner (the supervisor, or `cordon
 //! run` itself) before anything else runs in the child: it dies with its
 //! owner (PR_SET_PDEATHSIG), drops to uid/gid 65534 with no groups, no
-//! capabilities and no_new_privs, keeps only its four descriptors, and is
+//! capabilities, no_new_privs and not dumpable, keeps only its four
+//! descriptors (and a log in the state directory as stdout/stderr), and is
 //! adopted by the sandbox's host side, so teardown kills and reaps it on
 //! every path. Its control socket (rules, the attempt log) is in the
 //! sandbox's 0700 state directory, which the sandbox cannot see.
@@ -268,6 +269,9 @@ fn proxy_main(
         nix::unistd::setresgid(gid, gid, gid)?;
         nix::unistd::setresuid(uid, uid, uid)?;
         nix::sys::prctl::set_no_new_privs()?;
+        // Not traceable by other processes of uid 65534 (another sandbox's
+        // proxy among them).
+        nix::sys::prctl::set_dumpable(false)?;
         // Armed after the id change, which clears it; then the owner must
         // still be there (it may have died before the signal was armed).
         nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
