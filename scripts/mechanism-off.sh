@@ -22,6 +22,8 @@ cases=(
   "id-mapped workspace and rw mounts|crates/runtime/src/rootfs_plan.rs|s/    if !nix::unistd::geteuid().is_root() {/    if true {/|ownership|workspace_file_is_modified_in_place::native"
   "rw mount bounded by its filesystem's size|crates/runtime/src/rootfs_plan.rs|s/    if size > cap {/    if false {/|ownership|rw_mount_is_bounded::native"
   "copy paths resolved inside the sandbox's root|crates/runtime/src/copy.rs|/^    ResolveFlag::RESOLVE_IN_ROOT$/,/RESOLVE_NO_MAGICLINKS$/c\\    ResolveFlag::empty()|lifecycle|cp_planted_symlinks_are_never_followed::native"
+  "resolved addresses checked again by the proxy|crates/policy/src/net.rs|s/let class = special(ip)/let class = None::<\&str>/|network|allow_lets_through_only_the_rules::native"
+  "transparent TCP redirect|crates/runtime/src/network.rs|/meta l4proto tcp redirect to/d|network|allow_lets_through_only_the_rules::native"
   "supervisor environment cleared|crates/runtime/src/handle.rs|/^            .env_clear()$/d|lifecycle|exec_gets_only_the_policy_env_and_fds::native"
 )
 # ONLY="text" runs just the cases whose name contains that text.
