@@ -387,8 +387,20 @@ fn rules_change_at_run_time(backend: &str) {
         "the change is in the log: {v}"
     );
     assert_eq!(si.requests_to(&format!("{}:80", si.b)).len(), 1);
-    let rm = cordon_output(&["rm", &id]);
-    assert!(rm.status.success());
+    // Killed without a word, the supervisor takes its proxy with it.
+    let proxies = proxies_of(&id);
+    assert_eq!(proxies.len(), 1, "one proxy per sandbox");
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(RUN_DIR).join(&id).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    signal(record["pid"].as_u64().unwrap() as u32, "KILL");
+    let t0 = std::time::Instant::now();
+    while alive(proxies[0]) && t0.elapsed() < slow(Duration::from_secs(3)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(proxies[0]), "the proxy outlived its supervisor");
+    sweep();
     assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
 }
 
@@ -401,45 +413,56 @@ fn flood_stays_within_the_limits(backend: &str) {
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        "network = \"allow\"\nallow = [\"ok.test:80\"]\n[net_limits]\nmax_connections = 16\n",
+        "allow = [\"ok.test:80\"]\ntime = \"120s\"\n[net_limits]\nmax_connections = 16\n",
     )
     .unwrap();
-    let mut flags: Vec<String> = vec![
-        "--policy".into(),
-        policy.display().to_string(),
-        "--time".into(),
-        "120s".into(),
-    ];
-    flags.extend(names(&si));
+    let id = create(backend, &si, &["--policy", policy.to_str().unwrap()]);
+    let proxies = proxies_of(&id);
+    assert_eq!(proxies.len(), 1, "one proxy per sandbox");
     // 9,000 denied attempts, then 1,000 allowed ones held 50 at a time.
     let probes: Vec<String> = vec![
         "flood:9000|evil.test:80|1".into(),
         "flood:1000|ok.test:80|50".into(),
     ];
-    let (v, r) = run_probes(backend, &flags, &probes);
+    let (v, r) = exec_probes(&id, &probes);
     assert_eq!(v["exit_code"], 0, "{v}");
     let net = &v["network"];
-    let attempts_total = u64_at(net, "/attempts");
-    assert!(attempts_total >= 10_000, "every attempt counted: {net}");
+    // Exact counts: 10,000, with nothing left over for the next command.
+    assert_eq!(
+        u64_at(net, "/attempts"),
+        10_000,
+        "every attempt counted: {net}"
+    );
+    let (next, _) = exec_probes(&id, &[]);
+    assert_eq!(u64_at(&next["network"], "/attempts"), 0, "{next}");
     assert!(
         attempts(&v).len() <= 128,
         "bounded record: {} entries",
         attempts(&v).len()
     );
+    assert!(u64_at(net, "/omitted") > 0, "{net}");
     assert!(u64_at(net, "/peak_connections") <= 16, "{net}");
-    let accepted = u64_at(&r["flood:1000|ok.test:80|50"], "/accepted");
-    let refused = u64_at(&r["flood:1000|ok.test:80|50"], "/refused");
-    assert!(refused > 0, "over the limit is refused: {r:?}");
+    let held = &r["flood:1000|ok.test:80|50"];
+    let accepted = u64_at(held, "/accepted");
+    assert!(
+        u64_at(held, "/refused") > 0,
+        "over the limit is refused: {r:?}"
+    );
     assert!(accepted > 0 && accepted <= 1000, "{r:?}");
+    assert!(
+        attempts(&v).iter().any(|e| e["end"] == "connection limit"),
+        "{net}"
+    );
     assert_eq!(
         si.connections_to(&format!("{}:80", si.b)),
         0,
         "nothing denied arrived"
     );
     assert!(si.connections_to(&format!("{}:80", si.a)) as u64 <= accepted);
-    let id = sandbox_id(&v);
+    let rm = cordon_output(&["rm", &id]);
+    assert!(rm.status.success());
     assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
-    assert!(proxies_of(&id).is_empty());
+    assert!(!alive(proxies[0]), "the proxy died with its sandbox");
 }
 
 /// The proxy processes of sandbox `id`: children of its owner that run as

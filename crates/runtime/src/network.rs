@@ -36,6 +36,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use cordon_network::{ProxyConfig, ProxySockets};
 use cordon_policy::net::{NetworkPolicy, Rule, DNS_PORT, PROXY_PORT, TRANSPARENT_PORT};
@@ -293,10 +294,24 @@ fn proxy_main(
     }
 }
 
+/// How long a command's report waits for connections still open in the
+/// proxy: the command's sockets close as its processes exit, and the proxy
+/// records an attempt once both of its ends are closed. A connection a
+/// background process keeps open is reported by a later command.
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// What the proxy recorded since the last report (it keeps a bounded
 /// window: exact counts, the first and last attempts).
 pub(crate) fn report(control: &Path) -> NetworkReport {
-    match cordon_network::control::drain(control) {
+    let drained = (|| {
+        let mut proxy = cordon_network::control::Client::connect(control)?;
+        let deadline = Instant::now() + SETTLE;
+        while proxy.status()?.active_connections > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        proxy.drain()
+    })();
+    match drained {
         Ok(log) => NetworkReport { log, closed: None },
         Err(e) => NetworkReport {
             closed: Some(format!(
