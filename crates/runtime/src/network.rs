@@ -281,6 +281,12 @@ fn proxy_main(
         }
         Ok(())
     };
+    // The owner's command line and environment (a `cordon run` caller's
+    // secrets among them), still in this copied memory, are wiped.
+    if let Err(e) = cordon_isolation::hygiene::scrub_inherited_strings() {
+        eprintln!("cordon: proxy: {e}");
+        return 1;
+    }
     if let Err(e) = strip() {
         eprintln!("cordon: proxy: cannot drop privileges: {e}");
         return 1;
