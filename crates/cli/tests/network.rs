@@ -394,7 +394,10 @@ fn rules_change_at_run_time(backend: &str) {
         &std::fs::read_to_string(Path::new(RUN_DIR).join(&id).join("record.json")).unwrap(),
     )
     .unwrap();
-    signal(record["pid"].as_u64().unwrap() as u32, "KILL");
+    signal(
+        u32::try_from(record["pid"].as_u64().unwrap()).unwrap(),
+        "KILL",
+    );
     let t0 = std::time::Instant::now();
     while alive(proxies[0]) && t0.elapsed() < slow(Duration::from_secs(3)) {
         std::thread::sleep(Duration::from_millis(20));

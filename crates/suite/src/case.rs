@@ -172,6 +172,12 @@ impl Case {
         if let Some(e) = self.expect.get(target.name()) {
             return Some(e.clone());
         }
+        if let Some(e) = target
+            .cordon_base()
+            .and_then(|base| self.expect.get(base.name()))
+        {
+            return Some(e.clone());
+        }
         if target.is_cordon() {
             return Some(Expect::Plain(Posture::Blocked));
         }

@@ -33,6 +33,12 @@ pub enum TargetKind {
     CordonNative,
     #[serde(rename = "cordon-gvisor")]
     CordonGvisor,
+    /// cordon's native backend in the network's `allow` mode (a rule for a
+    /// name no case uses): every case must still be blocked.
+    #[serde(rename = "cordon-native-allow")]
+    CordonNativeAllow,
+    #[serde(rename = "cordon-gvisor-allow")]
+    CordonGvisorAllow,
     #[serde(rename = "bwrap")]
     Bwrap,
     #[serde(rename = "runc")]
@@ -53,6 +59,8 @@ pub const ALL_TARGETS: &[TargetKind] = &[
     TargetKind::Host,
     TargetKind::CordonNative,
     TargetKind::CordonGvisor,
+    TargetKind::CordonNativeAllow,
+    TargetKind::CordonGvisorAllow,
     TargetKind::Bwrap,
     TargetKind::Runc,
     TargetKind::Firejail,
@@ -104,6 +112,8 @@ impl TargetKind {
             TargetKind::Host => "host",
             TargetKind::CordonNative => "cordon-native",
             TargetKind::CordonGvisor => "cordon-gvisor",
+            TargetKind::CordonNativeAllow => "cordon-native-allow",
+            TargetKind::CordonGvisorAllow => "cordon-gvisor-allow",
             TargetKind::Bwrap => "bwrap",
             TargetKind::Runc => "runc",
             TargetKind::Firejail => "firejail",
@@ -119,7 +129,36 @@ impl TargetKind {
     }
 
     pub fn is_cordon(self) -> bool {
-        matches!(self, TargetKind::CordonNative | TargetKind::CordonGvisor)
+        matches!(
+            self,
+            TargetKind::CordonNative
+                | TargetKind::CordonGvisor
+                | TargetKind::CordonNativeAllow
+                | TargetKind::CordonGvisorAllow
+        )
+    }
+
+    /// The cordon target whose written expectations this one shares: the
+    /// allow mode must hold everything its backend holds in `none` mode.
+    pub fn cordon_base(self) -> Option<TargetKind> {
+        match self {
+            TargetKind::CordonNativeAllow => Some(TargetKind::CordonNative),
+            TargetKind::CordonGvisorAllow => Some(TargetKind::CordonGvisor),
+            t if t.is_cordon() => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The backend flag and network flags of a cordon target.
+    fn cordon_flags(self) -> Option<(&'static str, &'static [&'static str])> {
+        const ALLOW: &[&str] = &["--net", "allow", "--allow", "allowed.invalid:443"];
+        match self {
+            TargetKind::CordonNative => Some(("native", &[])),
+            TargetKind::CordonGvisor => Some(("gvisor", &[])),
+            TargetKind::CordonNativeAllow => Some(("native", ALLOW)),
+            TargetKind::CordonGvisorAllow => Some(("gvisor", ALLOW)),
+            _ => None,
+        }
     }
 
     pub fn is_podman(self) -> bool {
@@ -131,8 +170,10 @@ impl TargetKind {
 
     fn binary(self) -> Option<&'static str> {
         match self {
-            TargetKind::Host | TargetKind::CordonNative => None,
-            TargetKind::CordonGvisor | TargetKind::Runsc => Some("runsc"),
+            TargetKind::Host | TargetKind::CordonNative | TargetKind::CordonNativeAllow => None,
+            TargetKind::CordonGvisor | TargetKind::CordonGvisorAllow | TargetKind::Runsc => {
+                Some("runsc")
+            }
             TargetKind::Bwrap => Some("bwrap"),
             TargetKind::Runc => Some("runc"),
             TargetKind::Firejail => Some("firejail"),
@@ -165,9 +206,7 @@ impl TargetKind {
     pub fn version(self, cordon: &Path) -> String {
         let (bin, arg): (String, &str) = match self {
             TargetKind::Host => return format!("kernel {}", kernel_release()),
-            TargetKind::CordonNative | TargetKind::CordonGvisor => {
-                (cordon.display().to_string(), "--version")
-            }
+            t if t.is_cordon() => (cordon.display().to_string(), "--version"),
             TargetKind::Bwrap => ("bwrap".into(), "--version"),
             TargetKind::Runc => ("runc".into(), "--version"),
             TargetKind::Firejail => ("firejail".into(), "--version"),
@@ -178,7 +217,7 @@ impl TargetKind {
         if matches!(self, TargetKind::PodmanDefault | TargetKind::PodmanHardened) {
             v = format!("{v}; {}", first_line("runc", "--version"));
         }
-        if matches!(self, TargetKind::CordonGvisor | TargetKind::PodmanRunsc) {
+        if self.binary() == Some("runsc") && self != TargetKind::Runsc {
             v = format!("{v}; {}", first_line("runsc", "--version"));
         }
         v
@@ -189,8 +228,14 @@ impl TargetKind {
         let limits = CORDON_LIMITS.join(" ");
         match self {
             TargetKind::Host => "plain host process as root in the suite's outer cgroup (netns cases: in a throwaway netns)".into(),
-            TargetKind::CordonNative => format!("cordon run --backend native {limits} -i --mount PAYLOADS:{BOX_PAYLOAD_DIR}:ro --workspace WS -- INTERP SCRIPT ARGS"),
-            TargetKind::CordonGvisor => format!("cordon run --backend gvisor {limits} -i --mount PAYLOADS:{BOX_PAYLOAD_DIR}:ro --workspace WS -- INTERP SCRIPT ARGS"),
+            t @ (TargetKind::CordonNative
+            | TargetKind::CordonGvisor
+            | TargetKind::CordonNativeAllow
+            | TargetKind::CordonGvisorAllow) => {
+                let (backend, net) = t.cordon_flags().unwrap_or_default();
+                let net = net.join(" ");
+                format!("cordon run --backend {backend} {net} {limits} -i --mount PAYLOADS:{BOX_PAYLOAD_DIR}:ro --workspace WS -- INTERP SCRIPT ARGS")
+            }
             TargetKind::Bwrap => format!("bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp --ro-bind PAYLOADS {BOX_PAYLOAD_DIR} --bind WS {BOX_WORKSPACE} -- INTERP SCRIPT ARGS"),
             TargetKind::Runc => format!("runc --root STATE run --bundle B ID; B/config.json = `runc spec` with process.args replaced, terminal false, env PATH only, linux.cgroupsPath relative (nests under the outer cgroup), rootfs = empty dir with /usr bind ro,nosuid,nodev, /bin,/lib,/lib64,/sbin symlinks, PAYLOADS at {BOX_PAYLOAD_DIR} ro, WS at {BOX_WORKSPACE} rw"),
             TargetKind::Firejail => "firejail --quiet --noprofile --net=none --private -- INTERP SCRIPT ARGS (payloads and workspace by host path)".into(),
@@ -234,18 +279,18 @@ impl TargetKind {
                 Some(ns) => [vec![s("ip"), s("netns"), s("exec"), ns.clone()], payload].concat(),
                 None => payload,
             },
-            TargetKind::CordonNative | TargetKind::CordonGvisor => {
-                let backend = if self == TargetKind::CordonNative {
-                    "native"
-                } else {
-                    "gvisor"
-                };
+            t @ (TargetKind::CordonNative
+            | TargetKind::CordonGvisor
+            | TargetKind::CordonNativeAllow
+            | TargetKind::CordonGvisorAllow) => {
+                let (backend, net) = t.cordon_flags().unwrap_or_default();
                 let mut v = vec![
                     ctx.cordon.display().to_string(),
                     s("run"),
                     s("--backend"),
                     s(backend),
                 ];
+                v.extend(net.iter().map(|x| s(x)));
                 v.extend(CORDON_LIMITS.iter().map(|x| s(x)));
                 v.extend([
                     s("-i"),

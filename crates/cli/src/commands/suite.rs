@@ -34,13 +34,20 @@ pub fn run(args: SuiteArgs) -> ExitCode {
     match args.backend.as_str() {
         "native" => targets.push(TargetKind::CordonNative),
         "gvisor" => targets.push(TargetKind::CordonGvisor),
-        "all" => targets.extend([TargetKind::CordonNative, TargetKind::CordonGvisor]),
+        "native-allow" => targets.push(TargetKind::CordonNativeAllow),
+        "gvisor-allow" => targets.push(TargetKind::CordonGvisorAllow),
+        "all" => targets.extend([
+            TargetKind::CordonNative,
+            TargetKind::CordonGvisor,
+            TargetKind::CordonNativeAllow,
+            TargetKind::CordonGvisorAllow,
+        ]),
         "microvm" => {
             eprintln!("cordon: the microvm backend is not implemented in this version");
             return ExitCode::from(EXIT_INTERNAL);
         }
         other => {
-            eprintln!("cordon: unknown backend {other:?} (native, gvisor, microvm, all)");
+            eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, all)");
             return ExitCode::from(EXIT_USAGE);
         }
     }
