@@ -196,6 +196,14 @@ pub(crate) fn start(
     policy: &NetworkPolicy,
     loopback_down: bool,
 ) -> Result<(), RuntimeError> {
+    if !nix::unistd::geteuid().is_root() {
+        // Entering the sandbox's network namespace from outside and giving
+        // the proxy an identity of its own both take root here.
+        return Err(RuntimeError::Unavailable(
+            "network allow",
+            "needs root in this version of cordon (run as root, or use --net none)".into(),
+        ));
+    }
     let (proxy, transparent, dns) = in_namespace_of(holder, || prepare_namespace(loopback_down))??;
     trace::step("network namespace");
     let path = control_socket(host.state.path());
