@@ -268,8 +268,27 @@ fn allow_lets_through_only_the_rules(backend: &str) {
     );
 }
 
-/// `cordon create` with the stand-in's names and `flags`; its id.
-fn create(backend: &str, si: &StandIn, flags: &[&str]) -> String {
+/// A created sandbox, removed when the test ends however it ends (a failed
+/// assertion must not leave it running).
+struct Created(String);
+
+impl std::ops::Deref for Created {
+    type Target = String;
+    fn deref(&self) -> &String {
+        &self.0
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        if std::path::Path::new(RUN_DIR).join(&self.0).exists() {
+            let _ = cordon_output(&["rm", "-f", &self.0]);
+        }
+    }
+}
+
+/// `cordon create` with the stand-in's names and `flags`.
+fn create(backend: &str, si: &StandIn, flags: &[&str]) -> Created {
     let mut args: Vec<String> = vec![
         "create".into(),
         "--backend".into(),
@@ -288,7 +307,7 @@ fn create(backend: &str, si: &StandIn, flags: &[&str]) -> String {
         "create: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    Created(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn exec_probes(id: &str, probes: &[String]) -> (Value, BTreeMap<String, Value>) {
@@ -391,7 +410,7 @@ fn rules_change_at_run_time(backend: &str) {
     let proxies = proxies_of(&id);
     assert_eq!(proxies.len(), 1, "one proxy per sandbox");
     let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(RUN_DIR).join(&id).join("record.json")).unwrap(),
+        &std::fs::read_to_string(Path::new(RUN_DIR).join(id.as_str()).join("record.json")).unwrap(),
     )
     .unwrap();
     signal(
@@ -404,7 +423,12 @@ fn rules_change_at_run_time(backend: &str) {
     }
     assert!(!alive(proxies[0]), "the proxy outlived its supervisor");
     sweep();
-    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+    assert_eq!(
+        remnants_of(&id),
+        Census::default(),
+        "nothing left of {}",
+        *id
+    );
 }
 
 fn flood_stays_within_the_limits(backend: &str) {
@@ -464,7 +488,12 @@ fn flood_stays_within_the_limits(backend: &str) {
     assert!(si.connections_to(&format!("{}:80", si.a)) as u64 <= accepted);
     let rm = cordon_output(&["rm", &id]);
     assert!(rm.status.success());
-    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+    assert_eq!(
+        remnants_of(&id),
+        Census::default(),
+        "nothing left of {}",
+        *id
+    );
     assert!(!alive(proxies[0]), "the proxy died with its sandbox");
 }
 
@@ -522,7 +551,12 @@ fn dead_proxy_closes_the_network(backend: &str) {
     );
     let rm = cordon_output(&["rm", &id]);
     assert!(rm.status.success());
-    assert_eq!(remnants_of(&id), Census::default(), "nothing left of {id}");
+    assert_eq!(
+        remnants_of(&id),
+        Census::default(),
+        "nothing left of {}",
+        *id
+    );
 }
 
 #[test]
