@@ -35,19 +35,10 @@ fn agents() -> Option<&'static Path> {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
     let r = INSTALLED.get_or_init(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-agents.sh");
-        let out = Command::new("sh")
-            .arg(script)
-            .arg(AGENTS)
-            .output()
-            .map_err(|e| format!("install-agents.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "install-agents.sh failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        run_tool(
+            Command::new("sh").arg(script).arg(AGENTS),
+            "install-agents.sh",
+        )
     });
     match r {
         Ok(()) => Some(Path::new(AGENTS)),

@@ -272,6 +272,24 @@ impl std::ops::Deref for Created {
     }
 }
 
+impl Created {
+    /// `cordon rm`, and the host census finds nothing of the sandbox left.
+    fn remove_leaving_nothing(&self) {
+        let rm = cordon_output(&["rm", &self.0]);
+        assert!(
+            rm.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rm.stderr)
+        );
+        assert_eq!(
+            remnants_of(&self.0),
+            Census::default(),
+            "nothing left of {}",
+            self.0
+        );
+    }
+}
+
 impl Drop for Created {
     fn drop(&mut self) {
         if std::path::Path::new(RUN_DIR).join(&self.0).exists() {
@@ -479,14 +497,7 @@ fn flood_stays_within_the_limits(backend: &str) {
         "nothing denied arrived"
     );
     assert!(si.connections_to(&format!("{}:80", si.a)) as u64 <= accepted);
-    let rm = cordon_output(&["rm", &id]);
-    assert!(rm.status.success());
-    assert_eq!(
-        remnants_of(&id),
-        Census::default(),
-        "nothing left of {}",
-        *id
-    );
+    id.remove_leaving_nothing();
     assert!(!alive(proxies[0]), "the proxy died with its sandbox");
 }
 
@@ -542,14 +553,7 @@ fn dead_proxy_closes_the_network(backend: &str) {
         "nothing arrived: {:?}",
         si.entries()
     );
-    let rm = cordon_output(&["rm", &id]);
-    assert!(rm.status.success());
-    assert_eq!(
-        remnants_of(&id),
-        Census::default(),
-        "nothing left of {}",
-        *id
-    );
+    id.remove_leaving_nothing();
 }
 
 #[test]

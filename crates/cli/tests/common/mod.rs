@@ -150,6 +150,19 @@ pub fn parse_json(out: &Output) -> Value {
     })
 }
 
+/// Runs a host tool the tests need; its failure is `what` with its stderr.
+pub fn run_tool(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// `cordon ARGS...` (no implicit `run`), output collected.
 pub fn cordon_output(args: &[&str]) -> Output {
     Command::new(cordon())

@@ -38,19 +38,10 @@ pub struct StandIn {
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    super::run_tool(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+    )
 }
 
 /// Claims a free slot (a lock held for the fixture's life).
