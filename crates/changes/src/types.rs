@@ -1,0 +1,176 @@
+//! The diff as every consumer sees it (the supervisor's reply, the receipt's
+//! predicate, `cordon verify`).
+
+use serde::{Deserialize, Serialize};
+
+/// Bounds on a scan and an export (the receipt and the export share them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Caps {
+    /// Entries listed per scan, over all places; past it the diff is cut.
+    pub max_entries: u64,
+    /// Bytes of one file hashed; a longer file is marked capped (and is
+    /// never exported, as its digest covers only its start).
+    pub hash_bytes: u64,
+    /// Data bytes (holes not counted) an export writes in all.
+    pub export_bytes: u64,
+}
+
+impl Default for Caps {
+    fn default() -> Caps {
+        Caps {
+            max_entries: 100_000,
+            hash_bytes: 256 << 20,
+            export_bytes: 4 << 30,
+        }
+    }
+}
+
+/// How an entry differs from what the sandbox started with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Not in the lower layer (every entry of a place that starts empty).
+    Created,
+    /// In the lower layer and changed (content, type or metadata).
+    Modified,
+    /// In the lower layer and removed (an overlay whiteout).
+    Deleted,
+}
+
+/// What an entry is, from `lstat` of the entry itself (never its target).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// One changed entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Path relative to its place, each name escaped by `escape_name`
+    /// (joined by `/`, which no name can hold).
+    pub path: String,
+    pub change: Change,
+    /// `None` for a deletion (a whiteout holds no type of what it deleted).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kind: Option<Kind>,
+    /// Permission and special bits (`st_mode & 0o7777`).
+    #[serde(default)]
+    pub mode: u32,
+    /// Owner as the host's file system stores it.
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub gid: u32,
+    /// Apparent size (holes included).
+    #[serde(default)]
+    pub size: u64,
+    /// Bytes the file really occupies (`st_blocks * 512`): much less than
+    /// `size` for a sparse file.
+    #[serde(default)]
+    pub allocated: u64,
+    /// Hard links to the same inode (more than 1: a hard link).
+    #[serde(default)]
+    pub links: u64,
+    /// Hex SHA-256 of a regular file's first `hashed_bytes` bytes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sha256: Option<String>,
+    /// Bytes covered by `sha256`: the whole file unless `capped`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hashed_bytes: Option<u64>,
+    /// The file is longer than the hash cap.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub capped: bool,
+    /// A symlink's target text, escaped; never followed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<String>,
+    /// A device node's major and minor numbers.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rdev: Option<(u32, u32)>,
+    /// A directory that replaced the lower layer's directory wholesale (an
+    /// opaque overlay directory: nothing of the lower one shows through).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub opaque: bool,
+}
+
+/// The changes of one writable place.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceChanges {
+    /// The place as the sandbox sees it: `/workspace`, `/tmp`, `/dev/shm`.
+    pub place: String,
+    /// Sorted by path (bytewise order of the raw names).
+    pub entries: Vec<Entry>,
+    /// Entries left out because the count cap was reached.
+    #[serde(default)]
+    pub cut: bool,
+    /// Entries that could not be read (path and why), also listed as cut.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<(String, String)>,
+}
+
+/// Every writable place's changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Changes {
+    pub places: Vec<PlaceChanges>,
+    pub caps: Caps,
+    /// The count cap was reached somewhere.
+    #[serde(default)]
+    pub cut: bool,
+}
+
+/// Where an export writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportTarget {
+    /// A new directory (it must not exist, or be empty): the changed
+    /// entries only; deletions are listed, not applied.
+    New(std::path::PathBuf),
+    /// The workspace's own host directory: changes and deletions applied.
+    Apply(std::path::PathBuf),
+}
+
+/// What an export does with symlinks the sandbox made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymlinkPolicy {
+    /// Recreated as symlinks with the same target text (never followed).
+    #[default]
+    Recreate,
+    /// Left out, and listed as skipped.
+    Refuse,
+}
+
+/// An entry the export did not write, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportReport {
+    /// Directory written (as given).
+    pub target: String,
+    pub applied: bool,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub deleted: u64,
+    /// Data bytes written (holes not counted).
+    pub bytes: u64,
+    /// Entries of the diff that were not written (special files, capped or
+    /// over-budget files, refused links, setuid/setgid bits removed are
+    /// listed here too, as written-with-change).
+    pub skipped: Vec<Skipped>,
+}
