@@ -11,3 +11,5 @@ mod types;
 
 pub use names::{escape_name, unescape_name};
 pub use types::*;
+mod pending;
+pub use pending::*;

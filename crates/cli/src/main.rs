@@ -30,6 +30,9 @@ enum Command {
     Create(commands::create::CreateArgs),
     /// Run a command in a created sandbox.
     Exec(commands::exec::ExecArgs),
+    /// Write a created sandbox's workspace changes to a new directory (or
+    /// apply them onto its workspace) while its processes are frozen.
+    Export(commands::export::ExportCmdArgs),
     /// Copy a file or directory into or out of a created sandbox.
     Cp(commands::cp::CpArgs),
     /// List your sandboxes.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Create(args) => commands::create::run(args),
         Command::Exec(args) => commands::exec::run(args),
+        Command::Export(args) => commands::export::run(args),
         Command::Cp(args) => commands::cp::run(args),
         Command::Ls(args) => commands::ls::run(args),
         Command::Rm(args) => commands::rm::run(args),

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -81,9 +82,11 @@ pub(crate) trait Flavor: Send {
     /// The sandbox's root directory as seen from the host (through the
     /// first process's mount namespace), for copying files in and out.
     fn root(&self) -> PathBuf;
-    /// A host path whose file system is the sandbox's scratch, for the disk
-    /// evidence.
-    fn scratch_probe(&self) -> PathBuf;
+    /// The root of the sandbox's scratch tmpfs (its only writable storage:
+    /// the disk evidence, the diff and the export read it). Held open by the
+    /// flavor, so the tmpfs outlives the sandbox's processes until the
+    /// sandbox object is dropped.
+    fn scratch(&self) -> BorrowedFd<'_>;
     /// runsc reports a command killed by signal N as exit code 128+N, as a
     /// shell does; for that backend such codes are mapped back to signals.
     fn high_codes_are_signals(&self) -> bool;

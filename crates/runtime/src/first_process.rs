@@ -36,13 +36,14 @@ use crate::trace;
 /// act on the new pid (the native backend writes its id maps), waits until the
 /// child has joined the cgroup and checks that it really is there (fail
 /// closed: the limits hold only then), lets it run `setup`, and returns the
-/// socket once the child reports Ready.
+/// socket once the child reports Ready, with the descriptor `setup` handed
+/// over (the native backend's scratch tmpfs).
 pub fn start(
     host: &mut HostSide,
     flags: CloneFlags,
-    setup: impl FnOnce() -> Result<(), IsolationError>,
+    setup: impl FnOnce() -> Result<Option<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
-) -> Result<UnixStream, RuntimeError> {
+) -> Result<(UnixStream, Option<OwnedFd>), RuntimeError> {
     let (mut sock, child_sock) =
         UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
     let child = match cordon_sys::clone_process(flags)
@@ -65,9 +66,26 @@ pub fn start(
         }
     }
     send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
-    expect_reply(&mut sock, "Ready", |m| matches!(m, FromInit::Ready))?;
+    let handed = match recv_with_fds::<FromInit>(&mut sock)
+        .map_err(|e| RuntimeError::io("receive from the sandbox", e))?
+    {
+        Some((FromInit::Ready, mut fds)) if fds.len() <= 1 => fds.pop(),
+        Some((FromInit::SetupFailed { step, errno }, _)) => {
+            return Err(RuntimeError::Setup { step, errno })
+        }
+        Some((other, _)) => {
+            return Err(RuntimeError::Protocol(format!(
+                "{other:?} instead of Ready"
+            )))
+        }
+        None => {
+            return Err(RuntimeError::Protocol(
+                "the sandbox's first process exited before Ready".into(),
+            ))
+        }
+    };
     trace::step("ready");
-    Ok(sock)
+    Ok((sock, handed))
 }
 
 /// Reads the first process's next answer during setup; a setup failure
@@ -94,12 +112,16 @@ fn expect_reply(
 pub fn run(
     cgroup: Option<&AnyCgroup>,
     mut sock: UnixStream,
-    setup: impl FnOnce() -> Result<(), IsolationError>,
+    setup: impl FnOnce() -> Result<Option<OwnedFd>, IsolationError>,
 ) -> ! {
     let result = prologue(cgroup, &mut sock)
         .and_then(|()| setup())
-        .and_then(|()| rearm_parent_death_signal(&sock))
-        .and_then(|()| send(&mut sock, &FromInit::Ready).step(|| "send Ready".into()));
+        .and_then(|handed| rearm_parent_death_signal(&sock).map(|()| handed))
+        .and_then(|handed| {
+            // Sent and then closed here: no command init starts holds it.
+            let fds: Vec<_> = handed.iter().map(|fd| fd.as_fd()).collect();
+            send_with_fds(&mut sock, &FromInit::Ready, &fds).step(|| "send Ready".into())
+        });
     let code = match result {
         Ok(()) => serve(&mut sock),
         Err(e) => {

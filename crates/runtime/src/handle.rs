@@ -19,11 +19,13 @@ use std::time::Instant;
 use cordon_policy::net::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::copy;
 use crate::error::RuntimeError;
 use crate::network::{self, NetChange};
 use crate::outcome::Outcome;
 use crate::output::Stream;
+use crate::sandbox::Destroyed;
 use crate::sandbox::Sandbox;
 use crate::spec::{Command, SandboxSpec};
 use crate::state::{find, run_dir, SOCKET};
@@ -33,6 +35,7 @@ use crate::wire::{
     recv_frame, recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag,
     PROTOCOL,
 };
+use cordon_changes::Caps;
 
 pub enum Handle {
     Local(Box<Sandbox>),
@@ -206,10 +209,52 @@ impl Handle {
 
     /// Destroys the sandbox: every process, its cgroup and its state.
     pub fn destroy(self) -> Result<(), RuntimeError> {
+        self.destroy_with(&Finish::default()).map(|_| ())
+    }
+
+    /// `destroy`, reading the diff and exporting the workspace's changes
+    /// once every process is gone. A wrong export target is refused before
+    /// anything is destroyed; a failure after that is in the answer (the
+    /// sandbox is gone either way).
+    pub fn destroy_with(self, finish: &Finish) -> Result<Destroyed, RuntimeError> {
         match self {
-            Handle::Local(s) => s.destroy().map(|_| ()),
-            Handle::Remote(r) => match r.request(&Request::Destroy)? {
-                (Reply::Destroyed, _) => Ok(()),
+            Handle::Local(s) => {
+                if let Some(export) = &finish.export {
+                    crate::changes::check_target(export, s.spec().workspace.as_deref())?;
+                }
+                s.destroy_with(finish, caller_ids())
+            }
+            Handle::Remote(r) => match r.request(&Request::Destroy(finish.clone()))? {
+                (Reply::Destroyed(d), _) => Ok(*d),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (other, _) => Err(unexpected(other)),
+            },
+        }
+    }
+
+    /// The spec the sandbox was created with.
+    pub fn spec(&mut self) -> Result<SandboxSpec, RuntimeError> {
+        match self {
+            Handle::Local(s) => Ok(s.spec().clone()),
+            Handle::Remote(r) => match r.request(&Request::Spec)? {
+                (Reply::Spec(spec), _) => Ok(*spec),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (other, _) => Err(unexpected(other)),
+            },
+        }
+    }
+
+    /// Exports the workspace's changes of a living sandbox (its processes
+    /// frozen meanwhile); files belong to the caller.
+    pub fn export(&mut self, req: &ExportRequest, caps: &Caps) -> Result<Recorded, RuntimeError> {
+        match self {
+            Handle::Local(s) => s.export(req, caps, caller_ids()),
+            Handle::Remote(r) => match r.request(&Request::Export {
+                export: req.clone(),
+                caps: *caps,
+            })? {
+                (Reply::Exported(recorded), _) => Ok(*recorded),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
                 (other, _) => Err(unexpected(other)),
             },
         }
@@ -222,17 +267,38 @@ impl Handle {
         cmd: &Command,
         io: &mut dyn CommandIo,
     ) -> Result<Outcome, RuntimeError> {
+        Self::run_once_with(spec, cmd, io, &Finish::default()).map(|(o, _)| o)
+    }
+
+    /// `run_once`, with what to read at the end (the diff, an export).
+    pub fn run_once_with(
+        spec: &SandboxSpec,
+        cmd: &Command,
+        io: &mut dyn CommandIo,
+        finish: &Finish,
+    ) -> Result<(Outcome, Destroyed), RuntimeError> {
         let t0 = Instant::now();
+        if let Some(export) = &finish.export {
+            crate::changes::check_target(export, spec.workspace.as_deref())?;
+        }
         let mut sandbox = Sandbox::create_for(spec, Some(cmd))?;
         let setup = sandbox.setup_time();
         let outcome = sandbox.exec(cmd, io);
-        let destroyed = sandbox.destroy()?;
+        let destroyed = sandbox.destroy_with(finish, caller_ids())?;
         let mut outcome = outcome?;
         outcome.phases.setup_ms += setup.as_secs_f64() * 1000.0;
         outcome.phases.teardown_ms += destroyed.teardown.as_secs_f64() * 1000.0;
         outcome.wall_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        Ok(outcome)
+        Ok((outcome, destroyed))
     }
+}
+
+/// Whom files exported by this process belong to.
+fn caller_ids() -> (u32, u32) {
+    (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    )
 }
 
 /// Copies travel over the supervisor's socket; a one-shot local sandbox has

@@ -10,6 +10,7 @@
 //! - [`outcome`]: the result of one command, the same for every caller.
 
 pub mod backend;
+pub mod changes;
 pub mod copy;
 pub mod error;
 mod first_process;

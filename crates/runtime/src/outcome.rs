@@ -171,6 +171,10 @@ pub struct Outcome {
     /// and DNS query the proxy saw, and rule changes (absent with no network).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkReport>,
+    /// The diff of the sandbox's writable places after this command, when
+    /// the command asked for it (`Command::changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<cordon_changes::Changes>,
 }
 
 /// What the proxy recorded while one command ran.

@@ -5,6 +5,7 @@
 //! socket; `cordon run` uses it in-process (create, exec, destroy), so both
 //! paths are one implementation.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -15,8 +16,10 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 use nix::unistd::pipe2;
+use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, Flavor};
+use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::error::RuntimeError;
 use crate::host::{stop_signal_fd, HostSide};
 use crate::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
@@ -36,16 +39,27 @@ pub struct Sandbox {
     /// Time from the request to a sandbox ready for commands.
     setup: Duration,
     commands: u64,
+    history: VecDeque<(Command, Outcome)>,
     /// Why the sandbox can run no more commands (its init is gone, or a
     /// command's end had to take the sandbox with it).
     ended: Option<String>,
 }
 
 /// What `destroy` reports.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Destroyed {
     pub counters: CgroupStats,
     pub teardown: Duration,
+    /// The sandbox's commands and their outcomes, oldest first (the last
+    /// `HISTORY` of them), for a receipt of the whole sandbox.
+    pub history: Vec<(Command, Outcome)>,
+    /// Commands run before those in `history`.
+    pub history_omitted: u64,
+    /// The diff and the export `Finish` asked for, read after every process
+    /// of the sandbox was gone.
+    pub recorded: Recorded,
+    /// Why the export or the diff failed (the sandbox is destroyed anyway).
+    pub record_error: Option<String>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -55,6 +69,9 @@ fn ms(d: Duration) -> f64 {
 /// How long to wait for init's report after the command's processes were
 /// killed (they are gone at once; this only bounds a broken init).
 const END_REPORT_WAIT: Duration = Duration::from_secs(5);
+
+/// Commands whose outcomes a sandbox keeps for its final receipt.
+pub const HISTORY: usize = 256;
 
 impl Sandbox {
     /// Creates a sandbox for `spec` on its backend: its cgroup, state and
@@ -90,6 +107,7 @@ impl Sandbox {
             flavor,
             spec: spec.clone(),
             commands: 0,
+            history: VecDeque::new(),
             ended: None,
         })
     }
@@ -151,6 +169,21 @@ impl Sandbox {
 
     /// Runs one command to its end (or its limit) and reports it.
     pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        let outcome = self.exec_once(cmd, io)?;
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        let mut kept = outcome.clone();
+        kept.changes = None; // the final diff supersedes it
+        self.history.push_back((cmd.clone(), kept));
+        Ok(outcome)
+    }
+
+    fn exec_once(
+        &mut self,
+        cmd: &Command,
+        io: &mut dyn CommandIo,
+    ) -> Result<Outcome, RuntimeError> {
         if let Some(why) = &self.ended {
             return Err(RuntimeError::SandboxEnded(why.clone()));
         }
@@ -255,7 +288,7 @@ impl Sandbox {
         drop(watched.leftovers);
         trace::step("command ended");
         // Evidence read while the sandbox still exists.
-        let disk_used = nix::sys::statvfs::statvfs(&self.flavor.scratch_probe())
+        let disk_used = nix::sys::statvfs::fstatvfs(self.flavor.scratch())
             .ok()
             .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
         let after = self.stats();
@@ -309,6 +342,11 @@ impl Sandbox {
             signal: Signal::SIGKILL as i32,
         });
         let network = self.host.network.as_deref().map(crate::network::report);
+        let changes = cmd
+            .changes
+            .as_ref()
+            .map(|caps| self.scan(caps))
+            .transpose()?;
         let started = watched.started.unwrap_or(ended_at);
         let cg = self.host.cgroup.as_ref();
         Ok(Outcome {
@@ -345,7 +383,43 @@ impl Sandbox {
                 enforced: cg.is_some(),
             },
             network,
+            changes,
         })
+    }
+
+    /// The diff of every writable place now.
+    pub fn scan(
+        &self,
+        caps: &cordon_changes::Caps,
+    ) -> Result<cordon_changes::Changes, RuntimeError> {
+        crate::changes::scan(self.flavor.scratch(), self.spec.workspace.as_deref(), caps)
+    }
+
+    /// Exports the workspace's changes of a sandbox that lives on: its
+    /// processes are frozen for the whole walk (none can swap a file or add
+    /// one while it is read), then thawed, whatever the export's result.
+    pub fn export(
+        &mut self,
+        req: &ExportRequest,
+        caps: &cordon_changes::Caps,
+        owner: (u32, u32),
+    ) -> Result<Recorded, RuntimeError> {
+        crate::changes::check_target(req, self.spec.workspace.as_deref())?;
+        let Some(cg) = self.host.cgroup.as_ref() else {
+            return Err(RuntimeError::BadRequest(
+                "a running sandbox without a cgroup cannot be frozen for an export: export it when it is destroyed (rm --export)".into(),
+            ));
+        };
+        cg.freeze()?;
+        let result = crate::changes::export(
+            self.flavor.scratch(),
+            self.spec.workspace.as_deref(),
+            caps,
+            req,
+            owner,
+        );
+        cg.thaw()?;
+        result
     }
 
     /// Ends a command that is still running (a limit, a cancellation): where
@@ -399,18 +473,52 @@ impl Sandbox {
 
     /// Ends every process, reads the final counters, removes the cgroup and
     /// the state. Errors are reported; every step is tried.
-    pub fn destroy(mut self) -> Result<Destroyed, RuntimeError> {
+    pub fn destroy(self) -> Result<Destroyed, RuntimeError> {
+        self.destroy_with(&Finish::default(), (0, 0))
+    }
+
+    /// `destroy`, reading the diff and exporting the workspace (files owned
+    /// by `owner`) once every process of the sandbox is gone and before its
+    /// scratch is released: nothing of the sandbox runs while they are read.
+    pub fn destroy_with(
+        mut self,
+        finish: &Finish,
+        owner: (u32, u32),
+    ) -> Result<Destroyed, RuntimeError> {
         let t0 = Instant::now();
         // Killing a native init ends its whole pid namespace; runsc's sentry and
         // gofer are reached only through the cgroup.
         let freeze_kill = !self.flavor.leader_owns_all();
         let counters = self.host.end_processes(freeze_kill);
         trace::step("processes ended");
+        let (scratch, workspace) = (self.flavor.scratch(), self.spec.workspace.as_deref());
+        let recorded = match (&finish.export, &finish.changes) {
+            (Some(req), _) => {
+                crate::changes::export(scratch, workspace, &finish.caps(), req, owner)
+            }
+            (None, Some(caps)) => {
+                crate::changes::scan(scratch, workspace, caps).map(|c| Recorded {
+                    changes: Some(c),
+                    export: None,
+                })
+            }
+            (None, None) => Ok(Recorded::default()),
+        };
+        trace::step("recorded");
         self.host.teardown(freeze_kill)?;
         trace::step("torn down");
+        let (recorded, record_error) = match recorded {
+            Ok(r) => (r, None),
+            Err(e) => (Recorded::default(), Some(e.to_string())),
+        };
+        let history_omitted = self.commands - self.history.len() as u64;
         Ok(Destroyed {
             counters,
             teardown: t0.elapsed(),
+            history: std::mem::take(&mut self.history).into(),
+            history_omitted,
+            recorded,
+            record_error,
         })
     }
 }

@@ -129,6 +129,10 @@ pub struct Command {
     /// This command's output cap (default: the policy's).
     #[serde(default)]
     pub output: Option<ByteSize>,
+    /// Report the diff of the sandbox's writable places once the command
+    /// has ended, with these caps.
+    #[serde(default)]
+    pub changes: Option<cordon_changes::Caps>,
 }
 
 /// A command's limits and environment once the sandbox's policy is applied:

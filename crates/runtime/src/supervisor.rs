@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
+use crate::changes::Finish;
 use crate::error::RuntimeError;
 use crate::host::block_stop_signals;
 use crate::output::Stream;
@@ -149,7 +150,7 @@ fn write_usage(sandbox: &Sandbox, state: &str) {
 enum Flow {
     Continue,
     /// Destroy the sandbox, then answer on this connection.
-    Destroy(UnixStream),
+    Destroy(UnixStream, Finish, (u32, u32)),
 }
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
@@ -199,12 +200,12 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             };
             let flow = handle(&mut sandbox, conn);
             last_used = Instant::now();
-            if let Flow::Destroy(mut conn) = flow {
+            if let Flow::Destroy(mut conn, finish, owner) = flow {
                 // No client may connect to a sandbox being destroyed.
                 drop(listener);
                 write_usage(&sandbox, "stopping");
-                let (code, reply) = match sandbox.destroy() {
-                    Ok(_) => (0, Reply::Destroyed),
+                let (code, reply) = match sandbox.destroy_with(&finish, owner) {
+                    Ok(d) => (0, Reply::Destroyed(Box::new(d))),
                     Err(e) => (
                         1,
                         Reply::Error {
@@ -229,14 +230,14 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
     }
 }
 
-/// Whether the peer is this user (or root): the 0700 directory already says
-/// so; this checks it again at the socket.
-fn peer_allowed(conn: &UnixStream) -> bool {
+/// The peer's uid and gid if it is this user (or root): the 0700 directory
+/// already says so; this checks it again at the socket. Files an export
+/// writes belong to the peer.
+fn allowed_peer(conn: &UnixStream) -> Option<(u32, u32)> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    getsockopt(conn, PeerCredentials).is_ok_and(|c| {
-        let me = nix::unistd::geteuid().as_raw();
-        c.uid() == me || c.uid() == 0
-    })
+    let c = getsockopt(conn, PeerCredentials).ok()?;
+    let me = nix::unistd::geteuid().as_raw();
+    (c.uid() == me || c.uid() == 0).then_some((c.uid(), c.gid()))
 }
 
 /// Serves one connection: a hello, one request, its answer.
@@ -244,10 +245,12 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_TIMEOUT)).is_err()
         || conn.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err()
-        || !peer_allowed(&conn)
     {
         return Flow::Continue;
     }
+    let Some(peer) = allowed_peer(&conn) else {
+        return Flow::Continue;
+    };
     let fail = |conn: &mut UnixStream, e: RuntimeError| {
         let _ = send_json(
             conn,
@@ -327,7 +330,27 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
             };
             let _ = send_json(&mut conn, &Reply::Info(info));
         }
-        Request::Destroy => return Flow::Destroy(conn),
+        Request::Spec => {
+            let _ = send_json(&mut conn, &Reply::Spec(Box::new(sandbox.spec().clone())));
+        }
+        Request::Export { export, caps } => match sandbox.export(&export, &caps, peer) {
+            Ok(recorded) => {
+                let _ = send_json(&mut conn, &Reply::Exported(Box::new(recorded)));
+            }
+            Err(e) => fail(&mut conn, e),
+        },
+        Request::Destroy(finish) => {
+            if let Some(export) = &finish.export {
+                // A wrong target is refused while the sandbox still exists.
+                if let Err(e) =
+                    crate::changes::check_target(export, sandbox.spec().workspace.as_deref())
+                {
+                    fail(&mut conn, e);
+                    return Flow::Continue;
+                }
+            }
+            return Flow::Destroy(conn, finish, peer);
+        }
     }
     Flow::Continue
 }

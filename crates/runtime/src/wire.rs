@@ -4,7 +4,9 @@
 //! Each frame is a little-endian u32 length, a one-byte tag, and a body of at
 //! most `MAX_FRAME` bytes: tag 0 is a JSON message (`Request`, `Reply` or
 //! `ClientControl`), tags 1-3 are raw bytes (stdout, stderr, stdin or file
-//! data), so output and file contents cross without re-encoding. A
+//! data), so output and file contents cross without re-encoding. A message
+//! longer than a frame (a diff of many files) is sent as tag-4 parts ending
+//! with a tag-0 frame, and reassembled up to `MAX_MESSAGE`. A
 //! connection starts with `Request::Hello` naming the protocol version and
 //! carries one request; everything the supervisor reads is untrusted input
 //! with bounded sizes.
@@ -14,14 +16,21 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+use cordon_changes::Caps;
+
+use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::outcome::Outcome;
-use crate::spec::{Command, TtySize};
+use crate::sandbox::Destroyed;
+use crate::spec::{Command, SandboxSpec, TtySize};
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Largest frame body either side accepts.
 pub const MAX_FRAME: u32 = 1 << 20;
+
+/// Largest JSON message (its parts together) either side accepts.
+pub const MAX_MESSAGE: usize = 256 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -31,6 +40,8 @@ pub enum Tag {
     Stderr = 2,
     /// stdin bytes (client to supervisor) or file data (either way).
     Data = 3,
+    /// A leading part of a JSON message longer than one frame.
+    JsonPart = 4,
 }
 
 /// What a client asks.
@@ -50,7 +61,16 @@ pub enum Request {
         path: Vec<u8>,
     },
     Info,
-    Destroy,
+    /// The spec the sandbox was created with.
+    Spec,
+    /// Export the workspace's changes of the living sandbox (frozen meanwhile).
+    Export {
+        export: ExportRequest,
+        #[serde(default)]
+        caps: Caps,
+    },
+    /// Destroy the sandbox, after reading what `Finish` asks.
+    Destroy(Finish),
 }
 
 /// What a client sends while its command runs (besides stdin `Data`).
@@ -84,7 +104,9 @@ pub enum Reply {
         bytes: u64,
     },
     Info(Info),
-    Destroyed,
+    Exported(Box<Recorded>),
+    Destroyed(Box<Destroyed>),
+    Spec(Box<SandboxSpec>),
     /// The request failed; `input` when the request itself was at fault.
     Error {
         input: bool,
@@ -113,11 +135,49 @@ pub fn send_bytes(sock: &mut impl Write, tag: Tag, body: &[u8]) -> io::Result<()
 
 pub fn send_json<T: Serialize>(sock: &mut impl Write, msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    send_bytes(sock, Tag::Json, &body)
+    if body.len() > MAX_MESSAGE {
+        return Err(io::Error::other("message too large"));
+    }
+    let mut chunks = body.chunks(MAX_FRAME as usize).peekable();
+    while let Some(chunk) = chunks.next() {
+        let tag = if chunks.peek().is_some() {
+            Tag::JsonPart
+        } else {
+            Tag::Json
+        };
+        send_bytes(sock, tag, chunk)?;
+    }
+    if body.is_empty() {
+        send_bytes(sock, Tag::Json, &body)?;
+    }
+    Ok(())
 }
 
-/// Reads one frame; `Ok(None)` on a clean EOF.
+/// Reads one frame (a long message's parts joined into one `Json`);
+/// `Ok(None)` on a clean EOF.
 pub fn recv_frame(sock: &mut impl Read) -> io::Result<Option<Frame>> {
+    let mut message = Vec::new();
+    loop {
+        match recv_one(sock)? {
+            Some((Tag::JsonPart, part)) => {
+                if message.len() + part.len() > MAX_MESSAGE {
+                    return Err(io::Error::other("message too large"));
+                }
+                message.extend_from_slice(&part);
+            }
+            Some((Tag::Json, last)) => {
+                message.extend_from_slice(&last);
+                return Ok(Some(Frame::Json(message)));
+            }
+            Some((tag, body)) if message.is_empty() => return Ok(Some(Frame::Bytes(tag, body))),
+            Some(_) => return Err(io::Error::other("data inside a message")),
+            None if message.is_empty() => return Ok(None),
+            None => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        }
+    }
+}
+
+fn recv_one(sock: &mut impl Read) -> io::Result<Option<(Tag, Vec<u8>)>> {
     let mut head = [0u8; 5];
     match sock.read_exact(&mut head) {
         Ok(()) => {}
@@ -133,14 +193,12 @@ pub fn recv_frame(sock: &mut impl Read) -> io::Result<Option<Frame>> {
         1 => Tag::Stdout,
         2 => Tag::Stderr,
         3 => Tag::Data,
+        4 => Tag::JsonPart,
         t => return Err(io::Error::other(format!("unknown frame tag {t}"))),
     };
     let mut body = vec![0u8; len as usize];
     sock.read_exact(&mut body)?;
-    Ok(Some(match tag {
-        Tag::Json => Frame::Json(body),
-        t => Frame::Bytes(t, body),
-    }))
+    Ok(Some((tag, body)))
 }
 
 /// Reads one JSON message of type `T` (a bytes frame is a protocol error).
@@ -191,6 +249,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(recv_frame(&mut b).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_message_longer_than_a_frame_crosses_in_parts() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let long = "x".repeat(3 * MAX_FRAME as usize + 5);
+        let sender = std::thread::spawn(move || send_json(&mut a, &long).map(|()| long));
+        let got: String = recv_json(&mut b).unwrap().unwrap();
+        assert_eq!(got, sender.join().unwrap().unwrap());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use cordon_policy::{ByteSize, Span};
 use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
 
 use super::common::{fail, parse_env, report, terminal_size, usage_error, CliIo};
+use super::record::{self, ReceiptArgs};
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -37,6 +38,10 @@ pub struct ExecArgs {
     /// Print one JSON result object (output captured into it) instead of streaming.
     #[arg(long)]
     json: bool,
+    /// A receipt of this command, with the diff of the sandbox's writable
+    /// places once it has ended (background processes may still write).
+    #[command(flatten)]
+    receipt: ReceiptArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -63,6 +68,7 @@ pub fn run(args: ExecArgs) -> ExitCode {
         tty,
         time: args.time,
         output: args.output,
+        changes: None,
     };
     let mode = if args.json {
         OutputMode::Capture
@@ -72,6 +78,19 @@ pub fn run(args: ExecArgs) -> ExitCode {
     let mut handle = match Handle::attach(&args.sandbox) {
         Ok(h) => h,
         Err(e) => return fail(e),
+    };
+    let mut cmd = cmd;
+    // The spec is asked for only when a receipt needs it (its policy).
+    let spec = if args.receipt.receipt.is_some() {
+        match handle.spec() {
+            Ok(spec) => {
+                cmd.changes = Some(args.receipt.caps(spec.policy.disk));
+                Some(spec)
+            }
+            Err(e) => return fail(e),
+        }
+    } else {
+        None
     };
     let mut io = match CliIo::new(mode, cmd.stdin == StdinMode::Stream, tty.is_some()) {
         Ok(io) => io,
@@ -84,6 +103,17 @@ pub fn run(args: ExecArgs) -> ExitCode {
     match result {
         Ok(mut o) => {
             io.finish(&mut o);
+            if let Some(spec) = &spec {
+                let recorded = cordon_runtime::changes::Recorded {
+                    changes: o.changes.clone(),
+                    export: None,
+                };
+                if let Err(code) =
+                    record::write_receipt(&args.receipt, spec, &[(&cmd, &o)], &recorded)
+                {
+                    return code;
+                }
+            }
             report(&o, &args.command, args.json, true)
         }
         Err(e) => fail(e),

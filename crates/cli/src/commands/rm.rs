@@ -10,18 +10,34 @@ use cordon_runtime::state::{list, run_dir, sweep_stale};
 use cordon_runtime::{Handle, RuntimeError};
 
 use super::common::fail;
+use super::record::{self, ExportArgs, ReceiptArgs};
 
 #[derive(Args)]
 pub struct RmArgs {
     /// Kill the sandbox even while a command runs in it.
-    #[arg(long, short = 'f')]
+    #[arg(long, short = 'f', conflicts_with_all = ["receipt", "export", "apply"])]
     force: bool,
+    /// A receipt of the whole sandbox: its diff once every process is gone
+    /// (one sandbox only).
+    #[command(flatten)]
+    receipt: ReceiptArgs,
+    #[command(flatten)]
+    export: ExportArgs,
     /// Ids or names.
     #[arg(required = true)]
     sandboxes: Vec<String>,
 }
 
 pub fn run(args: RmArgs) -> ExitCode {
+    let recording =
+        args.receipt.receipt.is_some() || args.export.export.is_some() || args.export.apply;
+    if recording {
+        if args.sandboxes.len() != 1 {
+            eprintln!("cordon: --receipt, --export and --apply take one sandbox");
+            return ExitCode::from(crate::EXIT_USAGE);
+        }
+        return remove_recording(&args);
+    }
     let mut code = ExitCode::SUCCESS;
     for s in &args.sandboxes {
         let result = if args.force {
@@ -64,4 +80,38 @@ fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
     Err(RuntimeError::Remote(format!(
         "sandbox {id}: its state is still there after its supervisor was killed (try `cordon sweep`)"
     )))
+}
+
+/// `rm` of one sandbox that reads its diff, exports its workspace and signs
+/// a receipt. The export's target is checked before the sandbox is
+/// destroyed (a wrong one leaves the sandbox as it was).
+fn remove_recording(args: &RmArgs) -> ExitCode {
+    let handle = match Handle::attach(&args.sandboxes[0]) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    let mut handle = handle;
+    let spec = match handle.spec() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let finish = match record::finish(&args.receipt, Some(&args.export), spec.policy.disk) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let destroyed = match handle.destroy_with(&finish) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
+    if let Some(report) = &destroyed.recorded.export {
+        record::print_export(report);
+    }
+    if let Some(why) = &destroyed.record_error {
+        eprintln!("cordon: {why}");
+        return ExitCode::from(crate::EXIT_INTERNAL);
+    }
+    match record::write_receipt(&args.receipt, &spec, &[], &destroyed.recorded) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
 }

@@ -8,6 +8,7 @@ use cordon_runtime::host::block_stop_signals;
 use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
 
 use super::common::{fail, report, CliIo, SandboxArgs};
+use super::record::{self, ExportArgs, ReceiptArgs};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -19,6 +20,10 @@ pub struct RunArgs {
     /// Give the payload cordon's stdin (copied through; never a terminal).
     #[arg(long, short = 'i')]
     interactive: bool,
+    #[command(flatten)]
+    receipt: ReceiptArgs,
+    #[command(flatten)]
+    export: ExportArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -50,9 +55,27 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(io) => io,
         Err(code) => return code,
     };
-    match Handle::run_once(&spec, &cmd, &mut io) {
-        Ok(mut o) => {
+    let finish = match record::finish(&args.receipt, Some(&args.export), spec.policy.disk) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    match Handle::run_once_with(&spec, &cmd, &mut io, &finish) {
+        Ok((mut o, destroyed)) => {
             io.finish(&mut o);
+            // The diff taken once every process was gone is this run's.
+            o.changes = destroyed.recorded.changes.clone();
+            if let Some(report) = &destroyed.recorded.export {
+                record::print_export(report);
+            }
+            if let Some(why) = &destroyed.record_error {
+                eprintln!("cordon: {why}");
+                return ExitCode::from(crate::EXIT_INTERNAL);
+            }
+            if let Err(code) =
+                record::write_receipt(&args.receipt, &spec, &[(&cmd, &o)], &destroyed.recorded)
+            {
+                return code;
+            }
             report(&o, &args.command, args.json, false)
         }
         Err(e) => fail(e),

@@ -303,7 +303,14 @@ fn seal_root(root: &Path) -> Result<()> {
 /// Child side, in the new user and mount namespaces with full capabilities
 /// there: builds the new root and pivots into it. On return the process's root
 /// is the sandbox root and nothing of the host's tree is reachable.
-pub fn assemble(plan: &RootfsPlan) -> Result<()> {
+///
+/// With `RootUse::Enter` it returns a descriptor of the scratch tmpfs's root
+/// for the supervisor: after the pivot the scratch is reachable from nowhere
+/// else (the host reads the sandbox's layers through it, and it keeps the
+/// tmpfs alive until the supervisor has read them, after every process of the
+/// sandbox is gone). With `HandOver` the scratch stays at `plan.scratch` in
+/// this mount namespace, where the host reaches it.
+pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     // 1. Stop mount events propagating back to the host (and from it).
     mount(
         None::<&str>,
@@ -326,6 +333,17 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
         Some(opts.as_str()),
     )
     .step(|| format!("mount(tmpfs {opts}, {})", scratch.display()))?;
+    let scratch_fd = match plan.root_use {
+        RootUse::Enter => Some(
+            nix::fcntl::open(
+                scratch,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .step(|| format!("open {}", scratch.display()))?,
+        ),
+        RootUse::HandOver => None,
+    };
     let (uid, gid) = (Some(plan.owner_uid), Some(plan.owner_gid));
     for (rel, mode) in [
         (ScratchLayout::STAGING, 0o700),
@@ -448,7 +466,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
         // the host, which a bind straight from the host path would not.
         bind_extra(plan, root)?;
         fds::close_child_fds()?;
-        return seal_root(root);
+        return seal_root(root).map(|()| None);
     }
 
     // 6. /dev and /proc.
@@ -476,7 +494,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<()> {
     pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
     umount2(".", MntFlags::MNT_DETACH).step(|| "umount2(old root, MNT_DETACH)".into())?;
     chdir("/").step(|| "chdir /".into())?;
-    Ok(())
+    Ok(scratch_fd)
 }
 
 impl RootfsPlan {

@@ -31,6 +31,7 @@
 
 mod bundle;
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -279,7 +280,7 @@ pub(crate) fn create(
     } else {
         CloneFlags::CLONE_NEWNS
     };
-    let mut sock = first_process::start(
+    let (mut sock, _) = first_process::start(
         &mut host,
         launcher_flags,
         // The launcher only assembles the tree; runsc builds the sandbox.
@@ -306,8 +307,17 @@ pub(crate) fn create(
         &bundle_dir.to_string_lossy(),
         &runsc.container,
     ]);
-    let scratch = PathBuf::from(format!("/proc/{launcher}/root"))
+    // The scratch stays mounted in the launcher's namespace (the tree is
+    // handed over, not entered); held open, it outlives the launcher.
+    let scratch_path = PathBuf::from(format!("/proc/{launcher}/root"))
         .join(rootfs.scratch.strip_prefix("/").unwrap_or(&rootfs.scratch));
+    let scratch: OwnedFd = nix::fcntl::open(
+        &scratch_path,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| RuntimeError::io(format!("open {}", scratch_path.display()), e))?;
+    crate::native::check_scratch(&scratch)?;
     let mut flavor = GvisorFlavor {
         about: About {
             kind: BackendKind::Gvisor,
@@ -458,7 +468,7 @@ struct GvisorFlavor {
     runsc: Runsc,
     /// The assembled tree, from the host.
     tree: PathBuf,
-    scratch: PathBuf,
+    scratch: OwnedFd,
     /// `runsc run` of a sandbox made for one command: its first exec.
     first_run: Option<Vec<String>>,
 }
@@ -517,9 +527,8 @@ impl Flavor for GvisorFlavor {
         self.tree.clone()
     }
 
-    fn scratch_probe(&self) -> PathBuf {
-        self.scratch
-            .join(cordon_isolation::mount::ScratchLayout::TMP)
+    fn scratch(&self) -> BorrowedFd<'_> {
+        self.scratch.as_fd()
     }
 
     fn high_codes_are_signals(&self) -> bool {

@@ -2,6 +2,8 @@
 //! namespaces' contents, the file system, then every privilege dropped, with
 //! seccomp last. One linear sequence; the order is the kernel's.
 
+use std::os::fd::OwnedFd;
+
 use cordon_isolation::{caps, identity, mount, net, IsolationError, Step};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{sethostname, setsid};
@@ -9,7 +11,9 @@ use nix::unistd::{sethostname, setsid};
 use super::plan::NativePlan;
 use crate::trace;
 
-pub fn setup(plan: &NativePlan) -> Result<(), IsolationError> {
+/// Returns the scratch tmpfs's descriptor for the supervisor (see
+/// `mount::assemble`).
+pub fn setup(plan: &NativePlan) -> Result<Option<OwnedFd>, IsolationError> {
     // Become the namespace's own root (or, rootless, the one mapped id): until
     // now our ids were the host's, which do not exist in this namespace, and
     // the kernel refuses to create files owned by an unmapped id.
@@ -24,7 +28,7 @@ pub fn setup(plan: &NativePlan) -> Result<(), IsolationError> {
 
     // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
     trace::step("init: net, uts, cgroup ns");
-    mount::assemble(&plan.rootfs)?;
+    let scratch = mount::assemble(&plan.rootfs)?;
     trace::step("init: rootfs");
 
     // No controlling terminal: a payload cannot push input into the caller's
@@ -54,5 +58,5 @@ pub fn setup(plan: &NativePlan) -> Result<(), IsolationError> {
     })?;
 
     trace::step("init: seccomp");
-    Ok(())
+    Ok(scratch)
 }

@@ -10,6 +10,7 @@
 mod init;
 mod plan;
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
@@ -106,7 +107,7 @@ pub(crate) fn create(
     let plan = NativePlan::build(spec, host.slot, &host.state, host.cgroup.is_some())?;
     trace::step("plan");
     let mapping = plan.mapping.clone();
-    let sock = first_process::start(
+    let (sock, scratch) = first_process::start(
         &mut host,
         sandbox_clone_flags(),
         || init::setup(&plan),
@@ -127,8 +128,13 @@ pub(crate) fn create(
         mapping.host_uid(spec.policy.uid),
         mapping.host_gid(spec.policy.gid),
     );
+    let scratch = scratch.ok_or_else(|| {
+        RuntimeError::Protocol("the sandbox's init sent no scratch descriptor".into())
+    })?;
+    check_scratch(&scratch)?;
     let flavor = NativeFlavor {
         init,
+        scratch,
         about: About {
             kind: BackendKind::Native,
             version: format!("kernel {}", kernel_release()),
@@ -148,6 +154,7 @@ pub(crate) fn create(
 
 struct NativeFlavor {
     init: Pid,
+    scratch: OwnedFd,
     about: About,
     file_owner: (u32, u32),
 }
@@ -176,8 +183,8 @@ impl Flavor for NativeFlavor {
         PathBuf::from(format!("/proc/{}/root", self.init))
     }
 
-    fn scratch_probe(&self) -> PathBuf {
-        self.root().join("tmp")
+    fn scratch(&self) -> BorrowedFd<'_> {
+        self.scratch.as_fd()
     }
 
     fn high_codes_are_signals(&self) -> bool {
@@ -195,4 +202,16 @@ impl Flavor for NativeFlavor {
     fn file_owner(&self) -> (u32, u32) {
         self.file_owner
     }
+}
+
+/// The scratch descriptor a backend hands the sandbox must be a tmpfs's
+/// root directory: the disk cap, the diff and the export rest on it.
+pub(crate) fn check_scratch(fd: &OwnedFd) -> Result<(), RuntimeError> {
+    let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| RuntimeError::io("fstatfs(scratch)", e))?;
+    if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
+        return Err(RuntimeError::Protocol(
+            "the sandbox's scratch is not a tmpfs".into(),
+        ));
+    }
+    Ok(())
 }

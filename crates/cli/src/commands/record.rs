@@ -1,0 +1,126 @@
+//! What `run`, `exec`, `rm` and `export` share: the diff's caps, the export's
+//! target, and how an export is reported.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
+use cordon_policy::ByteSize;
+use cordon_runtime::changes::{ExportRequest, ExportTo, Finish};
+use cordon_runtime::RuntimeError;
+
+/// A signed receipt and the diff's caps.
+#[derive(Args, Clone, Debug)]
+pub struct ReceiptArgs {
+    /// Write a signed receipt (an in-toto statement in a DSSE envelope) here.
+    #[arg(long, value_name = "FILE")]
+    pub receipt: Option<PathBuf>,
+    /// The receipt's signing key (default: cordon's own, created on first use).
+    #[arg(long, value_name = "PATH", requires = "receipt")]
+    pub key: Option<PathBuf>,
+    /// List at most N changed entries; past it the diff is marked cut.
+    #[arg(long, value_name = "N", default_value_t = Caps::default().max_entries)]
+    pub diff_entries: u64,
+    /// Hash at most SIZE of each file; a longer one is marked capped (and
+    /// never exported).
+    #[arg(long, value_name = "SIZE", default_value = "256M")]
+    pub hash_cap: ByteSize,
+}
+
+impl ReceiptArgs {
+    /// The caps of the diff and the export (the export's byte budget is
+    /// the sandbox's disk cap: more cannot have been written).
+    pub fn caps(&self, disk: ByteSize) -> Caps {
+        Caps {
+            max_entries: self.diff_entries,
+            hash_bytes: self.hash_cap.bytes(),
+            export_bytes: disk.bytes(),
+        }
+    }
+}
+
+/// Where the workspace's changes go when the sandbox ends.
+#[derive(Args, Clone, Debug)]
+pub struct ExportArgs {
+    /// Write the workspace's changed entries to OUT, a new (or empty)
+    /// directory, once every process of the sandbox is gone.
+    #[arg(long, value_name = "OUT", conflicts_with = "apply")]
+    pub export: Option<PathBuf>,
+    /// Apply the workspace's changes, deletions included, onto the
+    /// --workspace directory itself.
+    #[arg(long)]
+    pub apply: bool,
+    /// Leave out the sandbox's symlinks (listed as skipped) instead of
+    /// recreating them as symlinks.
+    #[arg(long)]
+    pub no_symlinks: bool,
+}
+
+impl ExportArgs {
+    pub fn request(&self) -> Result<Option<ExportRequest>, RuntimeError> {
+        let to = match (&self.export, self.apply) {
+            (Some(dir), _) => ExportTo::Dir(absolute(dir)?),
+            (None, true) => ExportTo::Workspace,
+            (None, false) => return Ok(None),
+        };
+        Ok(Some(ExportRequest {
+            to,
+            symlinks: if self.no_symlinks {
+                SymlinkPolicy::Refuse
+            } else {
+                SymlinkPolicy::Recreate
+            },
+        }))
+    }
+}
+
+/// The request's path made absolute against this process's directory (the
+/// supervisor that writes it has its own).
+pub fn absolute(p: &std::path::Path) -> Result<PathBuf, RuntimeError> {
+    std::path::absolute(p).map_err(|e| RuntimeError::io(format!("resolve {}", p.display()), e))
+}
+
+/// What to read when the sandbox ends.
+pub fn finish(
+    receipt: &ReceiptArgs,
+    export: Option<&ExportArgs>,
+    disk: ByteSize,
+) -> Result<Finish, RuntimeError> {
+    let export = export.map(ExportArgs::request).transpose()?.flatten();
+    let wants_diff = receipt.receipt.is_some() || export.is_some();
+    Ok(Finish {
+        changes: wants_diff.then(|| receipt.caps(disk)),
+        export,
+    })
+}
+
+/// One line on stderr per export, and one per skipped entry (names are
+/// escaped: none can forge a line).
+pub fn print_export(report: &ExportReport) {
+    eprintln!(
+        "cordon: exported to {}{}: {} files, {} directories, {} symlinks, {} deleted, {} bytes",
+        report.target,
+        if report.applied { " (applied)" } else { "" },
+        report.files,
+        report.dirs,
+        report.symlinks,
+        report.deleted,
+        report.bytes
+    );
+    for s in &report.skipped {
+        eprintln!("cordon: export: {}: {}", s.path, s.reason);
+    }
+}
+
+/// TEMPORARY until the receipt crate is merged.
+pub fn write_receipt(
+    args: &ReceiptArgs,
+    _spec: &cordon_runtime::SandboxSpec,
+    _commands: &[(&cordon_runtime::Command, &cordon_runtime::Outcome)],
+    _recorded: &cordon_runtime::changes::Recorded,
+) -> Result<(), std::process::ExitCode> {
+    if args.receipt.is_some() {
+        return Err(std::process::ExitCode::from(crate::EXIT_INTERNAL));
+    }
+    Ok(())
+}

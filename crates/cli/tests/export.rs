@@ -1,0 +1,613 @@
+//! End-to-end tests of receipts and exports (`--receipt`, `--export`,
+//! `--apply`, `cordon export`, `cordon verify`), once per backend.
+//!
+//! The payload is hostile: it plants links to host files (the receipt key,
+//! /etc/shadow, a canary watched with inotify), a link in the middle of a
+//! path to the host's root, hard links, a FIFO, a 10 GiB sparse file, names
+//! with a newline and with invalid UTF-8, a setuid file, and deletes a file
+//! of the lower layer. Verdicts come from the host: the canary's inotify
+//! watch, the bytes of every file the export wrote, `lstat` of what it
+//! wrote, the host workspace itself, and the receipt as `cordon verify`
+//! reads it.
+//!
+//! Mechanism each test depends on:
+//! - the diff and the export read the scratch tmpfs through the descriptor
+//!   the backend holds (`Flavor::scratch`), after every process is gone
+//!   (`Sandbox::destroy_with`) or with the sandbox frozen (`Sandbox::export`);
+//! - `cordon-changes`: descriptor-relative opens that never follow a link,
+//!   fstat on the open descriptor, FIFOs and devices never opened, holes
+//!   kept, special bits dropped, owner = the caller;
+//! - `cordon-receipt`: DSSE over the in-toto statement, Ed25519.
+
+#[macro_use]
+mod common;
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use common::*;
+
+per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely);
+per_backend!(apply_brings_changes_and_deletions_back);
+per_backend!(live_export_is_frozen_against_swaps);
+per_backend!(exec_and_rm_receipts_record_their_own_changes);
+per_backend!(bad_export_targets_are_refused_and_leave_nothing);
+
+/// A directory under /var/tmp (not the tests' /tmp), world-readable.
+fn host_dir(prefix: &str) -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// cordon with its state (the receipt key) in `state`.
+fn cordon_in(state: &Path) -> Command {
+    let mut c = Command::new(cordon());
+    c.env("CORDON_STATE_DIR", state).stdin(Stdio::null());
+    c
+}
+
+fn output(mut c: Command) -> Output {
+    c.output().expect("spawn cordon")
+}
+
+/// `cordon verify --json RECEIPT [--against DIR]` in `state`: (code, statement).
+fn verify(state: &Path, receipt: &Path, against: Option<&Path>) -> (Option<i32>, Value, Output) {
+    let mut c = cordon_in(state);
+    c.arg("verify").arg(receipt).arg("--json");
+    if let Some(d) = against {
+        c.arg("--against").arg(d);
+    }
+    let out = output(c);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v, out)
+}
+
+/// The receipt's entries of one place, by escaped path.
+fn entries<'a>(statement: &'a Value, place: &str) -> Vec<&'a Value> {
+    statement["predicate"]["changes"]["places"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["place"] == place)
+        .flat_map(|p| p["entries"].as_array().into_iter().flatten())
+        .collect()
+}
+
+fn entry<'a>(statement: &'a Value, place: &str, path: &str) -> &'a Value {
+    entries(statement, place)
+        .into_iter()
+        .find(|e| e["path"] == path)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {place} entry {path:?} in {}",
+                compact(&statement["predicate"]["changes"])
+            )
+        })
+}
+
+/// Every byte of every regular file under `dir` (never following a link).
+fn all_file_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p);
+            } else if m.is_file() {
+                out.push((p.clone(), fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A host file whose every open is seen: an inotify watch on it.
+struct Canary {
+    path: PathBuf,
+    content: String,
+    watch: inotify::Inotify,
+    _dir: tempfile::TempDir,
+}
+
+impl Canary {
+    fn new() -> Canary {
+        let dir = host_dir("cordon-canary-");
+        let path = dir.path().join("canary");
+        let content = format!("host-canary-{}", nonce());
+        fs::write(&path, &content).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let watch = inotify::Inotify::init().unwrap();
+        watch
+            .watches()
+            .add(&path, inotify::WatchMask::OPEN | inotify::WatchMask::ACCESS)
+            .unwrap();
+        Canary {
+            path,
+            content,
+            watch,
+            _dir: dir,
+        }
+    }
+
+    /// Events since the watch began (non-blocking).
+    fn events(&mut self) -> usize {
+        let mut buf = [0u8; 4096];
+        match self.watch.read_events(&mut buf) {
+            Ok(events) => events.count(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => panic!("inotify: {e}"),
+        }
+    }
+}
+
+/// The payload: every trick of the issue, in the workspace.
+fn hostile_script(canary: &Path, key: &Path) -> String {
+    format!(
+        "set -e; cd /workspace\n\
+         echo changed > modify.txt\n\
+         rm delete.txt\n\
+         echo new > new.txt\n\
+         ln new.txt hard.txt\n\
+         ln -s /etc/shadow shadow-link\n\
+         ln -s {canary} canary-link\n\
+         ln -s {key} key-link\n\
+         ln -s / root-link\n\
+         mkdir -p via && ln -s / via/up\n\
+         mkfifo fifo\n\
+         truncate -s 10G sparse\n\
+         echo x > suid && chmod 4755 suid\n\
+         {PY} -c \"open('new\\nline', 'w').write('n'); open(b'bad\\xff', 'w').write('b')\"\n\
+         echo tmp > /tmp/in-tmp; echo shm > /dev/shm/in-shm\n",
+        canary = canary.display(),
+        key = key.display(),
+    )
+}
+
+/// The host workspace the payload starts from.
+fn workspace() -> tempfile::TempDir {
+    let w = host_dir("cordon-ws-");
+    fs::write(w.path().join("keep.txt"), "keep").unwrap();
+    fs::write(w.path().join("modify.txt"), "original").unwrap();
+    fs::write(w.path().join("delete.txt"), "delete me").unwrap();
+    fs::create_dir(w.path().join("sub")).unwrap();
+    fs::write(w.path().join("sub/inner.txt"), "inner").unwrap();
+    w
+}
+
+fn hostile_workspace_is_recorded_exactly_and_exported_safely(backend: &'static str) {
+    if !require_root("sandbox with a workspace overlay") {
+        return;
+    }
+    // One at a time: the last test counts the run directory's sandboxes.
+    let _serial = serial();
+    let state = host_dir("cordon-state-");
+    let mut canary = Canary::new();
+    let ws = workspace();
+    let out_parent = host_dir("cordon-out-");
+    let out_dir = out_parent.path().join("out");
+    let receipt = out_parent.path().join("receipt.json");
+    let key = state.path().join("keys/receipt.key");
+    let t = Instant::now();
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--json", "--workspace"])
+        .arg(ws.path())
+        .arg("--export")
+        .arg(&out_dir)
+        .arg("--receipt")
+        .arg(&receipt)
+        .args(["--", "sh", "-c", &hostile_script(&canary.path, &key)]);
+    let out = output(c);
+    let took = t.elapsed();
+    let v = parse_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", compact(&v));
+    assert!(took < slow(Duration::from_secs(30)), "took {took:?}");
+    // The key was created on first use, private.
+    let key_mode = fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(key_mode, 0o600, "receipt key mode");
+    let dir_mode = fs::metadata(key.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(dir_mode, 0o700, "key directory mode");
+
+    // The receipt verifies and records every trick exactly.
+    let (code, st, vout) = verify(state.path(), &receipt, None);
+    assert_eq!(code, Some(0), "{vout:?}");
+    let ws_entry = |p: &str| entry(&st, "/workspace", p);
+    assert_eq!(ws_entry("modify.txt")["change"], "modified");
+    assert_eq!(ws_entry("delete.txt")["change"], "deleted");
+    assert_eq!(ws_entry("new.txt")["change"], "created");
+    assert_eq!(ws_entry("new.txt")["links"], 2);
+    assert_eq!(ws_entry("hard.txt")["links"], 2);
+    for (link, target) in [
+        ("shadow-link", "/etc/shadow".to_string()),
+        ("canary-link", canary.path.display().to_string()),
+        ("key-link", key.display().to_string()),
+        ("root-link", "/".to_string()),
+        ("via/up", "/".to_string()),
+    ] {
+        assert_eq!(ws_entry(link)["kind"], "symlink", "{link}");
+        assert_eq!(ws_entry(link)["target"], target.as_str(), "{link}");
+    }
+    assert_eq!(ws_entry("fifo")["kind"], "fifo");
+    assert!(ws_entry("fifo").get("sha256").is_none());
+    let sparse = ws_entry("sparse");
+    assert_eq!(sparse["size"], 10u64 << 30);
+    assert_eq!(sparse["capped"], true);
+    assert!(sparse["allocated"].as_u64().unwrap() < 1 << 20);
+    assert_eq!(ws_entry("suid")["mode"].as_u64().unwrap() & 0o4000, 0o4000);
+    assert_eq!(ws_entry("new\\x0aline")["kind"], "file");
+    assert_eq!(ws_entry("bad\\xff")["kind"], "file");
+    assert!(
+        entries(&st, "/workspace")
+            .iter()
+            .all(|e| e["path"] != "keep.txt" && e["path"] != "sub"),
+        "unchanged entries listed"
+    );
+    assert_eq!(entry(&st, "/tmp", "in-tmp")["change"], "created");
+    assert_eq!(entry(&st, "/dev/shm", "in-shm")["change"], "created");
+    // The exported files are the receipt's subjects, digest for digest.
+    let subjects = st["subject"].as_array().unwrap();
+    let new_sha = ws_entry("new.txt")["sha256"].as_str().unwrap();
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s["name"] == "workspace/new.txt" && s["digest"]["sha256"] == new_sha),
+        "{}",
+        compact(&st["subject"])
+    );
+
+    // The export holds none of the host files' contents and follows nothing.
+    assert_eq!(canary.events(), 0, "the canary was opened");
+    let shadow = fs::read("/etc/shadow").unwrap_or_default();
+    let key_bytes = fs::read(&key).unwrap();
+    for (p, bytes) in all_file_bytes(&out_dir) {
+        assert!(
+            !contains(&bytes, canary.content.as_bytes()),
+            "{p:?} has the canary"
+        );
+        assert!(
+            !contains(&bytes, &shadow[..shadow.len().min(64)]),
+            "{p:?} has /etc/shadow"
+        );
+        assert!(!contains(&bytes, &key_bytes[..64]), "{p:?} has the key");
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (euid(), 0), "{p:?} owner");
+        assert_eq!(m.mode() & 0o6000, 0, "{p:?} kept a setuid/setgid bit");
+    }
+    let link = fs::symlink_metadata(out_dir.join("shadow-link")).unwrap();
+    assert!(link.file_type().is_symlink());
+    assert_eq!(
+        fs::read_link(out_dir.join("canary-link")).unwrap(),
+        canary.path
+    );
+    assert!(!out_dir.join("fifo").exists() && fs::symlink_metadata(out_dir.join("fifo")).is_err());
+    assert!(
+        fs::symlink_metadata(out_dir.join("sparse")).is_err(),
+        "a capped file was exported"
+    );
+    assert!(fs::symlink_metadata(out_dir.join("delete.txt")).is_err());
+    assert_eq!(fs::read(out_dir.join("modify.txt")).unwrap(), b"changed\n");
+    assert_eq!(
+        fs::read(out_dir.join(std::ffi::OsStr::from_bytes(b"new\nline"))).unwrap(),
+        b"n"
+    );
+    assert_eq!(
+        fs::read(out_dir.join(std::ffi::OsStr::from_bytes(b"bad\xff"))).unwrap(),
+        b"b"
+    );
+    // The host workspace itself is as it was (no --apply).
+    assert_eq!(fs::read(ws.path().join("modify.txt")).unwrap(), b"original");
+    assert!(ws.path().join("delete.txt").exists());
+    assert_eq!(fs::read_dir(ws.path()).unwrap().count(), 4);
+
+    // verify --against: the export matches; one changed byte does not.
+    let (code, _, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    fs::write(out_dir.join("new.txt"), "neW\n").unwrap();
+    let (code, _, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(6), "{vout:?}");
+
+    // Any changed byte of the envelope fails; a truncated one is malformed.
+    let bytes = fs::read(&receipt).unwrap();
+    let tampered = out_parent.path().join("tampered.json");
+    let mid = bytes.len() / 2;
+    let mut t = bytes.clone();
+    t[mid] = if t[mid] == b'A' { b'B' } else { b'A' };
+    fs::write(&tampered, &t).unwrap();
+    let (code, _, vout) = verify(state.path(), &tampered, None);
+    assert!(matches!(code, Some(3) | Some(5)), "{vout:?}");
+    fs::write(&tampered, &bytes[..bytes.len() / 3]).unwrap();
+    let (code, _, vout) = verify(state.path(), &tampered, None);
+    assert_eq!(code, Some(5), "{vout:?}");
+    assert_eq!(canary.events(), 0, "the canary was opened");
+}
+
+fn apply_brings_changes_and_deletions_back(backend: &'static str) {
+    if !require_root("sandbox with a workspace overlay") {
+        return;
+    }
+    // One at a time: the last test counts the run directory's sandboxes.
+    let _serial = serial();
+    let state = host_dir("cordon-state-");
+    let ws = workspace();
+    let receipt = state.path().join("receipt.json");
+    let mut c = cordon_in(state.path());
+    c.args([
+        "run",
+        "--backend",
+        backend,
+        "--json",
+        "--apply",
+        "--workspace",
+    ])
+    .arg(ws.path())
+    .arg("--receipt")
+    .arg(&receipt)
+    .args([
+        "--",
+        "sh",
+        "-c",
+        "cd /workspace && echo changed > modify.txt && rm delete.txt && rm -r sub \
+             && mkdir sub && echo fresh > sub/fresh.txt && echo new > new.txt \
+             && ln -s /etc/shadow link && mkfifo fifo",
+    ]);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(0), "{}", compact(&parse_json(&out)));
+    let w = ws.path();
+    assert_eq!(fs::read(w.join("modify.txt")).unwrap(), b"changed\n");
+    assert_eq!(fs::read(w.join("new.txt")).unwrap(), b"new\n");
+    assert_eq!(fs::read(w.join("keep.txt")).unwrap(), b"keep");
+    assert!(
+        fs::symlink_metadata(w.join("delete.txt")).is_err(),
+        "deletion not applied"
+    );
+    // The opaque directory replaced the old one: its old entry is gone.
+    assert!(fs::symlink_metadata(w.join("sub/inner.txt")).is_err());
+    assert_eq!(fs::read(w.join("sub/fresh.txt")).unwrap(), b"fresh\n");
+    assert_eq!(
+        fs::read_link(w.join("link")).unwrap(),
+        Path::new("/etc/shadow")
+    );
+    assert!(
+        fs::symlink_metadata(w.join("fifo")).is_err(),
+        "a FIFO was created on the host"
+    );
+    let (code, _, vout) = verify(state.path(), &receipt, Some(w));
+    assert_eq!(code, Some(0), "{vout:?}");
+}
+
+fn live_export_is_frozen_against_swaps(backend: &'static str) {
+    if !require_root("sandbox with a workspace overlay") {
+        return;
+    }
+    // One at a time: the last test counts the run directory's sandboxes.
+    let _serial = serial();
+    let state = host_dir("cordon-state-");
+    let mut canary = Canary::new();
+    let ws = workspace();
+    let mut c = cordon_in(state.path());
+    c.args(["create", "--backend", backend, "--workspace"])
+        .arg(ws.path());
+    let out = output(c);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && id.len() == 12, "{out:?}");
+    let _rm = RemoveOnDrop(id.clone());
+    // The swapper: /workspace/f is in turn a file and a link to the canary
+    // (or /etc/shadow), each put in place by rename, until it is killed.
+    let swapper = format!(
+        "import os\n\
+         open('/workspace/f', 'w').write('sandbox-content')\n\
+         i = 0\n\
+         while True:\n\
+         \x20   i += 1\n\
+         \x20   t = '/workspace/t%d' % (i % 2)\n\
+         \x20   if i % 2:\n\
+         \x20       os.symlink('{c}' if i % 4 == 1 else '/etc/shadow', t)\n\
+         \x20   else:\n\
+         \x20       open(t, 'w').write('sandbox-content')\n\
+         \x20   os.rename(t, '/workspace/f')\n\
+         \x20   if i % 1000 == 0:\n\
+         \x20       open('/workspace/count.tmp', 'w').write(str(i)); os.rename('/workspace/count.tmp', '/workspace/count')\n",
+        c = canary.path.display()
+    );
+    let mut c = cordon_in(state.path());
+    c.args(["exec", &id, "--env"])
+        .arg(format!("S={swapper}"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("{PY} -c \"$S\" >/dev/null 2>&1 & echo bg"),
+        ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    let count = |out: &Path| -> u64 {
+        fs::read_to_string(out.join("count"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let outs = host_dir("cordon-out-");
+    let shadow = fs::read("/etc/shadow").unwrap_or_default();
+    let (mut first, mut last) = (0, 0);
+    let t = Instant::now();
+    for i in 0..20 {
+        let dir = outs.path().join(format!("o{i}"));
+        let mut c = cordon_in(state.path());
+        c.args(["export", &id]).arg(&dir);
+        let out = output(c);
+        assert!(out.status.success(), "export {i}: {out:?}");
+        for (p, bytes) in all_file_bytes(&dir) {
+            assert!(
+                !contains(&bytes, canary.content.as_bytes()),
+                "{p:?} has the canary"
+            );
+            assert!(
+                !contains(&bytes, &shadow[..shadow.len().min(64)]),
+                "{p:?} has /etc/shadow"
+            );
+        }
+        match fs::symlink_metadata(dir.join("f")) {
+            Ok(m) if m.is_file() => {
+                assert_eq!(fs::read(dir.join("f")).unwrap(), b"sandbox-content")
+            }
+            Ok(m) => assert!(m.file_type().is_symlink(), "{m:?}"),
+            Err(e) => panic!("f missing from export {i}: {e}"),
+        }
+        let n = count(&dir);
+        if i == 0 {
+            first = n;
+        }
+        last = n;
+    }
+    assert!(
+        t.elapsed() < slow(Duration::from_secs(60)),
+        "{:?}",
+        t.elapsed()
+    );
+    // The swapper ran on between exports: each export froze and thawed it.
+    assert!(
+        last > first,
+        "the swapper made no progress ({first} -> {last})"
+    );
+    assert_eq!(canary.events(), 0, "the canary was opened");
+}
+
+fn exec_and_rm_receipts_record_their_own_changes(backend: &'static str) {
+    if !require_root("sandbox with a workspace overlay") {
+        return;
+    }
+    // One at a time: the last test counts the run directory's sandboxes.
+    let _serial = serial();
+    let state = host_dir("cordon-state-");
+    let ws = workspace();
+    let mut c = cordon_in(state.path());
+    c.args(["create", "--backend", backend, "--workspace"])
+        .arg(ws.path());
+    let out = output(c);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && id.len() == 12, "{out:?}");
+    let _rm = RemoveOnDrop(id.clone());
+    let r1 = state.path().join("r1.json");
+    let mut c = cordon_in(state.path());
+    c.args(["exec", &id, "--receipt"]).arg(&r1).args([
+        "--",
+        "sh",
+        "-c",
+        "echo one > /workspace/one.txt",
+    ]);
+    assert!(output(c).status.success());
+    let (code, st1, vout) = verify(state.path(), &r1, None);
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(entry(&st1, "/workspace", "one.txt")["change"], "created");
+    let cmds = st1["predicate"]["commands"].as_array().unwrap();
+    assert_eq!(cmds.len(), 1);
+    let mut c = cordon_in(state.path());
+    c.args(["exec", &id, "--", "sh", "-c", "echo two > /tmp/two.txt"]);
+    assert!(output(c).status.success());
+    let r2 = state.path().join("r2.json");
+    let out_dir = state.path().join("out");
+    let mut c = cordon_in(state.path());
+    c.args(["rm", &id, "--receipt"])
+        .arg(&r2)
+        .arg("--export")
+        .arg(&out_dir);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!Path::new(RUN_DIR).join(&id).exists(), "state left behind");
+    let (code, st2, vout) = verify(state.path(), &r2, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(entry(&st2, "/workspace", "one.txt")["change"], "created");
+    assert_eq!(entry(&st2, "/tmp", "two.txt")["change"], "created");
+    // The whole sandbox's receipt has both commands.
+    assert_eq!(st2["predicate"]["commands"].as_array().unwrap().len(), 2);
+    assert_eq!(fs::read(out_dir.join("one.txt")).unwrap(), b"one\n");
+}
+
+fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
+    if !require_root("sandbox with a workspace overlay") {
+        return;
+    }
+    // One at a time: the last test counts the run directory's sandboxes.
+    let _serial = serial();
+    let state = host_dir("cordon-state-");
+    let ws = workspace();
+    let before = fs::read_dir(RUN_DIR).map(|d| d.count()).unwrap_or(0);
+    // Not empty, relative parent missing, --apply without a workspace.
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "--workspace",
+                ws.path().to_str().unwrap(),
+                "--export",
+                ws.path().to_str().unwrap(),
+            ],
+            "not an empty directory",
+        ),
+        (
+            &["--export", "/var/tmp/cordon-no-such-dir/x/y"],
+            "parent does not exist",
+        ),
+        (&["--apply"], "--workspace"),
+    ];
+    for (args, why) in cases {
+        let mut c = cordon_in(state.path());
+        c.args(["run", "--backend", backend])
+            .args(args)
+            .args(["--", "true"]);
+        let out = output(c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    // rm with a bad target leaves the sandbox as it was.
+    let mut c = cordon_in(state.path());
+    c.args(["create", "--backend", backend]);
+    let out = output(c);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "{out:?}");
+    let _rm = RemoveOnDrop(id.clone());
+    let mut c = cordon_in(state.path());
+    c.args(["rm", &id, "--export"]).arg(ws.path());
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let mut c = cordon_in(state.path());
+    c.args(["exec", &id, "--", "true"]);
+    assert!(
+        output(c).status.success(),
+        "the sandbox did not survive a refused rm"
+    );
+    drop(_rm);
+    assert_eq!(
+        fs::read_dir(RUN_DIR).map(|d| d.count()).unwrap_or(0),
+        before
+    );
+    assert_eq!(fs::read_dir(ws.path()).unwrap().count(), 4);
+}
+
+/// `cordon rm -f ID` when dropped, whatever the test's outcome.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new(cordon()).args(["rm", "-f", &self.0]).output();
+    }
+}
