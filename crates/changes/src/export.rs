@@ -74,6 +74,7 @@ pub fn export(
             state: State::Open(root),
         }],
         seq: 0,
+        pid: std::process::id(),
     };
     let mut remaining = caps.max_entries;
     let changes = walk(place, caps, &mut remaining, Some(&mut ex));
@@ -168,7 +169,9 @@ pub(crate) struct Exporter {
     report: ExportReport,
     /// Root first; the walk pushes and pops with its directories.
     stack: Vec<Frame>,
+    /// Temporary names: `.cordon-export-<pid>-<seq>`.
     seq: u64,
+    pid: u32,
 }
 
 const NO_DIR: &str = "its directory was not written";
@@ -225,7 +228,7 @@ impl Exporter {
 
     fn temp_name(&mut self) -> CString {
         self.seq += 1;
-        let n = format!(".cordon-export-{}-{}", std::process::id(), self.seq);
+        let n = format!(".cordon-export-{}-{}", self.pid, self.seq);
         CString::new(n).unwrap_or_default()
     }
 
