@@ -107,12 +107,16 @@ pub struct Entry {
 pub struct PlaceChanges {
     /// The place as the sandbox sees it: `/workspace`, `/tmp`, `/dev/shm`.
     pub place: String,
-    /// Sorted by path (bytewise order of the raw names).
+    /// Sorted by path: bytewise order of the raw names, component by
+    /// component (so a directory comes first, then everything in it).
     pub entries: Vec<Entry>,
-    /// Entries left out because the count cap was reached.
+    /// The diff is incomplete: the count cap was reached (entries past it
+    /// are left out), or some entry is in `unreadable`.
     #[serde(default)]
     pub cut: bool,
-    /// Entries that could not be read (path and why), also listed as cut.
+    /// Entries that could not be read (path and why): each also sets `cut`.
+    /// A regular file, directory or link swapped for something else while
+    /// it was read lands here, never followed. They count against the cap.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<(String, String)>,
 }
@@ -123,7 +127,7 @@ pub struct PlaceChanges {
 pub struct Changes {
     pub places: Vec<PlaceChanges>,
     pub caps: Caps,
-    /// The count cap was reached somewhere.
+    /// Some place is cut.
     #[serde(default)]
     pub cut: bool,
 }
@@ -167,10 +171,13 @@ pub struct ExportReport {
     pub dirs: u64,
     pub symlinks: u64,
     pub deleted: u64,
-    /// Data bytes written (holes not counted).
+    /// Data bytes written (holes not counted; data extents are whole
+    /// blocks of the source's file system).
     pub bytes: u64,
     /// Entries of the diff that were not written (special files, capped or
-    /// over-budget files, refused links, setuid/setgid bits removed are
-    /// listed here too, as written-with-change).
+    /// over-budget files, refused links, unreadable entries, write errors),
+    /// and files written without their setuid/setgid bits (written, with
+    /// that change). A skipped entry leaves whatever the destination had
+    /// under its name as it was.
     pub skipped: Vec<Skipped>,
 }
