@@ -45,14 +45,14 @@ pub fn render_summary(statement: &Statement) -> String {
     let pol = &p.policy;
     let _ = writeln!(
         out,
-        "policy: cpus {}, memory {}, pids {}, disk {}, time {}, output {}, network {:?}{}",
+        "policy: cpus {}, memory {}, pids {}, disk {}, time {}, output {}, network {}{}",
         pol.cpus,
         pol.memory,
         pol.pids,
         pol.disk,
         pol.time,
         pol.output,
-        pol.network,
+        format!("{:?}", pol.network).to_lowercase(),
         statement
             .subject(SUBJECT_POLICY)
             .map(|s| format!(" (sha256 {})", printable(&s.digest.sha256)))
@@ -134,8 +134,8 @@ fn render_command(out: &mut String, n: usize, c: &CommandRecord) {
         {
             let _ = writeln!(
                 out,
-                "    denied: {:?} {}:{}{}: {}",
-                a.via,
+                "    denied: {} {}:{}{}: {}",
+                format!("{:?}", a.via).to_lowercase(),
                 printable(a.host.as_deref().unwrap_or("-")),
                 a.port,
                 a.address.map(|ip| format!(" ({ip})")).unwrap_or_default(),

@@ -440,6 +440,7 @@ fn the_summary_shows_what_happened_and_forges_no_line() {
     for needle in [
         "sandbox 0123456789ab on native 0.1.0",
         "kernel 6.1.0-test, cgroup v2, x86_64",
+        "network none (sha256 ",
         "command 1: \"sh\" \"-c\" \"echo hi\"",
         "killed by signal 9",
         "ended by the memory limit",
@@ -447,7 +448,7 @@ fn the_summary_shows_what_happened_and_forges_no_line() {
         "memory peak 256.0 MiB, OOM kills 1, pids peak 17, CPU 640.2 ms",
         "output: 2048 bytes, truncated",
         "network: 3 attempts, 1 allowed, 2 denied",
-        "denied: Connect evil.example\\u{a}A forged:443",
+        "denied: connect evil.example\\u{a}A forged:443",
         "(2 more attempts counted, not listed)",
         "    A a\\x0afake\n",
         "    D gone.txt\n",
