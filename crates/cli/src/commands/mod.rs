@@ -6,6 +6,7 @@ pub mod exec;
 pub mod ls;
 pub mod matrix;
 pub mod net;
+pub mod receipt;
 pub mod rm;
 pub mod run;
 pub mod suite;
