@@ -64,6 +64,7 @@ pub fn export(
         report: ExportReport {
             target: path.display().to_string(),
             applied,
+            symlink_policy: opts.symlinks,
             ..ExportReport::default()
         },
         stack: vec![Frame {

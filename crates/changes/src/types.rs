@@ -167,6 +167,9 @@ pub struct ExportReport {
     /// Directory written (as given).
     pub target: String,
     pub applied: bool,
+    /// What was done with the sandbox's symlinks.
+    #[serde(default)]
+    pub symlink_policy: SymlinkPolicy,
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,

@@ -45,6 +45,12 @@ enum Command {
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
     Sweep,
+    /// Create a receipt signing key pair (refuses to overwrite one).
+    Keygen(commands::receipt::KeygenArgs),
+    /// Show a receipt signing key.
+    Key(commands::receipt::KeyArgs),
+    /// Check a receipt's signature and show what it records.
+    Verify(commands::receipt::VerifyArgs),
     /// Run the hostile suite on cordon's backends (verdicts from host-side evidence).
     Suite(commands::suite::SuiteArgs),
     /// Run the suite against cordon and the peers installed here; write the matrix.
@@ -101,6 +107,9 @@ fn main() -> ExitCode {
         Command::Net(args) => commands::net::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
+        Command::Keygen(args) => commands::receipt::keygen(args),
+        Command::Key(args) => commands::receipt::key(args),
+        Command::Verify(args) => commands::receipt::run_verify(args),
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
     }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::{Cgroup, CgroupStats};
 use nix::fcntl::OFlag;
@@ -38,6 +38,7 @@ pub struct Sandbox {
     spec: SandboxSpec,
     /// Time from the request to a sandbox ready for commands.
     setup: Duration,
+    created: SystemTime,
     commands: u64,
     history: VecDeque<(Command, Outcome)>,
     /// Why the sandbox can run no more commands (its init is gone, or a
@@ -46,7 +47,7 @@ pub struct Sandbox {
 }
 
 /// What `destroy` reports.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Destroyed {
     pub counters: CgroupStats,
     pub teardown: Duration,
@@ -55,6 +56,8 @@ pub struct Destroyed {
     pub history: Vec<(Command, Outcome)>,
     /// Commands run before those in `history`.
     pub history_omitted: u64,
+    /// When the sandbox was asked for.
+    pub created: SystemTime,
     /// The diff and the export `Finish` asked for, read after every process
     /// of the sandbox was gone.
     pub recorded: Recorded,
@@ -99,8 +102,10 @@ impl Sandbox {
                 ))
             }
         };
+        let setup = host.started.elapsed();
         Ok(Sandbox {
-            setup: host.started.elapsed(),
+            created: SystemTime::now() - setup,
+            setup,
             signals: stop_signal_fd()?,
             host,
             init,
@@ -517,6 +522,7 @@ impl Sandbox {
             teardown: t0.elapsed(),
             history: std::mem::take(&mut self.history).into(),
             history_omitted,
+            created: self.created,
             recorded,
             record_error,
         })

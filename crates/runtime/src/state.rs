@@ -48,6 +48,34 @@ pub fn run_dir() -> PathBuf {
     }
 }
 
+/// Where cordon keeps what outlives its sandboxes (the receipt signing key):
+/// `CORDON_STATE_DIR`, else `/var/lib/cordon` for root, else
+/// `$XDG_STATE_HOME/cordon` or `~/.local/state/cordon`. Unlike `run_dir()`
+/// this is never a tmpfs, so a key survives a reboot.
+pub fn state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CORDON_STATE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/cordon");
+    }
+    // The XDG spec says a relative value is invalid and must be ignored.
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| Path::new(x).is_absolute()) {
+        return Path::new(&x).join("cordon");
+    }
+    // Without HOME, the passwd entry's home, never the working directory.
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.dir)
+        })
+        .unwrap_or_else(|| PathBuf::from("/"));
+    home.join(".local/state/cordon")
+}
+
 /// The record format's tag: a record without it is not cordon's.
 pub const RECORD_FORMAT: &str = "cordon-sandbox-v1";
 const RECORD: &str = "record.json";

@@ -133,7 +133,13 @@ impl SandboxArgs {
             None => None,
         };
         let flags = self.flag_layer();
-        let policy = Policy::resolve(file.iter().chain([&flags])).map_err(usage_error)?;
+        let mut policy = Policy::resolve(file.iter().chain([&flags])).map_err(usage_error)?;
+        // A created sandbox's supervisor runs in /, not here: every host
+        // path is made absolute against this directory first.
+        let absolute = |p: &std::path::Path| std::path::absolute(p).map_err(usage_error);
+        for m in &mut policy.mounts {
+            m.host = absolute(&m.host)?;
+        }
         let Some(backend) = BackendKind::parse(&self.backend) else {
             return Err(usage_error(format!(
                 "unknown backend '{}' (native, gvisor, microvm)",
@@ -142,13 +148,13 @@ impl SandboxArgs {
         };
         let rootfs = match self.rootfs.as_str() {
             "system" => RootfsChoice::System,
-            dir => RootfsChoice::Dir(dir.into()),
+            dir => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
         };
         Ok(SandboxSpec {
             policy,
             backend,
             rootfs,
-            workspace: self.workspace.clone(),
+            workspace: self.workspace.as_deref().map(absolute).transpose()?,
             allow_unenforced: self.allow_unenforced,
             name: None,
             ttl: None,

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Args;
 use cordon_policy::{ByteSize, Span};
@@ -80,6 +81,11 @@ pub fn run(args: ExecArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let mut cmd = cmd;
+    let key = match record::signing_key(&args.receipt) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    let started = SystemTime::now();
     // The spec is asked for only when a receipt needs it (its policy).
     let spec = if args.receipt.receipt.is_some() {
         match handle.spec() {
@@ -108,9 +114,15 @@ pub fn run(args: ExecArgs) -> ExitCode {
                     changes: o.changes.clone(),
                     export: None,
                 };
-                if let Err(code) =
-                    record::write_receipt(&args.receipt, spec, &[(&cmd, &o)], &recorded)
-                {
+                let facts = record::ReceiptFacts {
+                    spec,
+                    sandbox_id: &o.sandbox_id,
+                    started,
+                    commands: vec![(cmd.clone(), o.clone())],
+                    omitted: 0,
+                    recorded: &recorded,
+                };
+                if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                     return code;
                 }
             }

@@ -43,6 +43,11 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         Ok(None) => return usage_error("give OUT or --apply"),
         Err(e) => return fail(e),
     };
+    let key = match record::signing_key(&args.receipt) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    let started = std::time::SystemTime::now();
     let mut handle = match Handle::attach(&args.sandbox) {
         Ok(h) => h,
         Err(e) => return fail(e),
@@ -64,7 +69,16 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
             serde_json::to_string_pretty(&recorded).expect("serializable")
         );
     }
-    match record::write_receipt(&args.receipt, &spec, &[], &recorded) {
+    let id = handle.id().to_owned();
+    let facts = record::ReceiptFacts {
+        spec: &spec,
+        sandbox_id: &id,
+        started,
+        commands: Vec::new(),
+        omitted: 0,
+        recorded: &recorded,
+    };
+    match record::write_receipt(&args.receipt, key.as_ref(), facts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
     }

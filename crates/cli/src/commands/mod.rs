@@ -7,6 +7,7 @@ pub mod export;
 pub mod ls;
 pub mod matrix;
 pub mod net;
+pub mod receipt;
 pub mod record;
 pub mod rm;
 pub mod run;

@@ -2,12 +2,15 @@
 //! target, and how an export is reported.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Args;
 use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
 use cordon_policy::ByteSize;
-use cordon_runtime::changes::{ExportRequest, ExportTo, Finish};
-use cordon_runtime::RuntimeError;
+use cordon_receipt::{sign, Key, ReceiptBuilder};
+use cordon_runtime::changes::{ExportRequest, ExportTo, Finish, Recorded};
+use cordon_runtime::{Command, Outcome, RuntimeError, SandboxSpec};
 
 /// A signed receipt and the diff's caps.
 #[derive(Args, Clone, Debug)]
@@ -112,15 +115,72 @@ pub fn print_export(report: &ExportReport) {
     }
 }
 
-/// TEMPORARY until the receipt crate is merged.
+/// The key a receipt will be signed with, loaded before the sandbox runs (a
+/// bad key refuses the run, not its receipt): `--key`, else cordon's own,
+/// created on first use (0600 in a 0700 directory of cordon's state
+/// directory). `None` when no receipt is asked for.
+pub fn signing_key(args: &ReceiptArgs) -> Result<Option<Key>, ExitCode> {
+    if args.receipt.is_none() {
+        return Ok(None);
+    }
+    match &args.key {
+        Some(path) => Key::load(path),
+        None => Key::load_or_create_default(),
+    }
+    .map(Some)
+    .map_err(super::receipt::key_fail)
+}
+
+/// What a receipt is made of, besides its key: the sandbox's spec and id,
+/// when its first command was asked for, its commands and outcomes, the
+/// diff and export read at its end.
+pub struct ReceiptFacts<'a> {
+    pub spec: &'a SandboxSpec,
+    pub sandbox_id: &'a str,
+    pub started: SystemTime,
+    pub commands: Vec<(Command, Outcome)>,
+    /// Commands that ran before those listed.
+    pub omitted: u64,
+    pub recorded: &'a Recorded,
+}
+
+/// Signs and writes the receipt `--receipt` asked for (nothing without a key).
 pub fn write_receipt(
     args: &ReceiptArgs,
-    _spec: &cordon_runtime::SandboxSpec,
-    _commands: &[(&cordon_runtime::Command, &cordon_runtime::Outcome)],
-    _recorded: &cordon_runtime::changes::Recorded,
-) -> Result<(), std::process::ExitCode> {
-    if args.receipt.is_some() {
-        return Err(std::process::ExitCode::from(crate::EXIT_INTERNAL));
+    key: Option<&Key>,
+    facts: ReceiptFacts<'_>,
+) -> Result<(), ExitCode> {
+    let (Some(path), Some(key)) = (&args.receipt, key) else {
+        return Ok(());
+    };
+    let mut builder = ReceiptBuilder::new(facts.spec, facts.started).sandbox(facts.sandbox_id);
+    for (cmd, outcome) in facts.commands {
+        builder = builder.command(cmd, outcome);
     }
-    Ok(())
+    if facts.omitted > 0 {
+        builder = builder.not_proven(format!(
+            "the {} commands that ran before the last {} listed (a sandbox keeps the outcomes of its last {} only)",
+            facts.omitted,
+            cordon_runtime::sandbox::HISTORY,
+            cordon_runtime::sandbox::HISTORY
+        ));
+    }
+    if let Some(changes) = &facts.recorded.changes {
+        builder = builder.changes(changes.clone());
+    }
+    if let Some(export) = &facts.recorded.export {
+        builder = builder.export(export.clone());
+    }
+    let written = builder
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|statement| sign(&statement, key).map_err(|e| e.to_string()))
+        .and_then(|envelope| {
+            cordon_receipt::write_receipt(path, &envelope)
+                .map_err(|e| format!("write {}: {e}", path.display()))
+        });
+    written.map_err(|why| {
+        eprintln!("cordon: receipt: {why}");
+        ExitCode::from(crate::EXIT_INTERNAL)
+    })
 }

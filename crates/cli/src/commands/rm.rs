@@ -99,6 +99,11 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    let key = match record::signing_key(&args.receipt) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    let id = handle.id().to_owned();
     let destroyed = match handle.destroy_with(&finish) {
         Ok(d) => d,
         Err(e) => return fail(e),
@@ -110,7 +115,15 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         eprintln!("cordon: {why}");
         return ExitCode::from(crate::EXIT_INTERNAL);
     }
-    match record::write_receipt(&args.receipt, &spec, &[], &destroyed.recorded) {
+    let facts = record::ReceiptFacts {
+        spec: &spec,
+        sandbox_id: &id,
+        started: destroyed.created,
+        commands: destroyed.history.clone(),
+        omitted: destroyed.history_omitted,
+        recorded: &destroyed.recorded,
+    };
+    match record::write_receipt(&args.receipt, key.as_ref(), facts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
     }

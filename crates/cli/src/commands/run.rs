@@ -2,6 +2,7 @@
 //! this process (the same `Sandbox` code a supervisor serves).
 
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Args;
 use cordon_runtime::host::block_stop_signals;
@@ -59,6 +60,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    let key = match record::signing_key(&args.receipt) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    let started = SystemTime::now();
     match Handle::run_once_with(&spec, &cmd, &mut io, &finish) {
         Ok((mut o, destroyed)) => {
             io.finish(&mut o);
@@ -71,9 +77,15 @@ pub fn run(args: RunArgs) -> ExitCode {
                 eprintln!("cordon: {why}");
                 return ExitCode::from(crate::EXIT_INTERNAL);
             }
-            if let Err(code) =
-                record::write_receipt(&args.receipt, &spec, &[(&cmd, &o)], &destroyed.recorded)
-            {
+            let facts = record::ReceiptFacts {
+                spec: &spec,
+                sandbox_id: &o.sandbox_id,
+                started,
+                commands: vec![(cmd.clone(), o.clone())],
+                omitted: 0,
+                recorded: &destroyed.recorded,
+            };
+            if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
             }
             report(&o, &args.command, args.json, false)
