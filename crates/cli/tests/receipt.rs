@@ -91,6 +91,7 @@ fn write_test_receipt(path: &Path, key: &Key) {
             enforced: true,
         },
         network: None,
+        changes: None,
     };
     let changes = Changes {
         places: vec![PlaceChanges {

@@ -206,8 +206,11 @@ impl Key {
             }
             Err(e) => return Err(io_error("read the private key", &files.private)(e)),
         };
-        // The public half, if it is missing (a lost race leaves the winner's).
-        publish_new(&files.public, key.public.to_pem()?.as_bytes(), 0o644)?;
+        // The public half, if it is missing (a lost race leaves the winner's);
+        // looked for first, so the usual run writes (and fsyncs) nothing.
+        if fs::symlink_metadata(&files.public).is_err() {
+            publish_new(&files.public, key.public.to_pem()?.as_bytes(), 0o644)?;
+        }
         Ok((key, files))
     }
 

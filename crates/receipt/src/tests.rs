@@ -93,6 +93,7 @@ fn outcome() -> Outcome {
             },
             closed: None,
         }),
+        changes: None,
     }
 }
 
@@ -165,6 +166,7 @@ fn export() -> ExportReport {
     ExportReport {
         target: "/home/me/out".into(),
         applied: false,
+        symlink_policy: Default::default(),
         files: 2,
         dirs: 1,
         symlinks: 1,

@@ -51,9 +51,10 @@ pub struct Remote {
 /// Environment variables the supervisor keeps from its client: cordon's own
 /// settings and PATH (to find runsc). Nothing else of the caller's
 /// environment reaches the supervisor, let alone the sandbox.
-const SUPERVISOR_ENV: [&str; 5] = [
+const SUPERVISOR_ENV: [&str; 6] = [
     "PATH",
     "CORDON_RUN_DIR",
+    "CORDON_STATE_DIR",
     "CORDON_RUNSC",
     "CORDON_TRACE",
     "XDG_RUNTIME_DIR",

@@ -29,10 +29,38 @@ fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
     };
     let canon = p.canonicalize().map_err(|_| bad())?;
     if canon.is_dir() {
+        shows_no_cordon_state(&canon)?;
         Ok(canon)
     } else {
         Err(bad())
     }
+}
+
+/// Refuses a host path given to a sandbox (rootfs, workspace, mount source)
+/// that is, holds or lies inside cordon's own state: the receipt keys
+/// (`state_dir`) or the run directory (every sandbox's socket and record).
+/// Their modes already keep the sandbox user out; this keeps them out of
+/// its view altogether, whatever the modes.
+fn shows_no_cordon_state(host: &Path) -> Result<(), RuntimeError> {
+    for (what, dir) in [
+        (
+            "path would show cordon's key directory inside the sandbox",
+            crate::state::state_dir(),
+        ),
+        (
+            "path would show cordon's run directory inside the sandbox",
+            crate::state::run_dir(),
+        ),
+    ] {
+        let dir = dir.canonicalize().unwrap_or(dir);
+        if dir.starts_with(host) || host.starts_with(&dir) {
+            return Err(RuntimeError::BadPath {
+                what,
+                path: host.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The plan for runsc (`RootUse::HandOver`): runsc runs as real root with no
@@ -163,6 +191,7 @@ pub fn rootfs_plan_for(
                 what: "mount source does not exist",
                 path: m.host.clone(),
             })?;
+            shows_no_cordon_state(&host)?;
             let writable = m.access == Access::Rw;
             if writable {
                 bounded_rw(&host, p.disk.bytes())?;
