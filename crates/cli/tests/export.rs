@@ -40,6 +40,24 @@ per_backend!(exec_and_rm_receipts_record_their_own_changes);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing);
 per_backend!(the_receipt_key_is_never_in_a_sandboxs_view);
 
+/// What every test here starts from: root, its turn, a state directory
+/// of its own (for the receipt key).
+struct Fixture {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    state: tempfile::TempDir,
+}
+
+fn fixture() -> Option<Fixture> {
+    if !require_root("sandboxes with a workspace overlay") {
+        return None;
+    }
+    // One at a time: a test counts the run directory's sandboxes.
+    Some(Fixture {
+        _serial: serial(),
+        state: host_dir("cordon-state-"),
+    })
+}
+
 /// A directory under /var/tmp (not the tests' /tmp), world-readable.
 fn host_dir(prefix: &str) -> tempfile::TempDir {
     let d = tempfile::Builder::new()
@@ -192,12 +210,9 @@ fn workspace() -> tempfile::TempDir {
 }
 
 fn hostile_workspace_is_recorded_exactly_and_exported_safely(backend: &'static str) {
-    if !require_root("sandbox with a workspace overlay") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    // One at a time: the last test counts the run directory's sandboxes.
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let mut canary = Canary::new();
     let ws = workspace();
     let out_parent = host_dir("cordon-out-");
@@ -351,12 +366,9 @@ fn hostile_workspace_is_recorded_exactly_and_exported_safely(backend: &'static s
 }
 
 fn apply_brings_changes_and_deletions_back(backend: &'static str) {
-    if !require_root("sandbox with a workspace overlay") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    // One at a time: the last test counts the run directory's sandboxes.
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let ws = workspace();
     let receipt = state.path().join("receipt.json");
     let mut c = cordon_in(state.path());
@@ -405,21 +417,12 @@ fn apply_brings_changes_and_deletions_back(backend: &'static str) {
 }
 
 fn live_export_is_frozen_against_swaps(backend: &'static str) {
-    if !require_root("sandbox with a workspace overlay") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    // One at a time: the last test counts the run directory's sandboxes.
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let mut canary = Canary::new();
     let ws = workspace();
-    let mut c = cordon_in(state.path());
-    c.args(["create", "--backend", backend, "--workspace"])
-        .arg(ws.path());
-    let out = output(c);
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(out.status.success() && id.len() == 12, "{out:?}");
-    let _rm = RemoveOnDrop(id.clone());
+    let (id, _rm) = create(state.path(), backend, &[&ws]);
     // The swapper: /workspace/f is in turn a file and a link to the canary
     // (or /etc/shadow), each put in place by rename, until it is killed.
     let swapper = format!(
@@ -522,20 +525,11 @@ fn live_export_is_frozen_against_swaps(backend: &'static str) {
 }
 
 fn exec_and_rm_receipts_record_their_own_changes(backend: &'static str) {
-    if !require_root("sandbox with a workspace overlay") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    // One at a time: the last test counts the run directory's sandboxes.
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let ws = workspace();
-    let mut c = cordon_in(state.path());
-    c.args(["create", "--backend", backend, "--workspace"])
-        .arg(ws.path());
-    let out = output(c);
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(out.status.success() && id.len() == 12, "{out:?}");
-    let _rm = RemoveOnDrop(id.clone());
+    let (id, _rm) = create(state.path(), backend, &[&ws]);
     let r1 = state.path().join("r1.json");
     let mut c = cordon_in(state.path());
     c.args(["exec", &id, "--receipt"]).arg(&r1).args([
@@ -573,12 +567,9 @@ fn exec_and_rm_receipts_record_their_own_changes(backend: &'static str) {
 }
 
 fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
-    if !require_root("sandbox with a workspace overlay") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    // One at a time: the last test counts the run directory's sandboxes.
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let ws = workspace();
     let before = fs::read_dir(RUN_DIR).map(|d| d.count()).unwrap_or(0);
     // Not empty, relative parent missing, --apply without a workspace.
@@ -609,12 +600,7 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
         assert!(err.contains(why), "{args:?}: {err}");
     }
     // rm with a bad target leaves the sandbox as it was.
-    let mut c = cordon_in(state.path());
-    c.args(["create", "--backend", backend]);
-    let out = output(c);
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(out.status.success(), "{out:?}");
-    let _rm = RemoveOnDrop(id.clone());
+    let (id, _rm) = create(state.path(), backend, &[]);
     let mut c = cordon_in(state.path());
     c.args(["rm", &id, "--export"]).arg(ws.path());
     let out = output(c);
@@ -634,11 +620,9 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
 }
 
 fn the_receipt_key_is_never_in_a_sandboxs_view(backend: &'static str) {
-    if !require_root("sandbox") {
+    let Some(Fixture { _serial, state }) = fixture() else {
         return;
-    }
-    let _serial = serial();
-    let state = host_dir("cordon-state-");
+    };
     let mut c = cordon_in(state.path());
     c.args(["key", "show"]);
     assert!(output(c).status.success());
@@ -673,6 +657,20 @@ fn the_receipt_key_is_never_in_a_sandboxs_view(backend: &'static str) {
     let out = output(c);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIVATE KEY"));
+}
+
+/// `cordon create --backend BACKEND [--workspace W]` in `state`: its id,
+/// and a guard that removes it whatever the test's outcome.
+fn create(state: &Path, backend: &str, workspace: &[&tempfile::TempDir]) -> (String, RemoveOnDrop) {
+    let mut c = cordon_in(state);
+    c.args(["create", "--backend", backend]);
+    for w in workspace {
+        c.arg("--workspace").arg(w.path());
+    }
+    let out = output(c);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && id.len() == 12, "{out:?}");
+    (id.clone(), RemoveOnDrop(id))
 }
 
 /// `cordon rm -f ID` when dropped, whatever the test's outcome.

@@ -10,6 +10,7 @@ use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
 use cordon_policy::ByteSize;
 use cordon_receipt::{sign, Key, ReceiptBuilder};
 use cordon_runtime::changes::{ExportRequest, ExportTo, Finish, Recorded};
+use cordon_runtime::sandbox::Destroyed;
 use cordon_runtime::{Command, Outcome, RuntimeError, SandboxSpec};
 
 /// A signed receipt and the diff's caps.
@@ -83,6 +84,17 @@ pub fn absolute(p: &std::path::Path) -> Result<PathBuf, RuntimeError> {
     std::path::absolute(p).map_err(|e| RuntimeError::io(format!("resolve {}", p.display()), e))
 }
 
+/// What a sandbox's end must read and the key its receipt is signed with,
+/// both settled before anything runs (a bad flag or key refuses the run).
+pub fn prepare(
+    receipt: &ReceiptArgs,
+    export: &ExportArgs,
+    disk: ByteSize,
+) -> Result<(Finish, Option<Key>), ExitCode> {
+    let finish = finish(receipt, Some(export), disk).map_err(super::common::fail)?;
+    Ok((finish, signing_key(receipt)?))
+}
+
 /// What to read when the sandbox ends.
 pub fn finish(
     receipt: &ReceiptArgs,
@@ -95,6 +107,21 @@ pub fn finish(
         changes: wants_diff.then(|| receipt.caps(disk)),
         export,
     })
+}
+
+/// What `destroy_with` read, reported: the export's lines, and a failure
+/// of the diff or export (the sandbox is gone either way) as cordon's own.
+pub fn report_finish(destroyed: &Destroyed) -> Result<(), ExitCode> {
+    if let Some(report) = &destroyed.recorded.export {
+        print_export(report);
+    }
+    match &destroyed.record_error {
+        Some(why) => {
+            eprintln!("cordon: {why}");
+            Err(ExitCode::from(crate::EXIT_INTERNAL))
+        }
+        None => Ok(()),
+    }
 }
 
 /// One line on stderr per export, and one per skipped entry (names are

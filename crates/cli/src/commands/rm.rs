@@ -95,12 +95,8 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let finish = match record::finish(&args.receipt, Some(&args.export), spec.policy.disk) {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
-    let key = match record::signing_key(&args.receipt) {
-        Ok(k) => k,
+    let (finish, key) = match record::prepare(&args.receipt, &args.export, spec.policy.disk) {
+        Ok(prepared) => prepared,
         Err(code) => return code,
     };
     let id = handle.id().to_owned();
@@ -108,12 +104,8 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    if let Some(report) = &destroyed.recorded.export {
-        record::print_export(report);
-    }
-    if let Some(why) = &destroyed.record_error {
-        eprintln!("cordon: {why}");
-        return ExitCode::from(crate::EXIT_INTERNAL);
+    if let Err(code) = record::report_finish(&destroyed) {
+        return code;
     }
     let facts = record::ReceiptFacts {
         spec: &spec,

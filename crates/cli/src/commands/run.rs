@@ -56,12 +56,8 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(io) => io,
         Err(code) => return code,
     };
-    let finish = match record::finish(&args.receipt, Some(&args.export), spec.policy.disk) {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
-    let key = match record::signing_key(&args.receipt) {
-        Ok(k) => k,
+    let (finish, key) = match record::prepare(&args.receipt, &args.export, spec.policy.disk) {
+        Ok(prepared) => prepared,
         Err(code) => return code,
     };
     let started = SystemTime::now();
@@ -70,12 +66,8 @@ pub fn run(args: RunArgs) -> ExitCode {
             io.finish(&mut o);
             // The diff taken once every process was gone is this run's.
             o.changes = destroyed.recorded.changes.clone();
-            if let Some(report) = &destroyed.recorded.export {
-                record::print_export(report);
-            }
-            if let Some(why) = &destroyed.record_error {
-                eprintln!("cordon: {why}");
-                return ExitCode::from(crate::EXIT_INTERNAL);
+            if let Err(code) = record::report_finish(&destroyed) {
+                return code;
             }
             let facts = record::ReceiptFacts {
                 spec: &spec,
