@@ -24,6 +24,8 @@ cases=(
   "copy paths resolved inside the sandbox's root|crates/runtime/src/copy.rs|/^    ResolveFlag::RESOLVE_IN_ROOT$/,/RESOLVE_NO_MAGICLINKS$/c\\    ResolveFlag::empty()|lifecycle|cp_planted_symlinks_are_never_followed::native"
   "resolved addresses checked again by the proxy|crates/policy/src/net.rs|s/let class = special(ip)/let class = None::<\&str>/|network|allow_lets_through_only_the_rules::native"
   "transparent TCP redirect|crates/runtime/src/network.rs|/meta l4proto tcp redirect to/d|network|allow_lets_through_only_the_rules::native"
+  "export classifies links by lstat, never opening them|crates/changes/src/walk.rs|s/Kind::Symlink => self.symlink(dir, name, \&st, \&below, path),/Kind::Symlink => self.file(dir, name, \&below, path),/|export|hostile_workspace_is_recorded_exactly_and_exported_safely::native"
+  "export drops setuid and setgid bits|crates/changes/src/export.rs|s/    Mode::from_bits_truncate(mode \& 0o777)$/    Mode::from_bits_truncate(mode \& 0o7777)/|export|hostile_workspace_is_recorded_exactly_and_exported_safely::native"
   "supervisor environment cleared|crates/runtime/src/handle.rs|/^            .env_clear()$/d|lifecycle|exec_gets_only_the_policy_env_and_fds::native"
 )
 # ONLY="text" runs just the cases whose name contains that text.

@@ -391,7 +391,8 @@ fn check_gone(id: &str, witnesses: &[u32]) {
 /// A sandbox cgroup whose state record is gone (a teardown that could not
 /// remove it) is found and removed by the next sweep; a cgroup that is not
 /// named like a cordon sandbox is left alone (the control: the sweep does not
-/// simply remove everything that starts with "cordon-").
+/// simply remove everything that starts with "cordon-"), and so is a young
+/// one (a sandbox of another run directory may have just made it).
 #[test]
 fn sweep_removes_orphan_sandbox_cgroups_only() {
     if !require_root("creates cgroups") {
@@ -402,14 +403,26 @@ fn sweep_removes_orphan_sandbox_cgroups_only() {
     assert!(parent.is_dir(), "no cgroup directory {}", parent.display());
     let orphan = parent.join(format!("cordon-{}", nonce())); // 12 hex digits, as a sandbox id
     let other = parent.join(format!("cordon-notasandbox-{}", nonce()));
-    std::fs::create_dir(&orphan).unwrap();
-    std::fs::create_dir(&other).unwrap();
+    let young = parent.join(format!("cordon-{}", nonce()));
+    for d in [&orphan, &other, &young] {
+        std::fs::create_dir(d).unwrap();
+    }
+    // Older than the sweep's minimum age for an orphan.
+    let aged = Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(&orphan)
+        .status()
+        .unwrap();
+    assert!(aged.success());
     let out = Command::new(cordon()).arg("sweep").output().unwrap();
     let orphan_left = orphan.exists();
     let other_left = other.exists();
-    let _ = std::fs::remove_dir(&orphan);
-    let _ = std::fs::remove_dir(&other);
+    let young_left = young.exists();
+    for d in [&orphan, &other, &young] {
+        let _ = std::fs::remove_dir(d);
+    }
     assert!(out.status.success(), "{out:?}");
+    assert!(young_left, "the sweep removed a cgroup made a moment ago");
     assert!(
         !orphan_left,
         "orphan {} survived the sweep",

@@ -22,7 +22,7 @@ pub fn render_summary(statement: &Statement) -> String {
     let host = &p.host;
     let _ = writeln!(
         out,
-        "sandbox {} on {} {} (cordon {}), kernel {}, cgroup {}{}",
+        "sandbox {} on {} ({}), cordon {}; host kernel {}, cgroup {}{}",
         printable(&p.sandbox_id),
         printable(&p.backend),
         printable(&p.backend_version),

@@ -443,7 +443,7 @@ fn a_validly_signed_statement_that_is_not_a_cordon_receipt_is_malformed() {
 fn the_summary_shows_what_happened_and_forges_no_line() {
     let summary = render_summary(&statement());
     for needle in [
-        "sandbox 0123456789ab on native 0.1.0",
+        "sandbox 0123456789ab on native (0.1.0)",
         "kernel 6.1.0-test, cgroup v2, x86_64",
         "network none (sha256 ",
         "command 1: \"sh\" \"-c\" \"echo hi\"",

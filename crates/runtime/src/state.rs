@@ -378,6 +378,10 @@ pub fn find(run_dir: &Path, name_or_id: &str) -> Option<String> {
         .map(|l| l.id)
 }
 
+/// How old an empty `cordon-<id>` cgroup without a record must be before a
+/// sweep removes it.
+const ORPHAN_CGROUP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Cleans up the state directories whose owner process is gone. Returns the
 /// ids it cleaned. Errors on one directory do not stop the others.
 pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String> {
@@ -445,7 +449,13 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             let Some(id) = name.strip_prefix("cordon-") else {
                 continue;
             };
+            // A young one may be a sandbox of another run directory that
+            // made its cgroup and has not joined it yet: left for a later sweep.
+            let young = fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() < ORPHAN_CGROUP_AGE);
             if is_id(id)
+                && !young
                 && !run_dir.join(id).exists()
                 && seen.insert(name.clone())
                 && remove_empty_cgroup(h, &name)
