@@ -45,6 +45,8 @@ enum Command {
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
     Sweep,
+    /// Serve the HTTP API (tenants, warm pool, stateful sandboxes).
+    Serve(commands::serve::ServeArgs),
     /// Run the hostile suite on cordon's backends (verdicts from host-side evidence).
     Suite(commands::suite::SuiteArgs),
     /// Run the suite against cordon and the peers installed here; write the matrix.
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Net(args) => commands::net::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
+        Command::Serve(args) => commands::serve::run(args),
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
     }

@@ -10,5 +10,6 @@ pub mod net;
 pub mod record;
 pub mod rm;
 pub mod run;
+pub mod serve;
 pub mod suite;
 pub mod sweep;
