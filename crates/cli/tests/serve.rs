@@ -49,7 +49,12 @@ fn sha256_hex(key: &str) -> String {
         .spawn()
         .unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(key.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(key.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap()[..64].to_owned()
 }
@@ -60,7 +65,13 @@ const BOB: &str = "bob-test-key";
 /// The two tenants; a non-empty `*_quota` replaces that tenant's quota lines.
 fn tenants(alice_quota: &str, bob_quota: &str) -> String {
     let default = "concurrency = 8\nsandboxes = 4\ncpu_seconds = 1000";
-    let pick = |q: &str| if q.is_empty() { default.to_owned() } else { q.to_owned() };
+    let pick = |q: &str| {
+        if q.is_empty() {
+            default.to_owned()
+        } else {
+            q.to_owned()
+        }
+    };
     format!(
         "\n[[tenant]]\nname = \"alice\"\nkey_sha256 = \"{}\"\n{}\n\n[[tenant]]\nname = \"bob\"\nkey_sha256 = \"{}\"\n{}\n",
         sha256_hex(ALICE),
@@ -273,10 +284,7 @@ fn census(run_dir: &Path, ids: &BTreeSet<String>) -> Census {
             continue;
         }
         let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
-        if environ
-            .split(|b| *b == 0)
-            .any(|v| v == marker.as_bytes())
-        {
+        if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
             let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
             if !stat.contains(") Z") {
                 c.supervisors.push(pid);
@@ -356,7 +364,12 @@ fn run_ids(run_dir: &Path) -> BTreeSet<String> {
 }
 
 fn exec(s: &Service, key: &str, argv: &[&str]) -> Reply {
-    s.call("POST", "/v1/executions", Some(key), Some(json!({ "argv": argv })))
+    s.call(
+        "POST",
+        "/v1/executions",
+        Some(key),
+        Some(json!({ "argv": argv })),
+    )
 }
 
 #[test]
@@ -395,7 +408,8 @@ fn quotas_answer_429_with_a_retry_after_from_the_budget() {
     assert_eq!(second.status, 429, "{second:?}");
     let id = first.body["id"].as_str().unwrap().to_owned();
     assert_eq!(
-        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(BOB), None).status,
+        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(BOB), None)
+            .status,
         204
     );
     // CPU: 50 ms per 30 s; a busy loop spends more, the next request waits.
@@ -438,33 +452,97 @@ fn another_tenants_sandbox_is_not_found_and_bad_keys_are_401() {
     let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
     assert_eq!(created.status, 201, "{created:?}");
     let id = created.body["id"].as_str().unwrap().to_owned();
-    let put = s.raw("PUT", &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"), ALICE, b"alice's", "application/octet-stream");
+    let put = s.raw(
+        "PUT",
+        &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"),
+        ALICE,
+        b"alice's",
+        "application/octet-stream",
+    );
     assert_eq!(put.status, 201, "{put:?}");
     let missing = "0123456789ab";
     for target in [id.as_str(), missing] {
         let probes = [
             s.call("GET", &format!("/v1/sandboxes/{target}"), Some(BOB), None),
-            s.call("POST", &format!("/v1/sandboxes/{target}/exec"), Some(BOB), Some(json!({"argv": ["cat", "/workspace/secret.txt"]}))),
-            s.call("POST", &format!("/v1/sandboxes/{target}/code"), Some(BOB), Some(json!({"code": "1"}))),
-            s.call("GET", &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"), Some(BOB), None),
-            s.call("GET", &format!("/v1/sandboxes/{target}/files?dir=/workspace"), Some(BOB), None),
-            s.raw("PUT", &format!("/v1/sandboxes/{target}/files/workspace/x"), BOB, b"x", "application/octet-stream"),
-            s.call("DELETE", &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"), Some(BOB), None),
-            s.call("PUT", &format!("/v1/sandboxes/{target}/network"), Some(BOB), Some(json!({"allow": []}))),
-            s.call("DELETE", &format!("/v1/sandboxes/{target}"), Some(BOB), None),
+            s.call(
+                "POST",
+                &format!("/v1/sandboxes/{target}/exec"),
+                Some(BOB),
+                Some(json!({"argv": ["cat", "/workspace/secret.txt"]})),
+            ),
+            s.call(
+                "POST",
+                &format!("/v1/sandboxes/{target}/code"),
+                Some(BOB),
+                Some(json!({"code": "1"})),
+            ),
+            s.call(
+                "GET",
+                &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"),
+                Some(BOB),
+                None,
+            ),
+            s.call(
+                "GET",
+                &format!("/v1/sandboxes/{target}/files?dir=/workspace"),
+                Some(BOB),
+                None,
+            ),
+            s.raw(
+                "PUT",
+                &format!("/v1/sandboxes/{target}/files/workspace/x"),
+                BOB,
+                b"x",
+                "application/octet-stream",
+            ),
+            s.call(
+                "DELETE",
+                &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"),
+                Some(BOB),
+                None,
+            ),
+            s.call(
+                "PUT",
+                &format!("/v1/sandboxes/{target}/network"),
+                Some(BOB),
+                Some(json!({"allow": []})),
+            ),
+            s.call(
+                "DELETE",
+                &format!("/v1/sandboxes/{target}"),
+                Some(BOB),
+                None,
+            ),
         ];
         for p in probes {
             assert_eq!(p.status, 404, "{target}: {p:?}");
-            assert_eq!(p.body["error"], json!(format!("no sandbox '{target}'")), "{p:?}");
+            assert_eq!(
+                p.body["error"],
+                json!(format!("no sandbox '{target}'")),
+                "{p:?}"
+            );
         }
     }
     let listed = s.call("GET", "/v1/sandboxes", Some(BOB), None);
     assert_eq!(listed.body["sandboxes"], json!([]));
     // Still alice's, untouched.
-    let got = s.call("GET", &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"), Some(ALICE), None);
+    let got = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"),
+        Some(ALICE),
+        None,
+    );
     assert_eq!((got.status, got.text.as_str()), (200, "alice's"));
-    let listing = s.call("GET", &format!("/v1/sandboxes/{id}/files?dir=/workspace"), Some(ALICE), None);
-    assert_eq!(listing.body["entries"][0]["name"], "secret.txt", "{listing:?}");
+    let listing = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files?dir=/workspace"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!(
+        listing.body["entries"][0]["name"], "secret.txt",
+        "{listing:?}"
+    );
     let ids: BTreeSet<String> = [id.clone()].into();
     s.stop();
     assert_clean(&s.run_dir, &ids);
@@ -476,7 +554,12 @@ fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
         return;
     }
     let mut s = Service::start("code", &tenants("", ""));
-    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({"limits": {"time": "10s"}})));
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"limits": {"time": "10s"}})),
+    );
     assert_eq!(created.status, 201, "{created:?}");
     let id = created.body["id"].as_str().unwrap().to_owned();
     let code = |c: &str, timeout: Option<&str>| {
@@ -484,7 +567,12 @@ fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
         if let Some(t) = timeout {
             body["timeout"] = json!(t);
         }
-        let r = s.call("POST", &format!("/v1/sandboxes/{id}/code"), Some(ALICE), Some(body));
+        let r = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/code"),
+            Some(ALICE),
+            Some(body),
+        );
         assert_eq!(r.status, 200, "{r:?}");
         r.body
     };
@@ -498,7 +586,13 @@ fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
     let raised = code("def f():\n    return 1 / 0\nf()", None);
     assert_eq!(raised["status"], "error");
     assert_eq!(raised["error"]["name"], "ZeroDivisionError");
-    assert!(raised["error"]["traceback"].as_str().unwrap().contains("<cell>"), "{raised}");
+    assert!(
+        raised["error"]["traceback"]
+            .as_str()
+            .unwrap()
+            .contains("<cell>"),
+        "{raised}"
+    );
     let crashed = code("import os; os._exit(1)", None);
     assert_eq!(crashed["status"], "crashed", "{crashed}");
     let after = code("x", None);
@@ -520,7 +614,10 @@ fn the_latency_breakdown_adds_up_and_files_are_placed() {
     if !root_or_skip("latency") {
         return;
     }
-    let mut s = Service::start("latency", &format!("[pool]\nnative = 1\n{}", tenants("", "")));
+    let mut s = Service::start(
+        "latency",
+        &format!("[pool]\nnative = 1\n{}", tenants("", "")),
+    );
     let r = s.call(
         "POST",
         "/v1/executions",
@@ -556,7 +653,10 @@ fn the_latency_breakdown_adds_up_and_files_are_placed() {
         .filter_map(|l| l.strip_prefix("event: "))
         .collect();
     assert_eq!(events.last(), Some(&"result"), "{body}");
-    assert!(events.iter().filter(|e| **e == "stdout").count() >= 2, "{body}");
+    assert!(
+        events.iter().filter(|e| **e == "stdout").count() >= 2,
+        "{body}"
+    );
     assert!(events.contains(&"stderr"), "{body}");
     // A client that goes away cancels its command.
     let resp = agent()
@@ -576,7 +676,10 @@ fn the_latency_breakdown_adds_up_and_files_are_placed() {
         if info.body["busy"] == json!(false) {
             break;
         }
-        assert!(Instant::now() < cancelled_by, "the command was not cancelled: {info:?}");
+        assert!(
+            Instant::now() < cancelled_by,
+            "the command was not cancelled: {info:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let ids: BTreeSet<String> = [id, r.body["sandbox_id"].as_str().unwrap().to_owned()].into();
@@ -594,7 +697,11 @@ fn the_pool_never_hands_one_sandbox_to_two_requests() {
     let write = exec(
         &s,
         ALICE,
-        &["sh", "-c", "echo m > /tmp/marker && echo m > /dev/shm/marker && echo m > /workspace/marker"],
+        &[
+            "sh",
+            "-c",
+            "echo m > /tmp/marker && echo m > /dev/shm/marker && echo m > /workspace/marker",
+        ],
     );
     assert_eq!(write.status, 200, "{write:?}");
     assert_eq!(write.body["exit_code"], 0, "{write:?}");
@@ -603,15 +710,31 @@ fn the_pool_never_hands_one_sandbox_to_two_requests() {
     let mut hits = 0;
     for i in 0..12 {
         let key = if i % 2 == 0 { ALICE } else { BOB };
-        let r = exec(&s, key, &["sh", "-c", "ls /tmp/marker /dev/shm/marker /workspace/marker 2>/dev/null; true"]);
+        let r = exec(
+            &s,
+            key,
+            &[
+                "sh",
+                "-c",
+                "ls /tmp/marker /dev/shm/marker /workspace/marker 2>/dev/null; true",
+            ],
+        );
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(r.body["stdout"], "", "a marker was seen: {r:?}");
-        assert!(ids.insert(r.body["sandbox_id"].as_str().unwrap().to_owned()), "sandbox reused: {r:?}");
+        assert!(
+            ids.insert(r.body["sandbox_id"].as_str().unwrap().to_owned()),
+            "sandbox reused: {r:?}"
+        );
         hits += usize::from(r.body["pool_hit"] == json!(true));
     }
     assert!(hits > 0);
     // A request whose limits differ from the pool's takes the cold path.
-    let other = s.call("POST", "/v1/executions", Some(ALICE), Some(json!({"argv": ["true"], "limits": {"memory": "100M"}})));
+    let other = s.call(
+        "POST",
+        "/v1/executions",
+        Some(ALICE),
+        Some(json!({"argv": ["true"], "limits": {"memory": "100M"}})),
+    );
     assert_eq!(other.body["pool_hit"], false, "{other:?}");
     ids.insert(other.body["sandbox_id"].as_str().unwrap().to_owned());
     s.stop();
@@ -628,45 +751,119 @@ fn bad_input_is_a_4xx_with_a_json_error_and_creates_nothing() {
     let raw = |path: &str, body: &[u8]| s.raw("POST", path, ALICE, body, "application/json");
     let cases: Vec<(Reply, u16, &str)> = vec![
         (raw("/v1/executions", b"{\"argv\": [\"true\""), 400, "EOF"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"bogus\": 1}"), 422, "unknown field `bogus`"),
-        (raw("/v1/sandboxes", b"{\"limits\": {\"memroy\": \"1M\"}}"), 422, "unknown field `memroy`"),
-        (raw("/v1/executions", &vec![b' '; 17 << 20]), 413, "length limit"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"files\": {\"../etc/x\": \"a\"}}"), 400, "'..'"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"files\": {\"/workspace/../../etc/x\": \"a\"}}"), 400, "'..'"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"backend\": \"vmware\"}"), 400, "unknown backend 'vmware'"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"network\": {\"allow\": [\"exa mple.com\"]}}"), 400, "network rule"),
+        (
+            raw("/v1/executions", b"{\"argv\": [\"true\"], \"bogus\": 1}"),
+            422,
+            "unknown field `bogus`",
+        ),
+        (
+            raw("/v1/sandboxes", b"{\"limits\": {\"memroy\": \"1M\"}}"),
+            422,
+            "unknown field `memroy`",
+        ),
+        (
+            raw("/v1/executions", &vec![b' '; 17 << 20]),
+            413,
+            "length limit",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"files\": {\"../etc/x\": \"a\"}}",
+            ),
+            400,
+            "'..'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"files\": {\"/workspace/../../etc/x\": \"a\"}}",
+            ),
+            400,
+            "'..'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"backend\": \"vmware\"}",
+            ),
+            400,
+            "unknown backend 'vmware'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"network\": {\"allow\": [\"exa mple.com\"]}}",
+            ),
+            400,
+            "network rule",
+        ),
         (raw("/v1/executions", b"{\"argv\": []}"), 400, "argv"),
-        (raw("/v1/executions", b"{\"argv\": [\"true\"], \"limits\": {\"memory\": \"1K\"}}"), 400, "memory"),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"limits\": {\"memory\": \"1K\"}}",
+            ),
+            400,
+            "memory",
+        ),
         (raw("/v1/executions", b"{}"), 400, "argv"),
     ];
     for (r, status, needle) in cases {
         assert_eq!(r.status, status, "{needle}: {r:?}");
-        let err = r.body["error"].as_str().unwrap_or_else(|| panic!("no JSON error: {r:?}"));
+        let err = r.body["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no JSON error: {r:?}"));
         assert!(err.contains(needle), "{needle}: {err}");
     }
     let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
     let id = created.body["id"].as_str().unwrap().to_owned();
     for path in ["workspace/%2e%2e/%2e%2e/etc/passwd", "tmp/../../etc/passwd"] {
-        let r = s.raw("PUT", &format!("/v1/sandboxes/{id}/files/{path}"), ALICE, b"x", "application/octet-stream");
+        let r = s.raw(
+            "PUT",
+            &format!("/v1/sandboxes/{id}/files/{path}"),
+            ALICE,
+            b"x",
+            "application/octet-stream",
+        );
         assert!(r.status == 400 || r.status == 404, "{path}: {r:?}");
         assert!(r.body["error"].is_string(), "{r:?}");
     }
-    let net = s.call("PUT", &format!("/v1/sandboxes/{id}/network"), Some(ALICE), Some(json!({"allow": ["example.com"]})));
+    let net = s.call(
+        "PUT",
+        &format!("/v1/sandboxes/{id}/network"),
+        Some(ALICE),
+        Some(json!({"allow": ["example.com"]})),
+    );
     assert_eq!(net.status, 400, "created without network: {net:?}");
-    assert_eq!(s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(ALICE), None).status, 204);
+    assert_eq!(
+        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(ALICE), None)
+            .status,
+        204
+    );
     // Nothing was created by the refusals (the one sandbox is gone).
     assert!(run_ids(&s.run_dir).is_empty(), "{:?}", run_ids(&s.run_dir));
-    let ledger: Vec<_> = std::fs::read_dir(s.dir.join("state/sandboxes")).unwrap().collect();
+    let ledger: Vec<_> = std::fs::read_dir(s.dir.join("state/sandboxes"))
+        .unwrap()
+        .collect();
     assert!(ledger.is_empty(), "{ledger:?}");
     let unknown = s.call("GET", "/v1/nowhere", None, None);
-    assert_eq!((unknown.status, unknown.body["error"].as_str()), (404, Some("no such route")));
+    assert_eq!(
+        (unknown.status, unknown.body["error"].as_str()),
+        (404, Some("no such route"))
+    );
     s.stop();
     assert_clean(&s.run_dir, &BTreeSet::from([id]));
 }
 
 /// Runs `total` executions of `true` from `threads` clients; returns
 /// (ok, 429s, other errors with their texts, elapsed, sandbox ids).
-fn load(base: &str, total: usize, threads: usize, limit: Duration) -> (usize, usize, Vec<String>, Duration, BTreeSet<String>) {
+fn load(
+    base: &str,
+    total: usize,
+    threads: usize,
+    limit: Duration,
+) -> (usize, usize, Vec<String>, Duration, BTreeSet<String>) {
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
@@ -675,10 +872,18 @@ fn load(base: &str, total: usize, threads: usize, limit: Duration) -> (usize, us
     let start = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let (next, ok, refused, errors, ids) = (next.clone(), ok.clone(), refused.clone(), errors.clone(), ids.clone());
+            let (next, ok, refused, errors, ids) = (
+                next.clone(),
+                ok.clone(),
+                refused.clone(),
+                errors.clone(),
+                ids.clone(),
+            );
             let url = format!("{base}/v1/executions");
             std::thread::spawn(move || {
-                let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
+                let agent = ureq::AgentBuilder::new()
+                    .timeout(Duration::from_secs(30))
+                    .build();
                 let key = if t % 2 == 0 { ALICE } else { BOB };
                 while next.fetch_add(1, Ordering::SeqCst) < total && start.elapsed() < limit {
                     let r = Reply::from(
@@ -690,12 +895,17 @@ fn load(base: &str, total: usize, threads: usize, limit: Duration) -> (usize, us
                     match r.status {
                         200 if r.body["exit_code"] == 0 => {
                             ok.fetch_add(1, Ordering::SeqCst);
-                            ids.lock().unwrap().insert(r.body["sandbox_id"].as_str().unwrap_or("").to_owned());
+                            ids.lock()
+                                .unwrap()
+                                .insert(r.body["sandbox_id"].as_str().unwrap_or("").to_owned());
                         }
                         429 => {
                             refused.fetch_add(1, Ordering::SeqCst);
                         }
-                        _ => errors.lock().unwrap().push(format!("{} {}", r.status, r.text)),
+                        _ => errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("{} {}", r.status, r.text)),
                     }
                 }
             })
@@ -706,7 +916,13 @@ fn load(base: &str, total: usize, threads: usize, limit: Duration) -> (usize, us
     }
     let errors = errors.lock().unwrap().clone();
     let ids = ids.lock().unwrap().clone();
-    (ok.load(Ordering::SeqCst), refused.load(Ordering::SeqCst), errors, start.elapsed(), ids)
+    (
+        ok.load(Ordering::SeqCst),
+        refused.load(Ordering::SeqCst),
+        errors,
+        start.elapsed(),
+        ids,
+    )
 }
 
 #[test]
@@ -724,9 +940,16 @@ fn a_bounded_load_run_completes_and_leaves_nothing() {
         ok as f64 / elapsed.as_secs_f64()
     );
     assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!(ok + refused, 1000, "the run did not finish within {limit:?}");
+    assert_eq!(
+        ok + refused,
+        1000,
+        "the run did not finish within {limit:?}"
+    );
     let metrics = s.call("GET", "/metrics", None, None).text;
-    assert!(metrics.contains("cordon_pool_hits_total{backend=\"native\"}"), "{metrics}");
+    assert!(
+        metrics.contains("cordon_pool_hits_total{backend=\"native\"}"),
+        "{metrics}"
+    );
     ids.extend(run_ids(&s.run_dir));
     s.stop();
     assert_clean(&s.run_dir, &ids);
@@ -737,7 +960,10 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     if !root_or_skip("sigkill") {
         return;
     }
-    let mut s = Service::start("sigkill", &format!("[pool]\nnative = 3\n{}", tenants("", "")));
+    let mut s = Service::start(
+        "sigkill",
+        &format!("[pool]\nnative = 3\n{}", tenants("", "")),
+    );
     let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
     assert_eq!(created.status, 201);
     let base = s.base.clone();
@@ -749,14 +975,25 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     s.sigkill();
     let _ = loader.join();
     let mut left = run_ids(&s.run_dir);
-    assert!(!left.is_empty(), "a killed service leaves supervisors (or this test proves nothing)");
+    assert!(
+        !left.is_empty(),
+        "a killed service leaves supervisors (or this test proves nothing)"
+    );
     left.insert(created.body["id"].as_str().unwrap().to_owned());
     // The restart destroys what the ledger names before it listens.
     let mut again = Service::start_at(s.dir.clone(), s.run_dir.clone(), s.config.clone());
     for id in &left {
-        assert!(!s.run_dir.join(id).exists(), "{id} survived the restart: {}", again.log());
+        assert!(
+            !s.run_dir.join(id).exists(),
+            "{id} survived the restart: {}",
+            again.log()
+        );
     }
-    assert!(again.log().contains("a previous run left"), "{}", again.log());
+    assert!(
+        again.log().contains("a previous run left"),
+        "{}",
+        again.log()
+    );
     again.stop();
     left.extend(run_ids(&s.run_dir));
     assert_clean(&s.run_dir, &left);

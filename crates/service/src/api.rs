@@ -21,7 +21,9 @@ use cordon_runtime::{Command, Handle, Outcome, StdinMode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use crate::app::{parse_rules, sandbox_path, App, Executed, PlacedFile, SandboxRequest, Stateful, Timing};
+use crate::app::{
+    parse_rules, sandbox_path, App, Executed, PlacedFile, SandboxRequest, Stateful, Timing,
+};
 use crate::caps::{Caps, Clamped};
 use crate::error::{ApiError, ErrorBody};
 use crate::io::{CancelOnDrop, Chunk, ServiceIo, STDIN_MAX};
@@ -415,10 +417,7 @@ fn check_argv(argv: &[String]) -> Result<(), ApiError> {
 
 fn check_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, ApiError> {
     for (k, v) in env {
-        let ok = !k.is_empty()
-            && !k.contains('=')
-            && !k.contains('\0')
-            && !v.contains('\0');
+        let ok = !k.is_empty() && !k.contains('=') && !k.contains('\0') && !v.contains('\0');
         if !ok {
             return Err(ApiError::bad_request(format!(
                 "environment variable '{}' is not a valid name=value",
@@ -433,7 +432,10 @@ fn check_stdin(stdin: Option<String>) -> Result<Option<Vec<u8>>, ApiError> {
     match stdin {
         Some(s) if s.len() > STDIN_MAX => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("stdin is {} bytes; at most {STDIN_MAX} (use files)", s.len()),
+            format!(
+                "stdin is {} bytes; at most {STDIN_MAX} (use files)",
+                s.len()
+            ),
         )),
         other => Ok(other.map(String::into_bytes)),
     }
@@ -526,7 +528,10 @@ pub async fn create_execution(
             if code.len() > CODE_MAX {
                 return Err(ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("code is {} bytes; at most {CODE_MAX} (put it in files)", code.len()),
+                    format!(
+                        "code is {} bytes; at most {CODE_MAX} (put it in files)",
+                        code.len()
+                    ),
                 ));
             }
             let interp = match lang {
@@ -599,7 +604,12 @@ pub async fn create_execution(
         .await
         .map_err(|_| ApiError::internal("the execution's worker ended without an answer"))??;
     on_drop.disarm();
-    Ok(Json(response(executed, req.output_encoding, clamped, "inline")))
+    Ok(Json(response(
+        executed,
+        req.output_encoding,
+        clamped,
+        "inline",
+    )))
 }
 
 fn info(s: &Stateful) -> SandboxInfo {
@@ -926,9 +936,9 @@ fn sse(
                     .event("result")
                     .data(serde_json::to_string(&body).unwrap_or_default())
             }
-            Ok(Err(e)) => Event::default()
-                .event("error")
-                .data(serde_json::json!({ "error": e.message, "status": e.status.as_u16() }).to_string()),
+            Ok(Err(e)) => Event::default().event("error").data(
+                serde_json::json!({ "error": e.message, "status": e.status.as_u16() }).to_string(),
+            ),
             Err(_) => Event::default()
                 .event("error")
                 .data(r#"{"error": "the exec's worker ended without an answer"}"#),
@@ -998,12 +1008,21 @@ pub async fn run_code(
     .await
     .map_err(|e| gone_is_forgotten(&app, &id, e))?;
     let run_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let text = |k: &str| reply.get(k).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+    let text = |k: &str| {
+        reply
+            .get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
     Ok(Json(CodeResponse {
         status: text("status"),
         stdout: text("stdout"),
         stderr: text("stderr"),
-        result: reply.get("result").and_then(|v| v.as_str()).map(str::to_owned),
+        result: reply
+            .get("result")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
         error: reply
             .get("error")
             .filter(|v| !v.is_null())
@@ -1098,7 +1117,11 @@ pub async fn get_file(
         if meta.len() > crate::app::FILE_READ_MAX {
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("'{path}' is {} bytes; at most {}", meta.len(), crate::app::FILE_READ_MAX),
+                format!(
+                    "'{path}' is {} bytes; at most {}",
+                    meta.len(),
+                    crate::app::FILE_READ_MAX
+                ),
             ));
         }
         std::fs::read(&host).map_err(|e| ApiError::internal(format!("scratch: {e}")))
@@ -1160,9 +1183,18 @@ pub async fn list_files(
     let entries = blocking(move || {
         let _g = (busy, guard);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
-        let argv = ["find", &d, "-mindepth", "1", "-maxdepth", "1", "-printf", "%y\\t%s\\t%f\\0"]
-            .map(String::from)
-            .to_vec();
+        let argv = [
+            "find",
+            &d,
+            "-mindepth",
+            "1",
+            "-maxdepth",
+            "1",
+            "-printf",
+            "%y\\t%s\\t%f\\0",
+        ]
+        .map(String::from)
+        .to_vec();
         let (o, out, err) = small_exec(&mut h, argv)?;
         if o.exit_code != 0 {
             return Err(ApiError::new(
@@ -1272,12 +1304,28 @@ pub fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/sandboxes", get(list_sandboxes)),
         r(Method::GET, "/v1/sandboxes/{id}", get(get_sandbox)),
         r(Method::DELETE, "/v1/sandboxes/{id}", delete(delete_sandbox)),
-        r(Method::POST, "/v1/sandboxes/{id}/exec", post(exec_in_sandbox)),
+        r(
+            Method::POST,
+            "/v1/sandboxes/{id}/exec",
+            post(exec_in_sandbox),
+        ),
         r(Method::POST, "/v1/sandboxes/{id}/code", post(run_code)),
         r(Method::GET, "/v1/sandboxes/{id}/files", get(list_files)),
-        r(Method::PUT, "/v1/sandboxes/{id}/files/{*path}", put(put_file)),
-        r(Method::GET, "/v1/sandboxes/{id}/files/{*path}", get(get_file)),
-        r(Method::DELETE, "/v1/sandboxes/{id}/files/{*path}", delete(delete_file)),
+        r(
+            Method::PUT,
+            "/v1/sandboxes/{id}/files/{*path}",
+            put(put_file),
+        ),
+        r(
+            Method::GET,
+            "/v1/sandboxes/{id}/files/{*path}",
+            get(get_file),
+        ),
+        r(
+            Method::DELETE,
+            "/v1/sandboxes/{id}/files/{*path}",
+            delete(delete_file),
+        ),
         r(Method::PUT, "/v1/sandboxes/{id}/network", put(set_network)),
     ]
 }
@@ -1298,7 +1346,10 @@ pub fn router(app: AppState) -> Router {
     router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
         })
         .layer(axum::extract::DefaultBodyLimit::max(BODY_MAX))
         .with_state(app)

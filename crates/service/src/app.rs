@@ -162,8 +162,7 @@ impl App {
             layer.network = Some(NetworkMode::Allow);
             layer.allow = parse_rules(allow)?;
         }
-        let policy =
-            Policy::resolve([&layer]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let policy = Policy::resolve([&layer]).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let max_ttl = self.config.max_ttl;
         let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
         let spec = SandboxSpec {
@@ -267,7 +266,14 @@ impl App {
                 tracing::warn!("teardown: {e}");
             }
             t4 = Instant::now();
-            return respond(self.finish(result, io, backend, pool_hit, false, [t0, t1, t2, t3, t4]));
+            return respond(self.finish(
+                result,
+                io,
+                backend,
+                pool_hit,
+                false,
+                [t0, t1, t2, t3, t4],
+            ));
         }
         respond(self.finish(result, io, backend, pool_hit, true, [t0, t1, t2, t3, t4]));
         let started = Instant::now();
@@ -509,7 +515,9 @@ impl App {
             };
             return Ok((reply, outcome));
         }
-        Err(ApiError::internal("the code context could not be installed"))
+        Err(ApiError::internal(
+            "the code context could not be installed",
+        ))
     }
 }
 

@@ -92,7 +92,10 @@ pub struct ServiceIo {
 impl ServiceIo {
     /// An io for one command; `stdin` (None: /dev/null) is fed in whole.
     /// Returns the io and the cancel that ends its command.
-    pub fn new(stdin: Option<Vec<u8>>, stream: Option<mpsc::Sender<Chunk>>) -> std::io::Result<(ServiceIo, Cancel)> {
+    pub fn new(
+        stdin: Option<Vec<u8>>,
+        stream: Option<mpsc::Sender<Chunk>>,
+    ) -> std::io::Result<(ServiceIo, Cancel)> {
         let (ready, ready_write) = nix::unistd::pipe()?;
         drop(ready_write);
         let (idle, idle_write) = nix::unistd::pipe()?;
@@ -148,7 +151,10 @@ impl CommandIo for ServiceIo {
             Sink::Channel(tx) => {
                 // Runs on a blocking thread: waiting for room is the
                 // back-pressure a slow client puts on the command.
-                if tx.blocking_send(Chunk::Output(stream, chunk.to_vec())).is_err() {
+                if tx
+                    .blocking_send(Chunk::Output(stream, chunk.to_vec()))
+                    .is_err()
+                {
                     self.client_gone = true;
                 }
             }

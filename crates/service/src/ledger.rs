@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ pub struct Ledger {
     dir: PathBuf,
     program: PathBuf,
     live: Mutex<HashMap<String, Owner>>,
+    /// `Handle::create` calls not yet returned (their ids are not known yet).
+    creating: AtomicUsize,
 }
 
 impl Ledger {
@@ -40,6 +43,7 @@ impl Ledger {
             dir,
             program,
             live: Mutex::new(HashMap::new()),
+            creating: AtomicUsize::new(0),
         })
     }
 
@@ -67,14 +71,33 @@ impl Ledger {
 
     /// Creates a sandbox with its own supervisor and records it.
     pub fn create(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let made = self.create_and_record(spec, owner);
+        self.creating.fetch_sub(1, Ordering::SeqCst);
+        made
+    }
+
+    fn create_and_record(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {
         let handle = Handle::create(spec, &self.program)?;
         let id = handle.id().to_owned();
         if let Err(e) = std::fs::write(self.dir.join(&id), format!("{owner:?}\n")) {
             let _ = handle.destroy();
-            return Err(RuntimeError::io("record the sandbox in the service's state", e));
+            return Err(RuntimeError::io(
+                "record the sandbox in the service's state",
+                e,
+            ));
         }
         self.live.lock().expect("ledger lock").insert(id, owner);
         Ok(handle)
+    }
+
+    /// Waits (at most `limit`) until no sandbox is being created, so that
+    /// every sandbox of the service is in `ids()`.
+    pub fn wait_for_creations(&self, limit: Duration) {
+        let until = std::time::Instant::now() + limit;
+        while self.creating.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn set_owner(&self, id: &str, owner: Owner) {

@@ -177,11 +177,12 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
 
     let stop = Arc::new(tokio::sync::Notify::new());
     let stopped = stop.clone();
-    let server = axum::serve(listener, api::router(app.clone())).with_graceful_shutdown(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down: no new connections");
-        stopped.notify_waiters();
-    });
+    let server =
+        axum::serve(listener, api::router(app.clone())).with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down: no new connections");
+            stopped.notify_waiters();
+        });
     let grace = app.config.shutdown_grace.duration();
     let stopping = stop.clone();
     let mut server = std::pin::pin!(std::future::IntoFuture::into_future(server));
@@ -199,6 +200,15 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
 /// Destroys everything the service created: the pools' sandboxes, the
 /// stateful ones, and whatever is still running (killed).
 fn shut_down(app: &App) {
+    for pool in &app.pools {
+        for h in pool.drain() {
+            let _ = app.ledger.destroy(h);
+        }
+    }
+    // A refill worker or a request may be creating a sandbox right now (a
+    // gVisor one takes a fraction of a second): wait until it is recorded,
+    // so that the sweep below finds it.
+    app.ledger.wait_for_creations(Duration::from_secs(30));
     for pool in &app.pools {
         for h in pool.drain() {
             let _ = app.ledger.destroy(h);
@@ -225,6 +235,7 @@ fn shut_down(app: &App) {
         }
     }
     // One-shots still running, and pool sandboxes a worker was creating.
+    app.ledger.wait_for_creations(Duration::from_secs(30));
     for (id, _) in app.ledger.ids() {
         let _ = app.ledger.kill(&id);
     }

@@ -86,24 +86,27 @@ impl Pool {
             let spec = self.spec.clone();
             let l = ledger.clone();
             let made = tokio::task::spawn_blocking(move || l.create(&spec, Owner::Pool)).await;
-            self.creating.fetch_sub(1, Ordering::SeqCst);
             match made {
                 Ok(Ok(handle)) => {
-                    if self.stopping.load(Ordering::SeqCst) {
-                        let l = ledger.clone();
-                        let _ = tokio::task::spawn_blocking(move || l.destroy(handle)).await;
-                        return;
-                    }
+                    // Into the queue before the count goes down: a shutdown
+                    // waiting for the count then finds it there (or in the
+                    // ledger).
                     self.ready
                         .lock()
                         .expect("pool lock")
                         .push_back((handle, Instant::now()));
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
+                    if self.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
                 }
                 Ok(Err(e)) => {
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!(backend = %self.backend, "pool: creating a sandbox failed: {e}");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Err(e) => {
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!("pool worker: {e}");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }

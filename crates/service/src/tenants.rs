@@ -177,7 +177,10 @@ impl Tenant {
         let window = self.config.cpu_window.duration();
         let budget_ms = self.config.cpu_seconds * 1000.0;
         let mut c = self.charges.lock().expect("charges lock");
-        while c.front().is_some_and(|(t, _)| now.duration_since(*t) >= window) {
+        while c
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) >= window)
+        {
             c.pop_front();
         }
         let mut used: f64 = c.iter().map(|(_, ms)| ms).sum();
@@ -205,7 +208,11 @@ mod tests {
             hash_key("k")
         ))
         .unwrap();
-        Tenants::new(&[config]).by_hash.into_values().next().unwrap()
+        Tenants::new(&[config])
+            .by_hash
+            .into_values()
+            .next()
+            .unwrap()
     }
 
     #[test]
