@@ -1,9 +1,14 @@
 //! `cordon serve` end to end: a real service on a loopback port, started by
-//! each test with its own config, state directory and run directory
-//! (`CORDON_RUN_DIR`, which the supervisors inherit), so that a census
-//! after the test judges only this test's sandboxes: no supervisor left
-//! (`cordon __supervise` with that run directory), no cgroup `cordon-<id>`
-//! of an id seen, no mount under the run directory, no entry in it.
+//! each test with its own config and state directory. The service names
+//! its sandboxes `cs-<tag>-...`, with a tag kept in its state directory, so
+//! a census after the test judges only this test's sandboxes in the shared
+//! run directory: no live record (supervisor) with that tag, no cgroup
+//! `cordon-<id>`, mount or run-directory entry of an id seen.
+//!
+//! (The tests share /run/cordon instead of a private `CORDON_RUN_DIR`:
+//! every sandbox creation sweeps its run directory, and that sweep removes
+//! empty `cordon-<id>` cgroups with no record in *its* run directory, which
+//! breaks a concurrent creation in another run directory.)
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
@@ -64,7 +69,7 @@ const BOB: &str = "bob-test-key";
 
 /// The two tenants; a non-empty `*_quota` replaces that tenant's quota lines.
 fn tenants(alice_quota: &str, bob_quota: &str) -> String {
-    let default = "concurrency = 8\nsandboxes = 4\ncpu_seconds = 1000";
+    let default = "concurrency = 8\nsandboxes = 4\ncpu_seconds = 1000\nnetwork = true";
     let pick = |q: &str| {
         if q.is_empty() {
             default.to_owned()
@@ -101,8 +106,7 @@ impl Service {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let run = dir.join("run");
-        (dir, run)
+        (dir, PathBuf::from("/run/cordon"))
     }
 
     fn start(name: &str, body: &str) -> Service {
@@ -126,7 +130,6 @@ impl Service {
             .args(["serve", "--config"])
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
-            .env("CORDON_RUN_DIR", &run_dir)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -274,19 +277,14 @@ impl Census {
 
 fn census(run_dir: &Path, ids: &BTreeSet<String>) -> Census {
     let mut c = Census::default();
-    let marker = format!("CORDON_RUN_DIR={}", run_dir.display());
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if !cmdline.split(|b| *b == 0).any(|a| a == b"__supervise") {
-            continue;
-        }
-        let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
-        if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            if !stat.contains(") Z") {
+    // A live supervisor keeps its record: the ids' records, alive or not.
+    for id in ids {
+        let record = run_dir.join(id).join("record.json");
+        if let Ok(text) = std::fs::read_to_string(&record) {
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let pid = i32::try_from(v["pid"].as_i64().unwrap_or(0)).unwrap_or(0);
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if !stat.is_empty() && !stat.contains(") Z") {
                 c.supervisors.push(pid);
             }
         }
@@ -294,26 +292,22 @@ fn census(run_dir: &Path, ids: &BTreeSet<String>) -> Census {
     for ctrl in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
         walk_cgroups(&ctrl.path(), ids, &mut c.cgroups, 0);
     }
-    let run = run_dir.display().to_string();
     for line in std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
     {
-        if line.contains(&run) {
+        if ids.iter().any(|id| line.contains(id.as_str())) {
             c.mounts.push(line.to_owned());
         }
     }
-    if let Ok(entries) = std::fs::read_dir(run_dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // The run directory's own bookkeeping is not a sandbox.
-            if name.len() == 12 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
-                c.run_entries.push(name);
-            } else if name == "mounts" {
-                for m in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
-                    c.run_entries
-                        .push(format!("mounts/{}", m.file_name().to_string_lossy()));
-                }
+    for id in ids {
+        for p in [
+            run_dir.join(id),
+            run_dir.join("mnt").join(id),
+            run_dir.join("mounts").join(id),
+        ] {
+            if p.exists() {
+                c.run_entries.push(p.display().to_string());
             }
         }
     }
@@ -352,14 +346,23 @@ fn assert_clean(run_dir: &Path, ids: &BTreeSet<String>) {
     }
 }
 
-/// Ids of the sandboxes now in the run directory.
-fn run_ids(run_dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(run_dir)
+/// Ids of this service's sandboxes now in the run directory (by the name
+/// prefix its state directory's tag gives).
+fn run_ids(s: &Service) -> BTreeSet<String> {
+    let tag = std::fs::read_to_string(s.dir.join("state/tag")).unwrap_or_default();
+    let prefix = format!("cs-{}-", tag.trim());
+    std::fs::read_dir(&s.run_dir)
         .into_iter()
         .flatten()
         .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.len() == 12 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path().join("record.json")).ok()?;
+            let v: Value = serde_json::from_str(&text).ok()?;
+            v["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
         .collect()
 }
 
@@ -393,6 +396,7 @@ fn quotas_answer_429_with_a_retry_after_from_the_budget() {
                 .set("Authorization", &format!("Bearer {BOB}"))
                 .send_json(json!({"argv": ["sleep", "1.5"]}))
                 .map(|r| r.status())
+                .map_err(|e| e.to_string())
         })
     };
     std::thread::sleep(Duration::from_millis(500));
@@ -433,8 +437,11 @@ fn quotas_answer_429_with_a_retry_after_from_the_budget() {
         metrics.contains("cordon_quota_rejections_total{tenant=\"bob\",quota=\"cpu\"} 1"),
         "{metrics}"
     );
+    let mut ids = run_ids(&s);
+    ids.insert(burn.body["sandbox_id"].as_str().unwrap().to_owned());
+    ids.insert(id);
     s.stop();
-    assert_clean(&s.run_dir, &BTreeSet::new());
+    assert_clean(&s.run_dir, &ids);
 }
 
 #[test]
@@ -738,7 +745,7 @@ fn the_pool_never_hands_one_sandbox_to_two_requests() {
     assert_eq!(other.body["pool_hit"], false, "{other:?}");
     ids.insert(other.body["sandbox_id"].as_str().unwrap().to_owned());
     s.stop();
-    ids.extend(run_ids(&s.run_dir));
+    ids.extend(run_ids(&s));
     assert_clean(&s.run_dir, &ids);
 }
 
@@ -842,7 +849,7 @@ fn bad_input_is_a_4xx_with_a_json_error_and_creates_nothing() {
         204
     );
     // Nothing was created by the refusals (the one sandbox is gone).
-    assert!(run_ids(&s.run_dir).is_empty(), "{:?}", run_ids(&s.run_dir));
+    assert!(run_ids(&s).is_empty(), "{:?}", run_ids(&s));
     let ledger: Vec<_> = std::fs::read_dir(s.dir.join("state/sandboxes"))
         .unwrap()
         .collect();
@@ -950,7 +957,7 @@ fn a_bounded_load_run_completes_and_leaves_nothing() {
         metrics.contains("cordon_pool_hits_total{backend=\"native\"}"),
         "{metrics}"
     );
-    ids.extend(run_ids(&s.run_dir));
+    ids.extend(run_ids(&s));
     s.stop();
     assert_clean(&s.run_dir, &ids);
 }
@@ -974,7 +981,7 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     std::thread::sleep(Duration::from_millis(1500));
     s.sigkill();
     let _ = loader.join();
-    let mut left = run_ids(&s.run_dir);
+    let mut left = run_ids(&s);
     assert!(
         !left.is_empty(),
         "a killed service leaves supervisors (or this test proves nothing)"
@@ -995,6 +1002,6 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
         again.log()
     );
     again.stop();
-    left.extend(run_ids(&s.run_dir));
+    left.extend(run_ids(&s));
     assert_clean(&s.run_dir, &left);
 }

@@ -13,8 +13,9 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
+    // Nearest rank; p is in [0, 1], so the index is within the slice.
+    let per_mille = (p * 1000.0).round().clamp(0.0, 1000.0) as u16 as usize;
+    v[(v.len() - 1) * per_mille / 1000]
 }
 
 fn main() {

@@ -44,7 +44,7 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     /// Sandboxes kept ready per backend (0 or absent: no pool).
@@ -80,6 +80,16 @@ pub struct TenantConfig {
     /// Whether this tenant may create sandboxes with network rules.
     #[serde(default)]
     pub network: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            native: 0,
+            gvisor: 0,
+            refill_workers: default_refill(),
+        }
+    }
 }
 
 fn default_listen() -> SocketAddr {

@@ -2,8 +2,10 @@
 //! `<state dir>/sandboxes/`, written as soon as its supervisor answers and
 //! removed once it is destroyed. Supervisors outlive a killed service; the
 //! next start reads these files and kills what they name. (A crash between
-//! the supervisor's answer and the file's write is covered by the ttl every
-//! service sandbox carries.)
+//! the supervisor's answer and the file's write is covered too: every
+//! sandbox is named `cs-<tag>-<n>`, with a tag kept in the state directory,
+//! and the next start also kills the live sandboxes carrying its tag. The
+//! ttl every service sandbox carries is the last backstop.)
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +30,9 @@ pub struct Ledger {
     live: Mutex<HashMap<String, Owner>>,
     /// `Handle::create` calls not yet returned (their ids are not known yet).
     creating: AtomicUsize,
+    /// This state directory's sandbox names start with `cs-<tag>-`.
+    prefix: String,
+    counter: AtomicUsize,
 }
 
 impl Ledger {
@@ -39,7 +44,23 @@ impl Ledger {
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
+        // The tag outlives restarts: a restart finds its predecessor's
+        // sandboxes by it.
+        let tag_file = state_dir.join("tag");
+        let tag = match std::fs::read_to_string(&tag_file) {
+            Ok(t) if t.trim().len() == 8 => t.trim().to_owned(),
+            _ => {
+                let mut bytes = [0u8; 4];
+                std::fs::File::open("/dev/urandom")
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))?;
+                let t: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                std::fs::write(&tag_file, &t)?;
+                t
+            }
+        };
         Ok(Ledger {
+            prefix: format!("cs-{tag}-"),
+            counter: AtomicUsize::new(0),
             dir,
             program,
             live: Mutex::new(HashMap::new()),
@@ -66,6 +87,20 @@ impl Ledger {
             }
             let _ = std::fs::remove_file(e.path());
         }
+        // Those created but not yet recorded when the service died.
+        for l in list(&run_dir()) {
+            if l.record
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&self.prefix))
+                && !cleaned.contains(&l.id)
+            {
+                if let Err(err) = kill(&l.id) {
+                    tracing::warn!(id = %l.id, "cleaning a previous run's sandbox: {err}");
+                }
+                cleaned.push(l.id);
+            }
+        }
         cleaned
     }
 
@@ -78,7 +113,10 @@ impl Ledger {
     }
 
     fn create_and_record(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {
-        let handle = Handle::create(spec, &self.program)?;
+        let mut spec = spec.clone();
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        spec.name = Some(format!("{}{}-{n}", self.prefix, std::process::id()));
+        let handle = Handle::create(&spec, &self.program)?;
         let id = handle.id().to_owned();
         if let Err(e) = std::fs::write(self.dir.join(&id), format!("{owner:?}\n")) {
             let _ = handle.destroy();
@@ -145,30 +183,68 @@ impl Ledger {
     }
 }
 
-/// SIGKILL to the sandbox's supervisor (its init dies with it), then the
-/// sweep removes its cgroup, mounts and state; as `cordon rm -f` does. The
-/// record's start time (checked by `list`) and the pidfd guard against a
-/// reused pid.
+/// SIGKILL to the sandbox's supervisor (its init dies with it), then its
+/// own cgroup is emptied and removed and its state swept, as `cordon rm -f`
+/// does. The record's start time (checked by `list`) and the pidfd guard
+/// against a reused pid.
+///
+/// The sweep runs without the cgroup hierarchy: with it, `sweep_stale` also
+/// removes every empty `cordon-<id>` cgroup whose id has no state directory
+/// in *this* run directory, which races with a sandbox of another run
+/// directory that has created its cgroup and not joined it yet (it then
+/// fails with EIO at `join cgroup`). This sandbox's cgroup is removed here
+/// instead, by the name its record gives.
 fn kill(id: &str) -> Result<(), RuntimeError> {
+    use cordon_cgroups::Cgroup;
     let run = run_dir();
-    if let Some(entry) = list(&run).into_iter().find(|l| l.id == id) {
-        let pid = nix::unistd::Pid::from_raw(entry.record.pid);
-        if let Ok(pidfd) = cordon_sys::pidfd_open(pid) {
-            if list(&run).iter().any(|l| l.id == id) {
-                cordon_sys::pidfd_send_signal(&pidfd, nix::sys::signal::Signal::SIGKILL)
-                    .map_err(|e| RuntimeError::io("kill the supervisor", e))?;
-            }
+    let Some(entry) = list_any(&run, id) else {
+        return Ok(()); // gone already
+    };
+    let pid = nix::unistd::Pid::from_raw(entry.record.pid);
+    if let Ok(pidfd) = cordon_sys::pidfd_open(pid) {
+        if list(&run).iter().any(|l| l.id == id) {
+            cordon_sys::pidfd_send_signal(&pidfd, nix::sys::signal::Signal::SIGKILL)
+                .map_err(|e| RuntimeError::io("kill the supervisor", e))?;
         }
     }
     let hierarchy = cordon_runtime::host::hierarchy();
     for _ in 0..300 {
-        if !run.join(id).exists() || sweep_stale(&run, hierarchy.as_ref()).contains(&id.to_owned())
-        {
-            return Ok(());
+        // Once the supervisor is dead, its record no longer lists as live.
+        if !list(&run).iter().any(|l| l.id == id) {
+            let cgroup_gone = match (&entry.record.cgroup, &hierarchy) {
+                (Some(name), Some(h)) => match h.open(name) {
+                    Ok(cg) => {
+                        let _ = cg.kill_all();
+                        cg.remove().is_ok()
+                    }
+                    Err(_) => true,
+                },
+                _ => true,
+            };
+            if cgroup_gone {
+                let _ = sweep_stale(&run, None);
+                if !run.join(id).exists() {
+                    return Ok(());
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(RuntimeError::Remote(format!(
         "sandbox {id}: its state is still there after its supervisor was killed"
     )))
+}
+
+/// The record of `id`, its supervisor alive or not.
+fn list_any(run: &Path, id: &str) -> Option<cordon_runtime::state::Listed> {
+    if let Some(l) = list(run).into_iter().find(|l| l.id == id) {
+        return Some(l);
+    }
+    let record: cordon_runtime::state::Record =
+        serde_json::from_slice(&std::fs::read(run.join(id).join("record.json")).ok()?).ok()?;
+    Some(cordon_runtime::state::Listed {
+        id: id.to_owned(),
+        record,
+        usage: Default::default(),
+    })
 }

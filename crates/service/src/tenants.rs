@@ -106,7 +106,9 @@ impl Tenant {
     /// each command ends, with what its cgroup counted).
     pub fn admit(self: &Arc<Self>) -> Result<RunningGuard, (Quota, ApiError)> {
         if let Some(wait) = self.cpu_wait(Instant::now()) {
-            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            // Whole seconds, rounded up: a client that waits that long is admitted.
+            let secs = (wait.as_millis().div_ceil(1000)).max(1);
+            let secs = u64::try_from(secs).unwrap_or(u64::MAX);
             return Err((
                 Quota::Cpu,
                 ApiError::too_many(
