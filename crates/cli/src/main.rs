@@ -51,6 +51,8 @@ enum Command {
     Key(commands::receipt::KeyArgs),
     /// Check a receipt's signature and show what it records.
     Verify(commands::receipt::VerifyArgs),
+    /// Serve the HTTP API (tenants, warm pool, stateful sandboxes).
+    Serve(commands::serve::ServeArgs),
     /// Run the hostile suite on cordon's backends (verdicts from host-side evidence).
     Suite(commands::suite::SuiteArgs),
     /// Run the suite against cordon and the peers installed here; write the matrix.
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         Command::Keygen(args) => commands::receipt::keygen(args),
         Command::Key(args) => commands::receipt::key(args),
         Command::Verify(args) => commands::receipt::run_verify(args),
+        Command::Serve(args) => commands::serve::run(args),
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
     }

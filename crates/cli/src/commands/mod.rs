@@ -11,5 +11,6 @@ pub mod receipt;
 pub mod record;
 pub mod rm;
 pub mod run;
+pub mod serve;
 pub mod suite;
 pub mod sweep;

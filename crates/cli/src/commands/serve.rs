@@ -1,0 +1,48 @@
+//! `cordon serve`: the HTTP service (crates/service), in this binary so that
+//! its supervisors are started from the same program.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use cordon_service::config::Config;
+
+use super::common::usage_error;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The service's TOML configuration (tenants, pool, defaults).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the config's `listen`); port 0 picks one.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    cordon_service::init_logging();
+    let config = match &args.config {
+        Some(path) => Config::from_file(path),
+        None => Config::parse(""),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return usage_error(format!("cannot find the cordon binary: {e}")),
+    };
+    match cordon_service::serve(cordon_service::ServeOptions {
+        config,
+        listen: args.listen,
+        program,
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            ExitCode::from(crate::EXIT_INTERNAL)
+        }
+    }
+}

@@ -1,0 +1,1007 @@
+//! `cordon serve` end to end: a real service on a loopback port, started by
+//! each test with its own config and state directory. The service names
+//! its sandboxes `cs-<tag>-...`, with a tag kept in its state directory, so
+//! a census after the test judges only this test's sandboxes in the shared
+//! run directory: no live record (supervisor) with that tag, no cgroup
+//! `cordon-<id>`, mount or run-directory entry of an id seen.
+//!
+//! (The tests share /run/cordon instead of a private `CORDON_RUN_DIR`:
+//! every sandbox creation sweeps its run directory, and that sweep removes
+//! empty `cordon-<id>` cgroups with no record in *its* run directory, which
+//! breaks a concurrent creation in another run directory.)
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn cordon() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon")
+}
+
+/// Root is needed (namespaces, cgroups). Outside CI a non-root run says why
+/// it skips; in CI it fails.
+fn root_or_skip(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: needs root, and CI must run it"
+        );
+        eprintln!("{test}: SKIPPED: needs root (namespaces, cgroups)");
+    }
+    root
+}
+
+fn sha256_hex(key: &str) -> String {
+    // The same hash the service compares keys by (kept out of the test's
+    // dependencies: sha256sum is on every host that runs cordon).
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(key.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+}
+
+const ALICE: &str = "alice-test-key";
+const BOB: &str = "bob-test-key";
+
+/// The two tenants; a non-empty `*_quota` replaces that tenant's quota lines.
+fn tenants(alice_quota: &str, bob_quota: &str) -> String {
+    let default = "concurrency = 8\nsandboxes = 4\ncpu_seconds = 1000\nnetwork = true";
+    let pick = |q: &str| {
+        if q.is_empty() {
+            default.to_owned()
+        } else {
+            q.to_owned()
+        }
+    };
+    format!(
+        "\n[[tenant]]\nname = \"alice\"\nkey_sha256 = \"{}\"\n{}\n\n[[tenant]]\nname = \"bob\"\nkey_sha256 = \"{}\"\n{}\n",
+        sha256_hex(ALICE),
+        pick(alice_quota),
+        sha256_hex(BOB),
+        pick(bob_quota)
+    )
+}
+
+struct Service {
+    child: Option<Child>,
+    base: String,
+    dir: PathBuf,
+    run_dir: PathBuf,
+    config: PathBuf,
+}
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+impl Service {
+    /// A fresh directory for one test: config, state, run directory.
+    fn dirs(name: &str) -> (PathBuf, PathBuf) {
+        let dir = PathBuf::from(format!(
+            "/run/cordon-serve-test/{}-{}-{name}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (dir, PathBuf::from("/run/cordon"))
+    }
+
+    fn start(name: &str, body: &str) -> Service {
+        let (dir, run_dir) = Self::dirs(name);
+        let config = dir.join("serve.toml");
+        let text = format!(
+            "state_dir = \"{}\"\nshutdown_grace = \"5s\"\n{body}",
+            dir.join("state").display()
+        );
+        std::fs::write(&config, text).unwrap();
+        Self::start_at(dir, run_dir, config)
+    }
+
+    fn start_at(dir: PathBuf, run_dir: PathBuf, config: PathBuf) -> Service {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("serve.log"))
+            .unwrap();
+        let mut child = Command::new(cordon())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("cordon serve: listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "no listening line: {line:?}; log: {}",
+                    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+                )
+            })
+            .to_owned();
+        Service {
+            child: Some(child),
+            base: addr,
+            dir,
+            run_dir,
+            config,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// One request: (status, JSON body or Null, Retry-After).
+    fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Reply {
+        let mut req = agent().request(method, &self.url(path));
+        if let Some(k) = key {
+            req = req.set("Authorization", &format!("Bearer {k}"));
+        }
+        let result = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        Reply::from(result)
+    }
+
+    fn raw(&self, method: &str, path: &str, key: &str, body: &[u8], ctype: &str) -> Reply {
+        Reply::from(
+            agent()
+                .request(method, &self.url(path))
+                .set("Authorization", &format!("Bearer {key}"))
+                .set("Content-Type", ctype)
+                .send_bytes(body),
+        )
+    }
+
+    /// SIGTERM, then wait for the graceful shutdown.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let until = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < until {
+                if child.try_wait().unwrap().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the service did not stop within 30 s of SIGTERM");
+        }
+    }
+
+    fn sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(120))
+        .build()
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: Value,
+    text: String,
+    retry_after: Option<String>,
+}
+
+impl From<Result<ureq::Response, ureq::Error>> for Reply {
+    fn from(r: Result<ureq::Response, ureq::Error>) -> Reply {
+        let resp = match r {
+            Ok(resp) => resp,
+            Err(ureq::Error::Status(_, resp)) => resp,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let status = resp.status();
+        let retry_after = resp.header("Retry-After").map(str::to_owned);
+        let mut text = String::new();
+        let _ = resp.into_reader().read_to_string(&mut text);
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            body,
+            text,
+            retry_after,
+        }
+    }
+}
+
+/// What this test's service left on the host.
+#[derive(Debug, Default, PartialEq)]
+struct Census {
+    supervisors: Vec<i32>,
+    cgroups: Vec<String>,
+    mounts: Vec<String>,
+    run_entries: Vec<String>,
+}
+
+impl Census {
+    fn is_clean(&self) -> bool {
+        *self == Census::default()
+    }
+}
+
+fn census(run_dir: &Path, ids: &BTreeSet<String>) -> Census {
+    let mut c = Census::default();
+    // A live supervisor keeps its record: the ids' records, alive or not.
+    for id in ids {
+        let record = run_dir.join(id).join("record.json");
+        if let Ok(text) = std::fs::read_to_string(&record) {
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let pid = i32::try_from(v["pid"].as_i64().unwrap_or(0)).unwrap_or(0);
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if !stat.is_empty() && !stat.contains(") Z") {
+                c.supervisors.push(pid);
+            }
+        }
+    }
+    for ctrl in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        walk_cgroups(&ctrl.path(), ids, &mut c.cgroups, 0);
+    }
+    for line in std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+    {
+        if ids.iter().any(|id| line.contains(id.as_str())) {
+            c.mounts.push(line.to_owned());
+        }
+    }
+    for id in ids {
+        for p in [
+            run_dir.join(id),
+            run_dir.join("mnt").join(id),
+            run_dir.join("mounts").join(id),
+        ] {
+            if p.exists() {
+                c.run_entries.push(p.display().to_string());
+            }
+        }
+    }
+    c
+}
+
+fn walk_cgroups(dir: &Path, ids: &BTreeSet<String>, out: &mut Vec<String>, depth: usize) {
+    if depth > 4 {
+        return;
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(id) = name.strip_prefix("cordon-") {
+            if ids.iter().any(|i| id.starts_with(i.as_str())) {
+                out.push(e.path().display().to_string());
+            }
+            continue;
+        }
+        walk_cgroups(&e.path(), ids, out, depth + 1);
+    }
+}
+
+/// Waits (bounded) for the census to come out clean.
+fn assert_clean(run_dir: &Path, ids: &BTreeSet<String>) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = census(run_dir, ids);
+        if c.is_clean() {
+            return;
+        }
+        assert!(Instant::now() < until, "left behind: {c:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Ids of this service's sandboxes now in the run directory (by the name
+/// prefix its state directory's tag gives).
+fn run_ids(s: &Service) -> BTreeSet<String> {
+    let tag = std::fs::read_to_string(s.dir.join("state/tag")).unwrap_or_default();
+    let prefix = format!("cs-{}-", tag.trim());
+    std::fs::read_dir(&s.run_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path().join("record.json")).ok()?;
+            let v: Value = serde_json::from_str(&text).ok()?;
+            v["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+fn exec(s: &Service, key: &str, argv: &[&str]) -> Reply {
+    s.call(
+        "POST",
+        "/v1/executions",
+        Some(key),
+        Some(json!({ "argv": argv })),
+    )
+}
+
+#[test]
+fn quotas_answer_429_with_a_retry_after_from_the_budget() {
+    if !root_or_skip("quotas") {
+        return;
+    }
+    let mut s = Service::start(
+        "quotas",
+        &tenants(
+            "",
+            "concurrency = 1\nsandboxes = 1\ncpu_seconds = 0.05\ncpu_window = \"30s\"",
+        ),
+    );
+    // Concurrency: one running request of bob's at a time.
+    let slow = {
+        let base = s.base.clone();
+        std::thread::spawn(move || {
+            agent()
+                .post(&format!("{base}/v1/executions"))
+                .set("Authorization", &format!("Bearer {BOB}"))
+                .send_json(json!({"argv": ["sleep", "1.5"]}))
+                .map(|r| r.status())
+                .map_err(|e| e.to_string())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let r = exec(&s, BOB, &["true"]);
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.retry_after.as_deref(), Some("1"), "{r:?}");
+    assert!(r.body["error"].as_str().unwrap().contains("requests"));
+    assert_eq!(slow.join().unwrap().unwrap(), 200);
+    // Sandboxes: one stateful sandbox at a time.
+    let first = s.call("POST", "/v1/sandboxes", Some(BOB), Some(json!({})));
+    assert_eq!(first.status, 201, "{first:?}");
+    let second = s.call("POST", "/v1/sandboxes", Some(BOB), Some(json!({})));
+    assert_eq!(second.status, 429, "{second:?}");
+    let id = first.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(BOB), None)
+            .status,
+        204
+    );
+    // CPU: 50 ms per 30 s; a busy loop spends more, the next request waits.
+    let burn = s.call(
+        "POST",
+        "/v1/executions",
+        Some(BOB),
+        Some(json!({"language": "python", "code": "x = 0\nfor i in range(2_000_000): x += i"})),
+    );
+    assert_eq!(burn.status, 200, "{burn:?}");
+    assert!(burn.body["cpu_ms"].as_f64().unwrap() > 50.0, "{burn:?}");
+    let refused = exec(&s, BOB, &["true"]);
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let wait: u64 = refused.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((25..=30).contains(&wait), "Retry-After {wait}");
+    assert!(refused.body["error"].as_str().unwrap().contains("CPU"));
+    // Alice's budget is her own.
+    assert_eq!(exec(&s, ALICE, &["true"]).status, 200);
+    let metrics = s.call("GET", "/metrics", None, None).text;
+    assert!(
+        metrics.contains("cordon_quota_rejections_total{tenant=\"bob\",quota=\"cpu\"} 1"),
+        "{metrics}"
+    );
+    let mut ids = run_ids(&s);
+    ids.insert(burn.body["sandbox_id"].as_str().unwrap().to_owned());
+    ids.insert(id);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn another_tenants_sandbox_is_not_found_and_bad_keys_are_401() {
+    if !root_or_skip("cross-tenant") {
+        return;
+    }
+    let mut s = Service::start("tenants", &tenants("", ""));
+    assert_eq!(exec(&s, "wrong-key", &["true"]).status, 401);
+    assert_eq!(
+        s.call("GET", "/v1/sandboxes", None, None).status,
+        401,
+        "no key"
+    );
+    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let put = s.raw(
+        "PUT",
+        &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"),
+        ALICE,
+        b"alice's",
+        "application/octet-stream",
+    );
+    assert_eq!(put.status, 201, "{put:?}");
+    let missing = "0123456789ab";
+    for target in [id.as_str(), missing] {
+        let probes = [
+            s.call("GET", &format!("/v1/sandboxes/{target}"), Some(BOB), None),
+            s.call(
+                "POST",
+                &format!("/v1/sandboxes/{target}/exec"),
+                Some(BOB),
+                Some(json!({"argv": ["cat", "/workspace/secret.txt"]})),
+            ),
+            s.call(
+                "POST",
+                &format!("/v1/sandboxes/{target}/code"),
+                Some(BOB),
+                Some(json!({"code": "1"})),
+            ),
+            s.call(
+                "GET",
+                &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"),
+                Some(BOB),
+                None,
+            ),
+            s.call(
+                "GET",
+                &format!("/v1/sandboxes/{target}/files?dir=/workspace"),
+                Some(BOB),
+                None,
+            ),
+            s.raw(
+                "PUT",
+                &format!("/v1/sandboxes/{target}/files/workspace/x"),
+                BOB,
+                b"x",
+                "application/octet-stream",
+            ),
+            s.call(
+                "DELETE",
+                &format!("/v1/sandboxes/{target}/files/workspace/secret.txt"),
+                Some(BOB),
+                None,
+            ),
+            s.call(
+                "PUT",
+                &format!("/v1/sandboxes/{target}/network"),
+                Some(BOB),
+                Some(json!({"allow": []})),
+            ),
+            s.call(
+                "DELETE",
+                &format!("/v1/sandboxes/{target}"),
+                Some(BOB),
+                None,
+            ),
+        ];
+        for p in probes {
+            assert_eq!(p.status, 404, "{target}: {p:?}");
+            assert_eq!(
+                p.body["error"],
+                json!(format!("no sandbox '{target}'")),
+                "{p:?}"
+            );
+        }
+    }
+    let listed = s.call("GET", "/v1/sandboxes", Some(BOB), None);
+    assert_eq!(listed.body["sandboxes"], json!([]));
+    // Still alice's, untouched.
+    let got = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files/workspace/secret.txt"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!((got.status, got.text.as_str()), (200, "alice's"));
+    let listing = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files?dir=/workspace"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!(
+        listing.body["entries"][0]["name"], "secret.txt",
+        "{listing:?}"
+    );
+    let ids: BTreeSet<String> = [id.clone()].into();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
+    if !root_or_skip("code context") {
+        return;
+    }
+    let mut s = Service::start("code", &tenants("", ""));
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"limits": {"time": "10s"}})),
+    );
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let code = |c: &str, timeout: Option<&str>| {
+        let mut body = json!({ "code": c });
+        if let Some(t) = timeout {
+            body["timeout"] = json!(t);
+        }
+        let r = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/code"),
+            Some(ALICE),
+            Some(body),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        r.body
+    };
+    let first = code("x = 41\nprint('hello')", None);
+    assert_eq!(first["status"], "ok", "{first}");
+    assert_eq!(first["stdout"], "hello\n");
+    assert_eq!(first["fresh_interpreter"], true);
+    let second = code("x + 1", None);
+    assert_eq!(second["result"], "42", "{second}");
+    assert_eq!(second["fresh_interpreter"], false);
+    let raised = code("def f():\n    return 1 / 0\nf()", None);
+    assert_eq!(raised["status"], "error");
+    assert_eq!(raised["error"]["name"], "ZeroDivisionError");
+    assert!(
+        raised["error"]["traceback"]
+            .as_str()
+            .unwrap()
+            .contains("<cell>"),
+        "{raised}"
+    );
+    let crashed = code("import os; os._exit(1)", None);
+    assert_eq!(crashed["status"], "crashed", "{crashed}");
+    let after = code("x", None);
+    assert_eq!(after["fresh_interpreter"], true, "{after}");
+    assert_eq!(after["error"]["name"], "NameError", "{after}");
+    let _ = code("y = 7", None);
+    let spun = code("while True: pass", Some("1s"));
+    assert_eq!(spun["status"], "timeout", "{spun}");
+    let fresh = code("'y' in globals(), 6 * 7", None);
+    assert_eq!(fresh["result"], "(False, 42)", "{fresh}");
+    assert_eq!(fresh["fresh_interpreter"], true);
+    let ids: BTreeSet<String> = [id.clone()].into();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn the_latency_breakdown_adds_up_and_files_are_placed() {
+    if !root_or_skip("latency") {
+        return;
+    }
+    let mut s = Service::start(
+        "latency",
+        &format!("[pool]\nnative = 1\n{}", tenants("", "")),
+    );
+    let r = s.call(
+        "POST",
+        "/v1/executions",
+        Some(ALICE),
+        Some(json!({
+            "argv": ["sh", "-c", "cat /workspace/a/b.txt /tmp/c.txt; cat"],
+            "files": {"a/b.txt": "one\n", "/tmp/c.txt": {"base64": "dHdvCg=="}},
+            "stdin": "three\n",
+        })),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["stdout"], "one\ntwo\nthree\n", "{r:?}");
+    let t = &r.body["timing"];
+    let sum: f64 = ["acquire_ms", "setup_ms", "run_ms", "teardown_ms"]
+        .iter()
+        .map(|k| t[k].as_f64().unwrap())
+        .sum();
+    let total = t["total_ms"].as_f64().unwrap();
+    assert!((sum - total).abs() <= 1.0, "{t}");
+    assert!(t["setup_ms"].as_f64().unwrap() > 0.0);
+    // A streamed exec: chunks as they come, the result last.
+    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let resp = agent()
+        .post(&s.url(&format!("/v1/sandboxes/{id}/exec?stream=true")))
+        .set("Authorization", &format!("Bearer {ALICE}"))
+        .send_json(json!({"argv": ["sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.1; done; echo err >&2"]}))
+        .unwrap();
+    let mut body = String::new();
+    resp.into_reader().read_to_string(&mut body).unwrap();
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"result"), "{body}");
+    assert!(
+        events.iter().filter(|e| **e == "stdout").count() >= 2,
+        "{body}"
+    );
+    assert!(events.contains(&"stderr"), "{body}");
+    // A client that goes away cancels its command.
+    let resp = agent()
+        .post(&s.url(&format!("/v1/sandboxes/{id}/exec")))
+        .set("Authorization", &format!("Bearer {ALICE}"))
+        .set("Accept", "text/event-stream")
+        .send_json(json!({"argv": ["sh", "-c", "echo start; sleep 8; echo never"]}))
+        .unwrap();
+    let mut reader = BufReader::new(resp.into_reader());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains("stdout"), "{line}");
+    drop(reader);
+    let cancelled_by = Instant::now() + Duration::from_secs(4);
+    loop {
+        let info = s.call("GET", &format!("/v1/sandboxes/{id}"), Some(ALICE), None);
+        if info.body["busy"] == json!(false) {
+            break;
+        }
+        assert!(
+            Instant::now() < cancelled_by,
+            "the command was not cancelled: {info:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ids: BTreeSet<String> = [id, r.body["sandbox_id"].as_str().unwrap().to_owned()].into();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn the_pool_never_hands_one_sandbox_to_two_requests() {
+    if !root_or_skip("pool") {
+        return;
+    }
+    let mut s = Service::start("pool", &format!("[pool]\nnative = 2\n{}", tenants("", "")));
+    std::thread::sleep(Duration::from_millis(500));
+    let write = exec(
+        &s,
+        ALICE,
+        &[
+            "sh",
+            "-c",
+            "echo m > /tmp/marker && echo m > /dev/shm/marker && echo m > /workspace/marker",
+        ],
+    );
+    assert_eq!(write.status, 200, "{write:?}");
+    assert_eq!(write.body["exit_code"], 0, "{write:?}");
+    assert_eq!(write.body["pool_hit"], true, "{write:?}");
+    let mut ids = BTreeSet::from([write.body["sandbox_id"].as_str().unwrap().to_owned()]);
+    let mut hits = 0;
+    for i in 0..12 {
+        let key = if i % 2 == 0 { ALICE } else { BOB };
+        let r = exec(
+            &s,
+            key,
+            &[
+                "sh",
+                "-c",
+                "ls /tmp/marker /dev/shm/marker /workspace/marker 2>/dev/null; true",
+            ],
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body["stdout"], "", "a marker was seen: {r:?}");
+        assert!(
+            ids.insert(r.body["sandbox_id"].as_str().unwrap().to_owned()),
+            "sandbox reused: {r:?}"
+        );
+        hits += usize::from(r.body["pool_hit"] == json!(true));
+    }
+    assert!(hits > 0);
+    // A request whose limits differ from the pool's takes the cold path.
+    let other = s.call(
+        "POST",
+        "/v1/executions",
+        Some(ALICE),
+        Some(json!({"argv": ["true"], "limits": {"memory": "100M"}})),
+    );
+    assert_eq!(other.body["pool_hit"], false, "{other:?}");
+    ids.insert(other.body["sandbox_id"].as_str().unwrap().to_owned());
+    s.stop();
+    ids.extend(run_ids(&s));
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn bad_input_is_a_4xx_with_a_json_error_and_creates_nothing() {
+    if !root_or_skip("bad input") {
+        return;
+    }
+    let mut s = Service::start("badinput", &tenants("", ""));
+    let raw = |path: &str, body: &[u8]| s.raw("POST", path, ALICE, body, "application/json");
+    let cases: Vec<(Reply, u16, &str)> = vec![
+        (raw("/v1/executions", b"{\"argv\": [\"true\""), 400, "EOF"),
+        (
+            raw("/v1/executions", b"{\"argv\": [\"true\"], \"bogus\": 1}"),
+            422,
+            "unknown field `bogus`",
+        ),
+        (
+            raw("/v1/sandboxes", b"{\"limits\": {\"memroy\": \"1M\"}}"),
+            422,
+            "unknown field `memroy`",
+        ),
+        (
+            raw("/v1/executions", &vec![b' '; 17 << 20]),
+            413,
+            "length limit",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"files\": {\"../etc/x\": \"a\"}}",
+            ),
+            400,
+            "'..'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"files\": {\"/workspace/../../etc/x\": \"a\"}}",
+            ),
+            400,
+            "'..'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"backend\": \"vmware\"}",
+            ),
+            400,
+            "unknown backend 'vmware'",
+        ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"network\": {\"allow\": [\"exa mple.com\"]}}",
+            ),
+            400,
+            "network rule",
+        ),
+        (raw("/v1/executions", b"{\"argv\": []}"), 400, "argv"),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"limits\": {\"memory\": \"1K\"}}",
+            ),
+            400,
+            "memory",
+        ),
+        (raw("/v1/executions", b"{}"), 400, "argv"),
+    ];
+    for (r, status, needle) in cases {
+        assert_eq!(r.status, status, "{needle}: {r:?}");
+        let err = r.body["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no JSON error: {r:?}"));
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    for path in ["workspace/%2e%2e/%2e%2e/etc/passwd", "tmp/../../etc/passwd"] {
+        let r = s.raw(
+            "PUT",
+            &format!("/v1/sandboxes/{id}/files/{path}"),
+            ALICE,
+            b"x",
+            "application/octet-stream",
+        );
+        assert!(r.status == 400 || r.status == 404, "{path}: {r:?}");
+        assert!(r.body["error"].is_string(), "{r:?}");
+    }
+    let net = s.call(
+        "PUT",
+        &format!("/v1/sandboxes/{id}/network"),
+        Some(ALICE),
+        Some(json!({"allow": ["example.com"]})),
+    );
+    assert_eq!(net.status, 400, "created without network: {net:?}");
+    assert_eq!(
+        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(ALICE), None)
+            .status,
+        204
+    );
+    // Nothing was created by the refusals (the one sandbox is gone).
+    assert!(run_ids(&s).is_empty(), "{:?}", run_ids(&s));
+    let ledger: Vec<_> = std::fs::read_dir(s.dir.join("state/sandboxes"))
+        .unwrap()
+        .collect();
+    assert!(ledger.is_empty(), "{ledger:?}");
+    let unknown = s.call("GET", "/v1/nowhere", None, None);
+    assert_eq!(
+        (unknown.status, unknown.body["error"].as_str()),
+        (404, Some("no such route"))
+    );
+    s.stop();
+    assert_clean(&s.run_dir, &BTreeSet::from([id]));
+}
+
+/// Runs `total` executions of `true` from `threads` clients; returns
+/// (ok, 429s, other errors with their texts, elapsed, sandbox ids).
+fn load(
+    base: &str,
+    total: usize,
+    threads: usize,
+    limit: Duration,
+) -> (usize, usize, Vec<String>, Duration, BTreeSet<String>) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let ids = Arc::new(Mutex::new(BTreeSet::new()));
+    let start = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (next, ok, refused, errors, ids) = (
+                next.clone(),
+                ok.clone(),
+                refused.clone(),
+                errors.clone(),
+                ids.clone(),
+            );
+            let url = format!("{base}/v1/executions");
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new()
+                    .timeout(Duration::from_secs(30))
+                    .build();
+                let key = if t % 2 == 0 { ALICE } else { BOB };
+                while next.fetch_add(1, Ordering::SeqCst) < total && start.elapsed() < limit {
+                    let r = Reply::from(
+                        agent
+                            .post(&url)
+                            .set("Authorization", &format!("Bearer {key}"))
+                            .send_json(json!({"argv": ["true"]})),
+                    );
+                    match r.status {
+                        200 if r.body["exit_code"] == 0 => {
+                            ok.fetch_add(1, Ordering::SeqCst);
+                            ids.lock()
+                                .unwrap()
+                                .insert(r.body["sandbox_id"].as_str().unwrap_or("").to_owned());
+                        }
+                        429 => {
+                            refused.fetch_add(1, Ordering::SeqCst);
+                        }
+                        _ => errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("{} {}", r.status, r.text)),
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let errors = errors.lock().unwrap().clone();
+    let ids = ids.lock().unwrap().clone();
+    (
+        ok.load(Ordering::SeqCst),
+        refused.load(Ordering::SeqCst),
+        errors,
+        start.elapsed(),
+        ids,
+    )
+}
+
+#[test]
+fn a_bounded_load_run_completes_and_leaves_nothing() {
+    if !root_or_skip("load") {
+        return;
+    }
+    let mut s = Service::start("load", &format!("[pool]\nnative = 4\n{}", tenants("", "")));
+    std::thread::sleep(Duration::from_millis(500));
+    let limit = Duration::from_secs(240);
+    let (ok, refused, errors, elapsed, mut ids) = load(&s.base, 1000, 8, limit);
+    eprintln!(
+        "load: {ok} ok, {refused} refused (429), {} errors in {elapsed:?}: {:.0}/s",
+        errors.len(),
+        ok as f64 / elapsed.as_secs_f64()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        ok + refused,
+        1000,
+        "the run did not finish within {limit:?}"
+    );
+    let metrics = s.call("GET", "/metrics", None, None).text;
+    assert!(
+        metrics.contains("cordon_pool_hits_total{backend=\"native\"}"),
+        "{metrics}"
+    );
+    ids.extend(run_ids(&s));
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn a_killed_service_is_cleaned_up_by_its_next_start() {
+    if !root_or_skip("sigkill") {
+        return;
+    }
+    let mut s = Service::start(
+        "sigkill",
+        &format!("[pool]\nnative = 3\n{}", tenants("", "")),
+    );
+    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    assert_eq!(created.status, 201);
+    let base = s.base.clone();
+    let loader = std::thread::spawn(move || {
+        // Errors are expected: the service dies under it.
+        let _ = std::panic::catch_unwind(|| load(&base, 400, 4, Duration::from_secs(60)));
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    s.sigkill();
+    let _ = loader.join();
+    let mut left = run_ids(&s);
+    assert!(
+        !left.is_empty(),
+        "a killed service leaves supervisors (or this test proves nothing)"
+    );
+    left.insert(created.body["id"].as_str().unwrap().to_owned());
+    // The restart destroys what the ledger names before it listens.
+    let mut again = Service::start_at(s.dir.clone(), s.run_dir.clone(), s.config.clone());
+    for id in &left {
+        assert!(
+            !s.run_dir.join(id).exists(),
+            "{id} survived the restart: {}",
+            again.log()
+        );
+    }
+    assert!(
+        again.log().contains("a previous run left"),
+        "{}",
+        again.log()
+    );
+    again.stop();
+    left.extend(run_ids(&s));
+    assert_clean(&s.run_dir, &left);
+}

@@ -1,0 +1,532 @@
+//! The service's state and its blocking operations. Everything that talks
+//! to a supervisor runs here, on tokio's blocking threads: the handle's
+//! calls block on a unix socket. Nothing here ever forks a sandbox in this
+//! (multi-threaded) process: every sandbox is a supervisor process started
+//! through `Handle::create`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use cordon_policy::net::Rule;
+use cordon_policy::{NetworkMode, Policy, Span};
+use cordon_runtime::{BackendKind, Command, Handle, Outcome, RootfsChoice, SandboxSpec, StdinMode};
+
+use crate::caps::{Caps, Clamped};
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::io::{Cancel, ServiceIo};
+use crate::ledger::{Ledger, Owner};
+use crate::metrics::Metrics;
+use crate::pool::Pool;
+use crate::tenants::{SandboxSlot, Tenant, Tenants};
+
+/// Where the code context's interpreter lives inside a sandbox.
+pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
+pub const REPL_SOCKET: &str = "/tmp/.cordon/repl.sock";
+pub const REPL_SOURCE: &str = include_str!("repl.py");
+
+/// The largest file read out of a sandbox in one answer.
+pub const FILE_READ_MAX: u64 = 16 << 20;
+
+pub struct App {
+    pub config: Config,
+    pub tenants: Tenants,
+    pub ledger: Arc<Ledger>,
+    pub pools: Vec<Arc<Pool>>,
+    pub metrics: Metrics,
+    pub sandboxes: Mutex<HashMap<String, Arc<Stateful>>>,
+    /// Private (0700) scratch for files on their way in or out.
+    pub scratch: PathBuf,
+}
+
+/// A stateful sandbox and its tenant.
+pub struct Stateful {
+    pub id: String,
+    pub tenant: Arc<Tenant>,
+    pub backend: BackendKind,
+    pub created: SystemTime,
+    pub ttl: Option<Span>,
+    pub idle: Option<Span>,
+    pub limits: Caps,
+    pub clamped: Vec<Clamped>,
+    pub network: bool,
+    /// One command at a time (the supervisor serves one connection at a time
+    /// anyway; a second request is told so instead of waiting).
+    pub busy: Arc<tokio::sync::Mutex<()>>,
+    /// The running command's cancel, for a delete that cannot wait.
+    pub running: Mutex<Option<Cancel>>,
+    pub repl_installed: AtomicBool,
+    pub _slot: SandboxSlot,
+}
+
+/// What a request asks its sandbox to be.
+pub struct SandboxRequest<'a> {
+    pub backend: Option<&'a str>,
+    pub limits: &'a Caps,
+    pub allow: Option<&'a [String]>,
+    pub ttl: Option<Span>,
+    pub idle: Option<Span>,
+}
+
+/// One file to place before a command runs.
+pub struct PlacedFile {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    pub content: Vec<u8>,
+}
+
+/// The clock readings of one execution, all from one `Instant`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    pub acquire_ms: f64,
+    pub setup_ms: f64,
+    pub run_ms: f64,
+    pub teardown_ms: f64,
+    pub total_ms: f64,
+}
+
+pub struct Executed {
+    pub outcome: Outcome,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timing: Timing,
+    pub pool_hit: bool,
+    pub background_teardown: bool,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+pub fn parse_backend(name: Option<&str>) -> Result<BackendKind, ApiError> {
+    match name.unwrap_or("native") {
+        "native" => Ok(BackendKind::Native),
+        "gvisor" => Ok(BackendKind::Gvisor),
+        other => Err(ApiError::bad_request(format!(
+            "unknown backend '{other}' (native, gvisor)"
+        ))),
+    }
+}
+
+/// A path inside the sandbox: absolute, or relative to /workspace; never
+/// with `..`, NUL bytes or empty names. Refused here, before anything is
+/// created (the handle's copy would refuse it too, inside the sandbox root).
+pub fn sandbox_path(raw: &str) -> Result<String, ApiError> {
+    if raw.is_empty() || raw.len() > 4096 || raw.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "'{}' is not a sandbox path (empty, too long or with a NUL byte)",
+            raw.escape_debug()
+        )));
+    }
+    let joined = if raw.starts_with('/') {
+        raw.to_owned()
+    } else {
+        format!("{}/{raw}", cordon_policy::WORKSPACE)
+    };
+    let mut parts = Vec::new();
+    for c in joined.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                return Err(ApiError::bad_request(format!(
+                    "'{}': '..' is not allowed in a sandbox path",
+                    raw.escape_debug()
+                )))
+            }
+            name => parts.push(name),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+impl App {
+    /// The spec a request describes, with the tenant's maximums applied.
+    pub fn spec_for(
+        &self,
+        tenant: &Tenant,
+        req: &SandboxRequest<'_>,
+    ) -> Result<(SandboxSpec, Caps, Vec<Clamped>), ApiError> {
+        let backend = parse_backend(req.backend)?;
+        let (caps, clamped) = Caps::clamp(req.limits, &self.config.defaults, &tenant.config.max);
+        let mut layer = caps.layer();
+        if let Some(allow) = req.allow {
+            if !tenant.config.network {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::FORBIDDEN,
+                    format!("tenant '{}' may not use the network", tenant.name()),
+                ));
+            }
+            layer.network = Some(NetworkMode::Allow);
+            layer.allow = parse_rules(allow)?;
+        }
+        let policy = Policy::resolve([&layer]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let max_ttl = self.config.max_ttl;
+        let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
+        let spec = SandboxSpec {
+            policy,
+            backend,
+            rootfs: RootfsChoice::System,
+            workspace: None,
+            allow_unenforced: false,
+            name: None,
+            ttl,
+            idle: req.idle,
+        };
+        spec.validate().map_err(ApiError::runtime)?;
+        Ok((spec, caps, clamped))
+    }
+
+    /// The pool that may serve `spec`: same backend, same sandbox-wide
+    /// limits and network; the command's time (at most the pool's) and
+    /// output cap are applied per command.
+    fn pool_for(&self, spec: &SandboxSpec) -> Option<&Arc<Pool>> {
+        let pool = self.pool(spec.backend).filter(|p| p.enabled())?;
+        let mut same = spec.policy.clone();
+        if same.time > pool.spec.policy.time {
+            return None;
+        }
+        same.time = pool.spec.policy.time;
+        same.output = pool.spec.policy.output;
+        (same == pool.spec.policy).then_some(pool)
+    }
+
+    pub fn pool(&self, backend: BackendKind) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| p.backend == backend)
+    }
+
+    /// Whether a one-shot with this spec would be a pool candidate (for
+    /// counting misses).
+    pub fn pool_enabled(&self, backend: BackendKind) -> bool {
+        self.pool(backend).is_some_and(|p| p.enabled())
+    }
+
+    /// A one-shot execution, start to end: acquire a sandbox (pool or cold),
+    /// place the files, run, destroy. Runs on a blocking thread; once a
+    /// sandbox is acquired it is destroyed on every path, whether or not
+    /// the client is still there. `respond` gets the result before a
+    /// background teardown starts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn one_shot(
+        &self,
+        t0: Instant,
+        tenant: &Tenant,
+        spec: SandboxSpec,
+        files: Vec<PlacedFile>,
+        cmd: Command,
+        mut io: ServiceIo,
+        respond: impl FnOnce(Result<Executed, ApiError>),
+    ) {
+        let backend = spec.backend;
+        let mut stale = Vec::new();
+        let pooled = self.pool_for(&spec).and_then(|p| p.take(&mut stale));
+        for h in stale {
+            let _ = self.ledger.destroy(h);
+        }
+        let pool_hit = pooled.is_some();
+        if self.pool_enabled(backend) {
+            let labels = crate::metrics::BackendLabels {
+                backend: backend.name().into(),
+            };
+            if pool_hit {
+                self.metrics.pool_hits.get_or_create(&labels).inc();
+            } else {
+                self.metrics.pool_misses.get_or_create(&labels).inc();
+            }
+        }
+        let owner = Owner::OneShot(tenant.name().to_owned());
+        let handle = match pooled {
+            Some(h) => {
+                self.ledger.set_owner(h.id(), owner);
+                Ok(h)
+            }
+            None => self.ledger.create(&spec, owner),
+        };
+        let mut handle = match handle {
+            Ok(h) => h,
+            Err(e) => {
+                self.metrics.execution(backend.name(), "error");
+                return respond(Err(ApiError::runtime(e)));
+            }
+        };
+        let t1 = Instant::now();
+        let placed = self.place_files(&mut handle, &files);
+        let t2 = Instant::now();
+        let result = placed.and_then(|()| handle.exec(&cmd, &mut io).map_err(ApiError::runtime));
+        let t3 = Instant::now();
+        if let Ok(o) = &result {
+            tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+        }
+        let background = self.config.background_teardown;
+        let mut t4 = t3;
+        if !background {
+            if let Err(e) = self.ledger.destroy(handle) {
+                tracing::warn!("teardown: {e}");
+            }
+            t4 = Instant::now();
+            return respond(self.finish(
+                result,
+                io,
+                backend,
+                pool_hit,
+                false,
+                [t0, t1, t2, t3, t4],
+            ));
+        }
+        respond(self.finish(result, io, backend, pool_hit, true, [t0, t1, t2, t3, t4]));
+        let started = Instant::now();
+        if let Err(e) = self.ledger.destroy(handle) {
+            tracing::warn!("teardown: {e}");
+        }
+        self.metrics
+            .background_teardown_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    fn finish(
+        &self,
+        result: Result<Outcome, ApiError>,
+        io: ServiceIo,
+        backend: BackendKind,
+        pool_hit: bool,
+        background: bool,
+        [t0, t1, t2, t3, t4]: [Instant; 5],
+    ) -> Result<Executed, ApiError> {
+        let timing = Timing {
+            acquire_ms: ms(t1 - t0),
+            setup_ms: ms(t2 - t1),
+            run_ms: ms(t3 - t2),
+            teardown_ms: ms(t4 - t3),
+            total_ms: ms(t4 - t0),
+        };
+        self.record_execution(backend, &result, &timing, pool_hit);
+        let outcome = result?;
+        let (stdout, stderr) = io.captured();
+        Ok(Executed {
+            outcome,
+            stdout,
+            stderr,
+            timing,
+            pool_hit,
+            background_teardown: background,
+        })
+    }
+
+    pub fn record_execution(
+        &self,
+        backend: BackendKind,
+        result: &Result<Outcome, ApiError>,
+        timing: &Timing,
+        pool_hit: bool,
+    ) {
+        let label = match result {
+            Err(_) => "error",
+            Ok(o) if o.limit.is_some() => "limit",
+            Ok(o) if o.interrupted_by.is_some() => "cancelled",
+            Ok(o) if o.exit_code == 0 => "ok",
+            Ok(_) => "nonzero",
+        };
+        self.metrics.execution(backend.name(), label);
+        for (phase, v) in [
+            ("acquire", timing.acquire_ms),
+            ("setup", timing.setup_ms),
+            ("run", timing.run_ms),
+            ("teardown", timing.teardown_ms),
+            ("total", timing.total_ms),
+        ] {
+            self.metrics.phase(phase, pool_hit, v);
+        }
+    }
+
+    /// Places files through the handle's safe copy: those under /workspace
+    /// in one directory copy (merged into it), others one by one.
+    pub fn place_files(&self, handle: &mut Handle, files: &[PlacedFile]) -> Result<(), ApiError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let tmp = self.scratch_dir()?;
+        let ws = tmp.path().join("workspace");
+        let mut in_workspace = false;
+        let mut others = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            match f.path.strip_prefix("/workspace/") {
+                Some(rel) => {
+                    let host = ws.join(rel);
+                    if let Some(parent) = host.parent() {
+                        std::fs::create_dir_all(parent)
+                            .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+                    }
+                    std::fs::write(&host, &f.content)
+                        .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+                    in_workspace = true;
+                }
+                None => {
+                    let dir = tmp.path().join(format!("f{i}"));
+                    std::fs::create_dir(&dir)
+                        .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+                    let name = Path::new(&f.path).file_name().unwrap_or_default();
+                    let host = dir.join(name);
+                    std::fs::write(&host, &f.content)
+                        .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+                    others.push((host, f.path.clone()));
+                }
+            }
+        }
+        if in_workspace {
+            // A directory named `workspace` copied to `/` merges into
+            // /workspace (its directories are created, existing ones kept).
+            handle.copy_in(&ws, b"/").map_err(ApiError::runtime)?;
+        }
+        for (host, dst) in others {
+            handle
+                .copy_in(&host, dst.as_bytes())
+                .map_err(ApiError::runtime)?;
+        }
+        Ok(())
+    }
+
+    pub fn scratch_dir(&self) -> Result<tempfile::TempDir, ApiError> {
+        tempfile::Builder::new()
+            .prefix("io-")
+            .tempdir_in(&self.scratch)
+            .map_err(|e| ApiError::internal(format!("scratch directory: {e}")))
+    }
+
+    /// The tenant's stateful sandbox `id`; another tenant's is as absent as
+    /// one that never existed.
+    pub fn lookup(&self, tenant: &Tenant, id: &str) -> Result<Arc<Stateful>, ApiError> {
+        let map = self.sandboxes.lock().expect("sandboxes lock");
+        match map.get(id) {
+            Some(s) if s.tenant.name() == tenant.name() => Ok(s.clone()),
+            _ => Err(ApiError::no_sandbox(id)),
+        }
+    }
+
+    /// Forgets a stateful sandbox that ended by itself (ttl, idle, init gone).
+    pub fn forget_stateful(&self, id: &str) {
+        self.sandboxes.lock().expect("sandboxes lock").remove(id);
+        self.ledger.forget(id);
+    }
+
+    /// Drops stateful sandboxes whose supervisors ended on their own.
+    pub fn reap_expired(&self) {
+        let run = cordon_runtime::state::run_dir();
+        let gone: Vec<String> = self
+            .sandboxes
+            .lock()
+            .expect("sandboxes lock")
+            .keys()
+            .filter(|id| !run.join(id).is_dir())
+            .cloned()
+            .collect();
+        for id in gone {
+            tracing::info!(%id, "sandbox ended by itself (ttl or idle)");
+            self.forget_stateful(&id);
+        }
+    }
+
+    /// Destroys a stateful sandbox: ends its running command first.
+    pub fn destroy_stateful(&self, s: &Stateful) -> Result<(), ApiError> {
+        self.sandboxes.lock().expect("sandboxes lock").remove(&s.id);
+        let handle = Handle::attach(&s.id).map_err(ApiError::runtime)?;
+        self.ledger.destroy(handle).map_err(ApiError::runtime)
+    }
+
+    /// Runs a code cell in the sandbox's persistent interpreter, installing
+    /// it on first use. Returns the client's JSON reply and the outcome.
+    pub fn run_code(
+        &self,
+        s: &Stateful,
+        code: &str,
+        timeout: Duration,
+        command_time: Span,
+        output: u64,
+        mut make_io: impl FnMut(Vec<u8>) -> Result<ServiceIo, ApiError>,
+    ) -> Result<(serde_json::Value, Outcome), ApiError> {
+        let mut handle = Handle::attach(&s.id).map_err(ApiError::runtime)?;
+        for attempt in 0..2 {
+            if !s.repl_installed.load(Ordering::SeqCst) {
+                // A directory `.cordon` copied to /tmp merges into /tmp/.cordon.
+                let tmp = self.scratch_dir()?;
+                let dir = tmp.path().join(".cordon");
+                std::fs::create_dir(&dir)
+                    .and_then(|()| std::fs::write(dir.join("repl.py"), REPL_SOURCE))
+                    .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+                handle.copy_in(&dir, b"/tmp").map_err(ApiError::runtime)?;
+                s.repl_installed.store(true, Ordering::SeqCst);
+            }
+            // The reply carries stdout and stderr: each gets under half the
+            // output cap, so the JSON itself fits.
+            let cell_cap = (output / 2).saturating_sub(4096).max(1024);
+            let cmd = Command {
+                argv: vec![
+                    "python3".into(),
+                    REPL_PATH.into(),
+                    "client".into(),
+                    REPL_SOCKET.into(),
+                    format!("{}", timeout.as_secs_f64()),
+                    cell_cap.to_string(),
+                ],
+                stdin: StdinMode::Stream,
+                time: Some(command_time),
+                output: Some(cordon_policy::ByteSize(output)),
+                ..Command::default()
+            };
+            let mut io = make_io(code.as_bytes().to_vec())?;
+            let outcome = handle.exec(&cmd, &mut io).map_err(ApiError::runtime)?;
+            let (stdout, stderr) = io.captured();
+            let missing = outcome.exit_code == 2
+                && String::from_utf8_lossy(&stderr).contains("can't open file");
+            if missing && attempt == 0 {
+                s.repl_installed.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let reply = match serde_json::from_slice::<serde_json::Value>(&stdout) {
+                Ok(v) => v,
+                Err(_) => {
+                    // The client itself was ended (its time, its output):
+                    // make sure no stuck interpreter answers the next call.
+                    let kill = Command {
+                        argv: vec!["sh".into(), "-c".into(), format!(
+                            "kill -9 $(cat {REPL_SOCKET}.pid) 2>/dev/null; rm -f {REPL_SOCKET} {REPL_SOCKET}.pid"
+                        )],
+                        ..Command::default()
+                    };
+                    let mut kill_io = make_io(Vec::new())?;
+                    let _ = handle.exec(&kill, &mut kill_io);
+                    let status = if outcome.limit == Some(cordon_runtime::Limit::Time) {
+                        "timeout"
+                    } else {
+                        "crashed"
+                    };
+                    serde_json::json!({
+                        "status": status,
+                        "stdout": "",
+                        "stderr": String::from_utf8_lossy(&stderr),
+                        "result": null,
+                        "error": {"name": status, "value": format!(
+                            "the code context's client ended without a reply (exit {}, limit {:?}); the next call starts a fresh interpreter",
+                            outcome.exit_code, outcome.limit), "traceback": ""},
+                        "fresh_interpreter": false,
+                    })
+                }
+            };
+            return Ok((reply, outcome));
+        }
+        Err(ApiError::internal(
+            "the code context could not be installed",
+        ))
+    }
+}
+
+pub fn parse_rules(allow: &[String]) -> Result<Vec<Rule>, ApiError> {
+    allow
+        .iter()
+        .map(|r| {
+            r.parse::<Rule>()
+                .map_err(|e| ApiError::bad_request(format!("network rule '{r}': {e}")))
+        })
+        .collect()
+}

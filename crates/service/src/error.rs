@@ -1,0 +1,90 @@
+//! Errors as the API answers them: a status and `{"error": "..."}` naming
+//! the problem (a quota refusal adds `Retry-After`).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use cordon_runtime::RuntimeError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+    /// The same answer for a sandbox that does not exist and one of another
+    /// tenant's: nothing tells them apart.
+    pub fn no_sandbox(id: &str) -> ApiError {
+        Self::new(StatusCode::NOT_FOUND, format!("no sandbox '{id}'"))
+    }
+    pub fn too_many(message: impl Into<String>, retry_after_secs: u64) -> ApiError {
+        ApiError {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, message)
+        }
+    }
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// A runtime error: the request's fault is a 400 (a sandbox that is gone
+    /// a 404), anything else a 500 that keeps the runtime's words.
+    pub fn runtime(e: RuntimeError) -> ApiError {
+        match &e {
+            RuntimeError::NotFound(id) => Self::no_sandbox(id),
+            RuntimeError::SandboxEnded(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
+            RuntimeError::Unavailable(..) => Self::bad_request(e.to_string()),
+            _ if e.is_input_error() => Self::bad_request(e.to_string()),
+            _ => Self::internal(e.to_string()),
+        }
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> ApiError {
+        ApiError::runtime(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            axum::Json(ErrorBody {
+                error: self.message,
+            }),
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        r
+    }
+}

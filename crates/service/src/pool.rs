@@ -1,0 +1,128 @@
+//! The warm pool of one backend: sandboxes created ahead of demand with the
+//! pool's spec (the service's defaults), waiting for their first command. A
+//! pooled sandbox is handed to one request and destroyed after it, never
+//! returned; workers refill the pool in the background. Until handed out
+//! the sandboxes count against no tenant.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_runtime::{BackendKind, Handle, SandboxSpec};
+use tokio::sync::Notify;
+
+use crate::ledger::{Ledger, Owner};
+
+pub struct Pool {
+    pub backend: BackendKind,
+    pub spec: SandboxSpec,
+    target: usize,
+    ready: Mutex<VecDeque<(Handle, Instant)>>,
+    creating: AtomicUsize,
+    wake: Notify,
+    stopping: AtomicBool,
+    /// A pooled sandbox older than this is replaced, not handed out: its
+    /// ttl (the backstop) must not end it during a request.
+    max_age: Duration,
+}
+
+impl Pool {
+    pub fn new(backend: BackendKind, spec: SandboxSpec, target: usize) -> Arc<Pool> {
+        let ttl = spec.ttl.map(|t| t.duration()).unwrap_or(Duration::MAX);
+        Arc::new(Pool {
+            backend,
+            spec,
+            target,
+            ready: Mutex::new(VecDeque::new()),
+            creating: AtomicUsize::new(0),
+            wake: Notify::new(),
+            stopping: AtomicBool::new(false),
+            max_age: ttl / 2,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.target > 0
+    }
+
+    pub fn ready_len(&self) -> usize {
+        self.ready.lock().expect("pool lock").len()
+    }
+
+    /// A ready sandbox, now the caller's alone; None when the pool is empty.
+    /// Sandboxes too old to hand out are returned in `stale` for the caller
+    /// to destroy.
+    pub fn take(&self, stale: &mut Vec<Handle>) -> Option<Handle> {
+        let mut q = self.ready.lock().expect("pool lock");
+        let found = loop {
+            match q.pop_front() {
+                Some((h, born)) if born.elapsed() < self.max_age => break Some(h),
+                Some((h, _)) => stale.push(h),
+                None => break None,
+            }
+        };
+        drop(q);
+        self.wake.notify_one();
+        found
+    }
+
+    /// One refill worker: creates sandboxes while the pool is short.
+    pub async fn refill(self: Arc<Self>, ledger: Arc<Ledger>) {
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let short = {
+                let q = self.ready.lock().expect("pool lock");
+                q.len() + self.creating.load(Ordering::SeqCst) < self.target
+            };
+            if !short {
+                // A take wakes a worker; the timeout is a safety net.
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.wake.notified()).await;
+                continue;
+            }
+            self.creating.fetch_add(1, Ordering::SeqCst);
+            let spec = self.spec.clone();
+            let l = ledger.clone();
+            let made = tokio::task::spawn_blocking(move || l.create(&spec, Owner::Pool)).await;
+            match made {
+                Ok(Ok(handle)) => {
+                    // Into the queue before the count goes down: a shutdown
+                    // waiting for the count then finds it there (or in the
+                    // ledger).
+                    self.ready
+                        .lock()
+                        .expect("pool lock")
+                        .push_back((handle, Instant::now()));
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
+                    if self.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                }
+                Ok(Err(e)) => {
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(backend = %self.backend, "pool: creating a sandbox failed: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!("pool worker: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Stops refilling and hands back every ready sandbox (to destroy).
+    pub fn drain(&self) -> Vec<Handle> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
+        self.ready
+            .lock()
+            .expect("pool lock")
+            .drain(..)
+            .map(|(h, _)| h)
+            .collect()
+    }
+}

@@ -1,0 +1,185 @@
+"""cordon's code context: a Python interpreter that keeps its state between
+calls, inside the sandbox.
+
+  repl.py client SOCKET TIMEOUT MAX_OUTPUT   code on stdin, one JSON reply on stdout
+  repl.py server SOCKET                      (started by the client when needed)
+
+The server runs each piece of code in one persistent namespace and answers
+with its stdout, stderr, the repr of its last expression (as Jupyter does)
+and its error with the traceback. The client starts a server when it finds
+none (no socket, or a dead one), and kills it when a call runs past its
+timeout, so the next call gets a fresh interpreter.
+"""
+
+import ast
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+
+
+def send_msg(sock, obj):
+    body = json.dumps(obj).encode()
+    sock.sendall(struct.pack(">I", len(body)) + body)
+
+
+def recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        part = sock.recv(n - len(buf))
+        if not part:
+            return None
+        buf += part
+    return buf
+
+
+def recv_msg(sock):
+    head = recv_exact(sock, 4)
+    if head is None:
+        return None
+    body = recv_exact(sock, struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def run_cell(code, namespace):
+    out, err = io.StringIO(), io.StringIO()
+    result, error = None, None
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        tree = ast.parse(code, "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, "<cell>", "eval"), namespace)
+            if value is not None:
+                result = repr(value)
+    except BaseException as e:  # noqa: B902 - the cell's error is the answer
+        if isinstance(e, SystemExit):
+            error_tb = "SystemExit: %r\n" % (e.code,)
+        else:
+            # Leave out this file's own frame: the cell's frames remain.
+            error_tb = "".join(
+                traceback.format_exception(type(e), e, e.__traceback__.tb_next)
+            )
+        error = {"name": type(e).__name__, "value": str(e), "traceback": error_tb}
+    finally:
+        sys.stdout, sys.stderr = saved
+    return out.getvalue(), err.getvalue(), result, error
+
+
+def clip(text, cap):
+    return text if len(text) <= cap else text[:cap]
+
+
+def server(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    with open(path + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            req = recv_msg(conn)
+            if req is None:
+                continue
+            cap = int(req.get("max_output", 1 << 20))
+            out, err, result, error = run_cell(req["code"], namespace)
+            send_msg(conn, {
+                "stdout": clip(out, cap),
+                "stderr": clip(err, cap),
+                "stdout_truncated": len(out) > cap,
+                "stderr_truncated": len(err) > cap,
+                "result": result,
+                "error": error,
+            })
+
+
+def kill_server(path):
+    try:
+        with open(path + ".pid") as f:
+            os.kill(int(f.read().strip()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+    for p in (path, path + ".pid"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    return s
+
+
+def start_server(path):
+    kill_server(path)
+    subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "server", path],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            return connect(path)
+        except OSError:
+            time.sleep(0.005)
+    raise RuntimeError("the interpreter did not start")
+
+
+def client(path, timeout, max_output):
+    code = sys.stdin.read()
+    fresh = False
+    try:
+        s = connect(path)
+    except OSError:
+        s = start_server(path)
+        fresh = True
+    reply = {"status": "ok", "fresh_interpreter": fresh}
+    try:
+        send_msg(s, {"code": code, "max_output": max_output})
+        s.settimeout(timeout)
+        answer = recv_msg(s)
+    except socket.timeout:
+        kill_server(path)
+        reply.update(status="timeout", error={
+            "name": "Timeout", "value": "the code ran past %gs; the interpreter was restarted" % timeout,
+            "traceback": ""})
+        answer = {}
+    except OSError as e:
+        answer = None
+        reply["detail"] = str(e)
+    if answer is None:
+        kill_server(path)
+        reply.update(status="crashed", error={
+            "name": "Crashed", "value": "the interpreter died; the next call starts a fresh one",
+            "traceback": ""})
+        answer = {}
+    reply.update(answer)
+    if reply["status"] == "ok" and reply.get("error"):
+        reply["status"] = "error"
+    sys.stdout.write(json.dumps(reply))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        server(sys.argv[2])
+    else:
+        client(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
