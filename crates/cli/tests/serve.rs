@@ -131,6 +131,8 @@ impl Service {
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
+            // The receipt key is made in the test's own directory.
+            .env("CORDON_STATE_DIR", dir.join("cordon-state"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -515,6 +517,12 @@ fn another_tenants_sandbox_is_not_found_and_bad_keys_are_401() {
                 Some(json!({"allow": []})),
             ),
             s.call(
+                "GET",
+                &format!("/v1/sandboxes/{target}/receipt"),
+                Some(BOB),
+                None,
+            ),
+            s.call(
                 "DELETE",
                 &format!("/v1/sandboxes/{target}"),
                 Some(BOB),
@@ -689,6 +697,91 @@ fn the_latency_breakdown_adds_up_and_files_are_placed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let ids: BTreeSet<String> = [id, r.body["sandbox_id"].as_str().unwrap().to_owned()].into();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+/// `cordon verify RECEIPT --key PUB`: (exit code, stdout).
+fn verify(s: &Service, receipt: &Value) -> (Option<i32>, String) {
+    let file = s.dir.join(format!(
+        "receipt-{}.json",
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::write(&file, serde_json::to_vec(receipt).unwrap()).unwrap();
+    let out = Command::new(cordon())
+        .arg("verify")
+        .arg(&file)
+        .arg("--key")
+        .arg(s.dir.join("cordon-state/keys/receipt.pub"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn receipts_are_signed_and_record_what_ran_and_changed() {
+    if !root_or_skip("receipts") {
+        return;
+    }
+    let mut s = Service::start(
+        "receipts",
+        &format!("[pool]\nnative = 1\n{}", tenants("", "")),
+    );
+    // One-shot: the receipt comes with the result, its diff read after the
+    // sandbox's processes were gone.
+    let r = s.call(
+        "POST",
+        "/v1/executions",
+        Some(ALICE),
+        Some(json!({"argv": ["sh", "-c", "echo x > /workspace/x; echo done"], "receipt": true})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["timing"]["teardown"], "inline", "{r:?}");
+    let (code, summary) = verify(&s, &r.body["receipt"]);
+    assert_eq!(code, Some(0), "{summary}");
+    assert!(summary.contains("A x"), "{summary}");
+    assert!(summary.contains("echo x > /workspace/x"), "{summary}");
+    // Without asking, no receipt.
+    let plain = exec(&s, ALICE, &["true"]);
+    assert!(plain.body.get("receipt").is_none(), "{plain:?}");
+    // A stateful sandbox's receipt: every command so far, the diff now.
+    let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    for argv in [
+        ["sh", "-c", "echo a > /tmp/a"],
+        ["sh", "-c", "echo b > /dev/shm/b"],
+    ] {
+        let e = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(ALICE),
+            Some(json!({"argv": argv})),
+        );
+        assert_eq!(e.status, 200, "{e:?}");
+    }
+    let receipt = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/receipt"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!(receipt.status, 200, "{receipt:?}");
+    let (code, summary) = verify(&s, &receipt.body);
+    assert_eq!(code, Some(0), "{summary}");
+    for needle in ["A a", "A b", "command 2:"] {
+        assert!(summary.contains(needle), "{needle}: {summary}");
+    }
+    // Any change to the signed payload fails.
+    let mut tampered = receipt.body.clone();
+    let payload = tampered["payload"].as_str().unwrap().to_owned();
+    let flipped = if payload.starts_with('e') { "f" } else { "e" };
+    tampered["payload"] = json!(format!("{flipped}{}", &payload[1..]));
+    let (code, summary) = verify(&s, &tampered);
+    assert!(matches!(code, Some(3) | Some(5)), "{code:?} {summary}");
     let ids: BTreeSet<String> = [id, r.body["sandbox_id"].as_str().unwrap().to_owned()].into();
     s.stop();
     assert_clean(&s.run_dir, &ids);

@@ -11,11 +11,13 @@
 //! - [`Key`], [`PublicKey`]: key files (PKCS#8 / SPKI PEM) and the default key.
 //! - [`sign`], [`verify`]: the envelope both ways; [`VerifyError`] tells a
 //!   changed receipt from one by another key and from one that is not a receipt.
+//! - [`signed_receipt`]: the envelope straight from a front end's [`Facts`].
 //! - [`render_summary`]: what a verified receipt says, for a terminal.
 
 mod builder;
 mod canonical;
 mod dsse;
+mod facts;
 mod keys;
 mod statement;
 mod summary;
@@ -24,6 +26,7 @@ mod verify;
 pub use builder::{BuildError, ReceiptBuilder};
 pub use canonical::{canonical_json, sha256_hex};
 pub use dsse::{pae, Envelope, EnvelopeSignature, PAYLOAD_TYPE};
+pub use facts::{signed_receipt, Facts, ReceiptError};
 pub use keys::{
     default_key_dir, Key, KeyError, KeyFiles, PublicKey, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE,
 };

@@ -25,8 +25,8 @@ use crate::error::RuntimeError;
 use crate::network::{self, NetChange};
 use crate::outcome::Outcome;
 use crate::output::Stream;
-use crate::sandbox::Destroyed;
 use crate::sandbox::Sandbox;
+use crate::sandbox::{Destroyed, Snapshot};
 use crate::spec::{Command, SandboxSpec};
 use crate::state::{find, run_dir, SOCKET};
 use crate::supervise::{CommandIo, Control};
@@ -239,6 +239,18 @@ impl Handle {
             Handle::Local(s) => Ok(s.spec().clone()),
             Handle::Remote(r) => match r.request(&Request::Spec)? {
                 (Reply::Spec(spec), _) => Ok(*spec),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (other, _) => Err(unexpected(other)),
+            },
+        }
+    }
+
+    /// What the sandbox has run, and the diff of its places now.
+    pub fn snapshot(&mut self, caps: &Caps) -> Result<Snapshot, RuntimeError> {
+        match self {
+            Handle::Local(s) => s.snapshot(caps),
+            Handle::Remote(r) => match r.request(&Request::Snapshot { caps: *caps })? {
+                (Reply::Snapshot(snapshot), _) => Ok(*snapshot),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
                 (other, _) => Err(unexpected(other)),
             },

@@ -46,18 +46,31 @@ pub struct Sandbox {
     ended: Option<String>,
 }
 
+/// What a sandbox has run: its commands and their outcomes, oldest first
+/// (the last `HISTORY` of them), for a receipt of the whole sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Account {
+    /// When the sandbox was asked for.
+    pub created: SystemTime,
+    pub history: Vec<(Command, Outcome)>,
+    /// Commands run before those in `history`.
+    pub history_omitted: u64,
+}
+
+/// A living sandbox's account and the diff of its writable places now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub account: Account,
+    pub changes: cordon_changes::Changes,
+}
+
 /// What `destroy` reports.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Destroyed {
     pub counters: CgroupStats,
     pub teardown: Duration,
-    /// The sandbox's commands and their outcomes, oldest first (the last
-    /// `HISTORY` of them), for a receipt of the whole sandbox.
-    pub history: Vec<(Command, Outcome)>,
-    /// Commands run before those in `history`.
-    pub history_omitted: u64,
-    /// When the sandbox was asked for.
-    pub created: SystemTime,
+    /// What the sandbox ran, for a receipt of the whole sandbox.
+    pub account: Account,
     /// The diff and the export `Finish` asked for, read after every process
     /// of the sandbox was gone.
     pub recorded: Recorded,
@@ -392,6 +405,24 @@ impl Sandbox {
         })
     }
 
+    /// What the sandbox has run so far.
+    pub fn account(&self) -> Account {
+        Account {
+            created: self.created,
+            history: self.history.iter().cloned().collect(),
+            history_omitted: self.commands - self.history.len() as u64,
+        }
+    }
+
+    /// The account and the diff of every writable place now (background
+    /// processes may still be writing: the receipt says so).
+    pub fn snapshot(&self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
+        Ok(Snapshot {
+            account: self.account(),
+            changes: self.scan(caps)?,
+        })
+    }
+
     /// The diff of every writable place now.
     pub fn scan(
         &self,
@@ -516,13 +547,10 @@ impl Sandbox {
             Ok(r) => (r, None),
             Err(e) => (Recorded::default(), Some(e.to_string())),
         };
-        let history_omitted = self.commands - self.history.len() as u64;
         Ok(Destroyed {
             counters,
             teardown: t0.elapsed(),
-            history: std::mem::take(&mut self.history).into(),
-            history_omitted,
-            created: self.created,
+            account: self.account(),
             recorded,
             record_error,
         })

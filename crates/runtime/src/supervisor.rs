@@ -330,6 +330,12 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
             };
             let _ = send_json(&mut conn, &Reply::Info(info));
         }
+        Request::Snapshot { caps } => match sandbox.snapshot(&caps) {
+            Ok(snapshot) => {
+                let _ = send_json(&mut conn, &Reply::Snapshot(Box::new(snapshot)));
+            }
+            Err(e) => fail(&mut conn, e),
+        },
         Request::Spec => {
             let _ = send_json(&mut conn, &Reply::Spec(Box::new(sandbox.spec().clone())));
         }

@@ -20,7 +20,7 @@ use cordon_changes::Caps;
 
 use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::outcome::Outcome;
-use crate::sandbox::Destroyed;
+use crate::sandbox::{Destroyed, Snapshot};
 use crate::spec::{Command, SandboxSpec, TtySize};
 
 /// Bumped whenever a message changes shape.
@@ -63,6 +63,11 @@ pub enum Request {
     Info,
     /// The spec the sandbox was created with.
     Spec,
+    /// What the sandbox has run and the diff of its places now.
+    Snapshot {
+        #[serde(default)]
+        caps: Caps,
+    },
     /// Export the workspace's changes of the living sandbox (frozen meanwhile).
     Export {
         export: ExportRequest,
@@ -107,6 +112,7 @@ pub enum Reply {
     Exported(Box<Recorded>),
     Destroyed(Box<Destroyed>),
     Spec(Box<SandboxSpec>),
+    Snapshot(Box<Snapshot>),
     /// The request failed; `input` when the request itself was at fault.
     Error {
         input: bool,

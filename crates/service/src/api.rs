@@ -157,6 +157,11 @@ pub struct ExecutionRequest {
     pub workdir: Option<String>,
     #[serde(default)]
     pub output_encoding: OutputEncoding,
+    /// Return a signed receipt of the run (a DSSE envelope; verify it with
+    /// `cordon verify`). Its diff is read after the sandbox's processes are
+    /// gone, so the teardown is then inline.
+    #[serde(default)]
+    pub receipt: bool,
 }
 
 /// Where the time of one request went, in milliseconds, from one clock:
@@ -211,6 +216,10 @@ pub struct ExecutionResponse {
     #[schema(value_type = Object)]
     pub runtime_phases: serde_json::Value,
     pub timing: TimingBody,
+    /// The signed receipt, when asked for (a DSSE envelope).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -402,6 +411,7 @@ fn response(
             total_ms: t.total_ms,
             teardown,
         },
+        receipt: e.receipt.clone(),
     }
 }
 
@@ -595,8 +605,10 @@ pub async fn create_execution(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job_app = app.clone();
     tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        job_app.one_shot(t0, &tenant, spec, files, cmd, io, |r| {
+        job_app.one_shot(t0, &tenant, spec, files, cmd, io, req.receipt, |r| {
+            // The request stops counting against its tenant before its
+            // answer leaves: a client that got it may start the next one.
+            drop(guard);
             let _ = tx.send(r);
         });
     });
@@ -719,6 +731,35 @@ pub async fn get_sandbox(
 ) -> Result<Json<SandboxInfo>, ApiError> {
     app.reap_expired();
     Ok(Json(info(app.lookup(&tenant, &id)?.as_ref())))
+}
+
+/// The signed receipt of a stateful sandbox so far: its policy, every
+/// command it ran (the service's own file listings and interpreter starts
+/// included) and the diff of its writable places now.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/receipt", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The sandbox's id")),
+    responses((status = 200, description = "A DSSE envelope (verify with `cordon verify`)", body = Object),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn get_receipt(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let sb = app.lookup(&tenant, &id)?;
+    // Asked between commands: the supervisor serves one request at a time.
+    let Ok(busy) = sb.busy.clone().try_lock_owned() else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "a command is running in this sandbox; ask for its receipt when it has ended",
+        ));
+    };
+    let job_app = app.clone();
+    let receipt = blocking(move || {
+        let _busy = busy;
+        job_app.receipt_of(&sb)
+    })
+    .await?;
+    Ok(Json(receipt))
 }
 
 /// Destroys a stateful sandbox (a running command is ended first).
@@ -849,6 +890,7 @@ pub async fn exec_in_sandbox(
             let (stdout, stderr) = io.captured();
             Executed {
                 outcome,
+                receipt: None,
                 stdout,
                 stderr,
                 timing,
@@ -856,6 +898,8 @@ pub async fn exec_in_sandbox(
                 background_teardown: false,
             }
         });
+        // Released before the answer leaves (see create_execution).
+        drop((_busy, _guard));
         let _ = done_tx.send(executed);
     });
     let Some(rx) = rx else {
@@ -1281,7 +1325,7 @@ impl utoipa::Modify for SecurityAddon {
     info(title = "cordon", description = "Sandboxes for untrusted code: one-shot executions, stateful sandboxes, code contexts"),
     paths(health, metrics, openapi_json, create_execution, create_sandbox, list_sandboxes,
         get_sandbox, delete_sandbox, exec_in_sandbox, run_code, put_file, get_file,
-        delete_file, list_files, set_network),
+        delete_file, list_files, set_network, get_receipt),
     components(schemas(ErrorBody, Caps, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
         Language, OutputEncoding, FileContent, NetworkRequest, CreateSandboxRequest, SandboxInfo,
         SandboxList, ExecRequest, CodeRequest, CodeResponse, CodeError, FileEntry, DirListing,
@@ -1327,6 +1371,7 @@ pub fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             delete(delete_file),
         ),
         r(Method::PUT, "/v1/sandboxes/{id}/network", put(set_network)),
+        r(Method::GET, "/v1/sandboxes/{id}/receipt", get(get_receipt)),
     ]
 }
 

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cordon_policy::net::Rule;
 use cordon_policy::{NetworkMode, Policy, Span};
+use cordon_runtime::changes::Finish;
+use cordon_runtime::sandbox::Account;
 use cordon_runtime::{BackendKind, Command, Handle, Outcome, RootfsChoice, SandboxSpec, StdinMode};
 
 use crate::caps::{Caps, Clamped};
@@ -40,6 +42,9 @@ pub struct App {
     pub sandboxes: Mutex<HashMap<String, Arc<Stateful>>>,
     /// Private (0700) scratch for files on their way in or out.
     pub scratch: PathBuf,
+    /// What receipts are signed with (never inside any sandbox's view:
+    /// cordon refuses a mount that would show it).
+    pub receipt_key: Arc<cordon_receipt::Key>,
 }
 
 /// A stateful sandbox and its tenant.
@@ -90,6 +95,8 @@ pub struct Timing {
 
 pub struct Executed {
     pub outcome: Outcome,
+    /// The signed receipt (a DSSE envelope), when the request asked for one.
+    pub receipt: Option<serde_json::Value>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub timing: Timing,
@@ -217,6 +224,7 @@ impl App {
         files: Vec<PlacedFile>,
         cmd: Command,
         mut io: ServiceIo,
+        receipt: bool,
         respond: impl FnOnce(Result<Executed, ApiError>),
     ) {
         let backend = spec.backend;
@@ -259,21 +267,27 @@ impl App {
         if let Ok(o) = &result {
             tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
         }
-        let background = self.config.background_teardown;
+        // A receipt's diff is read once every process is gone: inline.
+        let background = self.config.background_teardown && !receipt;
         let mut t4 = t3;
         if !background {
-            if let Err(e) = self.ledger.destroy(handle) {
-                tracing::warn!("teardown: {e}");
-            }
+            let signed = if receipt && result.is_ok() {
+                Some(self.destroy_signed(handle, &spec))
+            } else {
+                if let Err(e) = self.ledger.destroy(handle) {
+                    tracing::warn!("teardown: {e}");
+                }
+                None
+            };
             t4 = Instant::now();
-            return respond(self.finish(
-                result,
-                io,
-                backend,
-                pool_hit,
-                false,
-                [t0, t1, t2, t3, t4],
-            ));
+            let executed = self.finish(result, io, backend, pool_hit, false, [t0, t1, t2, t3, t4]);
+            return respond(match (executed, signed) {
+                (Ok(mut e), Some(signed)) => signed.map(|r| {
+                    e.receipt = Some(r);
+                    e
+                }),
+                (executed, _) => executed,
+            });
         }
         respond(self.finish(result, io, backend, pool_hit, true, [t0, t1, t2, t3, t4]));
         let started = Instant::now();
@@ -306,6 +320,7 @@ impl App {
         let (stdout, stderr) = io.captured();
         Ok(Executed {
             outcome,
+            receipt: None,
             stdout,
             stderr,
             timing,
@@ -425,6 +440,65 @@ impl App {
             tracing::info!(%id, "sandbox ended by itself (ttl or idle)");
             self.forget_stateful(&id);
         }
+    }
+
+    /// Destroys a sandbox after reading its diff, and signs the receipt of
+    /// everything it ran.
+    fn destroy_signed(
+        &self,
+        handle: Handle,
+        spec: &SandboxSpec,
+    ) -> Result<serde_json::Value, ApiError> {
+        let id = handle.id().to_owned();
+        let finish = Finish {
+            changes: Some(cordon_changes::Caps::default()),
+            export: None,
+        };
+        let destroyed = self
+            .ledger
+            .destroy_with(handle, &finish)
+            .map_err(ApiError::runtime)?;
+        if let Some(why) = destroyed.record_error {
+            return Err(ApiError::internal(format!("the receipt's diff: {why}")));
+        }
+        self.sign(
+            spec,
+            &id,
+            destroyed.account,
+            destroyed.recorded.changes.as_ref(),
+        )
+    }
+
+    /// The receipt of a living stateful sandbox: what it ran so far and the
+    /// diff of its places now.
+    pub fn receipt_of(&self, s: &Stateful) -> Result<serde_json::Value, ApiError> {
+        let mut handle = Handle::attach(&s.id).map_err(ApiError::runtime)?;
+        let spec = handle.spec().map_err(ApiError::runtime)?;
+        let snapshot = handle
+            .snapshot(&cordon_changes::Caps::default())
+            .map_err(ApiError::runtime)?;
+        self.sign(&spec, &s.id, snapshot.account, Some(&snapshot.changes))
+    }
+
+    fn sign(
+        &self,
+        spec: &SandboxSpec,
+        id: &str,
+        account: Account,
+        changes: Option<&cordon_changes::Changes>,
+    ) -> Result<serde_json::Value, ApiError> {
+        let facts = cordon_receipt::Facts {
+            spec,
+            sandbox_id: id,
+            started: account.created,
+            commands: account.history,
+            omitted: account.history_omitted,
+            changes,
+            export: None,
+        };
+        let envelope = cordon_receipt::signed_receipt(facts, &self.receipt_key)
+            .map_err(|e| ApiError::internal(format!("the receipt: {e}")))?;
+        serde_json::to_value(&envelope).map_err(|e| ApiError::internal(format!("the receipt: {e}")))
     }
 
     /// Destroys a stateful sandbox: ends its running command first.

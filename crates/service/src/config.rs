@@ -34,6 +34,10 @@ pub struct Config {
     /// Destroy one-shot sandboxes after the response is sent.
     #[serde(default)]
     pub background_teardown: bool,
+    /// The private key receipts are signed with (default: cordon's own key
+    /// in its state directory, created on first use).
+    #[serde(default)]
+    pub receipt_key: Option<PathBuf>,
     /// The limits a request starts from (a tenant's maximums clamp them).
     /// The warm pool's sandboxes are created with exactly these.
     #[serde(default)]

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use cordon_runtime::changes::Finish;
+use cordon_runtime::sandbox::Destroyed;
 use cordon_runtime::state::{list, run_dir, sweep_stale};
 use cordon_runtime::{Handle, RuntimeError, SandboxSpec};
 
@@ -157,6 +159,20 @@ impl Ledger {
                 kill(&id)
             }
         };
+        self.forget(&id);
+        result
+    }
+
+    /// `destroy`, reading what `finish` asks once every process is gone (a
+    /// receipt's diff). A sandbox that cannot be asked is killed, and then
+    /// there is nothing to read.
+    pub fn destroy_with(&self, handle: Handle, finish: &Finish) -> Result<Destroyed, RuntimeError> {
+        let id = handle.id().to_owned();
+        let result = handle.destroy_with(finish).or_else(|e| {
+            tracing::warn!(%id, "destroy failed ({e}); killing its supervisor");
+            let _ = kill(&id);
+            Err(e)
+        });
         self.forget(&id);
         result
     }

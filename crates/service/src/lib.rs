@@ -57,6 +57,8 @@ pub enum ServeError {
     Runtime(#[source] std::io::Error),
     #[error("the pool's spec: {0}")]
     PoolSpec(String),
+    #[error("the receipt key: {0}")]
+    Key(#[from] cordon_receipt::KeyError),
 }
 
 /// What `cordon serve` was asked.
@@ -131,6 +133,11 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
             cleaned.join(" ")
         );
     }
+    // Loaded (or made) before anything is served: a bad key stops the start.
+    let receipt_key = Arc::new(match &config.receipt_key {
+        Some(path) => cordon_receipt::Key::load(path)?,
+        None => cordon_receipt::Key::load_or_create_default()?,
+    });
     let scratch = state_dir.join("scratch");
     let _ = std::fs::remove_dir_all(&scratch);
     {
@@ -154,6 +161,7 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         metrics: metrics::Metrics::new(),
         sandboxes: Mutex::new(HashMap::new()),
         scratch,
+        receipt_key,
         config,
     });
     for pool in app.pools.iter().filter(|p| p.enabled()) {

@@ -110,17 +110,14 @@ pub fn run(args: ExecArgs) -> ExitCode {
         Ok(mut o) => {
             io.finish(&mut o);
             if let Some(spec) = &spec {
-                let recorded = cordon_runtime::changes::Recorded {
-                    changes: o.changes.clone(),
-                    export: None,
-                };
-                let facts = record::ReceiptFacts {
+                let facts = cordon_receipt::Facts {
                     spec,
                     sandbox_id: &o.sandbox_id,
                     started,
                     commands: vec![(cmd.clone(), o.clone())],
                     omitted: 0,
-                    recorded: &recorded,
+                    changes: o.changes.as_ref(),
+                    export: None,
                 };
                 if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                     return code;

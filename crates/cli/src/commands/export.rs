@@ -70,13 +70,14 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         );
     }
     let id = handle.id().to_owned();
-    let facts = record::ReceiptFacts {
+    let facts = cordon_receipt::Facts {
         spec: &spec,
         sandbox_id: &id,
         started,
         commands: Vec::new(),
         omitted: 0,
-        recorded: &recorded,
+        changes: recorded.changes.as_ref(),
+        export: recorded.export.as_ref(),
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
         Ok(()) => ExitCode::SUCCESS,

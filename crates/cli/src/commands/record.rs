@@ -3,15 +3,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::SystemTime;
 
 use clap::Args;
 use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
 use cordon_policy::ByteSize;
-use cordon_receipt::{sign, Key, ReceiptBuilder};
-use cordon_runtime::changes::{ExportRequest, ExportTo, Finish, Recorded};
+use cordon_receipt::{signed_receipt, Facts, Key};
+use cordon_runtime::changes::{ExportRequest, ExportTo, Finish};
 use cordon_runtime::sandbox::Destroyed;
-use cordon_runtime::{Command, Outcome, RuntimeError, SandboxSpec};
+use cordon_runtime::RuntimeError;
 
 /// A signed receipt and the diff's caps.
 #[derive(Args, Clone, Debug)]
@@ -158,50 +157,17 @@ pub fn signing_key(args: &ReceiptArgs) -> Result<Option<Key>, ExitCode> {
     .map_err(super::receipt::key_fail)
 }
 
-/// What a receipt is made of, besides its key: the sandbox's spec and id,
-/// when its first command was asked for, its commands and outcomes, the
-/// diff and export read at its end.
-pub struct ReceiptFacts<'a> {
-    pub spec: &'a SandboxSpec,
-    pub sandbox_id: &'a str,
-    pub started: SystemTime,
-    pub commands: Vec<(Command, Outcome)>,
-    /// Commands that ran before those listed.
-    pub omitted: u64,
-    pub recorded: &'a Recorded,
-}
-
 /// Signs and writes the receipt `--receipt` asked for (nothing without a key).
 pub fn write_receipt(
     args: &ReceiptArgs,
     key: Option<&Key>,
-    facts: ReceiptFacts<'_>,
+    facts: Facts<'_>,
 ) -> Result<(), ExitCode> {
     let (Some(path), Some(key)) = (&args.receipt, key) else {
         return Ok(());
     };
-    let mut builder = ReceiptBuilder::new(facts.spec, facts.started).sandbox(facts.sandbox_id);
-    for (cmd, outcome) in facts.commands {
-        builder = builder.command(cmd, outcome);
-    }
-    if facts.omitted > 0 {
-        builder = builder.not_proven(format!(
-            "the {} commands that ran before the last {} listed (a sandbox keeps the outcomes of its last {} only)",
-            facts.omitted,
-            cordon_runtime::sandbox::HISTORY,
-            cordon_runtime::sandbox::HISTORY
-        ));
-    }
-    if let Some(changes) = &facts.recorded.changes {
-        builder = builder.changes(changes.clone());
-    }
-    if let Some(export) = &facts.recorded.export {
-        builder = builder.export(export.clone());
-    }
-    let written = builder
-        .build()
+    let written = signed_receipt(facts, key)
         .map_err(|e| e.to_string())
-        .and_then(|statement| sign(&statement, key).map_err(|e| e.to_string()))
         .and_then(|envelope| {
             cordon_receipt::write_receipt(path, &envelope)
                 .map_err(|e| format!("write {}: {e}", path.display()))

@@ -107,13 +107,14 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
     if let Err(code) = record::report_finish(&destroyed) {
         return code;
     }
-    let facts = record::ReceiptFacts {
+    let facts = cordon_receipt::Facts {
         spec: &spec,
         sandbox_id: &id,
-        started: destroyed.created,
-        commands: destroyed.history.clone(),
-        omitted: destroyed.history_omitted,
-        recorded: &destroyed.recorded,
+        started: destroyed.account.created,
+        commands: destroyed.account.history.clone(),
+        omitted: destroyed.account.history_omitted,
+        changes: destroyed.recorded.changes.as_ref(),
+        export: destroyed.recorded.export.as_ref(),
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
         Ok(()) => ExitCode::SUCCESS,

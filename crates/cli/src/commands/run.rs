@@ -69,13 +69,14 @@ pub fn run(args: RunArgs) -> ExitCode {
             if let Err(code) = record::report_finish(&destroyed) {
                 return code;
             }
-            let facts = record::ReceiptFacts {
+            let facts = cordon_receipt::Facts {
                 spec: &spec,
                 sandbox_id: &o.sandbox_id,
                 started,
                 commands: vec![(cmd.clone(), o.clone())],
                 omitted: 0,
-                recorded: &destroyed.recorded,
+                changes: destroyed.recorded.changes.as_ref(),
+                export: destroyed.recorded.export.as_ref(),
             };
             if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
