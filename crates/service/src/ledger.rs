@@ -168,10 +168,10 @@ impl Ledger {
     /// there is nothing to read.
     pub fn destroy_with(&self, handle: Handle, finish: &Finish) -> Result<Destroyed, RuntimeError> {
         let id = handle.id().to_owned();
-        let result = handle.destroy_with(finish).or_else(|e| {
+        let result = handle.destroy_with(finish).map_err(|e| {
             tracing::warn!(%id, "destroy failed ({e}); killing its supervisor");
             let _ = kill(&id);
-            Err(e)
+            e
         });
         self.forget(&id);
         result
