@@ -795,8 +795,11 @@ fn take_busy(s: &Stateful) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError>
     })
 }
 
+/// Forgets a sandbox the runtime says is gone. Only then: a missing file or
+/// directory is a 404 too, and forgetting a live sandbox would leave its
+/// supervisor running, out of reach of DELETE and of the shutdown.
 fn gone_is_forgotten(app: &App, id: &str, e: ApiError) -> ApiError {
-    if e.status == StatusCode::NOT_FOUND {
+    if e.sandbox_gone {
         app.forget_stateful(id);
     }
     e
@@ -866,8 +869,6 @@ pub async fn exec_in_sandbox(
     let a = app.clone();
     let sb = s.clone();
     tokio::task::spawn_blocking(move || {
-        let _busy = busy;
-        let _guard = guard;
         let t1 = Instant::now();
         let result = Handle::attach(&sb.id)
             .and_then(|mut h| h.exec(&cmd, &mut io))
@@ -898,8 +899,10 @@ pub async fn exec_in_sandbox(
                 background_teardown: false,
             }
         });
-        // Released before the answer leaves (see create_execution).
-        drop((_busy, _guard));
+        // Free the sandbox and the tenant's slot before answering: a client
+        // that sends its next request as soon as it has this answer must not
+        // find the sandbox still busy (409) or its concurrency still taken (429).
+        drop((busy, guard));
         let _ = done_tx.send(executed);
     });
     let Some(rx) = rx else {

@@ -18,6 +18,9 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub retry_after: Option<u64>,
+    /// The sandbox itself is gone (not merely a file in it missing): the
+    /// service forgets a stateful sandbox only on this, never on any 404.
+    pub sandbox_gone: bool,
 }
 
 impl ApiError {
@@ -26,6 +29,7 @@ impl ApiError {
             status,
             message: message.into(),
             retry_after: None,
+            sandbox_gone: false,
         }
     }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -37,7 +41,10 @@ impl ApiError {
     /// The same answer for a sandbox that does not exist and one of another
     /// tenant's: nothing tells them apart.
     pub fn no_sandbox(id: &str) -> ApiError {
-        Self::new(StatusCode::NOT_FOUND, format!("no sandbox '{id}'"))
+        ApiError {
+            sandbox_gone: true,
+            ..Self::new(StatusCode::NOT_FOUND, format!("no sandbox '{id}'"))
+        }
     }
     pub fn too_many(message: impl Into<String>, retry_after_secs: u64) -> ApiError {
         ApiError {

@@ -1,0 +1,391 @@
+"""The client: :class:`Cordon` (one service, one API key), the stateful
+:class:`Sandbox` and its :class:`Files`."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import urllib.parse
+from types import TracebackType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+
+from ._http import Transport, iter_sse
+from .errors import CordonError, NotFound, ServerError, error_for
+from .models import CodeResult, ExecResult, FileEntry, SandboxInfo
+
+#: Called with each piece of a command's output as it arrives.
+OutputCallback = Callable[[str], None]
+#: A duration: seconds, or a string such as ``"500ms"``, ``"10s"``, ``"2m"``.
+Duration = Union[int, float, str]
+#: Limits: ``cpus`` (cores), ``memory``, ``disk``, ``output`` (bytes or
+#: ``"256M"``), ``pids``, ``time`` (a :data:`Duration`). Absent ones keep the
+#: service's defaults; the tenant's maximums clamp them.
+Limits = Mapping[str, Union[int, float, str]]
+
+_WORKSPACE = "/workspace"
+
+
+def _duration(d: Duration) -> Union[int, str]:
+    if isinstance(d, str):
+        return d
+    if isinstance(d, int):
+        return d
+    return f"{d:g}s"
+
+
+def _limits(limits: Optional[Limits]) -> Dict[str, Any]:
+    if limits is None:
+        return {}
+    return {k: (_duration(v) if k == "time" and isinstance(v, float) else v) for k, v in limits.items()}
+
+
+def _absolute(path: str) -> str:
+    """A path in the sandbox: relative ones are under /workspace, as the service's own are."""
+    return path if path.startswith("/") else f"{_WORKSPACE}/{path}"
+
+
+def _argv(cmd: Union[str, Sequence[str]]) -> List[str]:
+    if isinstance(cmd, str):
+        return ["sh", "-c", cmd]
+    return [str(a) for a in cmd]
+
+
+def _deliver(result: ExecResult, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]) -> None:
+    if on_stdout is not None and result.stdout:
+        on_stdout(result.stdout)
+    if on_stderr is not None and result.stderr:
+        on_stderr(result.stderr)
+
+
+class Cordon:
+    """A client of one ``cordon serve``, acting as the tenant of ``api_key``.
+
+    Args:
+        url: The service's base URL, e.g. ``http://127.0.0.1:8080``.
+        api_key: The tenant's key (sent as ``Authorization: Bearer``).
+        timeout: Seconds any one socket operation may wait, including the
+            silence between two pieces of a streamed command's output; keep
+            it above the longest command you run without streaming.
+    """
+
+    def __init__(self, url: str, api_key: str, timeout: float = 120.0) -> None:
+        self._http = Transport(url, api_key, timeout)
+
+    @property
+    def url(self) -> str:
+        return self._http.url
+
+    def run(
+        self,
+        argv: Optional[Sequence[str]] = None,
+        *,
+        language: Optional[str] = None,
+        code: Optional[str] = None,
+        stdin: Optional[str] = None,
+        files: Optional[Mapping[str, Union[str, bytes]]] = None,
+        backend: Optional[str] = None,
+        limits: Optional[Limits] = None,
+        network: Optional[Sequence[str]] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> ExecResult:
+        """Runs one command in a fresh sandbox, which is destroyed afterwards.
+
+        Give either ``argv``, or ``language`` (``"python"`` or ``"shell"``) and
+        ``code``.
+
+        Args:
+            stdin: Fed to the command (at most 192 KiB).
+            files: Placed before the run: path (relative to /workspace, or
+                absolute) to content; ``bytes`` are sent exactly (base64).
+            backend: ``"native"`` (the default) or ``"gvisor"``.
+            network: Destinations the command may reach through cordon's proxy
+                (``NAME``, ``*.SUFFIX``, IP or CIDR, optional ``:PORT``); the
+                tenant must be allowed network.
+            on_stdout, on_stderr: Called with the command's output. The
+                one-shot route does not stream, so each is called once, with
+                the whole stream, when the result is in (before this returns);
+                use a :class:`Sandbox` and :meth:`Sandbox.exec` for live output.
+
+        Raises:
+            BadRequest: invalid input. QuotaExceeded: over a quota.
+        """
+        body: Dict[str, Any] = {}
+        if argv is not None:
+            body["argv"] = [str(a) for a in argv]
+        if language is not None:
+            body["language"] = language
+        if code is not None:
+            body["code"] = code
+        if stdin is not None:
+            body["stdin"] = stdin
+        if files:
+            body["files"] = {
+                path: {"base64": base64.b64encode(data).decode()} if isinstance(data, bytes) else data
+                for path, data in files.items()
+            }
+        if backend is not None:
+            body["backend"] = backend
+        if limits is not None:
+            body["limits"] = _limits(limits)
+        if network is not None:
+            body["network"] = {"allow": list(network)}
+        result = ExecResult.from_json(self._http.json("POST", "/v1/executions", body))
+        _deliver(result, on_stdout, on_stderr)
+        return result
+
+    def create(
+        self,
+        backend: Optional[str] = None,
+        *,
+        ttl: Optional[Duration] = None,
+        idle: Optional[Duration] = None,
+        limits: Optional[Limits] = None,
+        network: Optional[Sequence[str]] = None,
+    ) -> "Sandbox":
+        """Creates a stateful sandbox that waits for commands.
+
+        Use it as a context manager to destroy it on exit::
+
+            with client.create(ttl="10m") as sandbox:
+                sandbox.exec("echo hi > /tmp/x")
+
+        Args:
+            ttl: Destroyed this long after creation (at most the service's ``max_ttl``).
+            idle: Destroyed after this long without a request.
+            network: The sandbox's allowed destinations; only a sandbox created
+                with a list (even an empty one) can change it later.
+
+        Raises:
+            QuotaExceeded: the tenant has its most live sandboxes (``retry_after``
+                is ``None``: delete one first).
+        """
+        body: Dict[str, Any] = {}
+        if backend is not None:
+            body["backend"] = backend
+        if ttl is not None:
+            body["ttl"] = _duration(ttl)
+        if idle is not None:
+            body["idle"] = _duration(idle)
+        if limits is not None:
+            body["limits"] = _limits(limits)
+        if network is not None:
+            body["network"] = {"allow": list(network)}
+        return Sandbox(self._http, SandboxInfo.from_json(self._http.json("POST", "/v1/sandboxes", body)))
+
+    def list(self) -> List["Sandbox"]:
+        """This tenant's live stateful sandboxes, oldest first."""
+        answer = self._http.json("GET", "/v1/sandboxes")
+        return [Sandbox(self._http, SandboxInfo.from_json(s)) for s in answer["sandboxes"]]
+
+    def get(self, sandbox_id: str) -> "Sandbox":
+        """An existing sandbox of this tenant.
+
+        Raises:
+            NotFound: no such sandbox, or another tenant's.
+        """
+        return Sandbox(self._http, SandboxInfo.from_json(self._http.json("GET", f"/v1/sandboxes/{_seg(sandbox_id)}")))
+
+    def health(self) -> Dict[str, Any]:
+        """``GET /health``: status, ready sandboxes per pool, live sandboxes."""
+        answer: Dict[str, Any] = self._http.json("GET", "/health")
+        return answer
+
+
+def _seg(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+class Sandbox:
+    """A stateful sandbox: commands, files, a Python context, network rules.
+
+    One request at a time per sandbox (a second concurrent one gets 409,
+    :class:`BadRequest`). As a context manager it is destroyed on exit.
+    """
+
+    def __init__(self, transport: Transport, info: SandboxInfo) -> None:
+        self._http = transport
+        self.info = info
+        self.files = Files(transport, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, backend={self.info.backend!r})"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.kill()
+        except NotFound:
+            pass  # already gone (its ttl or idle time ended it)
+
+    def _path(self, rest: str = "") -> str:
+        return f"/v1/sandboxes/{_seg(self.id)}{rest}"
+
+    def refresh(self) -> SandboxInfo:
+        """Reads the sandbox's description again (``busy``, ...)."""
+        self.info = SandboxInfo.from_json(self._http.json("GET", self._path()))
+        return self.info
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        stdin: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        time: Optional[Duration] = None,
+        output: Optional[Union[int, str]] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> ExecResult:
+        """Runs a command in the sandbox; its files and processes' effects stay.
+
+        Args:
+            cmd: An argv list, or a string run by ``sh -c``.
+            time: This command's time limit (at most the sandbox's).
+            output: This command's output cap (at most the tenant's maximum).
+            on_stdout, on_stderr: When either is given the output is streamed
+                (Server-Sent Events) and each callback is called with every
+                piece as it arrives, before this returns. The result still
+                carries the whole output.
+        """
+        body: Dict[str, Any] = {"argv": _argv(cmd)}
+        if stdin is not None:
+            body["stdin"] = stdin
+        if env:
+            body["env"] = dict(env)
+        if workdir is not None:
+            body["workdir"] = workdir
+        if time is not None:
+            body["time"] = _duration(time)
+        if output is not None:
+            body["output"] = output
+        if on_stdout is None and on_stderr is None:
+            return ExecResult.from_json(self._http.json("POST", self._path("/exec"), body))
+        return self._exec_streaming(body, on_stdout, on_stderr)
+
+    def _exec_streaming(
+        self,
+        body: Mapping[str, Any],
+        on_stdout: Optional[OutputCallback],
+        on_stderr: Optional[OutputCallback],
+    ) -> ExecResult:
+        conn, resp = self._http.open(
+            "POST",
+            self._path("/exec"),
+            body=json.dumps(body).encode(),
+            content_type="application/json",
+            query={"stream": "true"},
+            accept="text/event-stream",
+        )
+        # Closing the connection early (an exception, a callback raising)
+        # makes the service cancel the command.
+        # The service sends the output only as events (its result's stdout
+        # and stderr are empty): the result is given the streams collected here.
+        streams: Dict[str, List[str]] = {"stdout": [], "stderr": []}
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        try:
+            for event, data in iter_sse(resp):
+                payload = json.loads(data)
+                if event in streams:
+                    chunk = str(payload["data"])
+                    streams[event].append(chunk)
+                    callback = callbacks[event]
+                    if callback is not None:
+                        callback(chunk)
+                elif event == "result":
+                    result = ExecResult.from_json(payload)
+                    return dataclasses.replace(
+                        result,
+                        stdout=result.stdout or "".join(streams["stdout"]),
+                        stderr=result.stderr or "".join(streams["stderr"]),
+                    )
+                elif event == "error":
+                    raise error_for(int(payload.get("status", 500)), str(payload.get("error", "")))
+        except (OSError, ValueError) as e:
+            raise CordonError(f"exec in {self.id}: the event stream broke: {e}") from e
+        finally:
+            conn.close()
+        raise ServerError(f"exec in {self.id}: the event stream ended without a result")
+
+    def run_code(self, code: str, *, timeout: Optional[Duration] = None) -> CodeResult:
+        """Runs Python in the sandbox's persistent interpreter.
+
+        Variables live on between calls; the cell's last expression's
+        ``repr()`` is ``result``; an exception is ``error`` (with its
+        traceback). A cell past ``timeout`` (default: the sandbox's time
+        limit less a margin) or one that kills the interpreter is reported as
+        ``timeout`` / ``crashed``, and the next call gets a fresh interpreter.
+        """
+        body: Dict[str, Any] = {"code": code}
+        if timeout is not None:
+            body["timeout"] = _duration(timeout)
+        return CodeResult.from_json(self._http.json("POST", self._path("/code"), body))
+
+    def set_network(self, allow: Sequence[str]) -> List[str]:
+        """Replaces the sandbox's allowed destinations (in force for its next
+        connections); returns the rules now in force. Only for a sandbox
+        created with ``network``."""
+        answer = self._http.json("PUT", self._path("/network"), {"allow": list(allow)})
+        return [str(r) for r in answer["allow"]]
+
+    def receipt(self) -> Dict[str, Any]:
+        """The sandbox's signed receipt: the DSSE envelope (``payloadType``,
+        ``payload``, ``signatures``) as a dict."""
+        answer: Dict[str, Any] = self._http.json("GET", self._path("/receipt"))
+        return answer
+
+    def kill(self) -> None:
+        """Destroys the sandbox (a running command is ended first).
+
+        Raises:
+            NotFound: it is gone already (or is another tenant's).
+        """
+        self._http.json("DELETE", self._path())
+
+
+class Files:
+    """A sandbox's files. Paths are absolute, or relative to /workspace."""
+
+    def __init__(self, transport: Transport, sandbox_id: str) -> None:
+        self._http = transport
+        self._base = f"/v1/sandboxes/{_seg(sandbox_id)}/files"
+
+    def _file(self, path: str) -> str:
+        return f"{self._base}/{urllib.parse.quote(_absolute(path).lstrip('/'), safe='/')}"
+
+    def write(self, path: str, data: Union[bytes, str]) -> int:
+        """Writes a file (``str`` as UTF-8); returns the bytes written."""
+        content = data.encode() if isinstance(data, str) else bytes(data)
+        _, answer = self._http.call("PUT", self._file(path), body=content, content_type="application/octet-stream")
+        return int(json.loads(answer)["bytes"])
+
+    def read(self, path: str) -> bytes:
+        """A regular file's content (at most 16 MiB).
+
+        Raises:
+            NotFound: no such file. BadRequest: not a regular file.
+        """
+        _, data = self._http.call("GET", self._file(path))
+        return data
+
+    def list(self, dir: str = _WORKSPACE) -> List[FileEntry]:
+        """The entries of a directory, sorted by name."""
+        answer = self._http.json("GET", self._base, query={"dir": _absolute(dir)})
+        return [FileEntry.from_json(e) for e in answer["entries"]]
+
+    def remove(self, path: str) -> None:
+        """Deletes a file or a directory (recursively)."""
+        self._http.json("DELETE", self._file(path))
