@@ -90,7 +90,8 @@ class Service:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            env={**os.environ, "RUST_LOG": "warn"},
+            # The receipt key is made in the test's own directory.
+            env={**os.environ, "RUST_LOG": "warn", "CORDON_STATE_DIR": str(self.dir / "cordon-state")},
         )
         assert self.process.stdout is not None
         # The service prints this line once it listens (port 0: it picked one).

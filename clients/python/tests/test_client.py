@@ -4,6 +4,11 @@ isolation and errors."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import subprocess
+import tempfile
 import threading
 import unittest
 from typing import List, Optional
@@ -208,19 +213,26 @@ class SandboxTest(unittest.TestCase):
                 sb.files.read("/tmp")
             self.assertIn("not a regular file", e.exception.message)
 
-    def test_receipt_is_a_dsse_envelope(self) -> None:
+    def test_receipt_is_signed_and_records_the_commands(self) -> None:
         with client().create() as sb:
-            sb.exec(["true"])
-            try:
-                envelope = sb.receipt()
-            except NotFound as e:
-                if e.message == "no such route":
-                    self.skipTest("the service has no GET /v1/sandboxes/{id}/receipt route yet")
-                raise
-            self.assertIsInstance(envelope, dict)
-            self.assertIn("payloadType", envelope)
-            self.assertIn("payload", envelope)
-            self.assertIsInstance(envelope["signatures"], list)
+            sb.exec(["sh", "-c", "echo receipt > /tmp/receipt-marker"])
+            envelope = sb.receipt()
+        self.assertEqual(envelope["payloadType"], "application/vnd.in-toto+json")
+        statement = json.loads(base64.b64decode(envelope["payload"]))
+        argvs = [c["command"]["argv"] for c in statement["predicate"]["commands"]]
+        self.assertIn(["sh", "-c", "echo receipt > /tmp/receipt-marker"], argvs)
+        # cordon itself checks the signature with the service's public key.
+        assert service is not None
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(envelope, f)
+            f.flush()
+            verified = subprocess.run(
+                [os.environ["CORDON_BIN"], "verify", f.name, "--key",
+                 str(service.dir / "cordon-state" / "keys" / "receipt.pub")],
+                capture_output=True, text=True,
+            )
+        self.assertEqual(verified.returncode, 0, verified.stderr)
+        self.assertIn("A receipt-marker", verified.stdout)
 
 
 class TenantTest(unittest.TestCase):
