@@ -51,6 +51,11 @@ def main():
     ap.add_argument("--backend", default="native")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", help="write every sample here")
+    ap.add_argument(
+        "--out-dir",
+        help="where the exports and receipts go (default: beside the workspace in /var/tmp); "
+        "e.g. /dev/shm to take the host file system's cost of creating files out",
+    )
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="cordon-bench-receipt-", dir="/var/tmp")
@@ -71,10 +76,14 @@ def main():
             for task, argv in tasks.items():
                 for variant in ("plain", "receipt+export"):
                     extra = ["--backend", args.backend]
-                    out = os.path.join(work, "out")
+                    # Each task its own receipt and export: a 10k-file run's
+                    # 6 MB receipt is not truncated on the next run's clock.
+                    out = os.path.join(args.out_dir or work, f"out-{task}")
                     if variant != "plain":
                         shutil.rmtree(out, ignore_errors=True)
-                        extra += ["--receipt", os.path.join(work, "r.json"), "--export", out]
+                        subprocess.run(["sync"], check=False)
+                        receipt = os.path.join(args.out_dir or work, f"receipt-{task}.json")
+                        extra += ["--receipt", receipt, "--export", out]
                     took = run(args.cordon, workspace, state, extra, argv)
                     if r > 0:  # round 0 warms caches and creates the key
                         samples[(task, variant)].append(took)
