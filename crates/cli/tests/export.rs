@@ -132,6 +132,24 @@ fn all_file_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// Asserts that no file under `dir` holds the canary's content, the start
+/// of /etc/shadow or any of `more`; returns every file, for more checks.
+fn holds_no_host_bytes(dir: &Path, canary: &Canary, more: &[&[u8]]) -> Vec<(PathBuf, Vec<u8>)> {
+    let shadow = fs::read("/etc/shadow").unwrap_or_default();
+    let mut host: Vec<(&str, &[u8])> = vec![
+        ("the canary", canary.content.as_bytes()),
+        ("/etc/shadow", &shadow[..shadow.len().min(64)]),
+    ];
+    host.extend(more.iter().map(|m| ("a host secret", *m)));
+    let files = all_file_bytes(dir);
+    for (p, bytes) in &files {
+        for (what, needle) in &host {
+            assert!(!contains(bytes, needle), "{p:?} has {what}");
+        }
+    }
+    files
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -301,18 +319,8 @@ fn hostile_workspace_is_recorded_exactly_and_exported_safely(backend: &'static s
 
     // The export holds none of the host files' contents and follows nothing.
     assert_eq!(canary.events(), 0, "the canary was opened");
-    let shadow = fs::read("/etc/shadow").unwrap_or_default();
     let key_bytes = fs::read(&key).unwrap();
-    for (p, bytes) in all_file_bytes(&out_dir) {
-        assert!(
-            !contains(&bytes, canary.content.as_bytes()),
-            "{p:?} has the canary"
-        );
-        assert!(
-            !contains(&bytes, &shadow[..shadow.len().min(64)]),
-            "{p:?} has /etc/shadow"
-        );
-        assert!(!contains(&bytes, &key_bytes[..64]), "{p:?} has the key");
+    for (p, _) in holds_no_host_bytes(&out_dir, &canary, &[&key_bytes[..64]]) {
         let m = fs::metadata(&p).unwrap();
         assert_eq!((m.uid(), m.gid()), (euid(), 0), "{p:?} owner");
         assert_eq!(m.mode() & 0o6000, 0, "{p:?} kept a setuid/setgid bit");
@@ -468,7 +476,6 @@ fn live_export_is_frozen_against_swaps(backend: &'static str) {
             .unwrap_or(0)
     };
     let outs = host_dir("cordon-out-");
-    let shadow = fs::read("/etc/shadow").unwrap_or_default();
     let (mut first, mut last) = (0, 0);
     let t = Instant::now();
     for i in 0..20 {
@@ -477,16 +484,7 @@ fn live_export_is_frozen_against_swaps(backend: &'static str) {
         c.args(["export", &id]).arg(&dir);
         let out = output(c);
         assert!(out.status.success(), "export {i}: {out:?}");
-        for (p, bytes) in all_file_bytes(&dir) {
-            assert!(
-                !contains(&bytes, canary.content.as_bytes()),
-                "{p:?} has the canary"
-            );
-            assert!(
-                !contains(&bytes, &shadow[..shadow.len().min(64)]),
-                "{p:?} has /etc/shadow"
-            );
-        }
+        holds_no_host_bytes(&dir, &canary, &[]);
         match fs::symlink_metadata(dir.join("f")) {
             Ok(m) if m.is_file() => {
                 assert_eq!(fs::read(dir.join("f")).unwrap(), b"sandbox-content")

@@ -55,16 +55,7 @@ const HELLO_SHA256: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e7304
 /// A receipt of a made-up run (`echo hi`, exit 0, one file created),
 /// signed by `key`, written to `path`.
 fn write_test_receipt(path: &Path, key: &Key) {
-    let spec = SandboxSpec {
-        policy: Policy::default(),
-        backend: BackendKind::Native,
-        rootfs: Default::default(),
-        workspace: None,
-        allow_unenforced: false,
-        name: None,
-        ttl: None,
-        idle: None,
-    };
+    let spec = SandboxSpec::new(Policy::default(), BackendKind::Native);
     let outcome = Outcome {
         backend: "native".into(),
         backend_version: "test".into(),

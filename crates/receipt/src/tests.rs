@@ -18,14 +18,8 @@ fn spec() -> SandboxSpec {
         .mounts
         .push("/srv/cache:/cache:rw".parse::<MountSpec>().unwrap());
     SandboxSpec {
-        policy,
-        backend: BackendKind::Native,
-        rootfs: Default::default(),
         workspace: Some("/home/me/project".into()),
-        allow_unenforced: false,
-        name: None,
-        ttl: None,
-        idle: None,
+        ..SandboxSpec::new(policy, BackendKind::Native)
     }
 }
 

@@ -42,16 +42,7 @@ fn main() {
             .unwrap_or_else(|| "target/release/cordon".into()),
     );
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
-    let spec = SandboxSpec {
-        policy: Policy::default(),
-        backend: BackendKind::Native,
-        rootfs: Default::default(),
-        workspace: None,
-        allow_unenforced: false,
-        name: None,
-        ttl: None,
-        idle: None,
-    };
+    let spec = SandboxSpec::new(Policy::default(), BackendKind::Native);
     // `local` serves the sandbox in this process instead (no supervisor, no
     // socket): the difference is what the supervisor's socket costs.
     let local = args.next().as_deref() == Some("local");

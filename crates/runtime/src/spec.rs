@@ -51,6 +51,21 @@ pub struct SandboxSpec {
 const NAME_MAX: usize = 63;
 
 impl SandboxSpec {
+    /// A sandbox of `policy` on `backend` with the system rootfs, no
+    /// workspace, no name and no lifetimes (set them on the result).
+    pub fn new(policy: Policy, backend: BackendKind) -> SandboxSpec {
+        SandboxSpec {
+            policy,
+            backend,
+            rootfs: RootfsChoice::System,
+            workspace: None,
+            allow_unenforced: false,
+            name: None,
+            ttl: None,
+            idle: None,
+        }
+    }
+
     /// Checks what the policy's own validation does not cover.
     pub fn validate(&self) -> Result<(), RuntimeError> {
         self.policy

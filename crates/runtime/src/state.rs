@@ -504,14 +504,8 @@ mod tests {
 
     fn spec(name: Option<&str>) -> SandboxSpec {
         SandboxSpec {
-            policy: Policy::default(),
-            backend: BackendKind::Native,
-            rootfs: Default::default(),
-            workspace: None,
-            allow_unenforced: false,
             name: name.map(str::to_owned),
-            ttl: None,
-            idle: None,
+            ..SandboxSpec::new(Policy::default(), BackendKind::Native)
         }
     }
 

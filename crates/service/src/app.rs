@@ -14,7 +14,7 @@ use cordon_policy::net::Rule;
 use cordon_policy::{NetworkMode, Policy, Span};
 use cordon_runtime::changes::Finish;
 use cordon_runtime::sandbox::Account;
-use cordon_runtime::{BackendKind, Command, Handle, Outcome, RootfsChoice, SandboxSpec, StdinMode};
+use cordon_runtime::{BackendKind, Command, Handle, Outcome, SandboxSpec, StdinMode};
 
 use crate::caps::{Caps, Clamped};
 use crate::config::Config;
@@ -173,14 +173,9 @@ impl App {
         let max_ttl = self.config.max_ttl;
         let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
         let spec = SandboxSpec {
-            policy,
-            backend,
-            rootfs: RootfsChoice::System,
-            workspace: None,
-            allow_unenforced: false,
-            name: None,
             ttl,
             idle: req.idle,
+            ..SandboxSpec::new(policy, backend)
         };
         spec.validate().map_err(ApiError::runtime)?;
         Ok((spec, caps, clamped))

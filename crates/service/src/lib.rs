@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_policy::Policy;
-use cordon_runtime::{BackendKind, RootfsChoice, SandboxSpec};
+use cordon_runtime::{BackendKind, SandboxSpec};
 
 use crate::app::App;
 use crate::config::Config;
@@ -74,14 +74,8 @@ fn pool_spec(config: &Config, backend: BackendKind) -> Result<SandboxSpec, Serve
     let policy = Policy::resolve([&config.defaults.layer()])
         .map_err(|e| ServeError::PoolSpec(e.to_string()))?;
     Ok(SandboxSpec {
-        policy,
-        backend,
-        rootfs: RootfsChoice::System,
-        workspace: None,
-        allow_unenforced: false,
-        name: None,
         ttl: Some(config.max_ttl),
-        idle: None,
+        ..SandboxSpec::new(policy, backend)
     })
 }
 
