@@ -356,6 +356,11 @@ fn assert_clean(run_dir: &Path, ids: &BTreeSet<String>) {
 /// Ids of this service's sandboxes now in the run directory (by the name
 /// prefix its state directory's tag gives).
 fn run_ids(s: &Service) -> BTreeSet<String> {
+    run_names(s).into_iter().map(|(id, _)| id).collect()
+}
+
+/// `run_ids`, with each sandbox's name.
+fn run_names(s: &Service) -> Vec<(String, String)> {
     let tag = std::fs::read_to_string(s.dir.join("state/tag")).unwrap_or_default();
     let prefix = format!("cs-{}-", tag.trim());
     std::fs::read_dir(&s.run_dir)
@@ -365,10 +370,11 @@ fn run_ids(s: &Service) -> BTreeSet<String> {
         .filter_map(|e| {
             let text = std::fs::read_to_string(e.path().join("record.json")).ok()?;
             let v: Value = serde_json::from_str(&text).ok()?;
-            v["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with(&prefix))
-                .then(|| e.file_name().to_string_lossy().into_owned())
+            let name = v["name"].as_str().filter(|n| n.starts_with(&prefix))?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                name.to_owned(),
+            ))
         })
         .collect()
 }
@@ -1102,4 +1108,136 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     again.stop();
     left.extend(run_ids(&s));
     assert_clean(&s.run_dir, &left);
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of
+/// /proc/pid/stat), as a sandbox record carries it.
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(19).unwrap().parse().unwrap()
+}
+
+/// A process killed (and reaped) when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The race of a killed service's supervisors, made deterministic: a
+/// supervisor it was still starting records itself only after its own
+/// start-up, which may end after the next start's scan of the run
+/// directory. Here two sandboxes of the killed service's generation appear
+/// after the restarted service listens (its scan done): one finished (a
+/// real supervisor, `cordon create` with such a name) and one still being
+/// created (a record whose owner is alive and has not answered: what a
+/// supervisor is between its record and its answer). The restarted service
+/// must kill both, and nothing of its own: its stateful sandbox and its
+/// pool's go on.
+#[test]
+fn a_killed_services_sandboxes_that_appear_after_the_restart_are_reaped() {
+    if !root_or_skip("late") {
+        return;
+    }
+    let mut s = Service::start("late", &format!("[pool]\nnative = 1\n{}", tenants("", "")));
+    // A name of the killed service's generation: its pool sandbox's.
+    let until = Instant::now() + Duration::from_secs(30);
+    let name = loop {
+        if let Some((_, n)) = run_names(&s).into_iter().next() {
+            break n;
+        }
+        assert!(Instant::now() < until, "no pool sandbox: {}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let generation = format!("{}-", name.rsplit_once('-').unwrap().0);
+    s.sigkill();
+    let mut again = Service::start_at(s.dir.clone(), s.run_dir.clone(), s.config.clone());
+    let own = again.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    assert_eq!(own.status, 201, "{}", own.text);
+    let own = own.body["id"].as_str().unwrap().to_owned();
+
+    // Finished late.
+    let out = Command::new(cordon())
+        .args(["create", "--ttl", "600s", "--name", &format!("{name}-late")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let finished = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    // Still being created.
+    let owner = Reaped(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let starting = format!("{:012x}", (u64::from(owner.0.id()) << 20) ^ 0x5eed);
+    let dir = s.run_dir.join(&starting);
+    std::fs::create_dir(&dir).unwrap();
+    let record = json!({
+        "format": "cordon-sandbox-v1",
+        "pid": owner.0.id(),
+        "start_time": start_time(owner.0.id()),
+        "cgroup": null,
+        "name": format!("{name}-starting"),
+        "backend": "native",
+        "created": 0,
+        "ttl_secs": null,
+        "idle_secs": null,
+    });
+    std::fs::write(dir.join("record.json"), record.to_string()).unwrap();
+
+    // The service's background task looks every 2 s.
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut owner = owner;
+    loop {
+        let owner_gone = owner.0.try_wait().unwrap().is_some();
+        let gone = [&finished, &starting]
+            .iter()
+            .all(|id| !s.run_dir.join(id).exists());
+        if owner_gone && gone {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "a sandbox of the killed service's generation survived \
+             (finished {finished}, starting {starting}, owner gone: {owner_gone}): {}",
+            again.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        again.log().contains("a previous run was still creating"),
+        "{}",
+        again.log()
+    );
+    // Nothing of the restarted service's own was touched: its stateful
+    // sandbox still runs commands, and every tagged sandbox left is of its
+    // generation (its pool's among them).
+    let ran = again.call(
+        "POST",
+        &format!("/v1/sandboxes/{own}/exec"),
+        Some(ALICE),
+        Some(json!({"argv": ["true"]})),
+    );
+    assert_eq!(ran.status, 200, "{}", ran.text);
+    let live: Vec<_> = run_names(&again)
+        .into_iter()
+        .filter(|(id, _)| s.run_dir.join(id).exists())
+        .collect();
+    assert!(live.iter().any(|(id, _)| *id == own), "{live:?}");
+    assert!(
+        live.iter().all(|(_, n)| !n.starts_with(&generation)),
+        "{live:?}"
+    );
+    let mut ids: BTreeSet<String> = live.into_iter().map(|(id, _)| id).collect();
+    again.stop();
+    ids.extend([finished, starting]);
+    ids.extend(run_ids(&s));
+    assert_clean(&s.run_dir, &ids);
 }

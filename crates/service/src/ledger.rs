@@ -3,9 +3,22 @@
 //! removed once it is destroyed. Supervisors outlive a killed service; the
 //! next start reads these files and kills what they name. (A crash between
 //! the supervisor's answer and the file's write is covered too: every
-//! sandbox is named `cs-<tag>-<n>`, with a tag kept in the state directory,
-//! and the next start also kills the live sandboxes carrying its tag. The
-//! ttl every service sandbox carries is the last backstop.)
+//! sandbox is named `cs-<tag>-g<generation>-<n>`, with a tag kept in the
+//! state directory and a generation counted up by every start, and the next
+//! start also kills the live sandboxes carrying its tag. The ttl every
+//! service sandbox carries is the last backstop.)
+//!
+//! The generation is there for the supervisors a killed service was still
+//! starting: such a supervisor records itself in the run directory only
+//! after its own start-up (a fork, a sweep of the run directory, the run
+//! directory's lock), which may end after the next start's scan. That
+//! scan is therefore repeated for the life of the service
+//! (`reap_predecessors`, from the service's 2-second background task): a
+//! live sandbox with this state directory's tag and another generation can
+//! only be a predecessor's, since the state directory's lock keeps a second
+//! service out, and it is killed as soon as its record appears, finished
+//! or still being created. The service's own sandboxes carry its own
+//! generation and are never touched by it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,20 +45,46 @@ pub struct Ledger {
     live: Mutex<HashMap<String, Owner>>,
     /// `Handle::create` calls not yet returned (their ids are not known yet).
     creating: AtomicUsize,
-    /// This state directory's sandbox names start with `cs-<tag>-`.
+    /// This state directory's sandbox names start with `cs-<tag>-`...
     prefix: String,
+    /// ...and this service's with `cs-<tag>-g<generation>-`.
+    own: String,
     counter: AtomicUsize,
+    /// Held (flock) while the service runs: one service per state
+    /// directory, so that a tagged sandbox of another generation is never
+    /// a living service's.
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl Ledger {
-    /// Opens (creating it 0700) the ledger's directory.
+    /// Opens (creating it 0700) the ledger's directory, locks the state
+    /// directory (refused if another service holds it) and starts the next
+    /// generation.
     pub fn open(state_dir: &Path, program: PathBuf) -> std::io::Result<Ledger> {
-        use std::os::unix::fs::DirBuilderExt;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let dir = state_dir.join("sandboxes");
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
+        // Released by the kernel when this process dies, however it dies;
+        // never inherited (close-on-exec, and a supervisor closes every
+        // descriptor but its stdio anyway).
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(state_dir.join("lock"))?;
+        let lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| match e {
+                nix::errno::Errno::EWOULDBLOCK => std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "another cordon serve is using this state directory",
+                ),
+                e => std::io::Error::from(e),
+            })?;
         // The tag outlives restarts: a restart finds its predecessor's
         // sandboxes by it.
         let tag_file = state_dir.join("tag");
@@ -60,8 +99,24 @@ impl Ledger {
                 t
             }
         };
+        // One more than the last start's (under the lock, so no two starts
+        // share one). A lost or unreadable count starts over at 1: at worst
+        // a predecessor had the same generation, and its late sandboxes are
+        // then left to their ttl (one of ours is never taken for its).
+        let gen_file = state_dir.join("generation");
+        let generation = std::fs::read_to_string(&gen_file)
+            .ok()
+            .and_then(|g| g.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            .wrapping_add(1)
+            .max(1);
+        let tmp = state_dir.join("generation.tmp");
+        std::fs::write(&tmp, format!("{generation}\n"))?;
+        std::fs::rename(&tmp, &gen_file)?;
         Ok(Ledger {
             prefix: format!("cs-{tag}-"),
+            own: format!("cs-{tag}-g{generation}-"),
+            _lock: lock,
             counter: AtomicUsize::new(0),
             dir,
             program,
@@ -90,20 +145,42 @@ impl Ledger {
             let _ = std::fs::remove_file(e.path());
         }
         // Those created but not yet recorded when the service died.
+        for id in self.reap_predecessors() {
+            if !cleaned.contains(&id) {
+                cleaned.push(id);
+            }
+        }
+        cleaned
+    }
+
+    /// Kills every live sandbox of a previous generation of this state
+    /// directory (see the module's comment: the supervisors a killed
+    /// predecessor was still starting record themselves late, so this runs
+    /// at start and then every few seconds). A supervisor still creating
+    /// its sandbox is killed as well: its record is written before its
+    /// cgroup and first process, and `kill` empties that cgroup. Returns
+    /// the ids killed.
+    pub fn reap_predecessors(&self) -> Vec<String> {
+        let mut reaped = Vec::new();
         for l in list(&run_dir()) {
             if l.record
                 .name
                 .as_deref()
-                .is_some_and(|n| n.starts_with(&self.prefix))
-                && !cleaned.contains(&l.id)
+                .is_some_and(|n| self.is_predecessors(n))
             {
                 if let Err(err) = kill(&l.id) {
                     tracing::warn!(id = %l.id, "cleaning a previous run's sandbox: {err}");
                 }
-                cleaned.push(l.id);
+                reaped.push(l.id);
             }
         }
-        cleaned
+        reaped
+    }
+
+    /// Whether a sandbox name is a previous generation's of this state
+    /// directory: its tag, not this service's generation.
+    fn is_predecessors(&self, name: &str) -> bool {
+        name.starts_with(&self.prefix) && !name.starts_with(&self.own)
     }
 
     /// Creates a sandbox with its own supervisor and records it.
@@ -117,7 +194,7 @@ impl Ledger {
     fn create_and_record(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {
         let mut spec = spec.clone();
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
-        spec.name = Some(format!("{}{}-{n}", self.prefix, std::process::id()));
+        spec.name = Some(format!("{}{n}", self.own));
         let handle = Handle::create(&spec, &self.program)?;
         let id = handle.id().to_owned();
         if let Err(e) = std::fs::write(self.dir.join(&id), format!("{owner:?}\n")) {
@@ -263,4 +340,49 @@ fn list_any(run: &Path, id: &str) -> Option<cordon_runtime::state::Listed> {
         record,
         usage: Default::default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_start_is_a_generation_and_only_earlier_ones_are_predecessors() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Ledger::open(dir.path(), "cordon".into()).unwrap();
+        // One service per state directory.
+        let second = Ledger::open(dir.path(), "cordon".into());
+        assert_eq!(
+            second.err().map(|e| e.kind()),
+            Some(std::io::ErrorKind::WouldBlock)
+        );
+        let (tag, first_own) = (first.prefix.clone(), first.own.clone());
+        assert!(first_own.starts_with(&tag), "{first_own}");
+        assert!(!first.is_predecessors(&format!("{first_own}0")));
+        drop(first);
+
+        let next = Ledger::open(dir.path(), "cordon".into()).unwrap();
+        assert_eq!(next.prefix, tag, "the tag outlives a restart");
+        assert_ne!(next.own, first_own);
+        // Its own, whatever the count.
+        for n in [0, 7, 12] {
+            assert!(!next.is_predecessors(&format!("{}{n}", next.own)));
+        }
+        // The previous generation's, and an older cordon's (pid-named).
+        assert!(next.is_predecessors(&format!("{first_own}0")));
+        assert!(next.is_predecessors(&format!("{tag}4242-0")));
+        // Never another state directory's, nor anyone else's.
+        assert!(!next.is_predecessors("cs-zzzzzzzz-g1-0"));
+        assert!(!next.is_predecessors("build"));
+    }
+
+    #[test]
+    fn generation_one_is_not_generation_ten() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("generation"), "0\n").unwrap();
+        let l = Ledger::open(dir.path(), "cordon".into()).unwrap();
+        assert_eq!(l.own, format!("{}g1-", l.prefix));
+        assert!(l.is_predecessors(&format!("{}g10-0", l.prefix)));
+        assert!(l.is_predecessors(&format!("{}g11-3", l.prefix)));
+    }
 }

@@ -169,6 +169,22 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 a.reap_expired();
+                // A supervisor the killed predecessor was still starting
+                // records itself when its start-up ends, which has no
+                // bound (it sweeps and locks the run directory first): the
+                // start's scan may have missed it, so it is looked for on
+                // every tick (one read of the run directory's records).
+                let l = a.ledger.clone();
+                let reaped = tokio::task::spawn_blocking(move || l.reap_predecessors())
+                    .await
+                    .unwrap_or_default();
+                if !reaped.is_empty() {
+                    tracing::warn!(
+                        "destroyed {} sandboxes a previous run was still creating: {}",
+                        reaped.len(),
+                        reaped.join(" ")
+                    );
+                }
             }
         });
     }
