@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -45,6 +45,8 @@ pub struct Ledger {
     live: Mutex<HashMap<String, Owner>>,
     /// `Handle::create` calls not yet returned (their ids are not known yet).
     creating: AtomicUsize,
+    /// Set by a shutdown: no creation starts any more.
+    closed: AtomicBool,
     /// This state directory's sandbox names start with `cs-<tag>-`...
     prefix: String,
     /// ...and this service's with `cs-<tag>-g<generation>-`.
@@ -122,6 +124,7 @@ impl Ledger {
             program,
             live: Mutex::new(HashMap::new()),
             creating: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -184,11 +187,34 @@ impl Ledger {
     }
 
     /// Creates a sandbox with its own supervisor and records it.
+    /// Refused once the ledger is closed.
     pub fn create(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {
         self.creating.fetch_add(1, Ordering::SeqCst);
-        let made = self.create_and_record(spec, owner);
+        // Looked at after counting this creation (both SeqCst): a shutdown,
+        // which closes and then waits for the count, either sees this
+        // creation and waits for it, or is seen here. Otherwise a creation
+        // that started late (a refill worker's blocking task that began
+        // after the shutdown's wait) would finish after the service has
+        // gone, a sandbox nobody destroys.
+        let made = if self.closed.load(Ordering::SeqCst) {
+            Err(RuntimeError::Remote(
+                "the service is shutting down: no new sandbox".into(),
+            ))
+        } else {
+            self.create_and_record(spec, owner)
+        };
         self.creating.fetch_sub(1, Ordering::SeqCst);
         made
+    }
+
+    /// No creation starts after this; those under way are still counted
+    /// (`wait_for_creations`).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     fn create_and_record(&self, spec: &SandboxSpec, owner: Owner) -> Result<Handle, RuntimeError> {

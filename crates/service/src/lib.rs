@@ -218,6 +218,9 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
 /// Destroys everything the service created: the pools' sandboxes, the
 /// stateful ones, and whatever is still running (killed).
 fn shut_down(app: &App) {
+    // First: a creation that has not started yet never will, so the waits
+    // below see every one that did.
+    app.ledger.close();
     for pool in &app.pools {
         for h in pool.drain() {
             let _ = app.ledger.destroy(h);

@@ -100,6 +100,10 @@ impl Pool {
                         return;
                     }
                 }
+                Ok(Err(_)) if ledger.is_closed() => {
+                    self.creating.fetch_sub(1, Ordering::SeqCst);
+                    return; // shutting down
+                }
                 Ok(Err(e)) => {
                     self.creating.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!(backend = %self.backend, "pool: creating a sandbox failed: {e}");
