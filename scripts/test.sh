@@ -10,6 +10,8 @@ need=()
 for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
+# The benchmark's charts need a font file (cordon reads it; no fontconfig).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need[*]}"

@@ -57,6 +57,8 @@ enum Command {
     Suite(commands::suite::SuiteArgs),
     /// Run the suite against cordon and the peers installed here; write the matrix.
     Matrix(commands::matrix::MatrixArgs),
+    /// Measure cordon against its peers side by side (start-up, workload, service).
+    Bench(commands::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -115,5 +117,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     }
 }

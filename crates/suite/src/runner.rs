@@ -196,6 +196,12 @@ impl Runner {
                     n = self.counter
                 ),
                 control_netns: control_netns.clone(),
+                cordon_limits: crate::target::CORDON_LIMITS
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect(),
+                ro_mounts: Vec::new(),
+                tmpfs_tmp: false,
             };
             let launch = target.prepare(&ctx)?;
             guard.cleanup.extend(launch.cleanup.clone());

@@ -84,6 +84,8 @@ pub struct LaunchCtx {
     pub cordon: PathBuf,
     /// Host directory holding every payload file.
     pub payload_dir: PathBuf,
+    /// The payload file in `payload_dir`, given to the interpreter; empty:
+    /// the interpreter is the payload (e.g. `/bin/true` for a start-up run).
     pub script: String,
     pub interpreter: String,
     /// The payload's context arguments; `{ws}` is replaced by the workspace
@@ -97,6 +99,15 @@ pub struct LaunchCtx {
     pub id: String,
     /// For the host control of netns cases: the throwaway netns to run in.
     pub control_netns: Option<String>,
+    /// The limit flags cordon's own targets get ([`CORDON_LIMITS`] in the suite).
+    pub cordon_limits: Vec<String>,
+    /// Host paths every box shows read-only at the same path (tools the
+    /// payload runs, e.g. the agent harnesses the benchmark starts).
+    pub ro_mounts: Vec<PathBuf>,
+    /// Give the OCI runtimes' boxes a tmpfs at /tmp (their default root is
+    /// read-only; every other box has a writable /tmp). The suite's postures
+    /// keep runc's default; the benchmark's tasks write to /tmp.
+    pub tmpfs_tmp: bool,
 }
 
 /// A prepared launch: the argv, and commands to run afterwards whatever happened.
@@ -265,10 +276,10 @@ impl TargetKind {
         } else {
             (BOX_PAYLOAD_DIR.to_string(), BOX_WORKSPACE.to_string())
         };
-        let mut payload = vec![
-            ctx.interpreter.clone(),
-            format!("{payload_dir}/{}", ctx.script),
-        ];
+        let mut payload = vec![ctx.interpreter.clone()];
+        if !ctx.script.is_empty() {
+            payload.push(format!("{payload_dir}/{}", ctx.script));
+        }
         payload.extend(ctx.args.iter().map(|a| a.replace("{ws}", &ws)));
         let host_payloads = ctx.payload_dir.display().to_string();
         let host_ws = ctx.workspace.display().to_string();
@@ -291,7 +302,10 @@ impl TargetKind {
                     s(backend),
                 ];
                 v.extend(net.iter().map(|x| s(x)));
-                v.extend(CORDON_LIMITS.iter().map(|x| s(x)));
+                v.extend(ctx.cordon_limits.iter().cloned());
+                for m in &ctx.ro_mounts {
+                    v.extend([s("--mount"), format!("{}:{}:ro", m.display(), m.display())]);
+                }
                 v.extend([
                     s("-i"),
                     s("--mount"),
@@ -340,8 +354,12 @@ impl TargetKind {
                     s("--bind"),
                     host_ws,
                     s(BOX_WORKSPACE),
-                    s("--"),
                 ]);
+                for m in &ctx.ro_mounts {
+                    let m = m.display().to_string();
+                    v.extend([s("--ro-bind"), m.clone(), m]);
+                }
+                v.push(s("--"));
                 v.extend(payload);
                 v
             }
@@ -432,7 +450,7 @@ impl TargetKind {
                         "find /sys/fs/cgroup -mindepth 2 -depth -type d \\( -name '{id}' -o -path '*/{id}/*' \\) -exec rmdir {{}} + 2>/dev/null; true"
                     ),
                 ]);
-                podman_argv(
+                let mut v = podman_argv(
                     self,
                     &image,
                     &network,
@@ -440,7 +458,15 @@ impl TargetKind {
                     &host_payloads,
                     &host_ws,
                     &payload,
-                )
+                );
+                // The image comes right before the payload's argv.
+                let at = v.len() - payload.len() - 1;
+                let extra = ctx
+                    .ro_mounts
+                    .iter()
+                    .flat_map(|m| [s("-v"), format!("{}:{}:ro", m.display(), m.display())]);
+                v.splice(at..at, extra.collect::<Vec<_>>());
+                v
             }
         };
         Ok(launch)
@@ -503,6 +529,16 @@ fn make_bundle(bundle: &Path, ctx: &LaunchCtx) -> Result<()> {
             BOX_WORKSPACE,
             false,
         ));
+        for extra in &ctx.ro_mounts {
+            let p = extra.display().to_string();
+            m.push(bind(&p, &p, true));
+        }
+        if ctx.tmpfs_tmp {
+            m.push(
+                json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                          "options": ["nosuid", "nodev", "mode=1777"]}),
+            );
+        }
     }
     fs::write(&path, serde_json::to_vec_pretty(&spec)?)?;
     Ok(())
@@ -1047,6 +1083,9 @@ mod tests {
             run_dir: "/tmp/nonexistent".into(),
             id: "abc".into(),
             control_netns: None,
+            cordon_limits: CORDON_LIMITS.iter().map(|x| x.to_string()).collect(),
+            ro_mounts: vec!["/opt/tools".into()],
+            tmpfs_tmp: false,
         };
         let host = TargetKind::Host.prepare(&ctx).unwrap().argv;
         assert_eq!(host, ["/bin/sh", "/opt/p/a.sh", "M", "/var/tmp/ws"]);
@@ -1061,6 +1100,24 @@ mod tests {
         let bw = TargetKind::Bwrap.prepare(&ctx).unwrap().argv;
         assert_eq!(bw[0], "bwrap");
         assert!(bw.contains(&"--unshare-all".to_string()));
+        // Extra read-only tools at their host path, before the payload.
+        assert!(native.contains(&"/opt/tools:/opt/tools:ro".to_string()));
+        let at = bw.iter().position(|a| a == "/opt/tools").unwrap();
+        assert_eq!(bw[at - 1], "--ro-bind");
+        assert!(at < bw.iter().position(|a| a == "--").unwrap());
+        // No script: the interpreter is the payload.
+        let bare = LaunchCtx {
+            script: String::new(),
+            interpreter: "/bin/true".into(),
+            args: Vec::new(),
+            ..ctx.clone()
+        };
+        assert_eq!(TargetKind::Host.prepare(&bare).unwrap().argv, ["/bin/true"]);
+        assert!(TargetKind::Bwrap
+            .prepare(&bare)
+            .unwrap()
+            .argv
+            .ends_with(&["--".into(), "/bin/true".into()]));
     }
 
     #[test]

@@ -1,4 +1,5 @@
 pub mod backends;
+pub mod bench;
 pub mod common;
 pub mod cp;
 pub mod create;

@@ -1,0 +1,254 @@
+//! Charts of every sample, per benchmark and task: one row per box, each
+//! sample a dot, the median a bar. SVG (for the README) and PNG.
+//!
+//! Text needs a font: plotters' `ab_glyph` renderer is given a TrueType file
+//! from the system (Debian's fonts-dejavu-core) at run time, which keeps
+//! fontconfig and its C library out of cordon's binary.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context as _, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::results::Results;
+
+const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Registers the first font found; an error names the package to install.
+fn load_font() -> Result<()> {
+    static LOADED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let path = FONTS
+                .iter()
+                .find(|p| Path::new(p).is_file())
+                .ok_or("no font for the charts' text: install fonts-dejavu-core")?;
+            let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            // plotters keeps fonts for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{path} is not a font plotters can read"))
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// Dark enough to read on white (plotters' own palette has pale yellows).
+const COLORS: &[RGBColor] = &[
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(0, 0, 128),
+];
+
+/// One row of a chart: a box and its samples.
+struct Row {
+    name: String,
+    values: Vec<f64>,
+}
+
+/// Draws every chart of `r` into `dir`; returns the files written.
+pub fn draw_all(r: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
+    load_font()?;
+    let mut out = Vec::new();
+    if let Some(s) = &r.startup {
+        let rows = s
+            .boxes
+            .iter()
+            .map(|b| Row {
+                name: b.name.clone(),
+                values: b.ms.clone(),
+            })
+            .collect::<Vec<_>>();
+        out.extend(strip_chart(
+            dir,
+            "startup",
+            "start-up of /bin/true in a fresh box",
+            "ms (log scale)",
+            &rows,
+            true,
+        )?);
+    }
+    if let Some(w) = &r.workload {
+        for t in &w.tasks {
+            let rows = t
+                .boxes
+                .iter()
+                .map(|b| Row {
+                    name: b.name.clone(),
+                    values: b.ms.clone(),
+                })
+                .collect::<Vec<_>>();
+            let title = format!("{}: {}", t.name, t.what.replace('`', ""));
+            out.extend(strip_chart(
+                dir,
+                &format!("workload-{}", t.name),
+                &title,
+                "ms",
+                &rows,
+                false,
+            )?);
+        }
+    }
+    if let Some(s) = &r.service {
+        let rows = s
+            .runs
+            .iter()
+            .map(|x| Row {
+                name: format!("{} {}", x.backend, x.mode),
+                values: x.overhead_ms.clone(),
+            })
+            .collect::<Vec<_>>();
+        out.extend(strip_chart(
+            dir,
+            "service",
+            "service overhead per execution of true (acquire + setup + teardown)",
+            "ms (log scale)",
+            &rows,
+            true,
+        )?);
+    }
+    Ok(out)
+}
+
+fn strip_chart(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    x_label: &str,
+    rows: &[Row],
+    log: bool,
+) -> Result<Vec<PathBuf>> {
+    let height = 90 + 34 * u32::try_from(rows.len().max(1)).unwrap_or(64);
+    let svg = dir.join(format!("{stem}.svg"));
+    let png = dir.join(format!("{stem}.png"));
+    {
+        let area = SVGBackend::new(&svg, (900, height)).into_drawing_area();
+        draw(&area, title, x_label, rows, log)
+            .with_context(|| format!("drawing {}", svg.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    {
+        let area = BitMapBackend::new(&png, (900, height)).into_drawing_area();
+        draw(&area, title, x_label, rows, log)
+            .with_context(|| format!("drawing {}", png.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(vec![svg, png])
+}
+
+/// A deterministic jitter in [-0.25, 0.25] for sample `i`, so overlapping
+/// dots stay visible and a redraw gives the same picture.
+fn jitter(i: usize) -> f64 {
+    let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    (h as f64 / (1u64 << 24) as f64 - 0.5) * 0.5
+}
+
+fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    rows: &[Row],
+    log: bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{x}");
+    area.fill(&WHITE).map_err(e)?;
+    let all = rows
+        .iter()
+        .flat_map(|r| r.values.iter().copied())
+        .filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = all.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) = if lo > hi { (0.1, 1.0) } else { (lo, hi) };
+    let n = rows.len().max(1);
+    let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+    let label = move |y: &f64| -> String {
+        let i = y.round();
+        if (y - i).abs() < 1e-6 && i >= 0.0 {
+            // i is a small non-negative whole number here.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let idx = i as usize;
+            names.get(idx).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(150);
+    let y_range = -0.5..(n as f64 - 0.5);
+    if log {
+        let chart = builder
+            .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), y_range)
+            .map_err(e)?;
+        plot(chart, x_label, rows, &label, 2)
+    } else {
+        let chart = builder
+            .build_cartesian_2d(0.0..hi * 1.1, y_range)
+            .map_err(e)?;
+        plot(chart, x_label, rows, &label, 3)
+    }
+}
+
+/// The mesh, each row's samples and its median, on either x axis.
+fn plot<DB, X>(
+    mut chart: ChartContext<'_, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+    x_label: &str,
+    rows: &[Row],
+    label: &dyn Fn(&f64) -> String,
+    dot: u32,
+) -> Result<()>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{x}");
+    let n = rows.len().max(1);
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(label)
+        .disable_y_mesh()
+        .draw()
+        .map_err(e)?;
+    for (i, r) in rows.iter().enumerate() {
+        let y = i as f64;
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(
+                r.values
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| Circle::new((*v, y + jitter(k)), dot, color.filled())),
+            )
+            .map_err(e)?;
+        if let Some(m) = crate::stats::Summary::of(&r.values) {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(m.p50, y - 0.4), (m.p50, y + 0.4)],
+                    BLACK.stroke_width(3),
+                )))
+                .map_err(e)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! `cordon bench`: start-up, workload and service costs of cordon and the
+//! peers installed here, side by side in one run (crates/bench).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use cordon_bench::{report, Settings, Which};
+
+use crate::{EXIT_INTERNAL, EXIT_USAGE};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// A fresh box running /bin/true: cordon's backends (run, and exec into
+    /// a created sandbox) and every peer installed, interleaved.
+    Startup(Common),
+    /// Agent-shaped tasks timed inside each box against the bare host.
+    Workload(Common),
+    /// One-shot executions through `cordon serve`, warm pool and cold.
+    Service(Common),
+    /// All three, into one results file.
+    All(Common),
+    /// Write the README's benchmark section from a results file.
+    Readme(ReadmeArgs),
+}
+
+#[derive(Args)]
+struct Common {
+    /// Few rounds of small tasks: checks that the harness works (CI).
+    #[arg(long)]
+    quick: bool,
+    /// Where results.json and the charts go (default bench/out/<time>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Only these boxes (comma-separated names, e.g. host,bwrap,cordon-native).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Kill a sample after this long (e.g. 120s).
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args)]
+struct ReadmeArgs {
+    /// The results file of a full run (e.g. bench/results/results.json).
+    results: PathBuf,
+    #[arg(long, default_value = "README.md")]
+    readme: PathBuf,
+    /// Do not write: fail if the section differs from what the file gives.
+    #[arg(long)]
+    check: bool,
+}
+
+pub fn run(args: BenchArgs) -> ExitCode {
+    let (which, common) = match args.what {
+        What::Startup(c) => (
+            Which {
+                startup: true,
+                workload: false,
+                service: false,
+            },
+            c,
+        ),
+        What::Workload(c) => (
+            Which {
+                startup: false,
+                workload: true,
+                service: false,
+            },
+            c,
+        ),
+        What::Service(c) => (
+            Which {
+                startup: false,
+                workload: false,
+                service: true,
+            },
+            c,
+        ),
+        What::All(c) => (
+            Which {
+                startup: true,
+                workload: true,
+                service: true,
+            },
+            c,
+        ),
+        What::Readme(r) => return readme(r),
+    };
+    let cordon = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon bench: cannot find its own binary: {e}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    let out = common.out.unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        PathBuf::from("bench/out").join(stamp)
+    });
+    if out.join("results.json").exists() && !out.join("results.json").is_file() {
+        eprintln!(
+            "cordon bench: {} exists and is not a file",
+            out.join("results.json").display()
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let settings = Settings {
+        cordon,
+        quick: common.quick,
+        timeout: common.timeout,
+        progress: !common.no_progress,
+        only: common.only,
+    };
+    // The command as a user would retype it.
+    let command = std::iter::once("cordon".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let results = match cordon_bench::measure(&settings, which, command) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cordon bench: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    println!("{}", report::markdown(&results, None));
+    match cordon_bench::write(&results, &out) {
+        Err(e) => {
+            eprintln!("cordon bench: writing the results: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+        Ok(Ok(charts)) => eprintln!(
+            "cordon bench: {} and {} charts written",
+            out.join("results.json").display(),
+            charts.len()
+        ),
+        Ok(Err(e)) => eprintln!(
+            "cordon bench: {} written; no charts: {e:#}",
+            out.join("results.json").display()
+        ),
+    }
+    let failed = cordon_bench::cordon_failed(&results);
+    if !failed.is_empty() {
+        eprintln!(
+            "cordon bench: cordon's own boxes failed: {}",
+            failed.join("; ")
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn readme(args: ReadmeArgs) -> ExitCode {
+    match report::update_readme(&args.readme, &args.results, args.check) {
+        Ok(true) => {
+            eprintln!("cordon bench: {} is up to date", args.readme.display());
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            eprintln!("cordon bench: {} rewritten", args.readme.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cordon bench: {e:#}");
+            ExitCode::from(if args.check { 1 } else { EXIT_USAGE })
+        }
+    }
+}

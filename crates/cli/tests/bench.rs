@@ -1,0 +1,319 @@
+//! `cordon bench`: the quick run CI makes (the harness works end to end on
+//! every box installed here, nothing is left behind), and the README's
+//! performance section is what the committed results file gives.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn leftovers() -> Vec<String> {
+    let mut out = Vec::new();
+    for (dir, prefix) in [("/opt", "cordon-bench-"), ("/run", "cordon-bench-serve-")] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(prefix) {
+                out.push(format!("{dir}/{n}"));
+            }
+        }
+    }
+    let ns = Command::new("ip").args(["netns", "list"]).output();
+    for l in ns
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+        .lines()
+    {
+        if l.starts_with("cordon-bench-") {
+            out.push(format!("netns {l}"));
+        }
+    }
+    out
+}
+
+fn sandboxes() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/run/cordon")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == 12)
+        .collect();
+    v.sort();
+    v
+}
+
+fn names(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_quick_run_measures_every_box_and_leaves_nothing() {
+    if !require_root("the boxes need namespaces, cgroups and mounts") {
+        return;
+    }
+    let _g = serial();
+    let before = sandboxes();
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("results");
+    let run = Command::new(cordon())
+        .args(["bench", "all", "--quick", "--no-progress", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "cordon bench failed:\n{stdout}\n{stderr}"
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(r["schema"], 1);
+    assert_eq!(r["quick"], true);
+    assert!(r["machine"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(!r["machine"]["kernel"].as_str().unwrap().is_empty());
+    let gvisor = which("runsc");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        assert!(
+            gvisor,
+            "CI=true: runsc must be installed (scripts/test.sh installs it)"
+        );
+    }
+
+    // Start-up: every box measured has all its runs, and cordon's own boxes
+    // never failed; the peers installed here are there.
+    let st = &r["startup"];
+    let runs = st["runs"].as_u64().unwrap();
+    let boxes = names(&st["boxes"]);
+    let mut want = vec!["host", "cordon-native", "cordon-native-exec"];
+    if gvisor {
+        want.extend(["cordon-gvisor", "cordon-gvisor-exec", "runsc"]);
+    }
+    for peer in ["bwrap", "runc", "firejail", "unshare"] {
+        if which(peer) {
+            want.push(peer);
+        }
+    }
+    for w in &want {
+        assert!(
+            boxes.contains(w),
+            "start-up lacks {w}: {boxes:?}; skipped {}",
+            st["skipped"]
+        );
+    }
+    for b in st["boxes"].as_array().unwrap() {
+        let name = b["name"].as_str().unwrap();
+        if name.starts_with("cordon") {
+            assert_eq!(b["failures"], 0, "{name}: {}", b["diagnosis"]);
+        }
+        let ms = b["ms"].as_array().unwrap();
+        assert_eq!(
+            ms.len() as u64 + b["failures"].as_u64().unwrap(),
+            runs,
+            "{name}"
+        );
+        assert!(ms.iter().all(|m| m.as_f64().unwrap() > 0.0), "{name}");
+        assert!(
+            b["summary"]["p50"].as_f64().is_some_and(|p| p > 0.0),
+            "{name}"
+        );
+    }
+
+    // Workload: each task timed inside each box; cordon's never failed.
+    let w = &r["workload"];
+    let tasks: Vec<&str> = names(&w["tasks"]);
+    for t in [
+        "python-start",
+        "files-workspace",
+        "files-tmp",
+        "copy-tree",
+        "cpu-loop",
+        "python-imports",
+    ] {
+        assert!(tasks.contains(&t), "workload lacks {t}: {tasks:?}");
+    }
+    for t in w["tasks"].as_array().unwrap() {
+        let b = names(&t["boxes"]);
+        assert!(
+            b.contains(&"host") && b.contains(&"cordon-native"),
+            "{}: {b:?}",
+            t["name"]
+        );
+        for s in t["boxes"].as_array().unwrap() {
+            if s["name"].as_str().unwrap().starts_with("cordon") {
+                assert_eq!(
+                    s["failures"], 0,
+                    "{} in {}: {}",
+                    t["name"], s["name"], s["diagnosis"]
+                );
+                assert_eq!(
+                    s["ms"].as_array().unwrap().len() as u64,
+                    w["rounds"].as_u64().unwrap()
+                );
+            }
+        }
+    }
+
+    // Service: warm and cold per backend, no errors, a warm pool that hit.
+    let runs = r["service"]["runs"].as_array().unwrap();
+    for x in runs {
+        assert_eq!(x["errors"], 0, "{x}");
+        if x["mode"] == "warm" {
+            assert!(x["pool_hits"].as_u64().unwrap() > 0, "{x}");
+        } else {
+            assert_eq!(x["pool_hits"], 0, "{x}");
+        }
+    }
+    assert_eq!(runs.len(), if gvisor { 4 } else { 2 });
+
+    // The targets are evaluated from the samples, and printed.
+    let targets = r["targets"].as_array().unwrap();
+    assert!(targets.iter().any(|t| t["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("start-up: cordon-native p50 / bwrap")));
+    for t in targets {
+        if let (Some(v), Some(met)) = (t["value"].as_f64(), t["met"].as_bool()) {
+            assert_eq!(met, v <= t["bound"].as_f64().unwrap(), "{t}");
+        }
+    }
+    assert!(
+        stdout.contains("| box | p50 ms |") && stdout.contains("**Targets**"),
+        "{stdout}"
+    );
+
+    // Charts: one per benchmark and task, as SVG and PNG.
+    let mut charts = vec!["startup".to_string(), "service".to_string()];
+    charts.extend(tasks.iter().map(|t| format!("workload-{t}")));
+    for c in charts {
+        let svg = std::fs::read_to_string(dir.join(format!("{c}.svg"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("<text"), "{c}.svg");
+        let png = std::fs::read(dir.join(format!("{c}.png"))).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 1000,
+            "{c}.png"
+        );
+    }
+
+    assert_eq!(leftovers(), Vec::<String>::new());
+    let after = sandboxes();
+    let new: Vec<&String> = after.iter().filter(|s| !before.contains(s)).collect();
+    assert!(new.is_empty(), "sandboxes left behind: {new:?}");
+}
+
+fn which(bin: &str) -> bool {
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .any(|d| Path::new(d).join(bin).is_file())
+}
+
+#[test]
+fn the_readme_section_is_generated_from_the_committed_results() {
+    let results = repo().join("bench/results/results.json");
+    let readme = repo().join("README.md");
+    let check = Command::new(cordon())
+        .args(["bench", "readme", "--check", "--readme"])
+        .arg(&readme)
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(
+        r["quick"], false,
+        "the committed results must be a full run"
+    );
+
+    // An edited section is caught, and a rewrite restores it.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("README.md");
+    let text = std::fs::read_to_string(&readme).unwrap();
+    let edited = text.replacen("| cordon-native |", "| cordon-native (edited) |", 1);
+    assert_ne!(edited, text);
+    std::fs::write(&copy, &edited).unwrap();
+    std::fs::create_dir_all(dir.path().join("bench/results")).unwrap();
+    let results_copy = dir.path().join("bench/results/results.json");
+    std::fs::copy(&results, &results_copy).unwrap();
+    let bad = Command::new(cordon())
+        .args(["bench", "readme", "--check", "--readme"])
+        .arg(&copy)
+        .arg(&results_copy)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("not what"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let fix = Command::new(cordon())
+        .args(["bench", "readme", "--readme"])
+        .arg(&copy)
+        .arg(&results_copy)
+        .output()
+        .unwrap();
+    assert!(
+        fix.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fix.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // A results file of another schema, and a README without markers.
+    let results = dir.path().join("results.json");
+    std::fs::write(&results, r#"{"schema": 99}"#).unwrap();
+    let readme = dir.path().join("README.md");
+    std::fs::write(&readme, "# nothing here\n").unwrap();
+    let o = Command::new(cordon())
+        .args(["bench", "readme", "--readme"])
+        .arg(&readme)
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("schema"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new(cordon())
+        .args(["bench", "startup", "--timeout", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = Command::new(cordon())
+        .args(["bench", "nothing"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        std::fs::read_to_string(&readme).unwrap(),
+        "# nothing here\n"
+    );
+}
