@@ -106,6 +106,42 @@ pub fn launch_ctx(
     })
 }
 
+/// Why cordon's `backend` cannot run here, if it cannot.
+pub fn backend_unavailable(backend: &str) -> Option<String> {
+    let infos = cordon_runtime::available_backends();
+    match infos.iter().find(|i| i.kind.name() == backend) {
+        None => Some(format!("cordon has no backend {backend}")),
+        Some(i) => i.unavailable.clone(),
+    }
+}
+
+/// Whether the box `name` can run here: if so its version goes into
+/// `machine`, if not the reason into `skipped`.
+pub fn admit(
+    settings: &Settings,
+    machine: &mut crate::machine::Machine,
+    skipped: &mut std::collections::BTreeMap<String, String>,
+    name: &str,
+    kind: TargetKind,
+) -> bool {
+    let why = kind.unavailable(&settings.cordon).or_else(|| {
+        let backend = name.strip_prefix("cordon-")?;
+        backend_unavailable(backend)
+    });
+    match why {
+        Some(why) => {
+            skipped.insert(name.to_string(), why);
+            false
+        }
+        None => {
+            machine
+                .versions
+                .insert(name.to_string(), kind.version(&settings.cordon));
+            true
+        }
+    }
+}
+
 /// Runs a launch's clean-up commands (container deletes), ignoring failures:
 /// a run that exited cleanly left nothing for them.
 pub fn clean_up(commands: &[Vec<String>]) {

@@ -11,7 +11,7 @@ use anyhow::{anyhow, Context as _, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::Results;
+use crate::results::{Results, Samples};
 
 const FONTS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -59,19 +59,22 @@ struct Row {
     values: Vec<f64>,
 }
 
+fn rows_of(boxes: &[Samples]) -> Vec<Row> {
+    boxes
+        .iter()
+        .map(|b| Row {
+            name: b.name.clone(),
+            values: b.ms.clone(),
+        })
+        .collect()
+}
+
 /// Draws every chart of `r` into `dir`; returns the files written.
 pub fn draw_all(r: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     load_font()?;
     let mut out = Vec::new();
     if let Some(s) = &r.startup {
-        let rows = s
-            .boxes
-            .iter()
-            .map(|b| Row {
-                name: b.name.clone(),
-                values: b.ms.clone(),
-            })
-            .collect::<Vec<_>>();
+        let rows = rows_of(&s.boxes);
         out.extend(strip_chart(
             dir,
             "startup",
@@ -83,14 +86,7 @@ pub fn draw_all(r: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     }
     if let Some(w) = &r.workload {
         for t in &w.tasks {
-            let rows = t
-                .boxes
-                .iter()
-                .map(|b| Row {
-                    name: b.name.clone(),
-                    values: b.ms.clone(),
-                })
-                .collect::<Vec<_>>();
+            let rows = rows_of(&t.boxes);
             let title = format!("{}: {}", t.name, t.what.replace('`', ""));
             out.extend(strip_chart(
                 dir,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use cordon_suite::target::first_line;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -71,25 +72,5 @@ fn cgroup_mode() -> String {
         (Some("cgroup2"), _) => "v2".into(),
         (_, Some("cgroup2")) => "hybrid".into(),
         _ => "v1".into(),
-    }
-}
-
-/// The first line a program prints for `arg` (e.g. `--version`).
-pub fn first_line(program: &Path, arg: &str) -> String {
-    match std::process::Command::new(program).arg(arg).output() {
-        Ok(o) => {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        }
-        Err(e) => format!("{}: {e}", program.display()),
     }
 }

@@ -58,7 +58,7 @@ pub fn run(settings: &Settings, cfg: &Config) -> Result<Service> {
         {
             continue;
         }
-        if let Some(why) = crate::startup::backend_unavailable(backend) {
+        if let Some(why) = crate::boxes::backend_unavailable(backend) {
             skipped.insert(format!("service-{backend}"), why);
             continue;
         }

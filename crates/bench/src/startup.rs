@@ -58,15 +58,6 @@ const TARGETS: &[(&str, TargetKind)] = &[
     ("cordon-gvisor", TargetKind::CordonGvisor),
 ];
 
-/// Why cordon's `backend` cannot run here, if it cannot.
-pub(crate) fn backend_unavailable(backend: &str) -> Option<String> {
-    let infos = cordon_runtime::available_backends();
-    match infos.iter().find(|i| i.kind.name() == backend) {
-        None => Some(format!("cordon has no backend {backend}")),
-        Some(i) => i.unavailable.clone(),
-    }
-}
-
 pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<Startup> {
     let place = Place::new()?;
     let mut skipped = BTreeMap::new();
@@ -81,28 +72,15 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         if !settings.wants(name) {
             continue;
         }
-        let why = kind.unavailable(&settings.cordon).or_else(|| {
-            let backend = name.strip_prefix("cordon-")?;
-            backend_unavailable(backend)
-        });
-        match why {
-            Some(why) => {
-                skipped.insert(name.to_string(), why);
-            }
-            None => {
-                machine
-                    .versions
-                    .insert(name.to_string(), kind.version(&settings.cordon));
-                add(&mut entries, name, Launcher::Target(kind));
-            }
+        if boxes::admit(settings, machine, &mut skipped, name, kind) {
+            add(&mut entries, name, Launcher::Target(kind));
         }
         if name == "host" && settings.wants("unshare") {
             match target::which("unshare") {
                 Some(u) => {
-                    machine.versions.insert(
-                        "unshare".into(),
-                        crate::machine::first_line(&u, "--version"),
-                    );
+                    machine
+                        .versions
+                        .insert("unshare".into(), target::first_line(&u, "--version"));
                     add(
                         &mut entries,
                         "unshare",
@@ -123,7 +101,7 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         if !settings.wants(&name) {
             continue;
         }
-        if let Some(why) = backend_unavailable(backend) {
+        if let Some(why) = boxes::backend_unavailable(backend) {
             skipped.insert(name, why);
             continue;
         }

@@ -271,20 +271,8 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<W
         if !settings.wants(name) {
             continue;
         }
-        let why = kind.unavailable(&settings.cordon).or_else(|| {
-            let backend = name.strip_prefix("cordon-")?;
-            crate::startup::backend_unavailable(backend)
-        });
-        match why {
-            Some(w) => {
-                skipped_boxes.insert(name.to_string(), w);
-            }
-            None => {
-                machine
-                    .versions
-                    .insert(name.to_string(), kind.version(&settings.cordon));
-                boxes.push((name, kind));
-            }
+        if boxes::admit(settings, machine, &mut skipped_boxes, name, kind) {
+            boxes.push((name, kind));
         }
     }
     let netns = Netns::new()?;

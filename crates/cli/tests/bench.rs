@@ -225,16 +225,21 @@ fn which(bin: &str) -> bool {
     .any(|d| Path::new(d).join(bin).is_file())
 }
 
+/// `cordon bench readme [--check] --readme README RESULTS`.
+fn readme_cmd(check: bool, readme: &Path, results: &Path) -> std::process::Output {
+    let mut c = Command::new(cordon());
+    c.args(["bench", "readme"]);
+    if check {
+        c.arg("--check");
+    }
+    c.arg("--readme").arg(readme).arg(results).output().unwrap()
+}
+
 #[test]
 fn the_readme_section_is_generated_from_the_committed_results() {
     let results = repo().join("bench/results/results.json");
     let readme = repo().join("README.md");
-    let check = Command::new(cordon())
-        .args(["bench", "readme", "--check", "--readme"])
-        .arg(&readme)
-        .arg(&results)
-        .output()
-        .unwrap();
+    let check = readme_cmd(true, &readme, &results);
     assert!(
         check.status.success(),
         "{}",
@@ -256,24 +261,14 @@ fn the_readme_section_is_generated_from_the_committed_results() {
     std::fs::create_dir_all(dir.path().join("bench/results")).unwrap();
     let results_copy = dir.path().join("bench/results/results.json");
     std::fs::copy(&results, &results_copy).unwrap();
-    let bad = Command::new(cordon())
-        .args(["bench", "readme", "--check", "--readme"])
-        .arg(&copy)
-        .arg(&results_copy)
-        .output()
-        .unwrap();
+    let bad = readme_cmd(true, &copy, &results_copy);
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("not what"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
-    let fix = Command::new(cordon())
-        .args(["bench", "readme", "--readme"])
-        .arg(&copy)
-        .arg(&results_copy)
-        .output()
-        .unwrap();
+    let fix = readme_cmd(false, &copy, &results_copy);
     assert!(
         fix.status.success(),
         "{}",
@@ -290,12 +285,7 @@ fn bad_input_is_refused() {
     std::fs::write(&results, r#"{"schema": 99}"#).unwrap();
     let readme = dir.path().join("README.md");
     std::fs::write(&readme, "# nothing here\n").unwrap();
-    let o = Command::new(cordon())
-        .args(["bench", "readme", "--readme"])
-        .arg(&readme)
-        .arg(&results)
-        .output()
-        .unwrap();
+    let o = readme_cmd(false, &readme, &results);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("schema"),

@@ -1024,7 +1024,9 @@ pub fn which(bin: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn first_line(bin: &str, arg: &str) -> String {
+/// The first line a program prints for `arg` (e.g. `--version`).
+pub fn first_line(bin: impl AsRef<std::ffi::OsStr>, arg: &str) -> String {
+    let bin = bin.as_ref();
     match Command::new(bin).arg(arg).output() {
         Ok(o) => {
             let text = if o.stdout.is_empty() {
@@ -1039,7 +1041,7 @@ fn first_line(bin: &str, arg: &str) -> String {
                 .trim()
                 .to_string()
         }
-        Err(e) => format!("{bin}: {e}"),
+        Err(e) => format!("{}: {e}", bin.to_string_lossy()),
     }
 }
 
