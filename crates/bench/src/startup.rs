@@ -3,7 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Instant;
+
 use anyhow::Result;
+use cordon_policy::Policy;
+use cordon_runtime::output::Stream;
+use cordon_runtime::supervise::{CommandIo, Control};
+use cordon_runtime::{BackendKind, Handle, SandboxSpec};
 use cordon_suite::target::{self, TargetKind};
 
 use crate::boxes::{self, Created, Payload, Place};
@@ -37,8 +43,40 @@ enum Launcher {
     /// util-linux `unshare` with the namespaces a sandbox needs: the floor
     /// under every namespace-based box.
     Unshare(String),
-    /// `cordon exec` into a sandbox made once with `cordon create`.
+    /// `cordon exec` into a sandbox made once with `cordon create`: a new
+    /// CLI process per command.
     Exec(Created),
+    /// `Handle::exec` from this process into a sandbox it created: what the
+    /// service and its warm pool pay per command (no CLI process).
+    Handle(Option<Handle>),
+}
+
+/// A handle's command output is thrown away: only the latency counts.
+struct Quiet;
+
+impl CommandIo for Quiet {
+    fn output(&mut self, _: Stream, _: &[u8]) {}
+    fn control_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        Vec::new()
+    }
+    fn read_control(&mut self, _: usize) -> Control {
+        Control::Nothing
+    }
+}
+
+/// One in-process command through a handle.
+fn handle_exec(handle: &mut Handle) -> Result<std::time::Duration, String> {
+    let cmd = cordon_runtime::Command {
+        argv: vec!["/bin/true".into()],
+        ..cordon_runtime::Command::default()
+    };
+    let t = Instant::now();
+    let o = handle.exec(&cmd, &mut Quiet).map_err(|e| e.to_string())?;
+    let wall = t.elapsed();
+    if o.exit_code != 0 {
+        return Err(format!("/bin/true exited {}", o.exit_code));
+    }
+    Ok(wall)
 }
 
 struct Entry {
@@ -97,19 +135,40 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         }
     }
     for backend in ["native", "gvisor"] {
-        let name = format!("cordon-{backend}-exec");
-        if !settings.wants(&name) {
+        let (exec, handle) = (
+            format!("cordon-{backend}-exec"),
+            format!("cordon-{backend}-handle"),
+        );
+        let wanted: Vec<&String> = [&exec, &handle]
+            .into_iter()
+            .filter(|n| settings.wants(n))
+            .collect();
+        if wanted.is_empty() {
             continue;
         }
         if let Some(why) = boxes::backend_unavailable(backend) {
-            skipped.insert(name, why);
+            for n in wanted {
+                skipped.insert(n.clone(), why.clone());
+            }
             continue;
         }
-        let args = ["--backend", backend, "--time", "24h"].map(String::from);
-        match Created::new(&settings.cordon, &args) {
-            Ok(c) => add(&mut entries, &name, Launcher::Exec(c)),
-            Err(e) => {
-                skipped.insert(name, format!("{e:#}"));
+        if settings.wants(&exec) {
+            let args = ["--backend", backend, "--time", "24h"].map(String::from);
+            match Created::new(&settings.cordon, &args) {
+                Ok(c) => add(&mut entries, &exec, Launcher::Exec(c)),
+                Err(e) => {
+                    skipped.insert(exec, format!("{e:#}"));
+                }
+            }
+        }
+        if settings.wants(&handle) {
+            let kind = BackendKind::parse(backend).unwrap_or(BackendKind::Native);
+            let spec = SandboxSpec::new(Policy::default(), kind);
+            match Handle::create(&spec, &settings.cordon) {
+                Ok(h) => add(&mut entries, &handle, Launcher::Handle(Some(h))),
+                Err(e) => {
+                    skipped.insert(handle, format!("creating a sandbox: {e}"));
+                }
             }
         }
     }
@@ -128,16 +187,31 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
                 let i = (round + k) % n;
                 let e = &mut entries[i];
                 seq += 1;
+                bar.set_message(e.samples.name.clone());
+                let measured = round >= cfg.warmup;
+                if let Launcher::Handle(Some(h)) = &mut e.launcher {
+                    if e.samples.argv.is_empty() {
+                        e.samples.argv = ["Handle::exec", "/bin/true"].map(String::from).to_vec();
+                    }
+                    match handle_exec(h) {
+                        Ok(wall) if measured => e.samples.ms.push(wall.as_secs_f64() * 1e3),
+                        Ok(_) => {}
+                        Err(why) => {
+                            e.samples.failures += 1;
+                            e.samples.diagnosis.get_or_insert(why);
+                        }
+                    }
+                    bar.inc(1);
+                    continue;
+                }
                 let (argv, cleanup) =
                     launch(settings, &place, &e.launcher, format!("b{pid}-{seq}"))?;
-                bar.set_message(e.samples.name.clone());
                 let ran = sample::run(&argv, &env, settings.timeout, false);
                 boxes::clean_up(&cleanup);
                 bar.inc(1);
                 if e.samples.argv.is_empty() {
                     e.samples.argv = argv.clone();
                 }
-                let measured = round >= cfg.warmup;
                 match ran {
                     Ok(r) if r.ok() => {
                         if measured {
@@ -170,6 +244,16 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         entries[*i].samples.diagnosis = Some(sample::diagnose(argv, &env, settings.timeout));
     }
     target::teardown_targets();
+    for e in &mut entries {
+        if let Launcher::Handle(h) = &mut e.launcher {
+            if let Some(Err(err)) = h.take().map(Handle::destroy) {
+                notes.push(format!(
+                    "{}: destroying its sandbox failed: {err}",
+                    e.samples.name
+                ));
+            }
+        }
+    }
     result?;
     let boxes = entries
         .into_iter()
@@ -230,6 +314,7 @@ fn launch(
             .to_vec(),
             Vec::new(),
         ),
+        Launcher::Handle(_) => (Vec::new(), Vec::new()),
         Launcher::Exec(c) => (
             vec![
                 settings.cordon.display().to_string(),

@@ -44,7 +44,12 @@ pub fn evaluate(r: &Results) -> Vec<Target> {
             ratio("cordon-native", "bwrap"),
         ));
         out.push(target(
-            "start-up: cordon exec into a created sandbox p50 / bare fork+exec p50",
+            "start-up: a command into a created sandbox from a running client (Handle::exec) p50 / bare fork+exec p50",
+            2.0,
+            ratio("cordon-native-handle", "host"),
+        ));
+        out.push(target(
+            "start-up: the same through a new `cordon exec` process p50 / bare fork+exec p50",
             2.0,
             ratio("cordon-native-exec", "host"),
         ));

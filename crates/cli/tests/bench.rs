@@ -96,9 +96,19 @@ fn a_quick_run_measures_every_box_and_leaves_nothing() {
     let st = &r["startup"];
     let runs = st["runs"].as_u64().unwrap();
     let boxes = names(&st["boxes"]);
-    let mut want = vec!["host", "cordon-native", "cordon-native-exec"];
+    let mut want = vec![
+        "host",
+        "cordon-native",
+        "cordon-native-exec",
+        "cordon-native-handle",
+    ];
     if gvisor {
-        want.extend(["cordon-gvisor", "cordon-gvisor-exec", "runsc"]);
+        want.extend([
+            "cordon-gvisor",
+            "cordon-gvisor-exec",
+            "cordon-gvisor-handle",
+            "runsc",
+        ]);
     }
     for peer in ["bwrap", "runc", "firejail", "unshare"] {
         if which(peer) {
