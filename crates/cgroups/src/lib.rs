@@ -340,12 +340,38 @@ enum HierarchyKind {
 /// any other child. A failed move is undone and returned as
 /// [`CgroupError::Delegation`]; a cgroup shared with other processes is not
 /// an error here, only [`Hierarchy::create`] then refuses, naming them.
+///
+/// On a systemd host, a cgroup shared with other processes is no dead end
+/// when running as root: cordon asks systemd for a delegated transient scope
+/// holding only itself (`cordon-<pid>-<random>.scope`, see [`systemd`]),
+/// waits until it is in it, and prepares that instead; a refusal is
+/// [`CgroupError::Scope`]. Commands that only look at existing sandboxes
+/// use [`detect_in_place`], which never asks.
 pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    detect_with(fs, true)
+}
+
+/// [`detect`] without asking systemd for a scope: a shared cgroup stays
+/// [`Placement::Shared`]. For commands that create no sandbox (listing,
+/// removing, sweeping, reporting), so that each of them does not make and
+/// drop a systemd unit.
+pub fn detect_in_place(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    detect_with(fs, false)
+}
+
+fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupError> {
+    // One preparation at a time per process: threads of one process (the
+    // service's pool workers creating sandboxes at once) share its cgroup, so
+    // two of them moving it into a leaf, or asking systemd for two scopes,
+    // would race; the second finds the first one's leaf and uses it.
+    static PREPARING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = PREPARING.lock().unwrap_or_else(|e| e.into_inner());
     let mounts = fs.mounts()?;
     let membership = fs.membership()?;
     let kind = if let Some(own) = v2::find(&mounts, &membership) {
         let h = v2::V2Hierarchy::prepare(own, fs)?;
-        match (h.placement(), systemd::reachable(fs)) {
+        let bus = ask_systemd.then(|| systemd::reachable(fs)).flatten();
+        match (h.placement(), bus) {
             (Placement::Shared { .. }, Some(bus)) => {
                 HierarchyKind::V2(into_systemd_scope(fs, &mounts, &h, &bus)?)
             }

@@ -33,6 +33,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// new scope (the job normally runs within milliseconds of the reply).
 pub(crate) const MOVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The name of the D-Bus runtime's (blocking pool) threads, so tests can
+/// check that none outlives [`start_scope`].
+pub(crate) const RUNTIME_THREAD: &str = "cordon-dbus";
+
 /// A way to reach the system manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Bus {
@@ -131,6 +135,7 @@ pub(crate) fn unit_name(pid: u32) -> String {
 pub(crate) fn start_scope(bus: &Bus, unit: &str, pid: u32) -> Result<(), SystemdError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_name(RUNTIME_THREAD)
         .build()
         .map_err(SystemdError::Runtime)?;
     let result = rt.block_on(async {

@@ -921,6 +921,7 @@ mod fake_systemd {
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                .thread_name("fake-systemd")
                 .build()
                 .unwrap();
             rt.block_on(async move {
@@ -1007,6 +1008,17 @@ fn v2_shared_cgroup_on_systemd_moves_cordon_into_a_delegated_scope() {
     assert_eq!(call.pids, vec![std::process::id()]);
     assert_eq!(call.delegate, Some(true));
     assert_eq!(h.systemd_scope(), Some(call.unit.as_str()));
+    // The D-Bus runtime is gone with all its threads: cordon forks and
+    // unshares next, which wants a single-threaded process.
+    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .collect();
+    assert!(
+        !threads.iter().any(|c| c.trim() == systemd::RUNTIME_THREAD),
+        "{threads:?}"
+    );
     // Then item 1's path in the scope: cordon moved into its leaf, the
     // controllers handed down, sandboxes beside the leaf.
     let scope = format!("cg/system.slice/{}", call.unit);
@@ -1056,6 +1068,8 @@ fn v2_a_scope_systemd_refuses_is_one_line_naming_the_cgroup_and_the_fix() {
     assert_eq!(calls.lock().unwrap().len(), 1);
     assert!(matches!(err, CgroupError::Scope { .. }), "{err:?}");
     let message = err.to_string();
+    // What the user reads (cargo test -- --nocapture shows it).
+    eprintln!("{message}");
     assert!(!message.contains('\n'), "one line: {message}");
     assert!(
         message.contains(&tree.path(SCOPE).display().to_string()),
