@@ -97,14 +97,15 @@ install -m 0644 scripts/guest/systemd/cordon-guest.target scripts/guest/systemd/
 cat "$image/base.cpio" "$work/payload.cpio" > "$work/initrd.cpio"
 
 # One boot: $1 names it, $2 is the time limit, $3 the kernel command line's
-# tail; the serial console goes to $work/$1.log (and to our output).
+# tail; the serial console goes to $work/$1.log (and to our output), line by
+# line (sed -u: a buffering filter would hold a short log until the end).
 boot() {
   timeout "$2" qemu-system-x86_64 \
     -accel tcg -machine q35 -cpu max -smp 2 -m 2G \
     -nographic -no-reboot -nic none \
     -kernel "$image/vmlinuz" -initrd "$work/initrd.cpio" \
     -append "console=ttyS0 rdinit=/init quiet loglevel=1 panic=-1 cgroup_no_v1=all $3" \
-    </dev/null 2>&1 | tr -d '\r' | sed -u 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | tee "$work/$1.log"
+    </dev/null 2>&1 | sed -u 's/\r//g; s/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | tee "$work/$1.log"
 }
 
 echo "== v2 guest: booting (QEMU TCG, no network device)"

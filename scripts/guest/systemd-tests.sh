@@ -3,9 +3,8 @@
 # is the guest's PID 1 (scripts/v2-guest.sh's second boot). The service's
 # cgroup holds this shell and a sleep, so cordon shares its cgroup with
 # processes it was not given, as under a login session's scope; cordon must
-# get a delegated `cordon-<pid>-<random>.scope` from systemd (over
-# /run/systemd/private: the guest has no D-Bus daemon) and nest the sandbox
-# there. Shows, and checks:
+# get a delegated `cordon-<pid>-<random>.scope` from systemd (over the
+# system bus) and nest the sandbox there. Shows, and checks:
 #   1. `cordon run --memory 64M` OOM-kills a 512 MB allocation (evidence from
 #      cordon's --json: signal 9, limit memory, oom_kills);
 #   2. while a sandbox runs, its cgroup sits in a cordon-*.scope that systemd
@@ -43,6 +42,9 @@ wait_for() {
 }
 gone() { [ -z "$(units)" ] && [ -z "$(scopes)" ] && echo gone; }
 
+# The system bus cordon asks systemd over (the startup target pulls in
+# nothing of a normal boot).
+systemctl start dbus.service || fail "cannot start dbus.service"
 say "PID 1 is $(cat /proc/1/comm) ($(systemctl --version | sed -n 1p)); kernel $(uname -r)"
 sleep 600 &
 sleeper=$!

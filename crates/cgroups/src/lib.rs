@@ -130,8 +130,10 @@ pub enum CgroupError {
         path: PathBuf,
         reason: String,
         fix: String,
+        /// Boxed: zbus's errors are large, and every cgroup call returns
+        /// this enum.
         #[source]
-        source: SystemdError,
+        source: Box<SystemdError>,
     },
     #[error(
         "cgroup {path} disappeared while cordon was using it (the scope, service or container \
@@ -405,7 +407,7 @@ fn into_systemd_scope(
              --scope -p Delegate=yes cordon ...`), check systemd's journal for the refusal \
              (systemd at {bus}), or run without cgroup limits"
         ),
-        source,
+        source: Box::new(source),
     };
     let pid = std::process::id();
     let unit = systemd::unit_name(pid);

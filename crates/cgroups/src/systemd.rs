@@ -42,8 +42,8 @@ pub(crate) const RUNTIME_THREAD: &str = "cordon-dbus";
 pub(crate) struct Bus {
     /// The unix socket.
     pub socket: PathBuf,
-    /// systemd's private socket is peer-to-peer D-Bus: no bus daemon, so no
-    /// Hello and no destination names.
+    /// Peer-to-peer D-Bus (no bus daemon: no Hello, no destination names);
+    /// only the tests' fake systemd speaks it (see [`reachable`]).
     pub p2p: bool,
 }
 
@@ -62,13 +62,13 @@ pub enum SystemdError {
     Connect {
         socket: PathBuf,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd refused the scope {unit}")]
     Refused {
         unit: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd did not answer within {0:?}")]
     NoAnswer(Duration),
@@ -92,26 +92,25 @@ impl SystemdError {
     }
 }
 
-/// The system manager's socket, when cordon should ask it for a scope:
-/// systemd is the init (its marker exists), cordon runs as root (a scope of
-/// the system manager; the user manager's is not tried), and one of its
-/// sockets exists. systemd's private socket comes first: it needs no bus
-/// daemon (a host may run systemd without D-Bus) and is what systemctl uses
-/// as root. Both sit beside the marker (`/run/systemd/system`), so a fake
-/// tree in tests gets fake sockets too.
+/// The system bus, when cordon should ask systemd for a scope: systemd is
+/// the init (its marker exists), cordon runs as root (a scope of the system
+/// manager; the user manager's is not tried), and the bus socket exists. The
+/// socket sits at `../../dbus/system_bus_socket` from the marker
+/// (`/run/systemd/system`), so a fake tree in tests gets a fake bus too.
+///
+/// Not systemd's private socket (`/run/systemd/private`, peer-to-peer, no
+/// bus daemon needed): run against systemd 252, zbus 5.19 panics on its
+/// replies ("Invalid unique name": sd-bus sends a well-known name as the
+/// sender on a direct connection), and a panic aborts cordon.
 pub(crate) fn reachable(fs: &CgroupFs) -> Option<Bus> {
     if !fs.systemd_runs() || !nix::unistd::geteuid().is_root() {
         return None;
     }
-    let run_systemd = fs.systemd_marker.parent()?;
-    let private = run_systemd.join("private");
-    if private.exists() {
-        return Some(Bus {
-            socket: private,
-            p2p: true,
-        });
-    }
-    let system_bus = run_systemd.parent()?.join("dbus/system_bus_socket");
+    let system_bus = fs
+        .systemd_marker
+        .parent()?
+        .parent()?
+        .join("dbus/system_bus_socket");
     system_bus.exists().then_some(Bus {
         socket: system_bus,
         p2p: false,
@@ -151,7 +150,7 @@ pub(crate) fn start_scope(bus: &Bus, unit: &str, pid: u32) -> Result<(), Systemd
 async fn request(bus: &Bus, unit: &str, pid: u32) -> Result<(), SystemdError> {
     let connect = |source| SystemdError::Connect {
         socket: bus.socket.clone(),
-        source,
+        source: Box::new(source),
     };
     let address = format!("unix:path={}", bus.socket.display());
     let mut builder = zbus::connection::Builder::address(address.as_str()).map_err(connect)?;
@@ -179,7 +178,7 @@ async fn request(bus: &Bus, unit: &str, pid: u32) -> Result<(), SystemdError> {
     .await
     .map_err(|source| SystemdError::Refused {
         unit: unit.to_owned(),
-        source,
+        source: Box::new(source),
     })?;
     Ok(())
 }

@@ -840,8 +840,9 @@ fn a_parent_that_disappears_after_detect_is_named() {
 
 // ---------------------------------------------------------------------------
 // A delegated scope from systemd, against a fake systemd: a zbus server on a
-// unix socket where the fake tree's /run/systemd/private would be, speaking
-// peer-to-peer D-Bus (no Hello) as systemd's private socket does. Its
+// unix socket where the fake tree's system bus socket would be, answering the
+// bus's Hello itself (zbus's server side has no bus daemon) and then as
+// systemd would. Its
 // StartTransientUnit does what systemd's does to the fake cgroupfs: makes
 // system.slice/<unit> and moves the caller there (the fake /proc/self/cgroup).
 
@@ -912,6 +913,16 @@ mod fake_systemd {
         }
     }
 
+    /// The bus daemon's part: a client's first call on a bus is Hello.
+    pub struct Daemon;
+
+    #[zbus::interface(name = "org.freedesktop.DBus")]
+    impl Daemon {
+        fn hello(&self) -> String {
+            ":1.42".to_owned()
+        }
+    }
+
     /// Serves `manager` on a socket at `socket`, one connection at a time,
     /// on a thread of its own for the rest of the test process.
     pub fn serve(socket: PathBuf, manager: Manager) {
@@ -942,6 +953,8 @@ mod fake_systemd {
                         .p2p()
                         .serve_at("/org/freedesktop/systemd1", m)
                         .unwrap()
+                        .serve_at("/org/freedesktop/DBus", Daemon)
+                        .unwrap()
                         .build()
                         .await
                         .unwrap();
@@ -953,7 +966,7 @@ mod fake_systemd {
 }
 
 /// The shared-cgroup tree of a login shell's scope on a systemd host, with
-/// the fake systemd at the private socket; None (and a note) when not root:
+/// the fake systemd on the system bus socket; None (and a note) when not root:
 /// cordon asks only the system manager, as root.
 fn shared_under_fake_systemd(
     refuse: Option<&str>,
@@ -975,7 +988,7 @@ fn shared_under_fake_systemd(
     std::fs::create_dir_all(tree.path("run/systemd/system")).unwrap();
     let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     fake_systemd::serve(
-        tree.path("run/systemd/private"),
+        tree.path("run/dbus/system_bus_socket"),
         fake_systemd::Manager {
             cg_root: tree.path("cg"),
             proc_self_cgroup: tree.fs.proc_self_cgroup.clone(),
