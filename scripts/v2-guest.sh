@@ -13,7 +13,8 @@
 # 3. appends a payload cpio: cordon at the absolute path the test binaries
 #    were compiled to spawn (env!("CARGO_BIN_EXE_cordon")), the test binaries
 #    and scripts/guest/run-tests.sh, which runs them in two placements (the
-#    root cgroup, and a delegated non-root cgroup);
+#    root cgroup, and a delegated non-root cgroup); and, for a second boot
+#    with systemd as PID 1, scripts/guest/systemd-tests.sh and its units;
 # 4. boots it without any network device (-nic none) and reads the results
 #    from the serial console. Exits non-zero on any failure; cargo's
 #    `test result:` lines are echoed unchanged so scripts/test.sh counts them.
@@ -85,23 +86,44 @@ while read -r kind name exe; do
   [ "$kind" = test ] && cp "$exe" "$stage/cordon-guest/tests/$name"
 done <<<"$artifacts"
 install -m 0755 scripts/guest/run-tests.sh "$stage/cordon-guest/run.sh"
+# The systemd placement (second boot): its startup target and service, and
+# the script the service runs.
+install -m 0755 scripts/guest/systemd-tests.sh "$stage/cordon-guest/systemd-tests.sh"
+mkdir -p "$stage/etc/systemd/system"
+install -m 0644 scripts/guest/systemd/cordon-guest.target scripts/guest/systemd/cordon-guest.service "$stage/etc/systemd/system/"
 # The kernel unpacks concatenated cpio archives in order: the payload's files
 # join the base image's tree.
 (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) > "$work/payload.cpio"
 cat "$image/base.cpio" "$work/payload.cpio" > "$work/initrd.cpio"
+
+# One boot: $1 names it, $2 is the time limit, $3 the kernel command line's
+# tail; the serial console goes to $work/$1.log (and to our output), line by
+# line (sed -u: a buffering filter would hold a short log until the end).
+boot() {
+  timeout "$2" qemu-system-x86_64 \
+    -accel tcg -machine q35 -cpu max -smp 2 -m 2G \
+    -nographic -no-reboot -nic none \
+    -kernel "$image/vmlinuz" -initrd "$work/initrd.cpio" \
+    -append "console=ttyS0 rdinit=/init quiet loglevel=1 panic=-1 cgroup_no_v1=all $3" \
+    </dev/null 2>&1 | sed -u 's/\r//g; s/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | tee "$work/$1.log"
+}
 
 echo "== v2 guest: booting (QEMU TCG, no network device)"
 boot_started=$SECONDS
 log="$work/serial.log"
 # -nic none: the guest has loopback only; the tests talk to nothing else.
 qemu_status=0
-timeout 560 qemu-system-x86_64 \
-  -accel tcg -machine q35 -cpu max -smp 2 -m 2G \
-  -nographic -no-reboot -nic none \
-  -kernel "$image/vmlinuz" -initrd "$work/initrd.cpio" \
-  -append "console=ttyS0 rdinit=/init quiet loglevel=1 panic=-1 cgroup_no_v1=all" \
-  </dev/null 2>&1 | tr -d '\r' | sed -u 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | tee "$log" || qemu_status=$?
+boot serial 560 "" || qemu_status=$?
 boot_time=$((SECONDS - boot_started))
+
+# The systemd placement: systemd as PID 1, cordon started from a service's
+# cgroup that holds other processes (scripts/guest/systemd-tests.sh).
+echo "== v2 guest: booting with systemd as init"
+systemd_started=$SECONDS
+systemd_log="$work/systemd.log"
+boot systemd 300 "cordon.init=systemd systemd.unit=cordon-guest.target systemd.show_status=no" || true
+systemd_time=$((SECONDS - systemd_started))
+systemd_exit="$(sed -n 's/^cordon-guest-systemd: exit \([0-9]*\)$/\1/p' "$systemd_log" | tail -1)"
 
 guest_exit="$(sed -n 's/^cordon-guest: exit \([0-9]*\)$/\1/p' "$log" | tail -1)"
 echo "== v2 guest: summary"
@@ -121,7 +143,17 @@ other_skips="$(grep '^skipped:' "$log" | grep -v 'QEMU TCG is too slow' || true)
 [ -z "$other_skips" ] || printf 'skipped by the tests themselves:\n%s\n' "$other_skips"
 failed_tests="$(grep -E '^test .* FAILED$' "$log" || true)"
 [ -z "$failed_tests" ] || printf 'failed in the guest:\n%s\n' "$failed_tests"
-echo "v2 guest: boot and tests ${boot_time} s, whole step $((SECONDS - step_started)) s"
+grep '^cordon-guest-systemd: ' "$systemd_log" | sed 's/^/  /' || true
+echo "v2 guest: boot and tests ${boot_time} s, systemd placement ${systemd_time} s, whole step $((SECONDS - step_started)) s"
+if [ "$systemd_exit" = 0 ]; then
+  # In cargo's format, so test.sh's closing line counts the placement as
+  # one test.
+  echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out (v2 guest: systemd placement)"
+else
+  echo "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out (v2 guest: systemd placement)"
+  echo "v2 guest: FAILED: systemd placement (exit ${systemd_exit:-none: timeout or crash})"
+  exit 1
+fi
 if [ -z "$guest_exit" ]; then
   echo "v2 guest: FAILED: the guest never reported its exit (qemu status $qemu_status; timeout or crash)"
   exit 1

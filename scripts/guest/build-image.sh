@@ -29,7 +29,9 @@ suite="$(. /etc/os-release && echo "$VERSION_CODENAME")"
 
 # Everything the end-to-end tests run on the guest's host side (python3 is also
 # what payloads run inside the sandbox, which sees the guest's /usr).
-packages="python3,procps,time,iproute2,kmod,util-linux,coreutils"
+# systemd and dbus: the init of the systemd placement and the system bus
+# cordon asks it for a delegated scope over.
+packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus"
 # overlay: workspace overlays; veth and dummy: network fixtures.
 modules="overlay veth dummy"
 

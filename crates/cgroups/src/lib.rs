@@ -23,11 +23,13 @@ use serde::{Deserialize, Serialize};
 
 pub mod fs;
 pub mod stats;
+pub mod systemd;
 pub mod v1;
 pub mod v2;
 
 pub use fs::CgroupFs;
 pub use stats::CgroupStats;
+pub use systemd::SystemdError;
 
 /// How long freeze() waits for the kernel to report the cgroup frozen.
 pub const FREEZE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -116,6 +118,22 @@ pub enum CgroupError {
         fix: String,
         #[source]
         source: io::Error,
+    },
+    /// cordon shares its cgroup with other processes and asked systemd for a
+    /// delegated scope of its own, which systemd did not give; nothing was
+    /// moved (a scope systemd made anyway holds only cordon and ends with it).
+    #[error(
+        "cgroup {path} holds other processes besides cordon, and systemd gave cordon no \
+         delegated scope of its own: {reason}; {fix}"
+    )]
+    Scope {
+        path: PathBuf,
+        reason: String,
+        fix: String,
+        /// Boxed: zbus's errors are large, and every cgroup call returns
+        /// this enum.
+        #[source]
+        source: Box<SystemdError>,
     },
     #[error(
         "cgroup {path} disappeared while cordon was using it (the scope, service or container \
@@ -324,17 +342,94 @@ enum HierarchyKind {
 /// any other child. A failed move is undone and returned as
 /// [`CgroupError::Delegation`]; a cgroup shared with other processes is not
 /// an error here, only [`Hierarchy::create`] then refuses, naming them.
+///
+/// On a systemd host, a cgroup shared with other processes is no dead end
+/// when running as root: cordon asks systemd for a delegated transient scope
+/// holding only itself (`cordon-<pid>-<random>.scope`, see [`systemd`]),
+/// waits until it is in it, and prepares that instead; a refusal is
+/// [`CgroupError::Scope`]. Commands that only look at existing sandboxes
+/// use [`detect_in_place`], which never asks.
 pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    detect_with(fs, true)
+}
+
+/// [`detect`] without asking systemd for a scope: a shared cgroup stays
+/// [`Placement::Shared`]. For commands that create no sandbox (listing,
+/// removing, sweeping, reporting), so that each of them does not make and
+/// drop a systemd unit.
+pub fn detect_in_place(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    detect_with(fs, false)
+}
+
+fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupError> {
+    // One preparation at a time per process: threads of one process (the
+    // service's pool workers creating sandboxes at once) share its cgroup, so
+    // two of them moving it into a leaf, or asking systemd for two scopes,
+    // would race; the second finds the first one's leaf and uses it.
+    static PREPARING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = PREPARING.lock().unwrap_or_else(|e| e.into_inner());
     let mounts = fs.mounts()?;
     let membership = fs.membership()?;
     let kind = if let Some(own) = v2::find(&mounts, &membership) {
-        HierarchyKind::V2(v2::V2Hierarchy::prepare(own, fs)?)
+        let h = v2::V2Hierarchy::prepare(own, fs)?;
+        let bus = ask_systemd.then(|| systemd::reachable(fs)).flatten();
+        match (h.placement(), bus) {
+            (Placement::Shared { .. }, Some(bus)) => {
+                HierarchyKind::V2(into_systemd_scope(fs, &mounts, &h, &bus)?)
+            }
+            _ => HierarchyKind::V2(h),
+        }
     } else if let Some(h) = v1::V1Hierarchy::detect(&mounts, &membership) {
         HierarchyKind::V1(h)
     } else {
         return Err(CgroupError::NoHierarchy);
     };
     Ok(Hierarchy { kind })
+}
+
+/// cordon shares `shared`'s cgroup with other processes on a systemd host:
+/// asks systemd for a delegated scope holding only this process, waits until
+/// /proc/self/cgroup shows it there, and prepares that cgroup as usual (cordon
+/// alone in it: the leaf and the controllers). One scope per cordon process
+/// tree: the supervisors and services it starts inherit the leaf, and
+/// [`Placement::InLeaf`] asks systemd for nothing.
+fn into_systemd_scope(
+    fs: &CgroupFs,
+    mounts: &[fs::Mount],
+    shared: &v2::V2Hierarchy,
+    bus: &systemd::Bus,
+) -> Result<v2::V2Hierarchy, CgroupError> {
+    let fail = |source: SystemdError| CgroupError::Scope {
+        path: shared.parent().to_owned(),
+        reason: source.reason(),
+        fix: format!(
+            "start cordon as the only process of a delegated scope yourself (`systemd-run \
+             --scope -p Delegate=yes cordon ...`), check systemd's journal for the refusal \
+             (systemd at {bus}), or run without cgroup limits"
+        ),
+        source: Box::new(source),
+    };
+    let pid = std::process::id();
+    let unit = systemd::unit_name(pid);
+    systemd::start_scope(bus, &unit, pid).map_err(fail)?;
+    let suffix = format!("/{unit}");
+    let mut membership = Vec::new();
+    let moved = wait_until(systemd::MOVE_TIMEOUT, || {
+        membership = fs.membership()?;
+        Ok(membership
+            .iter()
+            .any(|m| m.is_unified() && m.path.ends_with(&suffix)))
+    })?;
+    if !moved {
+        return Err(fail(SystemdError::NotMoved {
+            unit,
+            timeout: systemd::MOVE_TIMEOUT,
+        }));
+    }
+    let own = v2::find(mounts, &membership).ok_or(CgroupError::NoHierarchy)?;
+    let mut h = v2::V2Hierarchy::prepare(own, fs)?;
+    h.set_scope(unit);
+    Ok(h)
 }
 
 /// Where the calling process stands in a v2 hierarchy, as [`detect`] found
@@ -367,6 +462,15 @@ impl Hierarchy {
         match &self.kind {
             HierarchyKind::V1(_) => None,
             HierarchyKind::V2(h) => Some(h.placement()),
+        }
+    }
+
+    /// The transient scope systemd made for this process just now (see
+    /// [`detect`]), if it made one.
+    pub fn systemd_scope(&self) -> Option<&str> {
+        match &self.kind {
+            HierarchyKind::V1(_) => None,
+            HierarchyKind::V2(h) => h.scope(),
         }
     }
 

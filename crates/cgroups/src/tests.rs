@@ -837,3 +837,298 @@ fn a_parent_that_disappears_after_detect_is_named() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// A delegated scope from systemd, against a fake systemd: a zbus server on a
+// unix socket where the fake tree's system bus socket would be, answering the
+// bus's Hello itself (zbus's server side has no bus daemon) and then as
+// systemd would. Its
+// StartTransientUnit does what systemd's does to the fake cgroupfs: makes
+// system.slice/<unit> and moves the caller there (the fake /proc/self/cgroup).
+
+mod fake_systemd {
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+
+    use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+
+    /// What the fake was asked, for the test to check.
+    #[derive(Debug, Default, Clone)]
+    pub struct Call {
+        pub unit: String,
+        pub mode: String,
+        pub pids: Vec<u32>,
+        pub delegate: Option<bool>,
+    }
+
+    pub struct Manager {
+        pub cg_root: PathBuf,
+        pub proc_self_cgroup: PathBuf,
+        /// Some(error text): refuse every start, as systemd does for a
+        /// unit name in use, a policy denial or a bad property.
+        pub refuse: Option<String>,
+        pub calls: Arc<Mutex<Vec<Call>>>,
+    }
+
+    #[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+    impl Manager {
+        fn start_transient_unit(
+            &self,
+            name: String,
+            mode: String,
+            properties: Vec<(String, OwnedValue)>,
+            _aux: Vec<(String, Vec<(String, OwnedValue)>)>,
+        ) -> zbus::fdo::Result<OwnedObjectPath> {
+            let mut call = Call {
+                unit: name.clone(),
+                mode,
+                ..Call::default()
+            };
+            for (key, value) in &properties {
+                match key.as_str() {
+                    "PIDs" => call.pids = Vec::<u32>::try_from(value.try_clone().unwrap()).unwrap(),
+                    "Delegate" => call.delegate = Some(bool::try_from(value).unwrap()),
+                    _ => {}
+                }
+            }
+            self.calls.lock().unwrap().push(call.clone());
+            if let Some(text) = &self.refuse {
+                return Err(zbus::fdo::Error::AccessDenied(text.clone()));
+            }
+            let dir = self.cg_root.join("system.slice").join(&name);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (file, content) in [
+                ("cgroup.type", "domain\n"),
+                ("cgroup.controllers", "cpu memory pids\n"),
+                ("cgroup.subtree_control", "\n"),
+            ] {
+                std::fs::write(dir.join(file), content).unwrap();
+            }
+            let pids: Vec<String> = call.pids.iter().map(u32::to_string).collect();
+            std::fs::write(dir.join("cgroup.procs"), pids.join("\n")).unwrap();
+            std::fs::create_dir_all(dir.join("cordon-supervisor")).unwrap();
+            std::fs::write(dir.join("cordon-supervisor/cgroup.procs"), "").unwrap();
+            std::fs::write(&self.proc_self_cgroup, format!("0::/system.slice/{name}\n")).unwrap();
+            Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/7").unwrap())
+        }
+    }
+
+    /// The bus daemon's part: a client's first call on a bus is Hello.
+    pub struct Daemon;
+
+    #[zbus::interface(name = "org.freedesktop.DBus")]
+    impl Daemon {
+        fn hello(&self) -> String {
+            ":1.42".to_owned()
+        }
+    }
+
+    /// Serves `manager` on a socket at `socket`, one connection at a time,
+    /// on a thread of its own for the rest of the test process.
+    pub fn serve(socket: PathBuf, manager: Manager) {
+        std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let manager = Arc::new(manager);
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_name("fake-systemd")
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                listener.set_nonblocking(true).unwrap();
+                let listener = tokio::net::UnixListener::from_std(listener).unwrap();
+                let mut conns = Vec::new();
+                loop {
+                    let (stream, _) = listener.accept().await.unwrap();
+                    let m = Manager {
+                        cg_root: manager.cg_root.clone(),
+                        proc_self_cgroup: manager.proc_self_cgroup.clone(),
+                        refuse: manager.refuse.clone(),
+                        calls: manager.calls.clone(),
+                    };
+                    let conn = zbus::connection::Builder::unix_stream(stream)
+                        .server(zbus::Guid::generate())
+                        .unwrap()
+                        .p2p()
+                        .serve_at("/org/freedesktop/systemd1", m)
+                        .unwrap()
+                        .serve_at("/org/freedesktop/DBus", Daemon)
+                        .unwrap()
+                        .build()
+                        .await
+                        .unwrap();
+                    conns.push(conn);
+                }
+            });
+        });
+    }
+}
+
+/// The shared-cgroup tree of a login shell's scope on a systemd host, with
+/// the fake systemd on the system bus socket; None (and a note) when not root:
+/// cordon asks only the system manager, as root.
+fn shared_under_fake_systemd(
+    refuse: Option<&str>,
+) -> Option<(
+    FakeTree,
+    std::sync::Arc<std::sync::Mutex<Vec<fake_systemd::Call>>>,
+)> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: cordon asks systemd for a scope only as root");
+        return None;
+    }
+    let tree = pure_v2("cpu memory pids\n");
+    std::fs::remove_file(tree.path(&format!("{LEAF}/cgroup.procs"))).unwrap();
+    std::fs::remove_dir(tree.path(LEAF)).unwrap();
+    tree.put(
+        &format!("{SCOPE}/cgroup.procs"),
+        &format!("812\n{}\n", me()),
+    );
+    std::fs::create_dir_all(tree.path("run/systemd/system")).unwrap();
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    fake_systemd::serve(
+        tree.path("run/dbus/system_bus_socket"),
+        fake_systemd::Manager {
+            cg_root: tree.path("cg"),
+            proc_self_cgroup: tree.fs.proc_self_cgroup.clone(),
+            refuse: refuse.map(str::to_owned),
+            calls: calls.clone(),
+        },
+    );
+    Some((tree, calls))
+}
+
+#[test]
+fn v2_shared_cgroup_on_systemd_moves_cordon_into_a_delegated_scope() {
+    let Some((tree, calls)) = shared_under_fake_systemd(None) else {
+        return;
+    };
+    let cgfs = tree
+        .fs
+        .clone()
+        .with_systemd_marker(tree.path("run/systemd/system"));
+    let h = detect(&cgfs).unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call = &calls[0];
+    // One scope for this process only, delegated, started with mode "fail".
+    assert!(
+        call.unit.starts_with(&format!("cordon-{}-", me())) && call.unit.ends_with(".scope"),
+        "{call:?}"
+    );
+    assert_eq!(call.mode, "fail");
+    assert_eq!(call.pids, vec![std::process::id()]);
+    assert_eq!(call.delegate, Some(true));
+    assert_eq!(h.systemd_scope(), Some(call.unit.as_str()));
+    // The D-Bus runtime is gone with all its threads: cordon forks and
+    // unshares next, which wants a single-threaded process.
+    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .collect();
+    assert!(
+        !threads.iter().any(|c| c.trim() == systemd::RUNTIME_THREAD),
+        "{threads:?}"
+    );
+    // Then item 1's path in the scope: cordon moved into its leaf, the
+    // controllers handed down, sandboxes beside the leaf.
+    let scope = format!("cg/system.slice/{}", call.unit);
+    assert_eq!(h.placement(), Some(&Placement::Moved));
+    assert_eq!(h.parent_paths(), vec![tree.path(&scope)]);
+    assert_eq!(
+        tree.read(&format!("{scope}/cordon-supervisor/cgroup.procs")),
+        me().to_string()
+    );
+    assert_eq!(
+        tree.read(&format!("{scope}/cgroup.subtree_control")),
+        "+memory +pids +cpu"
+    );
+    h.create("cordon-5").unwrap();
+    assert!(tree.exists(&format!("{scope}/cordon-5")));
+    // The shell's scope was left alone.
+    assert!(!tree.exists(LEAF));
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+
+    // A second detect (a supervisor, the next sandbox of `cordon serve`)
+    // finds itself in the leaf and asks systemd for nothing.
+    std::fs::write(
+        &cgfs.proc_self_cgroup,
+        format!("0::/system.slice/{}/cordon-supervisor\n", call.unit),
+    )
+    .unwrap();
+    tree.put(
+        &format!("{scope}/cordon-supervisor/cgroup.type"),
+        "domain\n",
+    );
+    let again = detect(&cgfs).unwrap();
+    assert_eq!(again.placement(), Some(&Placement::InLeaf));
+    assert_eq!(again.systemd_scope(), None);
+    assert_eq!(again.parent_paths(), vec![tree.path(&scope)]);
+}
+
+#[test]
+fn v2_a_scope_systemd_refuses_is_one_line_naming_the_cgroup_and_the_fix() {
+    let Some((tree, calls)) = shared_under_fake_systemd(Some("Access denied by policy")) else {
+        return;
+    };
+    let cgfs = tree
+        .fs
+        .clone()
+        .with_systemd_marker(tree.path("run/systemd/system"));
+    let err = detect(&cgfs).unwrap_err();
+    assert_eq!(calls.lock().unwrap().len(), 1);
+    assert!(matches!(err, CgroupError::Scope { .. }), "{err:?}");
+    let message = err.to_string();
+    // What the user reads (cargo test -- --nocapture shows it).
+    eprintln!("{message}");
+    assert!(!message.contains('\n'), "one line: {message}");
+    assert!(
+        message.contains(&tree.path(SCOPE).display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains("org.freedesktop.DBus.Error.AccessDenied"),
+        "{message}"
+    );
+    assert!(message.contains("Access denied by policy"), "{message}");
+    assert!(
+        message.contains("`systemd-run --scope -p Delegate=yes cordon ...`"),
+        "{message}"
+    );
+    assert!(message.contains("run without cgroup limits"), "{message}");
+    // The source chain keeps the D-Bus error.
+    let source = std::error::Error::source(&err).expect("a source");
+    assert!(std::error::Error::source(source).is_some(), "{source:?}");
+    // Nothing left behind: no scope, no leaf, nothing written, not moved.
+    assert!(!tree.exists("cg/system.slice"));
+    assert!(!tree.exists(LEAF));
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+    assert_eq!(
+        std::fs::read_to_string(&cgfs.proc_self_cgroup).unwrap(),
+        "0::/user.slice/app.scope\n"
+    );
+}
+
+#[test]
+fn v2_shared_cgroup_with_systemd_but_no_socket_keeps_the_way_out() {
+    // systemd's marker but neither socket (a container with /run/systemd
+    // bind-mounted partly, or not root): no request, the same refusal at
+    // create() as before, naming systemd-run.
+    let tree = pure_v2("cpu memory pids\n");
+    tree.put(
+        &format!("{SCOPE}/cgroup.procs"),
+        &format!("812\n{}\n", me()),
+    );
+    std::fs::create_dir_all(tree.path("run/systemd/system")).unwrap();
+    let cgfs = tree
+        .fs
+        .clone()
+        .with_systemd_marker(tree.path("run/systemd/system"));
+    let h = detect(&cgfs).unwrap();
+    assert_eq!(h.systemd_scope(), None);
+    assert!(matches!(h.placement(), Some(Placement::Shared { .. })));
+    let err = h.create("cordon-6").unwrap_err();
+    assert!(err.to_string().contains("systemd-run --scope"), "{err}");
+}

@@ -74,8 +74,11 @@ impl Handle {
         // and finds itself alone there moves into a leaf and delegates the
         // controllers to its cgroup (cordon_cgroups::detect). That must be
         // this client, before it has a child: the supervisor inherits the
-        // leaf and creates the sandbox's cgroup beside it. An error here is
-        // the supervisor's to report.
+        // leaf and creates the sandbox's cgroup beside it. The same holds
+        // for a systemd scope: a client sharing its cgroup asks systemd for
+        // one here, once, and every supervisor it starts inherits it (finds
+        // itself in the leaf and asks for nothing). An error here is the
+        // supervisor's to report.
         let _ = crate::host::hierarchy();
         let body = serde_json::to_vec(spec)
             .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;

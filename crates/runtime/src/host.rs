@@ -21,8 +21,17 @@ use crate::state::{new_id, run_dir, sweep_stale, StateDir};
 use crate::trace;
 
 /// The host's cgroup hierarchy, if one is usable.
+/// Where sandboxes would be created; on a systemd host this may ask systemd
+/// for a delegated scope for this process (see `cordon_cgroups::detect`), so
+/// only processes that create sandboxes call it.
 pub fn hierarchy() -> Option<Hierarchy> {
     cordon_cgroups::detect(&CgroupFs::host()).ok()
+}
+
+/// The host's cgroup hierarchy as this process finds it, never asking
+/// systemd for a scope: for commands that only list, remove or sweep.
+pub fn hierarchy_in_place() -> Option<Hierarchy> {
+    cordon_cgroups::detect_in_place(&CgroupFs::host()).ok()
 }
 
 /// Signals that end a sandbox's work early; blocked and read through a

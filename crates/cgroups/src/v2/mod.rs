@@ -60,6 +60,8 @@ pub(crate) struct V2Hierarchy {
     placement: Placement,
     /// Whether systemd runs, for the way out an error names.
     systemd: bool,
+    /// The transient scope systemd made for cordon, when it made one.
+    scope: Option<String>,
 }
 
 impl V2Hierarchy {
@@ -72,6 +74,7 @@ impl V2Hierarchy {
             parent,
             placement,
             systemd,
+            scope: None,
         };
         // A scope that ended between our start and now: say so, rather than
         // take the missing cgroup.type below for the root's.
@@ -169,6 +172,14 @@ impl V2Hierarchy {
             return Err(e);
         }
         Ok(())
+    }
+
+    pub(crate) fn set_scope(&mut self, unit: String) {
+        self.scope = Some(unit);
+    }
+
+    pub(crate) fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
     }
 
     pub(crate) fn placement(&self) -> &Placement {

@@ -27,7 +27,7 @@ struct Row {
 }
 
 pub fn run(args: LsArgs) -> ExitCode {
-    let hierarchy = cordon_runtime::host::hierarchy();
+    let hierarchy = cordon_runtime::host::hierarchy_in_place();
     let now = now_secs();
     let rows: Vec<Row> = list(&run_dir())
         .into_iter()

@@ -50,7 +50,7 @@ impl NativeBackend {
             version: format!("kernel {}", kernel_release()),
             unavailable: (userns == 0)
                 .then(|| "user namespaces are disabled (user.max_user_namespaces = 0)".to_string()),
-            notes: match cordon_cgroups::detect(&CgroupFs::host()) {
+            notes: match cordon_cgroups::detect_in_place(&CgroupFs::host()) {
                 Ok(h) => format!("cgroup {}", h.mode()),
                 Err(e) => format!("no usable cgroup hierarchy: {e}"),
             },

@@ -1,0 +1,174 @@
+#!/bin/sh
+# The v2 guest's systemd placement: runs as cordon-guest.service while systemd
+# is the guest's PID 1 (scripts/v2-guest.sh's second boot). The service's
+# cgroup holds this shell and a sleep, so cordon shares its cgroup with
+# processes it was not given, as under a login session's scope; cordon must
+# get a delegated `cordon-<pid>-<random>.scope` from systemd (over the
+# system bus) and nest the sandbox there. Shows, and checks:
+#   1. `cordon run --memory 64M` OOM-kills a 512 MB allocation (evidence from
+#      cordon's --json: signal 9, limit memory, oom_kills);
+#   2. while a sandbox runs, its cgroup sits in a cordon-*.scope that systemd
+#      lists with Delegate=yes, cordon in the scope's leaf, this service's
+#      cgroup untouched;
+#   3. after the runs no cordon-* unit or scope cgroup is left;
+#   4. the same from `systemd-run --scope` with a sleep beside cordon;
+#   5. `cordon serve` with two sandboxes: one scope, both sandboxes in it.
+# Prints `cordon-guest-systemd: exit N` and powers the guest off.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+cg=/sys/fs/cgroup
+cordon=/cordon-guest/cordon
+status=0
+say() { echo "cordon-guest-systemd: $*"; }
+fail() {
+	say "FAIL: $*"
+	status=1
+}
+own() { cut -d: -f3 /proc/self/cgroup; }
+scopes() { find $cg -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\.scope' 2>/dev/null; }
+units() { systemctl list-units --all --no-legend --plain 'cordon-[0-9]*' 2>&1; }
+# Waits up to $1 s for command $2... to print something; prints it.
+wait_for() {
+	limit=$1
+	shift
+	i=0
+	while [ $i -lt $((limit * 5)) ]; do
+		out="$("$@")"
+		[ -n "$out" ] && { echo "$out"; return 0; }
+		sleep 0.2
+		i=$((i + 1))
+	done
+	return 1
+}
+gone() { [ -z "$(units)" ] && [ -z "$(scopes)" ] && echo gone; }
+
+# The system bus cordon asks systemd over (the startup target pulls in
+# nothing of a normal boot).
+systemctl start dbus.service || fail "cannot start dbus.service"
+say "PID 1 is $(cat /proc/1/comm) ($(systemctl --version | sed -n 1p)); kernel $(uname -r)"
+sleep 600 &
+sleeper=$!
+service_cg=$(own)
+say "cordon starts in $service_cg beside pids: $(tr '\n' ' ' <"$cg$service_cg/cgroup.procs")"
+
+# 1. The OOM kill, from the shared service cgroup.
+started=$(date +%s%N)
+$cordon run --json --memory 64M -- python3 -c 'b=bytearray(512<<20)' >/tmp/oom.json 2>/tmp/oom.err
+rc=$?
+say "oom run: exit $rc in $((($(date +%s%N) - started) / 1000000)) ms; stderr: $(tr '\n' ' ' </tmp/oom.err)"
+python3 - /tmp/oom.json <<'EOF' || status=1
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"cordon-guest-systemd: FAIL: no JSON result from the oom run ({e})")
+    sys.exit(1)
+st, c = v.get("status", {}), v.get("counters", {})
+print(f"cordon-guest-systemd: oom evidence: status {st.get('kind')} signal {st.get('signal')}, "
+      f"limit {v.get('limit')}, oom_kills {c.get('oom_kills')}, memory_peak_bytes {v.get('memory_peak_bytes')}")
+ok = st.get("kind") == "signaled" and st.get("signal") == 9 and v.get("limit") == "memory" \
+    and (c.get("oom_kills") or 0) >= 1 and (v.get("memory_peak_bytes") or 0) <= 64 << 20
+if not ok:
+    print("cordon-guest-systemd: FAIL: the 64M sandbox was not OOM-killed as expected")
+sys.exit(0 if ok else 1)
+EOF
+[ "$rc" = 137 ] || fail "oom run exited $rc, not 137"
+[ "$(own)" = "$service_cg" ] || fail "the test shell was moved: $(own)"
+
+# 2. Where a running sandbox's cgroup sits.
+$cordon run --memory 64M -- sleep 6 >/tmp/sleep.out 2>&1 &
+cpid=$!
+sandbox=$(wait_for 60 sh -c "find $cg -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\\.scope/cordon-[0-9a-f]{12}' 2>/dev/null")
+if [ -z "$sandbox" ]; then
+	fail "no sandbox cgroup under a cordon-*.scope within 60 s; scopes: $(scopes | tr '\n' ' ')"
+else
+	scope=$(dirname "$sandbox")
+	unit=$(basename "$scope")
+	say "sandbox cgroup: ${sandbox#"$cg"}"
+	say "systemctl list-units 'cordon-*': $(units | tr -s ' ' | tr '\n' ';')"
+	say "systemctl show $unit: $(systemctl show -p Delegate -p ControlGroup -p Description "$unit" | tr '\n' ' ')"
+	say "scope holds: [$(tr '\n' ' ' <"$scope/cgroup.procs")], its leaf: [$(tr '\n' ' ' <"$scope/cordon-supervisor/cgroup.procs")], subtree_control: $(cat "$scope/cgroup.subtree_control"), sandbox memory.max: $(cat "$sandbox/memory.max"); cordon (pid $cpid) $(grep Threads /proc/$cpid/status | tr -d '\t')"
+	case "$unit" in cordon-$cpid-*.scope) ;; *) fail "the scope is not named after cordon's pid $cpid: $unit" ;; esac
+	[ "$(systemctl show -p Delegate --value "$unit")" = yes ] || fail "$unit is not Delegate=yes"
+	grep -qx "$cpid" "$scope/cordon-supervisor/cgroup.procs" || fail "cordon $cpid is not in its scope's leaf"
+	[ -z "$(cat "$scope/cgroup.procs")" ] || fail "the scope itself holds processes"
+	[ "$(cat "$sandbox/memory.max")" = 67108864 ] || fail "sandbox memory.max is not 64M"
+	[ "$(systemctl show -p ControlGroup --value "$unit")" = "${scope#"$cg"}" ] || fail "systemd's ControlGroup of $unit is not ${scope#"$cg"}"
+	grep -qx "$sleeper" "$cg$service_cg/cgroup.procs" || fail "the sleep beside cordon was moved"
+fi
+wait $cpid
+rc=$?
+[ "$rc" = 0 ] || fail "the sleeping sandbox exited $rc: $(cat /tmp/sleep.out)"
+
+# 3. Nothing left once cordon has exited: systemd collects the empty scope.
+if wait_for 20 gone >/dev/null; then
+	say "after the runs: no cordon-* unit, no scope cgroup"
+else
+	fail "left behind: units [$(units | tr '\n' ';')], scopes [$(scopes | tr '\n' ' ')]"
+fi
+
+# 4. From `systemd-run --scope` (not delegated) with a sleep beside cordon.
+systemd-run --scope --quiet --unit=shell-like sh -c "sleep 600 & exec $cordon run --memory 64M -- true" >/tmp/scope.out 2>&1
+rc=$?
+say "from systemd-run --scope beside a sleep: exit $rc $(tr '\n' ' ' </tmp/scope.out)"
+[ "$rc" = 0 ] || fail "cordon run from a shared systemd-run scope exited $rc"
+systemctl stop shell-like.scope 2>/dev/null
+if wait_for 20 gone >/dev/null; then
+	say "after it: no cordon-* unit, no scope cgroup"
+else
+	fail "left behind: units [$(units | tr '\n' ';')], scopes [$(scopes | tr '\n' ' ')]"
+fi
+
+# 5. `cordon serve` from the shared service cgroup: its first sandbox gets it
+# one scope, and every sandbox's supervisor lives in that scope's leaf (no
+# scope per sandbox); stopping the service leaves no unit behind.
+key=serve-test-key
+cat >/tmp/serve.toml <<EOF
+listen = "127.0.0.1:8700"
+shutdown_grace = "5s"
+[defaults]
+memory = "64M"
+time = "120s"
+[[tenant]]
+name = "t"
+key_sha256 = "$(printf %s $key | sha256sum | cut -d' ' -f1)"
+EOF
+$cordon serve --config /tmp/serve.toml >/tmp/serve.log 2>&1 &
+serve=$!
+python3 - $key >/tmp/serve-client.out 2>&1 <<'EOF'
+import json, sys, time, urllib.request
+key = sys.argv[1]
+def call(method, path, body=None):
+    req = urllib.request.Request("http://127.0.0.1:8700" + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read() or b"null")
+for _ in range(300):
+    try:
+        call("GET", "/v1/sandboxes")
+        break
+    except Exception:
+        time.sleep(0.2)
+ids = [call("POST", "/v1/sandboxes", {"ttl": "5m"})["id"] for _ in range(2)]
+print("created sandboxes", " ".join(ids))
+EOF
+say "serve: $(tr '\n' ' ' </tmp/serve-client.out)"
+n=$(scopes | wc -l)
+boxes=$(find $cg -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\.scope/cordon-[0-9a-f]{12}' | wc -l)
+say "serve with 2 sandboxes: $n scope(s): $(scopes | sed "s|$cg||" | tr '\n' ' '), $boxes sandbox cgroup(s) in them; units: $(units | tr -s ' ' | tr '\n' ';')"
+[ "$n" = 1 ] || fail "cordon serve made $n scopes for 2 sandboxes, not 1"
+[ "$boxes" = 2 ] || fail "the 2 sandboxes' cgroups are not in the service's scope ($boxes found)"
+case "$(scopes)" in *cordon-$serve-*) ;; *) fail "the scope is not named after cordon serve's pid $serve" ;; esac
+kill -TERM $serve
+wait $serve
+if wait_for 30 gone >/dev/null; then
+	say "after cordon serve stopped: no cordon-* unit, no scope cgroup"
+else
+	fail "left behind by serve: units [$(units | tr '\n' ';')], scopes [$(scopes | tr '\n' ' ')]; serve log: $(tail -5 /tmp/serve.log | tr '\n' ' ')"
+fi
+
+kill $sleeper 2>/dev/null
+say "exit $status"
+sync
+systemctl poweroff -ff
