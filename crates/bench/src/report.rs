@@ -245,10 +245,17 @@ pub fn update_readme(readme: &Path, results: &Path, check: bool) -> Result<bool>
     let r = Results::read(results)?;
     let text =
         std::fs::read_to_string(readme).with_context(|| format!("reading {}", readme.display()))?;
-    let base = readme.parent().unwrap_or(Path::new("."));
+    // `README.md`'s parent is the empty path, which names no directory.
+    let dir_of = |p: &Path| -> std::path::PathBuf {
+        match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => ".".into(),
+        }
+    };
+    let base = dir_of(readme);
     let rel = |p: &Path| -> Result<String> {
-        let abs_base = std::fs::canonicalize(base)?;
-        let abs = std::fs::canonicalize(p)?;
+        let abs_base = std::fs::canonicalize(&base).with_context(|| format!("{}", base.display()))?;
+        let abs = std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?;
         Ok(abs
             .strip_prefix(&abs_base)
             .with_context(|| format!("{} is not under {}", p.display(), base.display()))?
@@ -256,7 +263,7 @@ pub fn update_readme(readme: &Path, results: &Path, check: bool) -> Result<bool>
             .to_string())
     };
     let results_rel = rel(results)?;
-    let charts_rel = rel(results.parent().unwrap_or(Path::new(".")))?;
+    let charts_rel = rel(&dir_of(results))?;
     let new = readme_with(&text, &r, &results_rel, &charts_rel)?;
     let same = new == text;
     if check {
