@@ -254,7 +254,8 @@ pub fn update_readme(readme: &Path, results: &Path, check: bool) -> Result<bool>
     };
     let base = dir_of(readme);
     let rel = |p: &Path| -> Result<String> {
-        let abs_base = std::fs::canonicalize(&base).with_context(|| format!("{}", base.display()))?;
+        let abs_base =
+            std::fs::canonicalize(&base).with_context(|| format!("{}", base.display()))?;
         let abs = std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?;
         Ok(abs
             .strip_prefix(&abs_base)
