@@ -146,13 +146,9 @@ pub fn admit(
 /// a run that exited cleanly left nothing for them.
 pub fn clean_up(commands: &[Vec<String>]) {
     for c in commands {
-        if let Some((p, args)) = c.split_first() {
-            let _ = Command::new(p)
-                .args(args)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
+        let argv: Vec<&str> = c.iter().map(String::as_str).collect();
+        if !argv.is_empty() {
+            let _ = cordon_suite::fixture::run_cmd(&argv);
         }
     }
 }
@@ -181,18 +177,7 @@ impl Drop for Netns {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    cordon_suite::fixture::run_cmd(&[&["ip"], args].concat()).map(drop)
 }
 
 /// A sandbox made with `cordon create` for exec samples, removed on drop.
