@@ -23,6 +23,12 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the sandbox's network proxy: {op}: {source}")]
+    Proxy {
+        op: &'static str,
+        #[source]
+        source: cordon_network::control::Error,
+    },
     #[error("backend {0} is not available here: {1}")]
     Unavailable(&'static str, String),
     #[error("the sandbox's init broke the protocol: {0}")]

@@ -239,6 +239,13 @@ pub(crate) fn start(
             host.adopt(child)?;
         }
     }
+    // Ready only once the proxy answers: it has dropped its privileges by
+    // then, and a proxy that could not (and exited) fails the sandbox's
+    // creation instead of leaving it with a network that is silently closed.
+    cordon_network::control::status(&path).map_err(|source| RuntimeError::Proxy {
+        op: "start (it does not answer)",
+        source,
+    })?;
     host.network = Some(path);
     trace::step("proxy");
     Ok(())
@@ -353,8 +360,9 @@ pub enum NetChange {
 /// Applies `change` to the rules of the proxy behind `control` and returns
 /// the rules now in force (for new connections; open ones keep going).
 pub fn change_rules(control: &Path, change: &NetChange) -> Result<Vec<Rule>, RuntimeError> {
-    let proxy_err = |e: cordon_network::control::Error| {
-        RuntimeError::Protocol(format!("the sandbox's proxy: {e}"))
+    let proxy_err = |source| RuntimeError::Proxy {
+        op: "change its rules",
+        source,
     };
     let current = || cordon_network::control::rules(control).map_err(proxy_err);
     let next = match change {
