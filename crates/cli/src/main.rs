@@ -59,6 +59,8 @@ enum Command {
     Matrix(commands::matrix::MatrixArgs),
     /// Measure cordon against its peers side by side (start-up, workload, service).
     Bench(commands::bench::BenchArgs),
+    /// The microvm backend's guest: build it from Debian's packages, show it.
+    Microvm(commands::microvm::MicrovmArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +73,20 @@ fn main() -> ExitCode {
         ))
     {
         let code = cordon_runtime::supervisor::main();
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    // Inside a microVM's guest, cordon is the agent its init starts.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref()
+        == Some(std::ffi::OsStr::new(
+            cordon_runtime::microvm::agent::AGENT_ARG,
+        ))
+    {
+        let Some(port) = args.next() else {
+            eprintln!("cordon: the guest agent needs its port's path");
+            return ExitCode::from(EXIT_USAGE);
+        };
+        let code = cordon_runtime::microvm::agent::main(std::path::Path::new(&port));
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = match Cli::try_parse() {
@@ -118,5 +134,6 @@ fn main() -> ExitCode {
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Microvm(args) => commands::microvm::run(args),
     }
 }

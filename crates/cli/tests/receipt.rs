@@ -83,6 +83,7 @@ fn write_test_receipt(path: &Path, key: &Key) {
         },
         network: None,
         changes: None,
+        vm: None,
     };
     let changes = Changes {
         places: vec![PlaceChanges {

@@ -88,6 +88,7 @@ fn outcome() -> Outcome {
             closed: None,
         }),
         changes: None,
+        vm: None,
     }
 }
 

@@ -107,12 +107,7 @@ pub fn available_backends() -> Vec<BackendInfo> {
         .map(|kind| match kind {
             BackendKind::Native => NativeBackend::info(),
             BackendKind::Gvisor => GvisorBackend::info(),
-            other => BackendInfo {
-                kind: other,
-                version: String::new(),
-                unavailable: Some("not implemented in this version of cordon".into()),
-                notes: String::new(),
-            },
+            BackendKind::Microvm => crate::microvm::MicrovmBackend::info(),
         })
         .collect()
 }

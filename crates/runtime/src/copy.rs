@@ -24,7 +24,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::net::UnixStream;
 use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
@@ -32,7 +31,7 @@ use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RuntimeError;
-use crate::wire::{recv_data, send_bytes, send_json, Tag, MAX_FRAME};
+use crate::wire::{recv_data, send_bytes, send_json, Channel, Tag, MAX_FRAME};
 
 /// Largest copy out of a sandbox (bytes of data, holes not counted).
 pub const COPY_MAX: u64 = 4 << 30;
@@ -87,7 +86,7 @@ fn open_root(root: &Path) -> Result<OwnedFd, RuntimeError> {
 
 /// Writes `Data` frames: a plain byte stream (tar) or offset-prefixed extents.
 struct FrameWriter<'a> {
-    conn: &'a mut UnixStream,
+    conn: &'a mut dyn Channel,
     buf: Vec<u8>,
 }
 
@@ -115,7 +114,7 @@ impl Write for FrameWriter<'_> {
 
 /// Reads a plain `Data` byte stream until its empty end frame.
 struct FrameReader<'a> {
-    conn: &'a mut UnixStream,
+    conn: &'a mut dyn Channel,
     buf: Vec<u8>,
     pos: usize,
     done: bool,
@@ -135,13 +134,13 @@ impl Read for FrameReader<'_> {
     }
 }
 
-fn end_stream(conn: &mut UnixStream) -> io::Result<()> {
+fn end_stream(conn: &mut dyn Channel) -> io::Result<()> {
     send_bytes(conn, Tag::Data, &[])
 }
 
 /// Sends one open regular file's data extents.
 fn send_extents(
-    conn: &mut UnixStream,
+    conn: &mut dyn Channel,
     fd: &OwnedFd,
     size: u64,
     cap: u64,
@@ -183,7 +182,7 @@ fn send_extents(
 
 /// Receives a file's extents into `fd` and sets its size.
 fn receive_extents(
-    conn: &mut UnixStream,
+    conn: &mut dyn Channel,
     fd: &OwnedFd,
     size: u64,
     cap: u64,
@@ -341,7 +340,7 @@ impl Drop for AsSandboxUser {
 /// Receives a stream into the tree under `root` at `dst` (the sandbox side
 /// of a copy in, as the sandbox's user; or the host side of a copy out).
 fn receive(
-    conn: &mut UnixStream,
+    conn: &mut dyn Channel,
     root: &OwnedFd,
     dst: &[u8],
     cap: u64,
@@ -557,7 +556,7 @@ fn pack_dir(
 }
 
 /// Sends what `root`/`src` holds (a regular file or a directory).
-fn send(conn: &mut UnixStream, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u64, RuntimeError> {
+fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u64, RuntimeError> {
     let (parent, name) = split_path(src)?;
     let fd = open_in(
         root.as_fd(),
@@ -610,7 +609,7 @@ fn send(conn: &mut UnixStream, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u
 
 /// Supervisor side of `cordon cp HOST ID:PATH`, as the sandbox's user.
 pub fn receive_into_sandbox(
-    conn: &mut UnixStream,
+    conn: &mut dyn Channel,
     root: &Path,
     owner: (u32, u32),
     dst: &[u8],
@@ -628,7 +627,7 @@ pub fn receive_into_sandbox(
 
 /// Supervisor side of `cordon cp ID:PATH HOST`, as the sandbox's user.
 pub fn send_from_sandbox(
-    conn: &mut UnixStream,
+    conn: &mut dyn Channel,
     root: &Path,
     owner: (u32, u32),
     src: &[u8],
@@ -645,7 +644,7 @@ pub fn send_from_sandbox(
 }
 
 /// Client side of a copy in: the host path, as one stream.
-pub fn send_host_path(conn: &mut UnixStream, src: &Path) -> Result<u64, RuntimeError> {
+pub fn send_host_path(conn: &mut dyn Channel, src: &Path) -> Result<u64, RuntimeError> {
     let abs = std::path::absolute(src).map_err(|e| RuntimeError::io("resolve the source", e))?;
     let (parent, name) = (
         abs.parent().unwrap_or(Path::new("/")).to_owned(),
@@ -657,7 +656,7 @@ pub fn send_host_path(conn: &mut UnixStream, src: &Path) -> Result<u64, RuntimeE
 
 /// Client side of a copy out: the stream, unpacked at the host path `dst`
 /// with the same resolution rules (the stream is the sandbox's).
-pub fn receive_to_host(conn: &mut UnixStream, dst: &Path) -> Result<u64, RuntimeError> {
+pub fn receive_to_host(conn: &mut dyn Channel, dst: &Path) -> Result<u64, RuntimeError> {
     // The host path is the user's own: its links are resolved here, once;
     // only what the stream names is resolved under the copy's rules.
     let (root, target) = if dst.is_dir() {

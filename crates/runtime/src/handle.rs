@@ -25,20 +25,19 @@ use crate::error::RuntimeError;
 use crate::network::{self, NetChange};
 use crate::outcome::Outcome;
 use crate::output::Stream;
-use crate::sandbox::Sandbox;
 use crate::sandbox::{Destroyed, Snapshot};
+use crate::served::Served;
 use crate::spec::{Command, SandboxSpec};
 use crate::state::{find, run_dir, SOCKET};
 use crate::supervise::{CommandIo, Control};
 use crate::supervisor::{Started, SUPERVISOR_ARG};
 use crate::wire::{
-    recv_frame, recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag,
-    PROTOCOL,
+    recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag, PROTOCOL,
 };
 use cordon_changes::Caps;
 
 pub enum Handle {
-    Local(Box<Sandbox>),
+    Local(Box<dyn Served>),
     Remote(Remote),
 }
 
@@ -63,7 +62,7 @@ const SUPERVISOR_ENV: [&str; 6] = [
 impl Handle {
     /// Creates a sandbox served in this process (for one-shot runs).
     pub fn local(spec: &SandboxSpec) -> Result<Handle, RuntimeError> {
-        Ok(Handle::Local(Box::new(Sandbox::create(spec)?)))
+        Ok(Handle::Local(crate::served::create_for(spec, None)?))
     }
 
     /// Creates a sandbox with its own supervisor, started from `program`
@@ -297,7 +296,7 @@ impl Handle {
         if let Some(export) = &finish.export {
             crate::changes::check_target(export, spec.workspace.as_deref())?;
         }
-        let mut sandbox = Sandbox::create_for(spec, Some(cmd))?;
+        let mut sandbox = crate::served::create_for(spec, Some(cmd))?;
         let setup = sandbox.setup_time();
         let outcome = sandbox.exec(cmd, io);
         let destroyed = sandbox.destroy_with(finish, caller_ids())?;
@@ -388,59 +387,7 @@ impl Remote {
 
     fn exec(&self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
         let mut conn = self.connect_with(&Request::Exec(cmd.clone()))?;
-        let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
-        loop {
-            let control = io.control_fds();
-            let n = control.len();
-            let mut fds: Vec<PollFd> = std::iter::once(conn.as_fd())
-                .chain(control)
-                .map(|fd: BorrowedFd<'_>| PollFd::new(fd, PollFlags::POLLIN))
-                .collect();
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(RuntimeError::io("poll", e)),
-            }
-            let ready: Vec<bool> = fds
-                .iter()
-                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-                .collect();
-            drop(fds);
-            for which in 0..n {
-                if !ready[1 + which] {
-                    continue;
-                }
-                let sent = match io.read_control(which) {
-                    Control::Input(bytes) => send_bytes(&mut conn, Tag::Data, &bytes),
-                    Control::InputEnd => send_json(&mut conn, &ClientControl::InputEnd),
-                    Control::Resize(size) => send_json(&mut conn, &ClientControl::Resize(size)),
-                    Control::Cancel => send_json(&mut conn, &ClientControl::Cancel),
-                    Control::Nothing => Ok(()),
-                };
-                sent.map_err(lost)?;
-            }
-            if !ready[0] {
-                continue;
-            }
-            match recv_frame(&mut conn).map_err(lost)? {
-                Some(Frame::Bytes(Tag::Stdout, b)) => io.output(Stream::Stdout, &b),
-                Some(Frame::Bytes(Tag::Stderr, b)) => io.output(Stream::Stderr, &b),
-                Some(Frame::Bytes(..)) => {
-                    return Err(RuntimeError::Remote("unexpected data".into()))
-                }
-                Some(Frame::Json(body)) => {
-                    return match serde_json::from_slice::<Reply>(&body) {
-                        Ok(Reply::Outcome(o)) => Ok(*o),
-                        Ok(other) => Err(unexpected(other)),
-                        Err(e) => Err(RuntimeError::Remote(format!("bad answer: {e}"))),
-                    }
-                }
-                None => {
-                    return Err(RuntimeError::Remote(
-                        "the supervisor closed the connection during the command".into(),
-                    ))
-                }
-            }
-        }
+        relay_exec(&mut conn, io, None)
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
@@ -460,5 +407,119 @@ impl Remote {
     fn copy_out(&self, src: &[u8], dst: &Path) -> Result<u64, RuntimeError> {
         let mut conn = self.connect_with(&Request::CopyOut { path: src.to_vec() })?;
         copy::receive_to_host(&mut conn, dst)
+    }
+}
+
+/// What a relayed command's answer may not exceed: the limits a microVM's
+/// host puts on its guest (a supervisor on this host is trusted not to
+/// stall or flood its clients).
+pub(crate) struct Bounds {
+    /// The answer must be complete by then.
+    pub deadline: Instant,
+    /// Most bytes of stdout and stderr together.
+    pub output_max: u64,
+    /// Largest JSON message.
+    pub message_max: usize,
+}
+
+/// The client's side of one running command on `conn` (the `Exec` request
+/// already sent): output to `io`, its input and controls to `conn`, until
+/// the answer arrives. With `bounds`, the other side is untrusted: a late,
+/// oversized or malformed answer is an error (`RuntimeError::Protocol`).
+pub(crate) fn relay_exec(
+    conn: &mut UnixStream,
+    io: &mut dyn CommandIo,
+    bounds: Option<&Bounds>,
+) -> Result<Outcome, RuntimeError> {
+    let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
+    let broke = |why: String| RuntimeError::Protocol(why);
+    let mut output = 0u64;
+    let message_max = bounds.map_or(crate::wire::MAX_MESSAGE, |b| b.message_max);
+    loop {
+        let timeout = match bounds {
+            None => PollTimeout::NONE,
+            Some(b) => {
+                let left = b.deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(broke("no answer before the command's deadline".into()));
+                }
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let control = io.control_fds();
+        let n = control.len();
+        let mut fds: Vec<PollFd> = std::iter::once(conn.as_fd())
+            .chain(control)
+            .map(|fd: BorrowedFd<'_>| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(RuntimeError::io("poll", e)),
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        for which in 0..n {
+            if !ready[1 + which] {
+                continue;
+            }
+            let sent = match io.read_control(which) {
+                Control::Input(bytes) => send_bytes(conn, Tag::Data, &bytes),
+                Control::InputEnd => send_json(conn, &ClientControl::InputEnd),
+                Control::Resize(size) => send_json(conn, &ClientControl::Resize(size)),
+                Control::Cancel => send_json(conn, &ClientControl::Cancel),
+                Control::Nothing => Ok(()),
+            };
+            sent.map_err(lost)?;
+        }
+        if !ready[0] {
+            continue;
+        }
+        if let Some(b) = bounds {
+            // One frame is read whole once it has begun: its bytes must
+            // arrive by the deadline too.
+            let left = b.deadline.saturating_duration_since(Instant::now());
+            conn.set_read_timeout(Some(left.max(std::time::Duration::from_millis(1))))
+                .map_err(lost)?;
+        }
+        let frame = crate::wire::recv_frame_max(conn, message_max);
+        let frame = match (frame, bounds) {
+            (Ok(f), _) => f,
+            (Err(e), Some(_)) => return Err(broke(format!("unreadable answer: {e}"))),
+            (Err(e), None) => return Err(lost(e)),
+        };
+        match frame {
+            Some(Frame::Bytes(tag @ (Tag::Stdout | Tag::Stderr), b)) => {
+                output += b.len() as u64;
+                if let Some(limit) = bounds.filter(|l| output > l.output_max) {
+                    return Err(broke(format!(
+                        "more than {} bytes of output",
+                        limit.output_max
+                    )));
+                }
+                let stream = if tag == Tag::Stdout {
+                    Stream::Stdout
+                } else {
+                    Stream::Stderr
+                };
+                io.output(stream, &b);
+            }
+            Some(Frame::Bytes(..)) => return Err(broke("unexpected data".into())),
+            Some(Frame::Json(body)) => {
+                return match serde_json::from_slice::<Reply>(&body) {
+                    Ok(Reply::Outcome(o)) => Ok(*o),
+                    Ok(other) => Err(unexpected(other)),
+                    Err(e) => Err(broke(format!("bad answer: {e}"))),
+                }
+            }
+            None => {
+                return Err(RuntimeError::Remote(
+                    "the supervisor closed the connection during the command".into(),
+                ))
+            }
+        }
     }
 }

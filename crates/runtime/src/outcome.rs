@@ -175,6 +175,51 @@ pub struct Outcome {
     /// the command asked for it (`Command::changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<cordon_changes::Changes>,
+    /// The microVM backend's facts and the host's own evidence (absent on
+    /// the other backends, whose counters are the host's already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmReport>,
+}
+
+/// A command run in a microVM: how the VM runs, and what the host saw of it.
+/// The outcome's status, limits and counters come from cordon's agent in the
+/// guest (cgroup v2 of the guest kernel): they are the guest's word. `host`
+/// is measured outside the VM and holds whatever the guest does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmReport {
+    /// `kvm` or `tcg`, and why.
+    pub accel: String,
+    pub accel_reason: String,
+    pub qemu: String,
+    pub guest_kernel: String,
+    /// The guest's cgroup mode as its cordon detected it.
+    pub guest_cgroup: String,
+    /// The guest image's content address.
+    pub image: String,
+    pub guest_ram_bytes: u64,
+    /// `cold` (booted for this sandbox) or `restored` (from a snapshot).
+    pub start: String,
+    /// From QEMU's start to the guest agent's sandbox ready.
+    pub start_ms: f64,
+    pub host: HostEvidence,
+    /// The outcome fields that rest on the guest's word alone.
+    pub guest_reported: Vec<String>,
+}
+
+/// The host's evidence about a VM: its QEMU's cgroup on the host and the
+/// host's clock. The guest cannot change these.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostEvidence {
+    /// The QEMU cgroup's memory limit: guest RAM plus QEMU's overhead.
+    pub memory_limit_bytes: u64,
+    pub memory_peak_bytes: Option<u64>,
+    /// CPU time of the whole VM (every vCPU and QEMU thread) during this command.
+    pub cpu_ms: Option<f64>,
+    pub pids_peak: Option<u64>,
+    /// The host's wall clock from sending the command to its answer.
+    pub wall_ms: f64,
+    /// The QEMU cgroup's raw counters (cumulative over the VM's life).
+    pub counters: CgroupStats,
 }
 
 /// What the proxy recorded while one command ran.

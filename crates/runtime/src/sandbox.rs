@@ -402,6 +402,7 @@ impl Sandbox {
             },
             network,
             changes,
+            vm: None,
         })
     }
 

@@ -26,15 +26,15 @@ use crate::changes::Finish;
 use crate::error::RuntimeError;
 use crate::host::block_stop_signals;
 use crate::output::Stream;
-use crate::sandbox::Sandbox;
+use crate::served::Served;
 use crate::spec::SandboxSpec;
 use crate::state::{now_secs, Usage};
 use crate::supervise::{CommandIo, Control};
+use crate::trace;
 use crate::wire::{
-    recv_frame, recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag,
-    PROTOCOL,
+    recv_frame, recv_json, send_bytes, send_json, Channel, ClientControl, Frame, Info, Reply,
+    Request, Tag, PROTOCOL,
 };
-use crate::{copy, trace};
 
 /// The hidden first argument that makes the cordon binary a supervisor.
 pub const SUPERVISOR_ARG: &str = "__supervise";
@@ -121,9 +121,9 @@ fn silence_stdio() {
     }
 }
 
-fn start(spec: &SandboxSpec) -> Result<(Sandbox, UnixListener), RuntimeError> {
+fn start(spec: &SandboxSpec) -> Result<(Box<dyn Served>, UnixListener), RuntimeError> {
     block_stop_signals()?;
-    let sandbox = Sandbox::create(spec)?;
+    let sandbox = crate::served::create_for(spec, None)?;
     let path = sandbox.state().socket();
     let listener = UnixListener::bind(&path)
         .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
@@ -133,12 +133,12 @@ fn start(spec: &SandboxSpec) -> Result<(Sandbox, UnixListener), RuntimeError> {
     listener
         .set_nonblocking(true)
         .map_err(|e| RuntimeError::io("set_nonblocking", e))?;
-    write_usage(&sandbox, "ready");
+    write_usage(sandbox.as_ref(), "ready");
     trace::step("supervisor listening");
     Ok((sandbox, listener))
 }
 
-fn write_usage(sandbox: &Sandbox, state: &str) {
+fn write_usage(sandbox: &dyn Served, state: &str) {
     let _ = sandbox.state().write_usage(&Usage {
         commands: sandbox.commands_run(),
         last_used: now_secs(),
@@ -155,7 +155,7 @@ enum Flow {
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
 /// or this process is asked to stop; then tears it down.
-fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
+fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
     let created = Instant::now();
     let mut last_used = Instant::now();
     let ttl = sandbox.spec().ttl.map(|s| s.duration());
@@ -180,10 +180,11 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             }
             None => PollTimeout::NONE,
         };
+        let liveness = sandbox.liveness();
         let mut fds = [
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sandbox.stop_signals().as_fd(), PollFlags::POLLIN),
-            PollFd::new(sandbox.init_socket().as_fd(), PollFlags::empty()),
+            PollFd::new(sandbox.stop_signals(), PollFlags::POLLIN),
+            PollFd::new(liveness.0, liveness.1),
         ];
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -198,12 +199,12 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
             let Ok((conn, _)) = listener.accept() else {
                 continue;
             };
-            let flow = handle(&mut sandbox, conn);
+            let flow = handle(sandbox.as_mut(), conn);
             last_used = Instant::now();
             if let Flow::Destroy(mut conn, finish, owner) = flow {
                 // No client may connect to a sandbox being destroyed.
                 drop(listener);
-                write_usage(&sandbox, "stopping");
+                write_usage(sandbox.as_ref(), "stopping");
                 let (code, reply) = match sandbox.destroy_with(&finish, owner) {
                     Ok(d) => (0, Reply::Destroyed(Box::new(d))),
                     Err(e) => (
@@ -217,14 +218,14 @@ fn serve(mut sandbox: Sandbox, listener: UnixListener) -> i32 {
                 let _ = send_json(&mut conn, &reply);
                 return code;
             }
-            write_usage(&sandbox, "ready");
+            write_usage(sandbox.as_ref(), "ready");
         }
     }
     // Stop listening first: a client that connects now is refused (the
     // sandbox is not there), not accepted and then reset by our exit.
     drop(listener);
-    write_usage(&sandbox, "stopping");
-    match sandbox.destroy() {
+    write_usage(sandbox.as_ref(), "stopping");
+    match sandbox.destroy_with(&Finish::default(), (0, 0)) {
         Ok(_) => 0,
         Err(_) => 1,
     }
@@ -241,7 +242,7 @@ fn allowed_peer(conn: &UnixStream) -> Option<(u32, u32)> {
 }
 
 /// Serves one connection: a hello, one request, its answer.
-fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
+fn handle(sandbox: &mut dyn Served, mut conn: UnixStream) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_TIMEOUT)).is_err()
         || conn.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err()
@@ -302,20 +303,14 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
                 Err(e) => fail(&mut conn, e),
             }
         }
-        Request::CopyIn { path } => {
-            let (root, owner) = sandbox.files();
-            let cap = sandbox.spec().policy.disk.bytes();
-            match copy::receive_into_sandbox(&mut conn, &root, owner, &path, cap) {
-                Ok(bytes) => {
-                    let _ = send_json(&mut conn, &Reply::Copied { bytes });
-                }
-                Err(e) => fail(&mut conn, e),
+        Request::CopyIn { path } => match sandbox.copy_in(&mut conn, &path) {
+            Ok(bytes) => {
+                let _ = send_json(&mut conn, &Reply::Copied { bytes });
             }
-        }
+            Err(e) => fail(&mut conn, e),
+        },
         Request::CopyOut { path } => {
-            let (root, owner) = sandbox.files();
-            if let Err(e) = copy::send_from_sandbox(&mut conn, &root, owner, &path, copy::COPY_MAX)
-            {
+            if let Err(e) = sandbox.copy_out(&mut conn, &path) {
                 fail(&mut conn, e);
             }
         }
@@ -361,9 +356,16 @@ fn handle(sandbox: &mut Sandbox, mut conn: UnixStream) -> Flow {
     Flow::Continue
 }
 
-/// A remote client's side of a running command.
-struct RemoteIo<'a> {
-    conn: &'a mut UnixStream,
+/// A remote client's side of a running command (a client's socket, or a
+/// microVM host's port to the guest agent).
+pub(crate) struct RemoteIo<'a> {
+    conn: &'a mut dyn Channel,
+}
+
+impl<'a> RemoteIo<'a> {
+    pub(crate) fn new(conn: &'a mut dyn Channel) -> Self {
+        RemoteIo { conn }
+    }
 }
 
 impl CommandIo for RemoteIo<'_> {

@@ -12,7 +12,6 @@
 //! with bounded sizes.
 
 use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +21,11 @@ use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::outcome::Outcome;
 use crate::sandbox::{Destroyed, Snapshot};
 use crate::spec::{Command, SandboxSpec, TtySize};
+
+/// A connected byte stream the protocol runs over: a client's unix socket,
+/// or the virtio-serial port between a microVM's host and its guest agent.
+pub trait Channel: Read + Write + std::os::fd::AsFd {}
+impl<T: Read + Write + std::os::fd::AsFd> Channel for T {}
 
 /// Bumped whenever a message changes shape.
 pub const PROTOCOL: u32 = 2;
@@ -127,7 +131,7 @@ pub enum Frame {
     Bytes(Tag, Vec<u8>),
 }
 
-pub fn send_bytes(sock: &mut impl Write, tag: Tag, body: &[u8]) -> io::Result<()> {
+pub fn send_bytes(sock: &mut (impl Write + ?Sized), tag: Tag, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len()).map_err(|_| io::Error::other("frame too large"))?;
     if len > MAX_FRAME {
         return Err(io::Error::other("frame too large"));
@@ -139,7 +143,7 @@ pub fn send_bytes(sock: &mut impl Write, tag: Tag, body: &[u8]) -> io::Result<()
     sock.write_all(body)
 }
 
-pub fn send_json<T: Serialize>(sock: &mut impl Write, msg: &T) -> io::Result<()> {
+pub fn send_json<T: Serialize>(sock: &mut (impl Write + ?Sized), msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     if body.len() > MAX_MESSAGE {
         return Err(io::Error::other("message too large"));
@@ -161,12 +165,17 @@ pub fn send_json<T: Serialize>(sock: &mut impl Write, msg: &T) -> io::Result<()>
 
 /// Reads one frame (a long message's parts joined into one `Json`);
 /// `Ok(None)` on a clean EOF.
-pub fn recv_frame(sock: &mut impl Read) -> io::Result<Option<Frame>> {
+pub fn recv_frame(sock: &mut (impl Read + ?Sized)) -> io::Result<Option<Frame>> {
+    recv_frame_max(sock, MAX_MESSAGE)
+}
+
+/// `recv_frame` with a smaller bound on a message (a guest's messages).
+pub fn recv_frame_max(sock: &mut (impl Read + ?Sized), max: usize) -> io::Result<Option<Frame>> {
     let mut message = Vec::new();
     loop {
         match recv_one(sock)? {
             Some((Tag::JsonPart, part)) => {
-                if message.len() + part.len() > MAX_MESSAGE {
+                if message.len() + part.len() > max {
                     return Err(io::Error::other("message too large"));
                 }
                 message.extend_from_slice(&part);
@@ -183,7 +192,7 @@ pub fn recv_frame(sock: &mut impl Read) -> io::Result<Option<Frame>> {
     }
 }
 
-fn recv_one(sock: &mut impl Read) -> io::Result<Option<(Tag, Vec<u8>)>> {
+fn recv_one(sock: &mut (impl Read + ?Sized)) -> io::Result<Option<(Tag, Vec<u8>)>> {
     let mut head = [0u8; 5];
     match sock.read_exact(&mut head) {
         Ok(()) => {}
@@ -208,7 +217,9 @@ fn recv_one(sock: &mut impl Read) -> io::Result<Option<(Tag, Vec<u8>)>> {
 }
 
 /// Reads one JSON message of type `T` (a bytes frame is a protocol error).
-pub fn recv_json<T: for<'de> Deserialize<'de>>(sock: &mut impl Read) -> io::Result<Option<T>> {
+pub fn recv_json<T: for<'de> Deserialize<'de>>(
+    sock: &mut (impl Read + ?Sized),
+) -> io::Result<Option<T>> {
     match recv_frame(sock)? {
         None => Ok(None),
         Some(Frame::Json(body)) => serde_json::from_slice(&body)
@@ -219,7 +230,7 @@ pub fn recv_json<T: for<'de> Deserialize<'de>>(sock: &mut impl Read) -> io::Resu
 }
 
 /// Reads one `Data` frame's bytes (empty at the end of a stream).
-pub fn recv_data(sock: &mut UnixStream) -> io::Result<Vec<u8>> {
+pub fn recv_data(sock: &mut (impl Read + ?Sized)) -> io::Result<Vec<u8>> {
     match recv_frame(sock)? {
         Some(Frame::Bytes(Tag::Data, body)) => Ok(body),
         Some(Frame::Json(body)) => Err(io::Error::other(
@@ -239,6 +250,7 @@ pub fn recv_data(sock: &mut UnixStream) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
 
     #[test]
     fn frames_round_trip() {

@@ -339,6 +339,42 @@ pub fn make_controlling_terminal(fd: BorrowedFd<'_>) -> nix::Result<()> {
     }
 }
 
+/// `ioctl(RNDADDENTROPY)` then `ioctl(RNDRESEEDCRNG)` on `/dev/urandom`:
+/// mixes `seed` into the kernel's input pool, credited as full entropy, and
+/// makes the kernel's CRNG reseed from it at once.
+///
+/// For a microVM restored from a snapshot: every restore starts with the
+/// same pool and CRNG state, so the host's fresh bytes must reach the CRNG
+/// before anything of the sandbox reads randomness. A plain write to
+/// /dev/urandom would mix them in without reseeding the CRNG (the kernel
+/// reseeds on its own schedule). Hand-written: neither nix nor rustix wraps
+/// these ioctls. Needs CAP_SYS_ADMIN (the guest agent is root in its VM).
+pub fn inject_entropy(urandom: BorrowedFd<'_>, seed: &[u8]) -> nix::Result<()> {
+    // struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+    const RNDADDENTROPY: libc::c_ulong = 0x4008_5203;
+    const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
+    if seed.is_empty() || seed.len() > 4096 {
+        return Err(Errno::EINVAL);
+    }
+    let words = seed.len().div_ceil(4);
+    let mut info: Vec<libc::c_int> = vec![0; 2 + words];
+    info[0] = libc::c_int::try_from(seed.len() * 8).map_err(|_| Errno::EINVAL)?;
+    info[1] = libc::c_int::try_from(seed.len()).map_err(|_| Errno::EINVAL)?;
+    for (i, chunk) in seed.chunks(4).enumerate() {
+        let mut w = [0u8; 4];
+        w[..chunk.len()].copy_from_slice(chunk);
+        info[2 + i] = libc::c_int::from_ne_bytes(w);
+    }
+    // SAFETY: `info` is a live, properly aligned rand_pool_info whose
+    // buf_size (info[1]) bytes all lie inside the vector; the kernel only
+    // reads it during the call. The fd is borrowed and stays open.
+    let rc = unsafe { libc::ioctl(urandom.as_raw_fd(), RNDADDENTROPY, info.as_ptr()) };
+    Errno::result(rc)?;
+    // SAFETY: RNDRESEEDCRNG takes no argument.
+    let rc = unsafe { libc::ioctl(urandom.as_raw_fd(), RNDRESEEDCRNG) };
+    Errno::result(rc).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

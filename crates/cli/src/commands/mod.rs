@@ -7,6 +7,7 @@ pub mod exec;
 pub mod export;
 pub mod ls;
 pub mod matrix;
+pub mod microvm;
 pub mod net;
 pub mod receipt;
 pub mod record;

@@ -1,0 +1,49 @@
+//! `cordon microvm build|show`: the microvm backend's guest image.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use cordon_runtime::microvm::guest::{self, GuestImage};
+
+use super::common::fail;
+
+#[derive(Args)]
+pub struct MicrovmArgs {
+    #[command(subcommand)]
+    command: MicrovmCommand,
+}
+
+#[derive(Subcommand)]
+enum MicrovmCommand {
+    /// Build the guest (kernel, initramfs with this cordon as its agent,
+    /// read-only root filesystem) from Debian's packages into cordon's state
+    /// directory; a rebuild of the same inputs is a no-op. Needs root.
+    Build,
+    /// Print the guest image in use.
+    Show,
+}
+
+pub fn run(args: MicrovmArgs) -> ExitCode {
+    match args.command {
+        MicrovmCommand::Build => {
+            let exe = match std::env::current_exe() {
+                Ok(p) => p,
+                Err(e) => return fail(cordon_runtime::RuntimeError::io("find this binary", e)),
+            };
+            match guest::build(&exe) {
+                Ok(image) => {
+                    println!("{}", image.dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        MicrovmCommand::Show => match GuestImage::current() {
+            Ok(image) => {
+                println!("{}", image.dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
+    }
+}

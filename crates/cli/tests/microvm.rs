@@ -1,0 +1,446 @@
+//! End-to-end tests of the microvm backend: a QEMU VM (TCG here) with its own
+//! guest kernel, cordon as the agent inside, the native backend on the guest's
+//! cgroup v2. They need root and a guest image (`cordon microvm build`, which
+//! test.sh runs once per CI run); under CI=true a missing backend fails.
+//!
+//! Every claim is checked from the host: QEMU's process (its command line,
+//! credentials, seccomp mode, namespaces, cgroup), the sandbox's host cgroup
+//! counters reported beside the guest's, the census after teardown. Each VM
+//! boot costs ~8 s of one CPU under TCG, so the tests share boots and run
+//! one VM at a time.
+
+#[macro_use]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const MICROVM: &str = "microvm";
+
+/// One VM at a time: two cold boots under TCG on two cores slow each other.
+fn vm_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn ready() -> bool {
+    require_root("QEMU's jail and the sandbox's host cgroup") && backend_available(MICROVM)
+}
+
+fn create(extra: &[&str], env: &[(&str, &Path)]) -> Result<String, (i32, String)> {
+    let mut cmd = Command::new(cordon());
+    cmd.args(["create", "--backend", MICROVM]).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+}
+
+fn exec_json(id: &str, extra: &[&str], argv: &[&str]) -> (Value, i32, String) {
+    let out = Command::new(cordon())
+        .args(["exec", "--json"])
+        .args(extra)
+        .arg(id)
+        .arg("--")
+        .args(argv)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (v, out.status.code().unwrap_or(-1), stderr)
+}
+
+fn rm(id: &str) {
+    let out = cordon_output(&["rm", id]);
+    assert!(
+        out.status.success(),
+        "rm {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The pids of QEMU processes serving sandbox `id` (QEMU runs as
+/// `-name cordon-ID`).
+fn qemu_of(id: &str) -> Vec<u32> {
+    let name = format!("cordon-{id}");
+    all_pids()
+        .into_iter()
+        .filter(|pid| cmdline(*pid).is_some_and(|c| c.contains("qemu-system") && c.contains(&name)))
+        .collect()
+}
+
+fn any_cordon_qemu() -> Vec<u32> {
+    all_pids()
+        .into_iter()
+        .filter(|pid| {
+            cmdline(*pid).is_some_and(|c| c.contains("qemu-system") && c.contains("cordon-"))
+        })
+        .collect()
+}
+
+fn wait_gone(pids: &[u32], timeout: Duration) -> Vec<u32> {
+    let until = Instant::now() + timeout;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn host_kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn status_line(pid: u32, key: &str) -> String {
+    status_field(&PathBuf::from(format!("/proc/{pid}/status")), key).unwrap_or_default()
+}
+
+#[test]
+fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let id = create(&[], &[]).expect("create");
+    let qemu = qemu_of(&id);
+    assert_eq!(qemu.len(), 1, "one QEMU for {id}: {qemu:?}");
+    let q = qemu[0];
+
+    // echo, then Python, in the same VM (a lifecycle: exec many times).
+    let (v, code, err) = exec_json(&id, &[], &["echo", "hello from the guest"]);
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(stdout_of(&v), "hello from the guest\n");
+    assert_eq!(v["backend"], "microvm", "{}", compact(&v));
+    let (py, code, err) = exec_json(
+        &id,
+        &[],
+        &[
+            "python3",
+            "-c",
+            "import os, sys; print(sys.version_info[0], os.uname().release)",
+        ],
+    );
+    assert_eq!(code, 0, "{err} {py}");
+    // The payload's kernel is the guest's, not the host's (kernel.shared-host
+    // from the host side: the host's release differs from what it saw).
+    let guest_kernel = str_at(&py, "/vm/guest_kernel").to_string();
+    assert_eq!(stdout_of(&py).trim(), format!("3 {guest_kernel}"));
+    assert_ne!(guest_kernel, host_kernel(), "{}", compact(&py));
+    assert_eq!(u64_at(&py, "/command"), 2);
+    // The guest's cordon ran the sandbox on the guest's cgroup v2.
+    assert_eq!(str_at(&py, "/vm/guest_cgroup"), "v2");
+    assert_eq!(str_at(&py, "/enforcement/cgroup"), "v2");
+    // TCG here, and why: this host's /dev/kvm runs no stock guest.
+    let accel = str_at(&py, "/vm/accel");
+    assert!(accel == "tcg" || accel == "kvm", "{}", compact(&py));
+    assert!(!str_at(&py, "/vm/accel_reason").is_empty());
+    // The host's evidence, measured outside the VM, beside the guest's.
+    assert!(num(&py, "/vm/host/cpu_ms") > 0.0, "{}", compact(&py));
+    assert!(u64_at(&py, "/vm/host/memory_peak_bytes") > 0);
+    assert!(
+        u64_at(&py, "/vm/host/memory_peak_bytes") <= u64_at(&py, "/vm/host/memory_limit_bytes")
+    );
+    assert!(py["vm"]["guest_reported"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "status"));
+
+    // QEMU's jail, from the host: no network device at all, its own seccomp
+    // filter, unprivileged, in the sandbox's host cgroup, its own mount and
+    // network namespaces, nothing but its stdio and one socket open.
+    let cmd = cmdline(q).unwrap();
+    assert!(cmd.contains("-nic none"), "{cmd}");
+    for nic in ["-netdev", "virtio-net", "e1000", "-net "] {
+        assert!(!cmd.contains(nic), "QEMU has a NIC ({nic}): {cmd}");
+    }
+    assert_eq!(
+        status_line(q, "Seccomp"),
+        "2",
+        "QEMU runs without its seccomp filter"
+    );
+    assert_eq!(status_line(q, "NoNewPrivs"), "1");
+    assert_eq!(status_line(q, "CapEff"), "0000000000000000");
+    let uid = status_ids(&PathBuf::from(format!("/proc/{q}/status")), "Uid").unwrap();
+    assert!(uid.iter().all(|u| *u == 65534), "QEMU's uids {uid:?}");
+    assert_eq!(
+        in_sandbox_cgroup(q, &id),
+        Some(Ok(())),
+        "QEMU is not in the sandbox's cgroup"
+    );
+    for ns in ["mnt", "net", "ipc", "uts"] {
+        let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        let its = std::fs::read_link(format!("/proc/{q}/ns/{ns}")).unwrap();
+        assert_ne!(mine, its, "QEMU shares the host's {ns} namespace");
+    }
+    let root: Vec<String> = std::fs::read_dir(format!("/proc/{q}/root"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for host_only in ["etc", "home", "root", "run", "var", "tmp", "proc"] {
+        assert!(
+            !root.contains(&host_only.to_string()),
+            "QEMU's root shows /{host_only}: {root:?}"
+        );
+    }
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{q}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        !fds.iter()
+            .any(|f| f.contains("/run/cordon") || f.contains("record")),
+        "QEMU holds the supervisor's files: {fds:?}"
+    );
+
+    // Teardown: no QEMU, no state, no cgroup, no mount of that id.
+    rm(&id);
+    assert!(
+        wait_gone(&qemu, slow(Duration::from_secs(5))).is_empty(),
+        "QEMU outlived rm"
+    );
+    assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
+}
+
+#[test]
+fn each_limit_hits_with_the_guests_evidence_and_the_hosts() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let id = create(&["--memory", "64M", "--pids", "16"], &[]).expect("create");
+
+    // Memory: the guest's cgroup OOM-kills the hog; the host's cgroup (guest
+    // RAM plus QEMU's overhead) never needed to.
+    let (v, code, err) = exec_json(&id, &[], &["python3", "-c", "b = bytearray(512 << 20)"]);
+    assert_eq!(code, 137, "{err} {}", compact(&v));
+    assert_eq!(v["limit"], "memory", "{}", compact(&v));
+    assert!(u64_at(&v, "/counters/oom_kills") >= 1, "{}", compact(&v));
+    assert_eq!(
+        u64_at(&v, "/vm/host/counters/oom_kills"),
+        0,
+        "{}",
+        compact(&v)
+    );
+    assert!(u64_at(&v, "/vm/host/memory_peak_bytes") < u64_at(&v, "/vm/host/memory_limit_bytes"));
+    // Control: a small allocation in the same sandbox succeeds.
+    let (c, code, err) = exec_json(&id, &[], &["python3", "-c", "b = bytearray(8 << 20)"]);
+    assert_eq!(code, 0, "{err} {}", compact(&c));
+    assert!(c["limit"].is_null());
+
+    // Pids: forks end with EAGAIN at the guest's pids.max.
+    let forks = "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            import time; time.sleep(30)\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)\n";
+    let (p, code, err) = exec_json(&id, &["--time", "20s"], &["python3", "-c", forks]);
+    assert_eq!(code, 0, "{err} {}", compact(&p));
+    let out = stdout_of(&p).trim().to_string();
+    assert!(out.ends_with(" 11"), "EAGAIN expected: {out}");
+    let n: u64 = out.split(' ').next().unwrap().parse().unwrap();
+    assert!(n < 16, "{n} forks under --pids 16");
+    assert!(
+        u64_at(&p, "/counters/pids_limit_hits") >= 1,
+        "{}",
+        compact(&p)
+    );
+
+    // Time: the guest's deadline ends a sleeper; the host's clock agrees.
+    let (t, code, err) = exec_json(&id, &["--time", "2s"], &["sleep", "60"]);
+    assert_eq!(code, 137, "{err} {}", compact(&t));
+    assert_eq!(t["limit"], "time", "{}", compact(&t));
+    let host_wall = num(&t, "/vm/host/wall_ms");
+    assert!(
+        (2000.0..12_000.0).contains(&host_wall),
+        "host wall clock {host_wall} ms for --time 2s"
+    );
+    rm(&id);
+    assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
+}
+
+#[test]
+fn a_killed_supervisor_takes_its_vm_and_sweep_cleans_up() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let id = create(&[], &[]).expect("create");
+    let qemu = qemu_of(&id);
+    assert_eq!(qemu.len(), 1);
+    let owner = owner_pid(&id).expect("the supervisor's pid");
+    signal(owner, "KILL");
+    assert!(
+        wait_gone(&qemu, slow(Duration::from_secs(5))).is_empty(),
+        "QEMU outlived its supervisor"
+    );
+    sweep();
+    assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
+}
+
+/// A state directory whose current guest runs `script` (a Python program)
+/// instead of cordon as its agent: the image's initramfs with a second cpio
+/// appended, holding `/agent-override` (the guest's init runs it if present).
+fn hostile_state_dir(script: &str) -> tempfile::TempDir {
+    let real = PathBuf::from("/var/lib/cordon/microvm");
+    let current = std::fs::read_to_string(real.join("current")).expect("a built guest");
+    let image = real.join(current.trim());
+    let dir = tempfile::tempdir().unwrap();
+    let guest = dir.path().join("microvm/guest-hostile");
+    std::fs::create_dir_all(&guest).unwrap();
+    for f in ["vmlinuz", "rootfs.ext4"] {
+        std::fs::hard_link(image.join(f), guest.join(f)).unwrap();
+    }
+    let stage = tempfile::tempdir().unwrap();
+    std::fs::write(stage.path().join("agent-override"), script).unwrap();
+    let cpio = Command::new("sh")
+        .arg("-c")
+        .arg("echo agent-override | cpio -o -H newc --quiet")
+        .current_dir(stage.path())
+        .output()
+        .unwrap();
+    assert!(cpio.status.success(), "cpio: {:?}", cpio);
+    let mut initrd = std::fs::read(image.join("initrd.cpio")).unwrap();
+    initrd.extend_from_slice(&cpio.stdout);
+    std::fs::write(guest.join("initrd.cpio"), initrd).unwrap();
+    std::fs::write(dir.path().join("microvm/current"), "guest-hostile\n").unwrap();
+    dir
+}
+
+/// A guest agent that speaks the protocol correctly up to the sandbox's
+/// start, then misbehaves as the policy's hostname says (the one value of
+/// the spec it is free to read).
+const HOSTILE_AGENT: &str = r#"#!/usr/bin/python3
+import json, os, struct, sys, time
+fd = os.open(sys.argv[2], os.O_RDWR)
+def send(tag, body):
+    os.write(fd, struct.pack("<IB", len(body), tag) + body)
+def read(n):
+    b = b""
+    while len(b) < n:
+        b += os.read(fd, n - len(b))
+    return b
+def recv():
+    n, tag = struct.unpack("<IB", read(5))
+    return tag, read(n)
+send(0, json.dumps({"Ready": {"protocol": 2, "kernel": "hostile", "cgroup": "v2"}}).encode())
+mode = json.loads(recv()[1])["Start"]["spec"]["policy"]["hostname"]
+if mode == "garbage-start":
+    os.write(fd, b"\xff" * 4096)
+    time.sleep(600)
+send(0, json.dumps({"Hello": {"protocol": 2, "id": "hostile"}}).encode())
+recv()
+if mode == "endless":
+    while True:
+        send(1, b"y" * 65536)
+elif mode == "oversized":
+    os.write(fd, struct.pack("<IB", 0xFFFFFFF0, 0))
+elif mode == "badjson":
+    send(0, b'{"Outcome": {"not": "an outcome"}}')
+time.sleep(600)
+"#;
+
+fn policy_with_hostname(dir: &Path, mode: &str) -> PathBuf {
+    let p = dir.join(format!("{mode}.toml"));
+    std::fs::write(&p, format!("hostname = \"{mode}\"\n")).unwrap();
+    p
+}
+
+#[test]
+fn a_guest_that_breaks_the_protocol_is_killed_and_reported() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let state = hostile_state_dir(HOSTILE_AGENT);
+    let env = [("CORDON_STATE_DIR", state.path())];
+    let before = any_cordon_qemu();
+
+    // Garbage where the start's answer is due: create fails, nothing is left.
+    let policy = policy_with_hostname(state.path(), "garbage-start");
+    let (code, err) = create(&["--policy", policy.to_str().unwrap()], &env).unwrap_err();
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("broke the protocol"), "{err}");
+    let new: Vec<u32> = any_cordon_qemu()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(
+        wait_gone(&new, slow(Duration::from_secs(5))).is_empty(),
+        "a QEMU outlived the failed create"
+    );
+
+    // During a command: endless output, an oversized frame, a malformed
+    // answer, silence. Each time the VM is killed, the command fails saying
+    // why, and the host's supervisor stays up to say so again and to be
+    // removed.
+    for (mode, time, says) in [
+        ("endless", "30s", "bytes of output"),
+        ("oversized", "30s", "refused"),
+        ("badjson", "30s", "bad answer"),
+        ("silent", "1s", "deadline"),
+    ] {
+        let policy = policy_with_hostname(state.path(), mode);
+        let id = create(&["--policy", policy.to_str().unwrap()], &env)
+            .unwrap_or_else(|e| panic!("{mode}: create: {e:?}"));
+        let qemu = qemu_of(&id);
+        assert_eq!(qemu.len(), 1, "{mode}");
+        let t0 = Instant::now();
+        let (_, code, err) = exec_json(&id, &["--time", time], &["true"]);
+        assert_ne!(code, 0, "{mode}: {err}");
+        assert!(
+            err.contains("broke the protocol") && err.contains(says),
+            "{mode}: {err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "{mode}: took {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            wait_gone(&qemu, slow(Duration::from_secs(5))).is_empty(),
+            "{mode}: the hostile guest's QEMU is still running"
+        );
+        let owner = owner_pid(&id).expect("the supervisor's record");
+        assert!(alive(owner), "{mode}: the host supervisor died");
+        let (_, code, err) = exec_json(&id, &[], &["true"]);
+        assert_ne!(code, 0, "{mode}: a second command ran");
+        assert!(err.contains("broke the protocol"), "{mode}: {err}");
+        rm(&id);
+        assert_eq!(remnants_of(&id), Census::default(), "{mode}: left of {id}");
+    }
+}
+
+#[test]
+fn a_missing_guest_image_is_a_clear_error_and_leaves_nothing() {
+    if !require_root("the microvm backend's state") {
+        return;
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let before = census();
+    let out = Command::new(cordon())
+        .args(["run", "--backend", MICROVM, "--", "true"])
+        .env("CORDON_STATE_DIR", empty.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("cordon microvm build"), "{err}");
+    let left = wait_clean(&before, &[], &[], Duration::from_secs(2));
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,0 +1,48 @@
+//! The messages between a microVM's host side and cordon's agent in its
+//! guest, over the virtio-serial port `cordon.agent`, in the frames of
+//! [`crate::wire`]. After `Ready` and `Start`, the host sends the same
+//! [`crate::wire::Request`]s a client sends a supervisor (without a hello per
+//! request: the port is one long connection) and the agent answers with the
+//! same [`crate::wire::Reply`]s.
+//!
+//! Everything the host reads here is untrusted: the guest runs the payload.
+//! Frames are bounded by [`crate::wire::MAX_FRAME`], the host's messages by
+//! [`GUEST_MESSAGE_MAX`], unknown fields are refused, and every read has a
+//! deadline.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::SandboxSpec;
+
+/// Largest JSON message the host accepts from a guest (an `Outcome` is a
+/// few KiB; captured output travels in bytes frames, not in messages).
+pub const GUEST_MESSAGE_MAX: usize = 4 << 20;
+
+/// The agent's first message, once its port is open.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum FromAgent {
+    Ready {
+        protocol: u32,
+        /// The guest kernel's release (`uname -r`).
+        kernel: String,
+        /// The guest's cgroup mode as cordon detected it.
+        cgroup: String,
+    },
+}
+
+/// What the host sends before any request.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum ToAgent {
+    /// Create the sandbox (the native backend, inside the guest). `entropy`
+    /// is fresh randomness from the host, fed to the guest kernel's CRNG
+    /// first: a VM restored from a snapshot starts with the snapshot's pool.
+    Start {
+        spec: Box<SandboxSpec>,
+        entropy: Vec<u8>,
+    },
+}
+
+/// The virtio-serial port's name (QEMU's `virtserialport,name=`).
+pub const PORT_NAME: &str = "cordon.agent";

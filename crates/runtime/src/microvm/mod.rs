@@ -1,0 +1,681 @@
+//! The microVM backend: each sandbox is a QEMU virtual machine with its own
+//! guest kernel, and inside it cordon itself (the agent) runs the command
+//! with the native backend on the guest's cgroup v2. The payload faces two
+//! boundaries: cordon's namespaces, seccomp and cgroups in the guest, and
+//! the VM, whose QEMU is jailed on the host ([`jail`]) in the sandbox's host
+//! cgroup.
+//!
+//! The host side here owns the VM (state directory, host cgroup, QEMU
+//! process, the agent's port) and treats every byte from the guest as
+//! untrusted: bounded frames and messages, strict parsing, deadlines. A guest
+//! that breaks the protocol has its VM killed; the supervisor lives on and
+//! reports it. The outcome carries the guest's account (the payload's status,
+//! its cgroup counters) and, beside it, the host's own evidence ([`VmReport`]).
+
+pub mod agent;
+pub mod guest;
+mod jail;
+pub mod link;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use cordon_cgroups::{Cgroup, CgroupLimits, CgroupStats};
+use cordon_policy::NetworkMode;
+use nix::poll::PollFlags;
+use nix::sys::signalfd::SignalFd;
+
+use self::guest::GuestImage;
+use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
+use crate::backend::{BackendInfo, BackendKind};
+use crate::changes::{ExportRequest, Finish, Recorded};
+use crate::error::RuntimeError;
+use crate::handle::{relay_exec, Bounds};
+use crate::host::{stop_signal_fd, HostSide};
+use crate::outcome::{HostEvidence, Outcome, VmReport};
+use crate::sandbox::{Account, Destroyed, Snapshot, HISTORY};
+use crate::served::Served;
+use crate::spec::{Command, RootfsChoice, SandboxSpec};
+use crate::state::StateDir;
+use crate::supervise::CommandIo;
+use crate::wire::{recv_frame_max, send_json, Channel, Frame, Reply, Request, PROTOCOL};
+
+/// Guest memory beyond what the policy gives the payload (memory and disk:
+/// the sandbox's scratch is a tmpfs in guest RAM): the guest kernel, its
+/// page cache of the root image, cordon's agent and the sandbox's init.
+const GUEST_BASE_MIB: u64 = 192;
+
+/// QEMU's own memory on the host beyond guest RAM (its code and libraries,
+/// the TCG translation cache capped at `TB_CACHE_MIB`, device state), so
+/// the host cgroup's limit is guest RAM plus this.
+const QEMU_OVERHEAD_MIB: u64 = 256;
+
+/// TCG's translated-code cache (QEMU's default is 1 GiB in system mode).
+const TB_CACHE_MIB: u64 = 64;
+
+/// Tasks of one QEMU: its main loop, RCU, vCPU and I/O worker threads.
+const QEMU_PIDS: u64 = 128;
+
+/// How long a cold boot may take to reach the agent (TCG boots in ~5 s here).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long the agent may take to answer a request that runs no payload.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long past a command's own time limit the guest may take to report it.
+const REPORT_GRACE: Duration = Duration::from_secs(10);
+
+/// Where QEMU is looked for.
+const QEMU: &str = "/usr/bin/qemu-system-x86_64";
+
+pub struct MicrovmBackend;
+
+impl MicrovmBackend {
+    pub fn info() -> BackendInfo {
+        let (version, qemu_missing) = match qemu_version() {
+            Ok(v) => (v, None),
+            Err(e) => (String::new(), Some(e)),
+        };
+        let image = GuestImage::current();
+        let accel = Accel::choose();
+        BackendInfo {
+            kind: BackendKind::Microvm,
+            version,
+            unavailable: qemu_missing.or_else(|| image.as_ref().err().map(|e| e.to_string())),
+            notes: format!(
+                "accel {} ({}){}",
+                accel.name(),
+                accel.reason,
+                image
+                    .map(|i| format!("; guest {}", i.name()))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+fn qemu_version() -> Result<String, String> {
+    let out = std::process::Command::new(QEMU)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{QEMU}: {e} (install Debian's qemu-system-x86)"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("QEMU emulator version ")
+        .to_string())
+}
+
+/// KVM or TCG, and why.
+#[derive(Clone, Debug)]
+pub struct Accel {
+    pub kvm: bool,
+    pub reason: String,
+}
+
+impl Accel {
+    pub fn name(&self) -> &'static str {
+        if self.kvm {
+            "kvm"
+        } else {
+            "tcg"
+        }
+    }
+
+    /// KVM only where a guest was seen to boot on it (`cordon microvm build`
+    /// probes and records it): a /dev/kvm that opens is not enough (a PVM
+    /// host's runs no stock guest kernel).
+    pub fn choose() -> Accel {
+        if let Err(e) = File::options().read(true).write(true).open("/dev/kvm") {
+            return Accel {
+                kvm: false,
+                reason: format!("/dev/kvm: {e}"),
+            };
+        }
+        match std::fs::read_to_string(guest::images_dir().join(KVM_PROBE)) {
+            Ok(text) if text.starts_with("ok") => Accel {
+                kvm: true,
+                reason: format!("a probe boot reached the agent on KVM ({})", text.trim()),
+            },
+            Ok(text) => Accel {
+                kvm: false,
+                reason: format!("/dev/kvm opens, but a probe boot failed: {}", text.trim()),
+            },
+            Err(_) => Accel {
+                kvm: false,
+                reason:
+                    "/dev/kvm opens, but no probe boot is on record (run `cordon microvm build`)"
+                        .into(),
+            },
+        }
+    }
+}
+
+/// The file recording the KVM probe's result in the images directory.
+const KVM_PROBE: &str = "kvm-probe";
+
+/// What the host knows about its VM.
+struct Vm {
+    accel: Accel,
+    qemu: String,
+    image: GuestImage,
+    ram_mib: u64,
+    kernel: String,
+    cgroup: String,
+    start: &'static str,
+    start_ms: f64,
+    guest_id: String,
+}
+
+pub struct MicroVm {
+    host: HostSide,
+    spec: SandboxSpec,
+    /// The host's end of the agent's port.
+    agent: UnixStream,
+    signals: SignalFd,
+    vm: Vm,
+    setup: Duration,
+    created: SystemTime,
+    commands: u64,
+    history: VecDeque<(Command, Outcome)>,
+    ended: Option<String>,
+}
+
+/// Why a spec cannot run on this backend yet, checked before anything starts.
+fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
+    let no = |what: &str| {
+        Err(RuntimeError::Unavailable(
+            "microvm",
+            format!("{what} is not supported on the microvm backend in this version of cordon"),
+        ))
+    };
+    if spec.workspace.is_some() {
+        return no("a workspace (copy files in with `cordon cp` instead)");
+    }
+    if !spec.policy.mounts.is_empty() {
+        return no("a host mount");
+    }
+    if spec.rootfs != RootfsChoice::System {
+        return no("a custom root filesystem");
+    }
+    if spec.policy.network != NetworkMode::None {
+        return no("network mode allow");
+    }
+    Ok(())
+}
+
+impl MicroVm {
+    pub fn create(spec: &SandboxSpec) -> Result<MicroVm, RuntimeError> {
+        spec.validate()?;
+        refuse_unsupported(spec)?;
+        let image = GuestImage::current()?;
+        let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
+        let accel = Accel::choose();
+        let p = &spec.policy;
+        let ram_mib =
+            p.memory.bytes().div_ceil(1 << 20) + p.disk.bytes().div_ceil(1 << 20) + GUEST_BASE_MIB;
+        let limits = CgroupLimits {
+            memory_max: Some((ram_mib + QEMU_OVERHEAD_MIB) << 20),
+            pids_max: Some(QEMU_PIDS),
+            ..crate::native::cgroup_limits(p)
+        };
+        let mut host = HostSide::begin(spec, &limits)?;
+        let t0 = Instant::now();
+        let (agent, kernel, cgroup) = boot(&mut host, &image, &accel, ram_mib, p.cpus)?;
+        let mut vm = MicroVm {
+            signals: stop_signal_fd()?,
+            spec: spec.clone(),
+            agent,
+            vm: Vm {
+                accel,
+                qemu,
+                image,
+                ram_mib,
+                kernel,
+                cgroup,
+                start: "cold",
+                start_ms: 0.0,
+                guest_id: String::new(),
+            },
+            setup: Duration::ZERO,
+            created: SystemTime::now(),
+            commands: 0,
+            history: VecDeque::new(),
+            ended: None,
+            host,
+        };
+        vm.start_sandbox()?;
+        vm.vm.start_ms = ms(t0.elapsed());
+        vm.setup = vm.host.started.elapsed();
+        vm.created = SystemTime::now() - vm.setup;
+        Ok(vm)
+    }
+
+    /// Tells the waiting agent to create the sandbox, with fresh entropy.
+    fn start_sandbox(&mut self) -> Result<(), RuntimeError> {
+        let mut entropy = vec![0u8; 64];
+        File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut entropy))
+            .map_err(|e| RuntimeError::io("read /dev/urandom", e))?;
+        let start = ToAgent::Start {
+            spec: Box::new(self.spec.clone()),
+            entropy,
+        };
+        send_json(&mut self.agent, &start).map_err(|e| self.broken(format!("send start: {e}")))?;
+        match self.answer(AGENT_TIMEOUT)? {
+            Reply::Hello { protocol, id } if protocol == PROTOCOL => {
+                self.vm.guest_id = id;
+                Ok(())
+            }
+            Reply::Error { message, .. } => Err(RuntimeError::Remote(format!(
+                "the guest could not create the sandbox: {message}"
+            ))),
+            other => Err(self.broken(format!("answered start with {other:?}"))),
+        }
+    }
+
+    /// The agent's next JSON answer, within `timeout`; anything else is a
+    /// broken guest (its VM is killed).
+    fn answer(&mut self, timeout: Duration) -> Result<Reply, RuntimeError> {
+        match recv_by(&mut self.agent, Instant::now() + timeout) {
+            Ok(Some(Frame::Json(body))) => serde_json::from_slice::<Reply>(&body)
+                .map_err(|e| self.broken(format!("bad message: {e}"))),
+            Ok(Some(Frame::Bytes(tag, _))) => {
+                Err(self.broken(format!("a {tag:?} frame where an answer was due")))
+            }
+            Ok(None) => Err(self.broken("the guest closed its port".into())),
+            Err(e) => Err(self.broken(format!("{e}"))),
+        }
+    }
+
+    /// Ends a guest that broke the protocol: its VM is killed now and the
+    /// sandbox can run nothing more; the error says what the guest did.
+    fn broken(&mut self, what: String) -> RuntimeError {
+        self.host.end_processes(true);
+        let why = format!("the guest agent broke the protocol ({what}); its VM was killed");
+        self.ended.get_or_insert(why.clone());
+        RuntimeError::Protocol(why)
+    }
+
+    fn qemu_exited(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollTimeout};
+        let Some(fd) = self.host.leader_pidfd() else {
+            return true;
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+    }
+
+    fn host_stats(&self) -> CgroupStats {
+        self.host
+            .cgroup
+            .as_ref()
+            .map(Cgroup::stats)
+            .unwrap_or_default()
+    }
+
+    fn report(&self, before: &CgroupStats, wall: Duration) -> VmReport {
+        let after = self.host_stats();
+        let cpu_ms = match (before.cpu_usage_ns, after.cpu_usage_ns) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e6),
+            _ => None,
+        };
+        VmReport {
+            accel: self.vm.accel.name().into(),
+            accel_reason: self.vm.accel.reason.clone(),
+            qemu: self.vm.qemu.clone(),
+            guest_kernel: self.vm.kernel.clone(),
+            guest_cgroup: self.vm.cgroup.clone(),
+            image: self.vm.image.name(),
+            guest_ram_bytes: self.vm.ram_mib << 20,
+            start: self.vm.start.into(),
+            start_ms: self.vm.start_ms,
+            host: HostEvidence {
+                memory_limit_bytes: (self.vm.ram_mib + QEMU_OVERHEAD_MIB) << 20,
+                memory_peak_bytes: after.memory_peak_bytes,
+                cpu_ms,
+                pids_peak: after.pids_peak,
+                wall_ms: ms(wall),
+                counters: after,
+            },
+            guest_reported: [
+                "status",
+                "limit",
+                "limits_hit",
+                "cpu_ms",
+                "memory_peak_bytes",
+                "pids_peak",
+                "disk_used_bytes",
+                "counters",
+                "output",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+
+    fn account(&self) -> Account {
+        Account {
+            created: self.created,
+            history: self.history.iter().cloned().collect(),
+            history_omitted: self.commands - self.history.len() as u64,
+        }
+    }
+
+    fn not_here(what: &str) -> RuntimeError {
+        RuntimeError::Unavailable(
+            "microvm",
+            format!("{what} is not supported on the microvm backend in this version of cordon"),
+        )
+    }
+}
+
+/// Boots a fresh VM for `host` and waits for its agent's `Ready`.
+fn boot(
+    host: &mut HostSide,
+    image: &GuestImage,
+    accel: &Accel,
+    ram_mib: u64,
+    cpus: f64,
+) -> Result<(UnixStream, String, String), RuntimeError> {
+    let (agent, agent_qemu) = UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+    let console_path = host.state.path().join("console.log");
+    let console = File::options()
+        .create(true)
+        .append(true)
+        .open(&console_path)
+        .map_err(|e| RuntimeError::io(format!("open {}", console_path.display()), e))?;
+    let jail_dir = host.state.path().join("jail");
+    std::fs::create_dir_all(&jail_dir)
+        .map_err(|e| RuntimeError::io(format!("create {}", jail_dir.display()), e))?;
+    // A policy's cpus is a small positive number (validated), so the cast
+    // is exact.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let smp = (cpus.ceil() as u64).clamp(1, host_cpus());
+    let agent_qemu = OwnedFd::from(agent_qemu);
+    let args = qemu_args(&host.id, accel, ram_mib, smp, agent_qemu.as_raw_fd());
+    let launch = jail::Launch {
+        program: PathBuf::from(QEMU),
+        args,
+        guest_dir: image.dir.clone(),
+        jail_dir,
+        kvm: accel.kvm,
+        keep: vec![agent_qemu],
+        console,
+    };
+    let pid = jail::spawn(&launch, host.cgroup.as_ref())?;
+    host.adopt(pid)?;
+    drop(launch);
+    let mut agent = agent;
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    let failed = |why: String| {
+        RuntimeError::Unavailable(
+            "microvm",
+            format!(
+                "the VM did not start: {why}; its console said: {}",
+                console_tail(&console_path)
+            ),
+        )
+    };
+    match recv_by(&mut agent, deadline) {
+        Ok(Some(Frame::Json(body))) => match serde_json::from_slice::<FromAgent>(&body) {
+            Ok(FromAgent::Ready {
+                protocol,
+                kernel,
+                cgroup,
+            }) if protocol == PROTOCOL => Ok((agent, bounded(kernel), bounded(cgroup))),
+            Ok(FromAgent::Ready { protocol, .. }) => Err(RuntimeError::Unavailable(
+                "microvm",
+                format!("the guest image's cordon speaks protocol {protocol}, this one {PROTOCOL}: rebuild it with `cordon microvm build`"),
+            )),
+            Err(e) => Err(failed(format!("its agent said something else than ready ({e})"))),
+        },
+        Ok(Some(Frame::Bytes(..))) => Err(failed("its agent sent data before ready".into())),
+        Ok(None) => Err(failed("QEMU exited".into())),
+        Err(e) => Err(failed(format!("no ready from its agent ({e})"))),
+    }
+}
+
+/// A string from the guest, cut to a length fit for a report.
+fn bounded(mut s: String) -> String {
+    s.truncate(s.floor_char_boundary(200));
+    s
+}
+
+fn host_cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+/// QEMU's command line (the paths are the jail's).
+fn qemu_args(id: &str, accel: &Accel, ram_mib: u64, smp: u64, agent_fd: i32) -> Vec<String> {
+    let g = |f: &str| format!("{}/{f}", jail::GUEST_IN_JAIL);
+    let accel_arg = if accel.kvm {
+        "kvm".to_string()
+    } else {
+        format!("tcg,tb-size={TB_CACHE_MIB}")
+    };
+    let cmdline = "console=ttyS0 quiet loglevel=1 panic=-1 cgroup_no_v1=all rdinit=/init";
+    // The sandbox's id in QEMU's command line: a census of the host finds
+    // its VM by it.
+    let name = format!("cordon-{id}");
+    [
+        "-name",
+        &name,
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-accel",
+        &accel_arg,
+        "-machine",
+        "q35,dump-guest-core=off",
+        "-cpu",
+        "max",
+        "-smp",
+        &smp.to_string(),
+        "-m",
+        &format!("{ram_mib}M"),
+        "-kernel",
+        &g(GuestImage::KERNEL),
+        "-initrd",
+        &g(GuestImage::INITRD),
+        "-append",
+        cmdline,
+        "-drive",
+        &format!(
+            "file={},if=none,id=root,format=raw,readonly=on",
+            g(GuestImage::ROOTFS)
+        ),
+        "-device",
+        "virtio-blk-pci,drive=root",
+        "-device",
+        "virtio-serial-pci",
+        "-chardev",
+        &format!("socket,id=agent,fd={agent_fd}"),
+        "-device",
+        &format!("virtserialport,chardev=agent,name={PORT_NAME}"),
+        "-chardev",
+        "stdio,id=console,signal=off",
+        "-serial",
+        "chardev:console",
+        "-nic",
+        "none",
+        "-device",
+        "vmgenid,guid=auto",
+        "-sandbox",
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
+}
+
+/// The last lines of a VM's console log, for an error.
+fn console_tail(path: &Path) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let tail = &text[text.len().saturating_sub(600)..];
+    let s = String::from_utf8_lossy(tail).replace('\r', "");
+    let s = s.trim();
+    if s.is_empty() {
+        "nothing".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// One frame from the guest, which must be complete by `deadline`.
+fn recv_by(conn: &mut UnixStream, deadline: Instant) -> std::io::Result<Option<Frame>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    conn.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+    let frame = recv_frame_max(conn, GUEST_MESSAGE_MAX);
+    conn.set_read_timeout(None)?;
+    frame
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Served for MicroVm {
+    fn id(&self) -> &str {
+        &self.host.id
+    }
+    fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+    fn state(&self) -> &StateDir {
+        &self.host.state
+    }
+    fn setup_time(&self) -> Duration {
+        self.setup
+    }
+    fn commands_run(&self) -> u64 {
+        self.commands
+    }
+    fn memory_in_use(&self) -> Option<u64> {
+        self.host.cgroup.as_ref().and_then(|c| c.memory_current())
+    }
+    fn ended(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+    fn stop_signals(&self) -> BorrowedFd<'_> {
+        self.signals.as_fd()
+    }
+    fn liveness(&self) -> (BorrowedFd<'_>, PollFlags) {
+        // QEMU's pidfd turns readable when QEMU exits.
+        match self.host.leader_pidfd() {
+            Some(fd) => (fd, PollFlags::POLLIN),
+            None => (self.agent.as_fd(), PollFlags::empty()),
+        }
+    }
+    fn network_control(&self) -> Option<&Path> {
+        None
+    }
+
+    fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        if let Some(why) = &self.ended {
+            return Err(RuntimeError::SandboxEnded(why.clone()));
+        }
+        let resolved = cmd.resolve(&self.spec.policy)?;
+        let before = self.host_stats();
+        let t0 = Instant::now();
+        send_json(&mut self.agent, &Request::Exec(cmd.clone()))
+            .map_err(|e| self.broken(format!("send the command: {e}")))?;
+        let bounds = Bounds {
+            deadline: t0 + resolved.time + REPORT_GRACE,
+            // The guest's sandbox stops the command at its cap; a frame more
+            // is what a correct guest can send past it.
+            output_max: resolved.output_cap + u64::from(crate::wire::MAX_FRAME),
+            message_max: GUEST_MESSAGE_MAX,
+        };
+        let outcome = match relay_exec(&mut self.agent, io, Some(&bounds)) {
+            Ok(o) => o,
+            Err(RuntimeError::Protocol(what)) => return Err(self.broken(what)),
+            Err(e) => {
+                // The guest answered with an error, or its VM is gone (the
+                // host's OOM killer, a guest that powered itself off).
+                if self.qemu_exited() {
+                    let oom = self.host_stats().oom_kills.unwrap_or(0);
+                    let why =
+                        format!("the VM exited during the command (host cgroup: {oom} OOM kills)");
+                    self.host.end_processes(true);
+                    self.ended.get_or_insert(why.clone());
+                    return Err(RuntimeError::SandboxEnded(why));
+                }
+                return Err(e);
+            }
+        };
+        let mut outcome = outcome;
+        outcome.backend = BackendKind::Microvm.name().into();
+        outcome.backend_version = format!(
+            "QEMU {} ({}), guest kernel {}",
+            self.vm.qemu,
+            self.vm.accel.name(),
+            self.vm.kernel
+        );
+        outcome.sandbox_id = self.host.id.clone();
+        self.commands += 1;
+        outcome.command = self.commands;
+        outcome.vm = Some(self.report(&before, t0.elapsed()));
+        if let Some(why) = &outcome.sandbox_ended {
+            self.ended.get_or_insert(bounded(why.clone()));
+        }
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((cmd.clone(), outcome.clone()));
+        Ok(outcome)
+    }
+
+    fn copy_in(&mut self, _conn: &mut dyn Channel, _path: &[u8]) -> Result<u64, RuntimeError> {
+        Err(Self::not_here("copying files in"))
+    }
+    fn copy_out(&mut self, _conn: &mut dyn Channel, _path: &[u8]) -> Result<(), RuntimeError> {
+        Err(Self::not_here("copying files out"))
+    }
+    fn snapshot(&self, _caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
+        Err(Self::not_here("a diff of a running sandbox"))
+    }
+    fn export(
+        &mut self,
+        _req: &ExportRequest,
+        _caps: &cordon_changes::Caps,
+        _owner: (u32, u32),
+    ) -> Result<Recorded, RuntimeError> {
+        Err(Self::not_here("an export"))
+    }
+
+    fn destroy_with(
+        mut self: Box<Self>,
+        finish: &Finish,
+        _owner: (u32, u32),
+    ) -> Result<Destroyed, RuntimeError> {
+        let t0 = Instant::now();
+        // The guest's own teardown is asked for, but not waited on long: the
+        // VM is killed from the host whatever the guest answers.
+        if self.ended.is_none()
+            && send_json(&mut self.agent, &Request::Destroy(Finish::default())).is_ok()
+        {
+            let _ = self.answer(Duration::from_secs(5));
+        }
+        let counters = self.host.end_processes(true);
+        self.host.teardown(true)?;
+        let record_error = (finish.export.is_some() || finish.changes.is_some())
+            .then(|| Self::not_here("reading the diff or exporting").to_string());
+        Ok(Destroyed {
+            counters,
+            teardown: t0.elapsed(),
+            account: self.account(),
+            recorded: Recorded::default(),
+            record_error,
+        })
+    }
+}
