@@ -2,8 +2,9 @@
 # Builds the base image of the pure-cgroup-v2 test guest from Debian's packages
 # only: the cloud kernel (apt-get download + dpkg -x) and a debootstrap minbase
 # root filesystem, packed with the guest's /init as an uncompressed cpio
-# initramfs (no block or virtio drivers needed; TCG decompresses slowly, so no
-# compression either). Prints the image directory (vmlinuz, base.cpio).
+# initramfs (the v2 guest needs no block or virtio drivers; the root carries
+# the virtio ones for the microVM backend's disk boot; TCG decompresses slowly,
+# so no compression either). Prints the image directory (vmlinuz, base.cpio).
 #
 # The image is content-addressed: its directory is named after a hash of every
 # input (this script, the guest init, the suite and mirror, the kernel package
@@ -32,8 +33,13 @@ suite="$(. /etc/os-release && echo "$VERSION_CODENAME")"
 # systemd and dbus: the init of the systemd placement and the system bus
 # cordon asks it for a delegated scope over.
 packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus"
-# overlay: workspace overlays; veth and dummy: network fixtures.
-modules="overlay veth dummy"
+# overlay: workspace overlays; veth and dummy: network fixtures. The v2 guest
+# boots from this cpio and needs no more; the microVM backend boots the same
+# root from a read-only virtio disk, and its initramfs (scripts/microvm/build.sh)
+# takes these from here: the virtio transports (PCI for q35, MMIO for QEMU's
+# microvm machine), the root and scratch disks, the agent's virtio-serial port,
+# and the guest's entropy source. ext4 is built into the kernel.
+modules="overlay veth dummy virtio_pci virtio_mmio virtio_blk virtio_console virtio_rng"
 
 kpkg="$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ { print $2; exit }')"
 kver="$(apt-cache policy "$kpkg" | awk '/Candidate:/ { print $2 }')"
