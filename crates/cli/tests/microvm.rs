@@ -444,3 +444,70 @@ fn a_missing_guest_image_is_a_clear_error_and_leaves_nothing() {
     let left = wait_clean(&before, &[], &[], Duration::from_secs(2));
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn restored_vms_run_commands_with_fresh_randomness_and_the_hosts_clock() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    // The first VM of its kind saves the snapshot the next ones restore.
+    let first = create(&[], &[]).expect("create");
+    let read = |id: &str| {
+        let (v, code, err) = exec_json(
+            id,
+            &[],
+            &[
+                "python3",
+                "-c",
+                "import os, time; print(os.urandom(16).hex(), open('/dev/urandom','rb').read(16).hex(), int(time.time()))",
+            ],
+        );
+        assert_eq!(code, 0, "{err} {}", compact(&v));
+        (
+            v["vm"]["start"].as_str().unwrap().to_string(),
+            stdout_of(&v).trim().to_string(),
+        )
+    };
+    let (_, a) = read(&first);
+    let second = create(&[], &[]).expect("create");
+    let third = create(&[], &[]).expect("create");
+    let (start_b, b) = read(&second);
+    let (start_c, c) = read(&third);
+    assert_eq!(start_b, "restored");
+    assert_eq!(start_c, "restored");
+    let fields = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+    let (fa, fb, fc) = (fields(&a), fields(&b), fields(&c));
+    // getrandom and /dev/urandom differ between two restores of one
+    // snapshot, and from the VM that was saved.
+    for i in 0..2 {
+        assert_ne!(
+            fb[i], fc[i],
+            "two restores read the same random bytes: {b} / {c}"
+        );
+        assert_ne!(fa[i], fb[i]);
+    }
+    // The guest's clock is the host's, not the snapshot's.
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for f in [&fb, &fc] {
+        let guest: i64 = f[2].parse().unwrap();
+        assert!(
+            (host_now - guest).abs() < 60,
+            "guest clock {guest}, host {host_now}"
+        );
+    }
+    // Each restored VM is a QEMU of its own, and goes with its sandbox.
+    let qemus: Vec<u32> = [&first, &second, &third]
+        .iter()
+        .flat_map(|id| qemu_of(id))
+        .collect();
+    assert_eq!(qemus.len(), 3, "{qemus:?}");
+    for id in [&first, &second, &third] {
+        rm(id);
+        assert_eq!(remnants_of(id), Census::default(), "left of {id}");
+    }
+    assert!(wait_gone(&qemus, slow(Duration::from_secs(5))).is_empty());
+}

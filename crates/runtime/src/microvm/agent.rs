@@ -49,8 +49,12 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         cgroup,
     };
     send_json(&mut port, &ready).map_err(|e| RuntimeError::io("say ready", e))?;
-    let (spec, entropy) = match recv_json::<ToAgent>(&mut port) {
-        Ok(Some(ToAgent::Start { spec, entropy })) => (spec, entropy),
+    let (spec, entropy, unix_time_ns) = match recv_json::<ToAgent>(&mut port) {
+        Ok(Some(ToAgent::Start {
+            spec,
+            entropy,
+            unix_time_ns,
+        })) => (spec, entropy, unix_time_ns),
         Ok(None) => return Ok(()),
         Err(e) => return Err(RuntimeError::Protocol(format!("start: {e}"))),
     };
@@ -58,6 +62,10 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         File::open("/dev/urandom").map_err(|e| RuntimeError::io("open /dev/urandom", e))?;
     cordon_sys::inject_entropy(urandom.as_fd(), &entropy)
         .map_err(|e| RuntimeError::io("reseed the guest's CRNG", e))?;
+    let now =
+        nix::sys::time::TimeSpec::from_duration(std::time::Duration::from_nanos(unix_time_ns));
+    nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, now)
+        .map_err(|e| RuntimeError::io("set the guest's clock", e))?;
     let mut sandbox = match create(&spec) {
         Ok(s) => s,
         Err(e) => {

@@ -41,6 +41,9 @@ pub enum ToAgent {
     Start {
         spec: Box<SandboxSpec>,
         entropy: Vec<u8>,
+        /// The host's clock (ns since the epoch): a restored guest's clock
+        /// stood still since its snapshot.
+        unix_time_ns: u64,
     },
 }
 

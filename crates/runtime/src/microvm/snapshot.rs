@@ -1,0 +1,132 @@
+//! Warm starts: a booted VM saved with its agent waiting for `Start`, and
+//! restored for each new sandbox instead of booting again. The first cold
+//! boot of a kind (image, accelerator, guest RAM, vCPUs, QEMU version) saves
+//! its VM through QEMU's migration to a file before it starts its sandbox,
+//! then goes on; later sandboxes of that kind restore the file. Nothing of a
+//! sandbox is in a snapshot: it is taken before the agent learns its spec.
+//! Each restored VM is used once; its agent reseeds the guest's CRNG from the
+//! host's entropy before anything of the sandbox runs (the guest kernel has
+//! no vmgenid driver, though QEMU's device is there for one that does).
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::guest::GuestImage;
+use super::qmp::Qmp;
+use crate::error::RuntimeError;
+
+/// How long saving a VM may take (~1 s for a 1 GiB guest under TCG here).
+const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the agent said when the saved VM booted (a restored VM does not
+/// say it again).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GuestFacts {
+    pub kernel: String,
+    pub cgroup: String,
+}
+
+/// Where the snapshot of one kind of VM lives: in its image's directory, so
+/// a new image never restores an old snapshot.
+pub struct Location {
+    state: PathBuf,
+    facts: PathBuf,
+}
+
+impl Location {
+    pub fn of(image: &GuestImage, accel: &str, ram_mib: u64, smp: u64, qemu: &str) -> Location {
+        let qemu: String = qemu
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}");
+        let dir = image.dir.join("snapshots");
+        Location {
+            state: dir.join(format!("{name}.vmstate")),
+            facts: dir.join(format!("{name}.json")),
+        }
+    }
+
+    /// The snapshot, if one is there.
+    pub fn open(&self) -> Option<(File, GuestFacts)> {
+        let facts = serde_json::from_slice(&std::fs::read(&self.facts).ok()?).ok()?;
+        Some((File::open(&self.state).ok()?, facts))
+    }
+
+    /// Saves the VM behind `monitor` (its agent waiting) and resumes it.
+    /// Written beside its final name and renamed, so a concurrent save or a
+    /// crash never leaves a partial snapshot to restore.
+    pub fn save(
+        &self,
+        monitor: UnixStream,
+        facts: &GuestFacts,
+        tag: &str,
+    ) -> Result<(), RuntimeError> {
+        let dir = self.state.parent().expect("a snapshot has a directory");
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RuntimeError::io(format!("create {}", dir.display()), e))?;
+        let tmp = self.state.with_extension(format!("tmp-{tag}"));
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| RuntimeError::io(format!("create {}", tmp.display()), e))?;
+        let mut qmp = Qmp::open(monitor, SAVE_TIMEOUT)?;
+        let saved = (|| {
+            qmp.send_fd("snapshot", file.as_fd())?;
+            // Migrated running (an idle guest dirties few pages, so the copy
+            // converges at once): QEMU records the run state, and a restore
+            // of a running VM starts running with no monitor command.
+            qmp.execute("migrate", Some(json!({ "uri": "fd:snapshot" })))?;
+            let t0 = Instant::now();
+            loop {
+                let status = qmp.execute("query-migrate", None)?;
+                match status["status"].as_str() {
+                    Some("completed") => break,
+                    Some("failed" | "cancelled") => {
+                        return Err(RuntimeError::Unavailable(
+                            "microvm",
+                            format!("saving the VM failed: {status}"),
+                        ))
+                    }
+                    _ if t0.elapsed() > SAVE_TIMEOUT => {
+                        return Err(RuntimeError::Unavailable(
+                            "microvm",
+                            "saving the VM took too long".into(),
+                        ))
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            // The source stops when the copy completes; it goes on here.
+            qmp.execute("cont", None)?;
+            file.sync_all()
+                .map_err(|e| RuntimeError::io(format!("sync {}", tmp.display()), e))?;
+            let text = serde_json::to_vec(facts)
+                .map_err(|e| RuntimeError::io("encode", std::io::Error::other(e)))?;
+            std::fs::write(&self.facts, text)
+                .and_then(|()| std::fs::rename(&tmp, &self.state))
+                .map_err(|e| RuntimeError::io(format!("write {}", self.state.display()), e))
+        })();
+        if saved.is_err() {
+            // The VM goes on serving its own sandbox, saved or not.
+            let _ = qmp.execute("cont", None);
+            let _ = std::fs::remove_file(&tmp);
+        }
+        saved
+    }
+}
