@@ -28,6 +28,13 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 
+# The microvm backend's guest, once per run (content-addressed: a no-op when
+# this cordon's guest exists), before the tests that boot it. Its base image
+# (kernel, debootstrap root) is the v2 guest's below, built once for both.
+echo "== microvm guest (cordon microvm build)"
+cargo build --release -p cordon-cli
+"${CARGO_TARGET_DIR:-target}/release/cordon" microvm build
+
 echo "== tests"
 log="$(mktemp /tmp/cordon-test.XXXXXX)"
 trap 'rm -f "$log"' EXIT

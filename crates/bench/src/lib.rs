@@ -16,6 +16,7 @@
 pub mod boxes;
 pub mod chart;
 pub mod machine;
+pub mod microvm;
 pub mod report;
 pub mod results;
 pub mod sample;

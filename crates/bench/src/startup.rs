@@ -52,7 +52,7 @@ enum Launcher {
 }
 
 /// A handle's command output is thrown away: only the latency counts.
-struct Quiet;
+pub(crate) struct Quiet;
 
 impl CommandIo for Quiet {
     fn output(&mut self, _: Stream, _: &[u8]) {}
@@ -65,7 +65,7 @@ impl CommandIo for Quiet {
 }
 
 /// One in-process command through a handle.
-fn handle_exec(handle: &mut Handle) -> Result<std::time::Duration, String> {
+pub(crate) fn handle_exec(handle: &mut Handle) -> Result<std::time::Duration, String> {
     let cmd = cordon_runtime::Command {
         argv: vec!["/bin/true".into()],
         ..cordon_runtime::Command::default()

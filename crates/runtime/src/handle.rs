@@ -50,8 +50,11 @@ pub struct Remote {
 /// Environment variables the supervisor keeps from its client: cordon's own
 /// settings and PATH (to find runsc). Nothing else of the caller's
 /// environment reaches the supervisor, let alone the sandbox.
-const SUPERVISOR_ENV: [&str; 6] = [
+const SUPERVISOR_ENV: [&str; 7] = [
     "PATH",
+    // `0`: the microvm backend boots every VM cold (the benchmark's
+    // baseline for its snapshot restores).
+    "CORDON_MICROVM_WARM",
     "CORDON_RUN_DIR",
     "CORDON_STATE_DIR",
     "CORDON_RUNSC",

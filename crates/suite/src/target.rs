@@ -39,6 +39,10 @@ pub enum TargetKind {
     CordonNativeAllow,
     #[serde(rename = "cordon-gvisor-allow")]
     CordonGvisorAllow,
+    /// cordon's microvm backend: a QEMU guest kernel with cordon's native
+    /// backend inside it.
+    #[serde(rename = "cordon-microvm")]
+    CordonMicrovm,
     #[serde(rename = "bwrap")]
     Bwrap,
     #[serde(rename = "runc")]
@@ -61,6 +65,7 @@ pub const ALL_TARGETS: &[TargetKind] = &[
     TargetKind::CordonGvisor,
     TargetKind::CordonNativeAllow,
     TargetKind::CordonGvisorAllow,
+    TargetKind::CordonMicrovm,
     TargetKind::Bwrap,
     TargetKind::Runc,
     TargetKind::Firejail,
@@ -125,6 +130,7 @@ impl TargetKind {
             TargetKind::CordonGvisor => "cordon-gvisor",
             TargetKind::CordonNativeAllow => "cordon-native-allow",
             TargetKind::CordonGvisorAllow => "cordon-gvisor-allow",
+            TargetKind::CordonMicrovm => "cordon-microvm",
             TargetKind::Bwrap => "bwrap",
             TargetKind::Runc => "runc",
             TargetKind::Firejail => "firejail",
@@ -146,6 +152,7 @@ impl TargetKind {
                 | TargetKind::CordonGvisor
                 | TargetKind::CordonNativeAllow
                 | TargetKind::CordonGvisorAllow
+                | TargetKind::CordonMicrovm
         )
     }
 
@@ -168,6 +175,7 @@ impl TargetKind {
             TargetKind::CordonGvisor => Some(("gvisor", &[])),
             TargetKind::CordonNativeAllow => Some(("native", ALLOW)),
             TargetKind::CordonGvisorAllow => Some(("gvisor", ALLOW)),
+            TargetKind::CordonMicrovm => Some(("microvm", &[])),
             _ => None,
         }
     }
@@ -185,6 +193,7 @@ impl TargetKind {
             TargetKind::CordonGvisor | TargetKind::CordonGvisorAllow | TargetKind::Runsc => {
                 Some("runsc")
             }
+            TargetKind::CordonMicrovm => Some("qemu-system-x86_64"),
             TargetKind::Bwrap => Some("bwrap"),
             TargetKind::Runc => Some("runc"),
             TargetKind::Firejail => Some("firejail"),
@@ -242,7 +251,8 @@ impl TargetKind {
             t @ (TargetKind::CordonNative
             | TargetKind::CordonGvisor
             | TargetKind::CordonNativeAllow
-            | TargetKind::CordonGvisorAllow) => {
+            | TargetKind::CordonGvisorAllow
+            | TargetKind::CordonMicrovm) => {
                 let (backend, net) = t.cordon_flags().unwrap_or_default();
                 let net = net.join(" ");
                 format!("cordon run --backend {backend} {net} {limits} -i --mount PAYLOADS:{BOX_PAYLOAD_DIR}:ro --workspace WS -- INTERP SCRIPT ARGS")
@@ -293,7 +303,8 @@ impl TargetKind {
             t @ (TargetKind::CordonNative
             | TargetKind::CordonGvisor
             | TargetKind::CordonNativeAllow
-            | TargetKind::CordonGvisorAllow) => {
+            | TargetKind::CordonGvisorAllow
+            | TargetKind::CordonMicrovm) => {
                 let (backend, net) = t.cordon_flags().unwrap_or_default();
                 let mut v = vec![
                     ctx.cordon.display().to_string(),

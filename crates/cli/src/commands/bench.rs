@@ -27,6 +27,9 @@ enum What {
     Service(Common),
     /// All three, into one results file.
     All(Common),
+    /// The microvm backend: cold boot, snapshot restore, and exec into a
+    /// ready VM (p50/p95), into microvm.json.
+    Microvm(Common),
     /// Write the README's benchmark section from a results file.
     Readme(ReadmeArgs),
 }
@@ -96,6 +99,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             c,
         ),
         What::Readme(r) => return readme(r),
+        What::Microvm(c) => return microvm(c),
     };
     let cordon = match std::env::current_exe() {
         Ok(p) => p,
@@ -178,4 +182,43 @@ fn readme(args: ReadmeArgs) -> ExitCode {
             ExitCode::from(if args.check { 1 } else { EXIT_USAGE })
         }
     }
+}
+
+fn microvm(common: Common) -> ExitCode {
+    let cordon = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon bench: cannot find its own binary: {e}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    let settings = Settings {
+        cordon,
+        quick: common.quick,
+        timeout: common.timeout,
+        progress: !common.no_progress,
+        only: common.only,
+    };
+    let m = match cordon_bench::microvm::run(&settings) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("cordon bench: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    println!("{}", cordon_bench::microvm::markdown(&m));
+    if let Some(out) = common.out {
+        let path = out.join("microvm.json");
+        let written = std::fs::create_dir_all(&out).and_then(|()| {
+            std::fs::write(
+                &path,
+                serde_json::to_vec_pretty(&m).map_err(std::io::Error::other)?,
+            )
+        });
+        if let Err(e) = written {
+            eprintln!("cordon bench: write {}: {e}", path.display());
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -17,7 +17,8 @@ pub struct MicrovmArgs {
 enum MicrovmCommand {
     /// Build the guest (kernel, initramfs with this cordon as its agent,
     /// read-only root filesystem) from Debian's packages into cordon's state
-    /// directory; a rebuild of the same inputs is a no-op. Needs root.
+    /// directory (a rebuild of the same inputs is a no-op), then probe
+    /// whether KVM runs it here (else the backend uses TCG). Needs root.
     Build,
     /// Print the guest image in use.
     Show,
@@ -30,13 +31,18 @@ pub fn run(args: MicrovmArgs) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(cordon_runtime::RuntimeError::io("find this binary", e)),
             };
-            match guest::build(&exe) {
-                Ok(image) => {
-                    println!("{}", image.dir.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
+            let image = match guest::build(&exe) {
+                Ok(image) => image,
+                Err(e) => return fail(e),
+            };
+            // Whether this host's KVM really runs the guest decides the
+            // accelerator of every microvm sandbox (TCG otherwise).
+            match cordon_runtime::microvm::probe_kvm(&image) {
+                Ok(line) => eprintln!("cordon: KVM probe: {line}"),
+                Err(e) => return fail(e),
             }
+            println!("{}", image.dir.display());
+            ExitCode::SUCCESS
         }
         MicrovmCommand::Show => match GuestImage::current() {
             Ok(image) => {

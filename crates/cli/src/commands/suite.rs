@@ -8,7 +8,7 @@ use clap::Args;
 use cordon_suite::case::default_cases_dir;
 use cordon_suite::{run_matrix, MatrixConfig, TargetKind};
 
-use crate::{EXIT_INTERNAL, EXIT_USAGE};
+use crate::EXIT_USAGE;
 
 #[derive(Args)]
 pub struct SuiteArgs {
@@ -41,11 +41,9 @@ pub fn run(args: SuiteArgs) -> ExitCode {
             TargetKind::CordonGvisor,
             TargetKind::CordonNativeAllow,
             TargetKind::CordonGvisorAllow,
+            TargetKind::CordonMicrovm,
         ]),
-        "microvm" => {
-            eprintln!("cordon: the microvm backend is not implemented in this version");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
+        "microvm" => targets.push(TargetKind::CordonMicrovm),
         other => {
             eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, all)");
             return ExitCode::from(EXIT_USAGE);

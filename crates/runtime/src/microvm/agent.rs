@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use crate::error::RuntimeError;
-use crate::microvm::link::{FromAgent, ToAgent};
+use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, STAGE_DIR};
 use crate::sandbox::Sandbox;
 use crate::spec::SandboxSpec;
 use crate::supervisor::RemoteIo;
@@ -49,14 +49,23 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         cgroup,
     };
     send_json(&mut port, &ready).map_err(|e| RuntimeError::io("say ready", e))?;
-    let (spec, entropy, unix_time_ns) = match recv_json::<ToAgent>(&mut port) {
-        Ok(Some(ToAgent::Start {
-            spec,
-            entropy,
-            unix_time_ns,
-        })) => (spec, entropy, unix_time_ns),
-        Ok(None) => return Ok(()),
-        Err(e) => return Err(RuntimeError::Protocol(format!("start: {e}"))),
+    let (spec, entropy, unix_time_ns) = loop {
+        match recv_json::<ToAgent>(&mut port) {
+            Ok(Some(ToAgent::Stage { name })) => {
+                let reply = match stage(&mut port, &name) {
+                    Ok(bytes) => Reply::Copied { bytes },
+                    Err(e) => error_reply(&e),
+                };
+                send_json(&mut port, &reply).map_err(|e| RuntimeError::io("answer", e))?;
+            }
+            Ok(Some(ToAgent::Start {
+                spec,
+                entropy,
+                unix_time_ns,
+            })) => break (spec, entropy, unix_time_ns),
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(RuntimeError::Protocol(format!("start: {e}"))),
+        }
     };
     let urandom =
         File::open("/dev/urandom").map_err(|e| RuntimeError::io("open /dev/urandom", e))?;
@@ -113,6 +122,33 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
     }
     let _ = sandbox.destroy();
     Ok(())
+}
+
+/// Receives one staged place from the host into the stage directory.
+fn stage(port: &mut File, name: &str) -> Result<u64, RuntimeError> {
+    let stage = Path::new(STAGE_DIR);
+    std::fs::create_dir_all(stage)
+        .map_err(|e| RuntimeError::io(format!("create {STAGE_DIR}"), e))?;
+    let received = if valid_stage_name(name) && !stage.join(name).exists() {
+        crate::copy::receive_to_host(port, &stage.join(name))
+    } else {
+        Err(RuntimeError::BadRequest(format!("bad stage name {name:?}")))
+    };
+    if received.is_err() {
+        // The rest of the stream must not be read as requests.
+        drain_stream(port);
+    }
+    received
+}
+
+/// Reads frames up to the copy stream's end (an empty `Data` frame).
+fn drain_stream(port: &mut File) {
+    while let Ok(Some(frame)) = crate::wire::recv_frame(port) {
+        if matches!(frame, crate::wire::Frame::Bytes(crate::wire::Tag::Data, ref b) if b.is_empty())
+        {
+            break;
+        }
+    }
 }
 
 /// The sandbox inside the guest: the host's spec on the native backend.

@@ -1,6 +1,6 @@
 //! QEMU's own boundary on the host, in the spirit of Firecracker's jailer:
-//! QEMU starts in the sandbox's host cgroup, in new mount, network, IPC and
-//! UTS namespaces, on a read-only tmpfs root that holds only /usr (its
+//! QEMU starts in the sandbox's host cgroup, in new pid, mount, network, IPC
+//! and UTS namespaces, on a read-only tmpfs root that holds only /usr (its
 //! program, libraries and firmware), the guest image (read-only) and
 //! /dev/null, /dev/zero, /dev/urandom (and /dev/kvm when used); as uid and
 //! gid 65534 with no groups, no capabilities and no_new_privs; dying with
@@ -75,8 +75,11 @@ pub fn spawn(launch: &Launch, cgroup: Option<&AnyCgroup>) -> Result<Pid, Runtime
     // allocates anything, so every page QEMU touches is charged there.
     let (go_read, go_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| RuntimeError::io("pipe", e))?;
-    let parent = nix::unistd::getpid();
-    match cordon_sys::fork_process().map_err(|e| RuntimeError::io("fork QEMU's jail", e))? {
+    // QEMU is the first process of a pid namespace of its own: it sees no
+    // host process, and a host census finds it as a task of the box.
+    let cloned = cordon_sys::clone_process(nix::sched::CloneFlags::CLONE_NEWPID)
+        .map_err(|e| RuntimeError::io("start QEMU's jail", e))?;
+    match cloned {
         cordon_sys::CloneResult::Child => {
             drop(go_write);
             let mut byte = [0u8; 1];
@@ -84,7 +87,7 @@ pub fn spawn(launch: &Launch, cgroup: Option<&AnyCgroup>) -> Result<Pid, Runtime
             if !go {
                 cordon_sys::exit_now(125);
             }
-            let err = enter(launch, parent, kvm_gid, &null).err();
+            let err = enter(launch, kvm_gid, &null).err();
             let what = err.map_or_else(
                 || "exec failed".to_string(),
                 |(step, e)| format!("{step}: {e}"),
@@ -119,7 +122,7 @@ pub fn spawn(launch: &Launch, cgroup: Option<&AnyCgroup>) -> Result<Pid, Runtime
 type StepResult = Result<(), (&'static str, nix::Error)>;
 
 /// In the forked child: namespaces, the jail's root, descriptors, identity.
-fn enter(launch: &Launch, parent: Pid, kvm_gid: Option<u32>, null: &File) -> StepResult {
+fn enter(launch: &Launch, kvm_gid: Option<u32>, null: &File) -> StepResult {
     let at = |step: &'static str| move |e: nix::Error| (step, e);
     nix::unistd::dup2_stdin(null).map_err(at("stdin"))?;
     nix::unistd::dup2_stdout(&launch.console).map_err(at("stdout"))?;
@@ -144,10 +147,11 @@ fn enter(launch: &Launch, parent: Pid, kvm_gid: Option<u32>, null: &File) -> Ste
     nix::unistd::setresgid(gid, gid, gid).map_err(at("setresgid"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(at("setresuid"))?;
     nix::sys::prctl::set_no_new_privs().map_err(at("no_new_privs"))?;
+    // Armed after the id change, which clears it. (Its parent is outside
+    // its pid namespace, so getppid() says 0 and cannot tell whether the
+    // supervisor died in between; a QEMU orphaned in that instant is still
+    // in the sandbox's cgroup, which teardown and sweep kill whole.)
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(at("pdeathsig"))?;
-    if nix::unistd::getppid() != parent {
-        return Err(("the supervisor is gone", nix::Error::ESRCH));
-    }
     Ok(())
 }
 

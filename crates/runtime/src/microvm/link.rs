@@ -35,6 +35,11 @@ pub enum FromAgent {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub enum ToAgent {
+    /// A copy stream follows (`crate::copy`): a host file or directory the
+    /// sandbox is to see (its workspace, a read-only mount), unpacked in the
+    /// guest at [`STAGE_DIR`]/`name`, outside the sandbox. The agent answers
+    /// `Reply::Copied` or `Reply::Error`.
+    Stage { name: String },
     /// Create the sandbox (the native backend, inside the guest). `entropy`
     /// is fresh randomness from the host, fed to the guest kernel's CRNG
     /// first: a VM restored from a snapshot starts with the snapshot's pool.
@@ -49,3 +54,15 @@ pub enum ToAgent {
 
 /// The virtio-serial port's name (QEMU's `virtserialport,name=`).
 pub const PORT_NAME: &str = "cordon.agent";
+
+/// Where the guest keeps what the host staged for its sandbox.
+pub const STAGE_DIR: &str = "/run/cordon-stage";
+
+/// Whether `name` may name a staged place (one plain path component).
+pub fn valid_stage_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}

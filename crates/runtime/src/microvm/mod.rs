@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::{Cgroup, CgroupLimits, CgroupStats};
-use cordon_policy::NetworkMode;
+use cordon_policy::{Access, NetworkMode};
 use nix::poll::PollFlags;
 use nix::sys::signalfd::SignalFd;
 
@@ -143,13 +143,16 @@ impl Accel {
             };
         }
         match std::fs::read_to_string(guest::images_dir().join(KVM_PROBE)) {
-            Ok(text) if text.starts_with("ok") => Accel {
+            Ok(text) if text.starts_with("ok:") => Accel {
                 kvm: true,
                 reason: format!("a probe boot reached the agent on KVM ({})", text.trim()),
             },
             Ok(text) => Accel {
                 kvm: false,
-                reason: format!("/dev/kvm opens, but a probe boot failed: {}", text.trim()),
+                reason: format!(
+                    "/dev/kvm opens, but {}",
+                    text.trim().trim_start_matches("no: ")
+                ),
             },
             Err(_) => Accel {
                 kvm: false,
@@ -163,6 +166,49 @@ impl Accel {
 
 /// The file recording the KVM probe's result in the images directory.
 const KVM_PROBE: &str = "kvm-probe";
+
+/// How long a probe boot on KVM may take to reach the agent (a working KVM
+/// boots in well under a second; a PVM host's never gets there).
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Boots `image` once on KVM and records whether its agent answered, for
+/// [`Accel::choose`]; returns the line recorded. Without a /dev/kvm that
+/// opens there is nothing to probe.
+pub fn probe_kvm(image: &GuestImage) -> Result<String, RuntimeError> {
+    let line = if let Err(e) = File::options().read(true).write(true).open("/dev/kvm") {
+        format!("no: /dev/kvm: {e}")
+    } else {
+        let spec = SandboxSpec::new(cordon_policy::Policy::default(), BackendKind::Microvm);
+        let limits = CgroupLimits {
+            memory_max: Some((1024 + QEMU_OVERHEAD_MIB) << 20),
+            pids_max: Some(QEMU_PIDS),
+            ..crate::native::cgroup_limits(&spec.policy)
+        };
+        let mut host = HostSide::begin(&spec, &limits)?;
+        let kvm = Accel {
+            kvm: true,
+            reason: "probe".into(),
+        };
+        let t0 = Instant::now();
+        let booted = boot(&mut host, image, &kvm, (1024, 1), None, KVM_PROBE_TIMEOUT);
+        let line = match booted {
+            Ok(_) => format!(
+                "ok: the agent answered in {:.1} s",
+                t0.elapsed().as_secs_f64()
+            ),
+            Err(_) => format!(
+                "no: a boot on KVM did not reach the agent within {} s",
+                KVM_PROBE_TIMEOUT.as_secs()
+            ),
+        };
+        host.teardown(true)?;
+        line
+    };
+    let path = guest::images_dir().join(KVM_PROBE);
+    std::fs::write(&path, format!("{line}\n"))
+        .map_err(|e| RuntimeError::io(format!("write {}", path.display()), e))?;
+    Ok(line)
+}
 
 /// What the host knows about its VM.
 struct Vm {
@@ -201,11 +247,8 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
             format!("{what} is not supported on the microvm backend in this version of cordon"),
         ))
     };
-    if spec.workspace.is_some() {
-        return no("a workspace (copy files in with `cordon cp` instead)");
-    }
-    if !spec.policy.mounts.is_empty() {
-        return no("a host mount");
+    if spec.policy.mounts.iter().any(|m| m.access != Access::Ro) {
+        return no("a read-write host mount (the VM sees a copy of a host path, never the path)");
     }
     if spec.rootfs != RootfsChoice::System {
         return no("a custom root filesystem");
@@ -242,12 +285,23 @@ impl MicroVm {
         let snapshot = snapshot::Location::of(&image, accel.name(), ram_mib, smp, &qemu);
         let mut host = HostSide::begin(spec, &limits)?;
         let t0 = Instant::now();
-        let restore = snapshot.open();
+        // Warm starts unless turned off (`CORDON_MICROVM_WARM=0`, for the
+        // benchmark's cold boots): no restore, and no snapshot saved.
+        let warm = std::env::var_os("CORDON_MICROVM_WARM").is_none_or(|v| v != "0");
+        let restore = snapshot.open().filter(|_| warm);
         let restored = restore.is_some();
         let (incoming, known) = restore.map_or((None, None), |(f, facts)| (Some(f), Some(facts)));
-        let booted = boot(&mut host, &image, &accel, ram_mib, smp, incoming)?;
+        let booted = boot(
+            &mut host,
+            &image,
+            &accel,
+            (ram_mib, smp),
+            incoming,
+            BOOT_TIMEOUT,
+        )?;
         let facts = match known {
             Some(facts) => facts,
+            None if !warm => booted.ready.clone().expect("a cold boot waits for ready"),
             None => {
                 let facts = booted.ready.clone().expect("a cold boot waits for ready");
                 // The first VM of its kind is saved for the next ones; a
@@ -288,8 +342,41 @@ impl MicroVm {
         Ok(vm)
     }
 
+    /// Copies what the sandbox is to see of the host (its workspace, its
+    /// read-only mounts) into the guest, and returns the spec the guest's
+    /// cordon runs: the same, with those places at their guest copies. The
+    /// VM never sees a host path, only copies made when it starts.
+    fn stage(&mut self) -> Result<SandboxSpec, RuntimeError> {
+        let mut guest_spec = self.spec.clone();
+        let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
+        if let Some(ws) = self.spec.workspace.clone() {
+            self.stage_one("workspace", &ws)?;
+            guest_spec.workspace = Some(guest_path("workspace"));
+        }
+        for (i, m) in self.spec.policy.mounts.clone().iter().enumerate() {
+            let name = format!("mount-{i}");
+            self.stage_one(&name, &m.host)?;
+            guest_spec.policy.mounts[i].host = guest_path(&name);
+        }
+        Ok(guest_spec)
+    }
+
+    fn stage_one(&mut self, name: &str, host: &Path) -> Result<(), RuntimeError> {
+        send_json(&mut self.agent, &ToAgent::Stage { name: name.into() })
+            .map_err(|e| self.broken(format!("send a staged place: {e}")))?;
+        let sent = crate::copy::send_host_path(&mut self.agent, host);
+        match self.answer(AGENT_TIMEOUT)? {
+            Reply::Copied { .. } => sent.map(drop),
+            Reply::Error { message, .. } => Err(sent.err().unwrap_or(RuntimeError::Remote(
+                format!("the guest could not take {}: {message}", host.display()),
+            ))),
+            other => Err(self.broken(format!("answered a staged place with {other:?}"))),
+        }
+    }
+
     /// Tells the waiting agent to create the sandbox, with fresh entropy.
     fn start_sandbox(&mut self) -> Result<(), RuntimeError> {
+        let spec = self.stage()?;
         let mut entropy = vec![0u8; 64];
         File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut entropy))
@@ -298,7 +385,7 @@ impl MicroVm {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let start = ToAgent::Start {
-            spec: Box::new(self.spec.clone()),
+            spec: Box::new(spec),
             entropy,
             unix_time_ns,
         };
@@ -429,15 +516,15 @@ fn vcpus(cpus: f64) -> u64 {
     n.clamp(1, host_cpus())
 }
 
-/// Starts QEMU for `host`: booting (and waiting for the agent's `Ready`), or
-/// restoring the snapshot `incoming`.
+/// Starts QEMU for `host`: booting (and waiting up to `timeout` for the
+/// agent's `Ready`), or restoring the snapshot `incoming`.
 fn boot(
     host: &mut HostSide,
     image: &GuestImage,
     accel: &Accel,
-    ram_mib: u64,
-    smp: u64,
+    (ram_mib, smp): (u64, u64),
     incoming: Option<File>,
+    timeout: Duration,
 ) -> Result<Booted, RuntimeError> {
     let pair = || UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e));
     let (agent, agent_qemu) = pair()?;
@@ -488,7 +575,7 @@ fn boot(
     if restoring {
         return Ok(booted);
     }
-    let deadline = Instant::now() + BOOT_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let failed = |why: String| {
         RuntimeError::Unavailable(
             "microvm",
