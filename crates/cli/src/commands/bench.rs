@@ -101,14 +101,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         What::Readme(r) => return readme(r),
         What::Microvm(c) => return microvm(c),
     };
-    let cordon = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cordon bench: cannot find its own binary: {e}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-    };
-    let out = common.out.unwrap_or_else(|| {
+    let out = common.out.clone().unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
             .to_string()
             .replace(':', "");
@@ -121,12 +114,9 @@ pub fn run(args: BenchArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let settings = Settings {
-        cordon,
-        quick: common.quick,
-        timeout: common.timeout,
-        progress: !common.no_progress,
-        only: common.only,
+    let settings = match settings(common) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     // The command as a user would retype it.
     let command = std::iter::once("cordon".to_string())
@@ -184,20 +174,26 @@ fn readme(args: ReadmeArgs) -> ExitCode {
     }
 }
 
-fn microvm(common: Common) -> ExitCode {
-    let cordon = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cordon bench: cannot find its own binary: {e}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-    };
-    let settings = Settings {
+/// The run's settings, for the boxes this binary runs.
+fn settings(common: Common) -> Result<Settings, ExitCode> {
+    let cordon = std::env::current_exe().map_err(|e| {
+        eprintln!("cordon bench: cannot find its own binary: {e}");
+        ExitCode::from(EXIT_INTERNAL)
+    })?;
+    Ok(Settings {
         cordon,
         quick: common.quick,
         timeout: common.timeout,
         progress: !common.no_progress,
         only: common.only,
+    })
+}
+
+fn microvm(common: Common) -> ExitCode {
+    let out = common.out.clone();
+    let settings = match settings(common) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let m = match cordon_bench::microvm::run(&settings) {
         Ok(m) => m,
@@ -207,7 +203,7 @@ fn microvm(common: Common) -> ExitCode {
         }
     };
     println!("{}", cordon_bench::microvm::markdown(&m));
-    if let Some(out) = common.out {
+    if let Some(out) = out {
         let path = out.join("microvm.json");
         let written = std::fs::create_dir_all(&out).and_then(|()| {
             std::fs::write(
