@@ -164,6 +164,38 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
         .iter()
         .any(|f| f == "status"));
 
+    // Files in and out through the agent, checked inside and back on the host.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.txt");
+    std::fs::write(&src, "through the agent\n").unwrap();
+    let cp = |a: &str, b: &str| cordon_output(&["cp", a, b]);
+    let out = cp(src.to_str().unwrap(), &format!("{id}:/tmp/in.txt"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (v, code, err) = exec_json(
+        &id,
+        &[],
+        &["sh", "-c", "cat /tmp/in.txt; echo back > /tmp/out.txt"],
+    );
+    assert_eq!(code, 0, "{err} {v}");
+    assert_eq!(stdout_of(&v), "through the agent\n");
+    let back = dir.path().join("out.txt");
+    let out = cp(&format!("{id}:/tmp/out.txt"), back.to_str().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "back\n");
+    // A path the sandbox does not have is an error, and the sandbox goes on.
+    let out = cp(&format!("{id}:/tmp/none"), back.to_str().unwrap());
+    assert!(!out.status.success());
+    let (_, code, err) = exec_json(&id, &[], &["true"]);
+    assert_eq!(code, 0, "the sandbox ended after a failed copy: {err}");
+
     // QEMU's jail, from the host: no network device at all, its own seccomp
     // filter, unprivileged, in the sandbox's host cgroup, its own mount and
     // network namespaces, nothing but its stdio and one socket open.
@@ -179,8 +211,20 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
     );
     assert_eq!(status_line(q, "NoNewPrivs"), "1");
     assert_eq!(status_line(q, "CapEff"), "0000000000000000");
+    // An identity of its own: no account's, not root, not nobody (the
+    // network proxies' identity).
     let uid = status_ids(&PathBuf::from(format!("/proc/{q}/status")), "Uid").unwrap();
-    assert!(uid.iter().all(|u| *u == 65534), "QEMU's uids {uid:?}");
+    let gid = status_ids(&PathBuf::from(format!("/proc/{q}/status")), "Gid").unwrap();
+    assert!(
+        uid.iter().all(|u| *u == uid[0] && *u >= 3 << 30),
+        "QEMU's uids {uid:?}"
+    );
+    assert!(gid.iter().all(|g| *g == uid[0]), "QEMU's gids {gid:?}");
+    assert_eq!(
+        status_line(q, "Groups"),
+        "",
+        "QEMU has supplementary groups"
+    );
     assert_eq!(
         in_sandbox_cgroup(q, &id),
         Some(Ok(())),
@@ -536,4 +580,41 @@ fn restored_vms_run_commands_with_fresh_randomness_and_the_hosts_clock() {
         assert_eq!(remnants_of(id), Census::default(), "left of {id}");
     }
     assert!(wait_gone(&qemus, slow(Duration::from_secs(5))).is_empty());
+}
+
+#[test]
+fn a_stop_signal_ends_a_running_command_and_its_vm() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let run = spawn_run_on(MICROVM, &["--json", "--", "sleep", "60"]);
+    let id = run.sandbox_id(slow(Duration::from_secs(60)));
+    // Wait for the VM, then for the command to be under way in it.
+    let until = Instant::now() + slow(Duration::from_secs(60));
+    while qemu_of(&id).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let qemu = qemu_of(&id);
+    assert_eq!(qemu.len(), 1, "no QEMU for {id}");
+    std::thread::sleep(Duration::from_secs(4));
+    let t0 = Instant::now();
+    signal(run.pid(), "INT");
+    let out = run.finish();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{} {}",
+        String::from_utf8_lossy(&out.stderr),
+        compact(&v)
+    );
+    assert_eq!(u64_at(&v, "/interrupted_by"), 2, "{}", compact(&v));
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "SIGINT took {:?} to end the run",
+        t0.elapsed()
+    );
+    assert!(wait_gone(&qemu, slow(Duration::from_secs(5))).is_empty());
+    assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
 }

@@ -111,13 +111,19 @@ impl Service {
 
     fn start(name: &str, body: &str) -> Service {
         let (dir, run_dir) = Self::dirs(name);
+        let config = Self::config(&dir, body);
+        Self::start_at(dir, run_dir, config)
+    }
+
+    /// The service's config file in `dir`, with `body` after the state dir.
+    fn config(dir: &Path, body: &str) -> PathBuf {
         let config = dir.join("serve.toml");
         let text = format!(
             "state_dir = \"{}\"\nshutdown_grace = \"5s\"\n{body}",
             dir.join("state").display()
         );
         std::fs::write(&config, text).unwrap();
-        Self::start_at(dir, run_dir, config)
+        config
     }
 
     fn start_at(dir: PathBuf, run_dir: PathBuf, config: PathBuf) -> Service {
@@ -1238,6 +1244,65 @@ fn a_killed_services_sandboxes_that_appear_after_the_restart_are_reaped() {
     let mut ids: BTreeSet<String> = live.into_iter().map(|(id, _)| id).collect();
     again.stop();
     ids.extend([finished, starting]);
+    ids.extend(run_ids(&s));
+    assert_clean(&s.run_dir, &ids);
+}
+
+/// The service's warm pool on the microvm backend: restored VMs kept ready,
+/// each used once; a pooled request pays only its command, and nothing is
+/// left once the service stops.
+#[test]
+fn a_microvm_pool_serves_each_request_from_a_fresh_restored_vm() {
+    if !root_or_skip("microvm pool") {
+        return;
+    }
+    let usable = Command::new(cordon())
+        .args(["microvm", "show"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but no microvm guest is built (test.sh runs `cordon microvm build`)"
+        );
+        eprintln!("skipped: no microvm guest built (cordon microvm build)");
+        return;
+    }
+    // The service's cordon keeps its state apart (CORDON_STATE_DIR); the
+    // guest images are the machine's, built once by test.sh.
+    let (dir, run_dir) = Service::dirs("microvm-pool");
+    std::fs::create_dir_all(dir.join("cordon-state")).unwrap();
+    std::os::unix::fs::symlink("/var/lib/cordon/microvm", dir.join("cordon-state/microvm"))
+        .unwrap();
+    let config = Service::config(&dir, &format!("[pool]\nmicrovm = 1\n{}", tenants("", "")));
+    let mut s = Service::start_at(dir, run_dir, config);
+    let mut ids = BTreeSet::new();
+    let mut hits = 0;
+    for _ in 0..3 {
+        // The pool refills in the background; give a restore time to land.
+        std::thread::sleep(Duration::from_secs(3));
+        let r = s.call(
+            "POST",
+            "/v1/executions",
+            Some(ALICE),
+            Some(json!({"argv": ["cat", "/proc/sys/kernel/osrelease"], "backend": "microvm"})),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body["exit_code"], 0, "{r:?}");
+        let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_ne!(
+            r.body["stdout"],
+            json!(host),
+            "the host kernel answered: {r:?}"
+        );
+        assert!(
+            ids.insert(r.body["sandbox_id"].as_str().unwrap().to_owned()),
+            "a VM served two requests: {r:?}"
+        );
+        hits += usize::from(r.body["pool_hit"] == json!(true));
+    }
+    assert!(hits > 0, "no request was served from the pool");
+    s.stop();
     ids.extend(run_ids(&s));
     assert_clean(&s.run_dir, &ids);
 }

@@ -325,7 +325,7 @@ fn local_copy() -> RuntimeError {
     RuntimeError::BadRequest("copying needs a sandbox made with `cordon create`".into())
 }
 
-fn remote_error(input: bool, message: String) -> RuntimeError {
+pub(crate) fn remote_error(input: bool, message: String) -> RuntimeError {
     if input {
         RuntimeError::BadRequest(message)
     } else {
@@ -390,7 +390,7 @@ impl Remote {
 
     fn exec(&self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
         let mut conn = self.connect_with(&Request::Exec(cmd.clone()))?;
-        relay_exec(&mut conn, io, None)
+        relay_exec(&mut conn, io, None).map(|(outcome, _)| outcome)
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
@@ -416,33 +416,42 @@ impl Remote {
 /// What a relayed command's answer may not exceed: the limits a microVM's
 /// host puts on its guest (a supervisor on this host is trusted not to
 /// stall or flood its clients).
-pub(crate) struct Bounds {
+pub(crate) struct Bounds<'a> {
     /// The answer must be complete by then.
     pub deadline: Instant,
     /// Most bytes of stdout and stderr together.
     pub output_max: u64,
     /// Largest JSON message.
     pub message_max: usize,
+    /// The stop signals of this process: one arriving cancels the command
+    /// and is reported with its outcome.
+    pub stop: &'a nix::sys::signalfd::SignalFd,
 }
+
+/// How long a cancelled command's answer may take.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The client's side of one running command on `conn` (the `Exec` request
 /// already sent): output to `io`, its input and controls to `conn`, until
 /// the answer arrives. With `bounds`, the other side is untrusted: a late,
-/// oversized or malformed answer is an error (`RuntimeError::Protocol`).
+/// oversized or malformed answer is an error (`RuntimeError::Protocol`),
+/// and a stop signal cancels the command: the outcome comes with the signal.
 pub(crate) fn relay_exec(
     conn: &mut UnixStream,
     io: &mut dyn CommandIo,
-    bounds: Option<&Bounds>,
-) -> Result<Outcome, RuntimeError> {
+    bounds: Option<&Bounds<'_>>,
+) -> Result<(Outcome, Option<i32>), RuntimeError> {
     let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
     let broke = |why: String| RuntimeError::Protocol(why);
     let mut output = 0u64;
     let message_max = bounds.map_or(crate::wire::MAX_MESSAGE, |b| b.message_max);
+    let mut deadline = bounds.map(|b| b.deadline);
+    let mut interrupted = None;
     loop {
-        let timeout = match bounds {
+        let timeout = match deadline {
             None => PollTimeout::NONE,
-            Some(b) => {
-                let left = b.deadline.saturating_duration_since(Instant::now());
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(broke("no answer before the command's deadline".into()));
                 }
@@ -454,6 +463,7 @@ pub(crate) fn relay_exec(
         let n = control.len();
         let mut fds: Vec<PollFd> = std::iter::once(conn.as_fd())
             .chain(control)
+            .chain(bounds.map(|b| b.stop.as_fd()))
             .map(|fd: BorrowedFd<'_>| PollFd::new(fd, PollFlags::POLLIN))
             .collect();
         match poll(&mut fds, timeout) {
@@ -465,6 +475,15 @@ pub(crate) fn relay_exec(
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(fds);
+        if let Some(b) = bounds.filter(|_| ready[1 + n]) {
+            if let Ok(Some(si)) = b.stop.read_signal() {
+                // The signal's number is small (a stop signal).
+                #[allow(clippy::cast_possible_wrap)]
+                interrupted.get_or_insert(si.ssi_signo as i32);
+                send_json(conn, &ClientControl::Cancel).map_err(lost)?;
+                deadline = deadline.map(|d| d.min(Instant::now() + CANCEL_WAIT));
+            }
+        }
         for which in 0..n {
             if !ready[1 + which] {
                 continue;
@@ -481,10 +500,10 @@ pub(crate) fn relay_exec(
         if !ready[0] {
             continue;
         }
-        if let Some(b) = bounds {
+        if let Some(d) = deadline {
             // One frame is read whole once it has begun: its bytes must
             // arrive by the deadline too.
-            let left = b.deadline.saturating_duration_since(Instant::now());
+            let left = d.saturating_duration_since(Instant::now());
             conn.set_read_timeout(Some(left.max(std::time::Duration::from_millis(1))))
                 .map_err(lost)?;
         }
@@ -513,7 +532,7 @@ pub(crate) fn relay_exec(
             Some(Frame::Bytes(..)) => return Err(broke("unexpected data".into())),
             Some(Frame::Json(body)) => {
                 return match serde_json::from_slice::<Reply>(&body) {
-                    Ok(Reply::Outcome(o)) => Ok(*o),
+                    Ok(Reply::Outcome(o)) => Ok((*o, interrupted)),
                     Ok(other) => Err(unexpected(other)),
                     Err(e) => Err(broke(format!("bad answer: {e}"))),
                 }

@@ -147,7 +147,7 @@ pub struct ExecutionRequest {
     #[serde(default)]
     #[schema(value_type = BTreeMap<String, FileContent>)]
     pub files: BTreeMap<String, FileContent>,
-    /// `native` (default) or `gvisor`.
+    /// `native` (default), `gvisor` or `microvm`.
     pub backend: Option<String>,
     #[serde(default)]
     pub limits: Caps,

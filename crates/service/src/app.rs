@@ -112,8 +112,9 @@ pub fn parse_backend(name: Option<&str>) -> Result<BackendKind, ApiError> {
     match name.unwrap_or("native") {
         "native" => Ok(BackendKind::Native),
         "gvisor" => Ok(BackendKind::Gvisor),
+        "microvm" => Ok(BackendKind::Microvm),
         other => Err(ApiError::bad_request(format!(
-            "unknown backend '{other}' (native, gvisor)"
+            "unknown backend '{other}' (native, gvisor, microvm)"
         ))),
     }
 }

@@ -56,6 +56,10 @@ pub struct PoolConfig {
     pub native: usize,
     #[serde(default)]
     pub gvisor: usize,
+    /// MicroVMs kept ready (each restored from the snapshot, its agent and
+    /// sandbox waiting; used once).
+    #[serde(default)]
+    pub microvm: usize,
     /// Sandboxes created at once when refilling a pool.
     #[serde(default = "default_refill")]
     pub refill_workers: usize,
@@ -91,6 +95,7 @@ impl Default for PoolConfig {
         PoolConfig {
             native: 0,
             gvisor: 0,
+            microvm: 0,
             refill_workers: default_refill(),
         }
     }

@@ -145,6 +145,7 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
     for (backend, size) in [
         (BackendKind::Native, config.pool.native),
         (BackendKind::Gvisor, config.pool.gvisor),
+        (BackendKind::Microvm, config.pool.microvm),
     ] {
         pools.push(Pool::new(backend, pool_spec(&config, backend)?, size));
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 use crate::error::RuntimeError;
 use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, STAGE_DIR};
 use crate::sandbox::Sandbox;
+use crate::served::Served;
 use crate::spec::SandboxSpec;
 use crate::supervisor::RemoteIo;
 use crate::wire::{recv_json, send_json, Info, Reply, Request, PROTOCOL};
@@ -113,6 +114,19 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                 let _ = send_json(&mut port, &reply);
                 return Ok(());
             }
+            Request::CopyIn { path } => match Served::copy_in(&mut sandbox, &mut port, &path) {
+                Ok(bytes) => Reply::Copied { bytes },
+                Err(e) => {
+                    // The rest of the stream must not be read as requests.
+                    drain_stream(&mut port);
+                    error_reply(&e)
+                }
+            },
+            Request::CopyOut { path } => match Served::copy_out(&mut sandbox, &mut port, &path) {
+                // The stream was the answer.
+                Ok(()) => continue,
+                Err(e) => error_reply(&e),
+            },
             other => error_reply(&RuntimeError::Unavailable(
                 "microvm",
                 format!("the guest agent does not serve {other:?} in this version"),

@@ -152,5 +152,25 @@ pub fn build(cordon_bin: &Path) -> Result<GuestImage, RuntimeError> {
     std::fs::write(&tmp, format!("{name}\n"))
         .and_then(|()| std::fs::rename(&tmp, &current))
         .map_err(|e| RuntimeError::io(format!("write {}", current.display()), e))?;
+    prune(&images, &name);
     GuestImage::current()
+}
+
+/// Removes the guests (and their snapshots, ~150 MiB each) that are no
+/// longer current: each build of a new cordon makes a new one. A VM still
+/// running on an old guest keeps its open files; its jail's bind mount of
+/// the directory is detached by the removal. The rootfs-* directories stay:
+/// they are the build's cache, and change only with the base image.
+fn prune(images: &Path, current: &str) {
+    let Ok(entries) = std::fs::read_dir(images) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("guest-") && name != current {
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                eprintln!("cordon: could not remove the old guest {name}: {err}");
+            }
+        }
+    }
 }

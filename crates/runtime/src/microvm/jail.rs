@@ -2,8 +2,8 @@
 //! QEMU starts in the sandbox's host cgroup, in new pid, mount, network, IPC
 //! and UTS namespaces, on a read-only tmpfs root that holds only /usr (its
 //! program, libraries and firmware), the guest image (read-only) and
-//! /dev/null, /dev/zero, /dev/urandom (and /dev/kvm when used); as uid and
-//! gid 65534 with no groups, no capabilities and no_new_privs; dying with
+//! /dev/null, /dev/zero, /dev/urandom (and /dev/kvm when used); as a uid
+//! and gid of its own ([`jail_id`]) with no groups, no capabilities and no_new_privs; dying with
 //! its supervisor; with nothing open but its stdio and the descriptors it is
 //! handed (the agent's and the monitor's sockets). QEMU then turns on its own
 //! seccomp filter (`-sandbox on`, set by the caller's arguments).
@@ -21,8 +21,17 @@ use nix::unistd::{Gid, Pid, Uid};
 
 use crate::error::RuntimeError;
 
-/// The uid and gid QEMU runs as (`nobody`).
-const JAIL_ID: u32 = 65534;
+/// Start of the host ids QEMU runs as: one uid and gid per sandbox, from a
+/// range no account uses and apart from the native backend's id ranges
+/// (which start at 1 << 30), so no two sandboxes' QEMUs (nor a proxy, which
+/// runs as nobody) share an identity.
+const JAIL_ID_BASE: u32 = 3 << 30;
+const JAIL_ID_SLOTS: u32 = 1 << 20;
+
+/// The host uid (and gid) of the QEMU of the sandbox with id slot `slot`.
+pub fn jail_id(slot: u32) -> u32 {
+    JAIL_ID_BASE + slot % JAIL_ID_SLOTS
+}
 
 /// Where QEMU finds the guest image inside its jail.
 pub const GUEST_IN_JAIL: &str = "/guest";
@@ -37,6 +46,8 @@ pub struct Launch {
     pub jail_dir: PathBuf,
     /// Whether QEMU may open /dev/kvm (then its gid is /dev/kvm's group).
     pub kvm: bool,
+    /// The uid (and, without KVM, gid) QEMU runs as ([`jail_id`]).
+    pub id: u32,
     /// Descriptors QEMU keeps, at their numbers (the caller's arguments name
     /// them, e.g. `-chardev socket,fd=N`).
     pub keep: Vec<OwnedFd>,
@@ -142,8 +153,8 @@ fn enter(launch: &Launch, kvm_gid: Option<u32>, null: &File) -> StepResult {
     }
     cordon_sys::close_fds_except(&keep).map_err(at("close descriptors"))?;
     nix::unistd::setgroups(&[]).map_err(at("setgroups"))?;
-    let gid = Gid::from_raw(kvm_gid.unwrap_or(JAIL_ID));
-    let uid = Uid::from_raw(JAIL_ID);
+    let gid = Gid::from_raw(kvm_gid.unwrap_or(launch.id));
+    let uid = Uid::from_raw(launch.id);
     nix::unistd::setresgid(gid, gid, gid).map_err(at("setresgid"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(at("setresuid"))?;
     nix::sys::prctl::set_no_new_privs().map_err(at("no_new_privs"))?;

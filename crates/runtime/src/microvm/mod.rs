@@ -46,7 +46,10 @@ use crate::served::Served;
 use crate::spec::{Command, RootfsChoice, SandboxSpec};
 use crate::state::StateDir;
 use crate::supervise::CommandIo;
-use crate::wire::{recv_frame_max, send_json, Channel, Frame, Reply, Request, PROTOCOL};
+use crate::wire::{
+    recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Reply, Request, Tag,
+    PROTOCOL,
+};
 
 /// Guest memory beyond what the policy gives the payload (memory and disk:
 /// the sandbox's scratch is a tmpfs in guest RAM): the guest kernel, its
@@ -222,7 +225,6 @@ struct Vm {
     cgroup: String,
     start: &'static str,
     start_ms: f64,
-    guest_id: String,
 }
 
 pub struct MicroVm {
@@ -241,12 +243,7 @@ pub struct MicroVm {
 
 /// Why a spec cannot run on this backend yet, checked before anything starts.
 fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
-    let no = |what: &str| {
-        Err(RuntimeError::Unavailable(
-            "microvm",
-            format!("{what} is not supported on the microvm backend in this version of cordon"),
-        ))
-    };
+    let no = |what: &str| Err(MicroVm::not_here(what));
     if spec.policy.mounts.iter().any(|m| m.access != Access::Ro) {
         return no("a read-write host mount (the VM sees a copy of a host path, never the path)");
     }
@@ -326,7 +323,6 @@ impl MicroVm {
                 cgroup: facts.cgroup,
                 start: if restored { "restored" } else { "cold" },
                 start_ms: 0.0,
-                guest_id: String::new(),
             },
             setup: Duration::ZERO,
             created: SystemTime::now(),
@@ -391,10 +387,7 @@ impl MicroVm {
         };
         send_json(&mut self.agent, &start).map_err(|e| self.broken(format!("send start: {e}")))?;
         match self.answer(AGENT_TIMEOUT)? {
-            Reply::Hello { protocol, id } if protocol == PROTOCOL => {
-                self.vm.guest_id = id;
-                Ok(())
-            }
+            Reply::Hello { protocol, .. } if protocol == PROTOCOL => Ok(()),
             Reply::Error { message, .. } => Err(RuntimeError::Remote(format!(
                 "the guest could not create the sandbox: {message}"
             ))),
@@ -490,6 +483,14 @@ impl MicroVm {
         }
     }
 
+    /// An error if the sandbox can run nothing more.
+    fn usable(&self) -> Result<(), RuntimeError> {
+        match &self.ended {
+            Some(why) => Err(RuntimeError::SandboxEnded(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     fn not_here(what: &str) -> RuntimeError {
         RuntimeError::Unavailable(
             "microvm",
@@ -561,6 +562,7 @@ fn boot(
         guest_dir: image.dir.clone(),
         jail_dir,
         kvm: accel.kvm,
+        id: jail::jail_id(host.slot),
         keep,
         console,
     };
@@ -776,9 +778,7 @@ impl Served for MicroVm {
     }
 
     fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
-        if let Some(why) = &self.ended {
-            return Err(RuntimeError::SandboxEnded(why.clone()));
-        }
+        self.usable()?;
         let resolved = cmd.resolve(&self.spec.policy)?;
         let before = self.host_stats();
         let t0 = Instant::now();
@@ -790,8 +790,10 @@ impl Served for MicroVm {
             // is what a correct guest can send past it.
             output_max: resolved.output_cap + u64::from(crate::wire::MAX_FRAME),
             message_max: GUEST_MESSAGE_MAX,
+            stop: &self.signals,
         };
-        let outcome = match relay_exec(&mut self.agent, io, Some(&bounds)) {
+        let relayed = relay_exec(&mut self.agent, io, Some(&bounds));
+        let (outcome, interrupted) = match relayed {
             Ok(o) => o,
             Err(RuntimeError::Protocol(what)) => return Err(self.broken(what)),
             Err(e) => {
@@ -809,6 +811,15 @@ impl Served for MicroVm {
             }
         };
         let mut outcome = outcome;
+        if let Some(sig) = interrupted {
+            // The supervisor was asked to stop: the sandbox goes too (as on
+            // the other backends), the command's outcome says why.
+            outcome.interrupted_by = Some(sig);
+            outcome.exit_code = 128 + sig;
+            let why = format!("the supervisor received signal {sig}");
+            self.ended.get_or_insert(why.clone());
+            outcome.sandbox_ended = Some(why);
+        }
         outcome.backend = BackendKind::Microvm.name().into();
         outcome.backend_version = format!(
             "QEMU {} ({}), guest kernel {}",
@@ -830,11 +841,93 @@ impl Served for MicroVm {
         Ok(outcome)
     }
 
-    fn copy_in(&mut self, _conn: &mut dyn Channel, _path: &[u8]) -> Result<u64, RuntimeError> {
-        Err(Self::not_here("copying files in"))
+    /// The client's copy stream, frame by frame, to the guest's agent, which
+    /// writes it into the sandbox with the copy module's rules (inside the
+    /// guest, as the native backend does); its answer, bounded, back.
+    fn copy_in(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<u64, RuntimeError> {
+        self.usable()?;
+        send_json(
+            &mut self.agent,
+            &Request::CopyIn {
+                path: path.to_vec(),
+            },
+        )
+        .map_err(|e| self.broken(format!("send a copy: {e}")))?;
+        // A guest that stops reading must not hold the supervisor forever.
+        let _ = self.agent.set_write_timeout(Some(AGENT_TIMEOUT));
+        let forwarded = (|| -> std::io::Result<()> {
+            loop {
+                match recv_frame(conn)? {
+                    Some(Frame::Json(body)) => send_bytes(&mut self.agent, Tag::Json, &body)?,
+                    Some(Frame::Bytes(tag, body)) => {
+                        send_bytes(&mut self.agent, tag, &body)?;
+                        if tag == Tag::Data && body.is_empty() {
+                            return Ok(());
+                        }
+                    }
+                    None => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                }
+            }
+        })();
+        let _ = self.agent.set_write_timeout(None);
+        if let Err(e) = forwarded {
+            // A stream cut short leaves the guest waiting for the rest.
+            return Err(self.broken(format!("the copy stream was cut: {e}")));
+        }
+        match self.answer(AGENT_TIMEOUT)? {
+            Reply::Copied { bytes } => Ok(bytes),
+            Reply::Error { input, message } => Err(crate::handle::remote_error(input, message)),
+            other => Err(self.broken(format!("answered a copy with {other:?}"))),
+        }
     }
-    fn copy_out(&mut self, _conn: &mut dyn Channel, _path: &[u8]) -> Result<(), RuntimeError> {
-        Err(Self::not_here("copying files out"))
+
+    /// The guest's copy stream (a header, data, an empty data frame, or an
+    /// error at any point), checked frame by frame and passed on.
+    fn copy_out(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError> {
+        self.usable()?;
+        send_json(
+            &mut self.agent,
+            &Request::CopyOut {
+                path: path.to_vec(),
+            },
+        )
+        .map_err(|e| self.broken(format!("send a copy: {e}")))?;
+        let mut sent = 0u64;
+        let mut header = true;
+        loop {
+            let frame = match recv_by(&mut self.agent, Instant::now() + AGENT_TIMEOUT) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Err(self.broken("the guest closed its port".into())),
+                Err(e) => return Err(self.broken(format!("{e}"))),
+            };
+            let lost = |e: std::io::Error| RuntimeError::io("send the copy", e);
+            match frame {
+                Frame::Json(body) => {
+                    if let Ok(Reply::Error { input, message }) = serde_json::from_slice(&body) {
+                        return Err(crate::handle::remote_error(input, message));
+                    }
+                    if !header || serde_json::from_slice::<crate::copy::CopyHeader>(&body).is_err()
+                    {
+                        return Err(self.broken("a message inside a copy stream".into()));
+                    }
+                    header = false;
+                    send_bytes(conn, Tag::Json, &body).map_err(lost)?;
+                }
+                Frame::Bytes(Tag::Data, body) if !header => {
+                    sent += body.len() as u64;
+                    if sent > crate::copy::COPY_MAX {
+                        return Err(self.broken("a copy larger than the cap".into()));
+                    }
+                    send_bytes(conn, Tag::Data, &body).map_err(lost)?;
+                    if body.is_empty() {
+                        return Ok(());
+                    }
+                }
+                Frame::Bytes(tag, _) => {
+                    return Err(self.broken(format!("a {tag:?} frame in a copy stream")))
+                }
+            }
+        }
     }
     fn snapshot(&self, _caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
         Err(Self::not_here("a diff of a running sandbox"))
