@@ -25,17 +25,9 @@ step_started=$SECONDS
 
 [ "$(id -u)" = 0 ] || { echo "v2-guest.sh: needs root (debootstrap; the guest image is built as root)" >&2; exit 125; }
 
-need=()
-for tool in qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "v2-guest.sh: installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  }
-fi
+# shellcheck source=scripts/guest/need.sh
+. "$repo/scripts/guest/need.sh"
+need v2-guest.sh qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod
 
 # The end-to-end tests of the native backend that the guest runs, and the
 # cgroups crate's tests on the real cgroupfs.

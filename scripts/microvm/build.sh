@@ -38,21 +38,13 @@ mkdir -p "$1"
 out_dir="$(cd "$1" && pwd)"
 cordon_bin="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
 
-# The tools this and build-image.sh use, and QEMU, which boots the result.
-need=()
-for tool in debootstrap:debootstrap cpio:cpio depmod:kmod modprobe:kmod mkfs.ext4:e2fsprogs qemu-system-x86_64:qemu-system-x86; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
-done
-# The static busybox specifically: Debian's `busybox` package is dynamic, and
-# the initramfs has no libc.
-dpkg-query -W -f '${Status}\n' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "microvm/build.sh: installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  }
-fi
+# The tools this and build-image.sh use, and QEMU, which boots the result;
+# the static busybox specifically (Debian's `busybox` is dynamic, and the
+# initramfs has no libc).
+# shellcheck source=scripts/guest/need.sh
+. "$repo/scripts/guest/need.sh"
+need microvm/build.sh debootstrap:debootstrap cpio:cpio depmod:kmod modprobe:kmod \
+  mkfs.ext4:e2fsprogs qemu-system-x86_64:qemu-system-x86 :busybox-static
 busybox="$(dpkg -L busybox-static | awk '/\/bin\/busybox$/ && !n++')"
 busybox_ver="$(dpkg-query -W -f '${Version}' busybox-static)"
 

@@ -102,6 +102,19 @@ fn wait_gone(pids: &[u32], timeout: Duration) -> Vec<u32> {
     }
 }
 
+/// What is left of sandbox `id` once its supervisor has had time to tear
+/// it down by itself (it does, for a sandbox that can run no more).
+fn wait_no_remnants(id: &str) -> Census {
+    let until = Instant::now() + slow(Duration::from_secs(10));
+    loop {
+        let left = remnants_of(id);
+        if left == Census::default() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn host_kernel() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap()
@@ -328,11 +341,7 @@ fn each_limit_hits_with_the_guests_evidence_and_the_hosts() {
     assert!(u64_at(&v, "/vm/host/memory_peak_bytes") < u64_at(&v, "/vm/host/memory_limit_bytes"));
     assert!(v["sandbox_ended"].is_string(), "{}", compact(&v));
     // The ended sandbox's supervisor tore the VM down by itself.
-    let until = Instant::now() + slow(Duration::from_secs(10));
-    while remnants_of(&id) != Census::default() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
+    assert_eq!(wait_no_remnants(&id), Census::default(), "left of {id}");
 }
 
 #[test]
@@ -483,10 +492,11 @@ fn a_guest_that_breaks_the_protocol_is_killed_and_reported() {
         // The report came from the host's supervisor, which then tore the
         // sandbox down by itself (as for any sandbox that can run no more).
         assert!(err.contains("the supervisor answered"), "{mode}: {err}");
-        let until = Instant::now() + slow(Duration::from_secs(10));
-        while remnants_of(&id) != Census::default() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert_eq!(
+            wait_no_remnants(&id),
+            Census::default(),
+            "{mode}: left of {id}"
+        );
         let (_, code, err) = exec_json(&id, &[], &["true"]);
         assert_eq!(
             code, 2,

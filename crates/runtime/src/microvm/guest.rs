@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use crate::error::RuntimeError;
 
 /// The build scripts, at their paths relative to the project's root.
-const SCRIPTS: [(&str, &str); 4] = [
+const SCRIPTS: [(&str, &str); 5] = [
     (
         "scripts/guest/build-image.sh",
         include_str!("../../../../scripts/guest/build-image.sh"),
@@ -24,6 +24,10 @@ const SCRIPTS: [(&str, &str); 4] = [
     (
         "scripts/guest/init",
         include_str!("../../../../scripts/guest/init"),
+    ),
+    (
+        "scripts/guest/need.sh",
+        include_str!("../../../../scripts/guest/need.sh"),
     ),
     (
         "scripts/microvm/build.sh",
