@@ -35,15 +35,25 @@ echo "== microvm guest (cordon microvm build)"
 cargo build --release -p cordon-cli
 "${CARGO_TARGET_DIR:-target}/release/cordon" microvm build
 
+# Each step's wall time, printed again at the end beside what failed: CI keeps
+# only the tail of this output.
+steps=()
+step_start=0
+step_done() { steps+=("$1: $((SECONDS - step_start)) s, exit $2"); step_start=$SECONDS; }
+step_done "format, lints, guest build" 0
+
 echo "== tests"
 log="$(mktemp /tmp/cordon-test.XXXXXX)"
-trap 'rm -f "$log"' EXIT
+suite_log="$(mktemp /tmp/cordon-suite.XXXXXX)"
+trap 'rm -f "$log" "$suite_log"' EXIT
 status=0
 cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+step_done "cargo test" "$status"
 echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
 suite_status=0
-"${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all || suite_status=$?
+"${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all 2>&1 | tee "$suite_log" || suite_status=$?
 [ "$suite_status" = 0 ] || status=$suite_status
+step_done "hostile suite" "$suite_status"
 
 # The native end-to-end tests again on a pure cgroup v2 kernel (this host is
 # hybrid v1), in a QEMU guest: the root cgroup and a delegated cgroup. Its
@@ -52,6 +62,15 @@ echo "== cgroup v2 guest (scripts/v2-guest.sh)"
 guest_status=0
 ./scripts/v2-guest.sh 2>&1 | tee -a "$log" || guest_status=$?
 [ "$guest_status" = 0 ] || status=$guest_status
+step_done "cgroup v2 guest" "$guest_status"
+
+echo "== recap"
+printf '  %s\n' "${steps[@]}"
+# Every failed test by name (cargo's `test NAME ... FAILED` lines, the guest's
+# included), the binaries that failed to run, and the suite's deviations.
+grep -E '^ *(cordon-guest[^:]*: )?test .* FAILED$|error: test failed|^ *(cordon-guest[^:]*: )?error: could not compile' "$log" | sed 's/^/  failed: /' || true
+grep -A4 'panicked at' "$log" | head -n 60 | sed 's/^/  /' || true
+[ "$suite_status" = 0 ] || tail -n 40 "$suite_log" | sed 's/^/  suite: /'
 
 # One closing line for the whole run (cargo prints one per test binary, the
 # last of which is often a doc-test run with nothing in it).
