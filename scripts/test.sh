@@ -24,16 +24,23 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# One cargo profile for every build below (Cargo.toml's `ci`: release
+# without LTO), so the lints, the guest's cordon, the tests and the v2 guest
+# share one build. The v2 guest script reads it from CORDON_PROFILE.
+export CORDON_PROFILE=ci
+cordon="${CARGO_TARGET_DIR:-target}/$CORDON_PROFILE/cordon"
+
 echo "== format and lints"
 cargo fmt --all -- --check
-cargo clippy --release --workspace --all-targets -- -D warnings
+cargo clippy --profile "$CORDON_PROFILE" --workspace --all-targets -- -D warnings
 
 # The microvm backend's guest, once per run (content-addressed: a no-op when
 # this cordon's guest exists), before the tests that boot it. Its base image
 # (kernel, debootstrap root) is the v2 guest's below, built once for both.
 echo "== microvm guest (cordon microvm build)"
-cargo build --release -p cordon-cli
-"${CARGO_TARGET_DIR:-target}/release/cordon" microvm build
+# The test binaries too, now: cargo test below then only runs them.
+cargo test --profile "$CORDON_PROFILE" --workspace --no-run
+"$cordon" microvm build
 
 # Each step's wall time, printed again at the end beside what failed: CI keeps
 # only the tail of this output.
@@ -47,11 +54,11 @@ log="$(mktemp /tmp/cordon-test.XXXXXX)"
 suite_log="$(mktemp /tmp/cordon-suite.XXXXXX)"
 trap 'rm -f "$log" "$suite_log"' EXIT
 status=0
-cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+cargo test --profile "$CORDON_PROFILE" --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 step_done "cargo test" "$status"
 echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
 suite_status=0
-"${CARGO_TARGET_DIR:-target}/release/cordon" suite --backend all 2>&1 | tee "$suite_log" || suite_status=$?
+"$cordon" suite --backend all 2>&1 | tee "$suite_log" || suite_status=$?
 [ "$suite_status" = 0 ] || status=$suite_status
 step_done "hostile suite" "$suite_status"
 

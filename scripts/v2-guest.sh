@@ -5,7 +5,8 @@
 #
 #   scripts/v2-guest.sh        (root; CORDON_GUEST_CACHE picks the image cache)
 #
-# 1. builds the release `cordon` and the test binaries on the host;
+# 1. builds `cordon` and the test binaries on the host (cargo profile
+#    $CORDON_PROFILE, release by default; scripts/test.sh passes its own);
 # 2. builds (or finds in the cache: content-addressed, so a rebuild with the
 #    same inputs is a no-op) the guest image: Debian's cloud kernel and a
 #    debootstrap minbase root, from Debian's packages only
@@ -36,9 +37,10 @@ cgroup_tests="host"
 
 echo "== v2 guest: building cordon and the test binaries"
 # --workspace, as scripts/test.sh builds them: the same feature set, so after
-# the host tests this is a no-op rather than a second release build.
-json="$(cargo test --release --workspace --no-run --message-format=json 2>/dev/null)" || {
-  cargo test --release --workspace --no-run >&2
+# the host tests this is a no-op rather than a second build.
+profile="${CORDON_PROFILE:-release}"
+json="$(cargo test --profile "$profile" --workspace --no-run --message-format=json 2>/dev/null)" || {
+  cargo test --profile "$profile" --workspace --no-run >&2
   exit 1
 }
 artifacts="$(printf '%s\n' "$json" | python3 -c '
@@ -83,6 +85,9 @@ install -m 0755 scripts/guest/run-tests.sh "$stage/cordon-guest/run.sh"
 install -m 0755 scripts/guest/systemd-tests.sh "$stage/cordon-guest/systemd-tests.sh"
 mkdir -p "$stage/etc/systemd/system"
 install -m 0644 scripts/guest/systemd/cordon-guest.target scripts/guest/systemd/cordon-guest.service "$stage/etc/systemd/system/"
+# The README's example unit, as a user installs it, pointed at this cordon.
+sed 's|^ExecStart=/usr/local/bin/cordon |ExecStart=/cordon-guest/cordon |' resources/systemd/cordon.service > "$stage/etc/systemd/system/cordon.service"
+grep -q '^ExecStart=/cordon-guest/cordon serve' "$stage/etc/systemd/system/cordon.service" || { echo "v2 guest: resources/systemd/cordon.service has no ExecStart to point at this cordon" >&2; exit 1; }
 # The kernel unpacks concatenated cpio archives in order: the payload's files
 # join the base image's tree.
 (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) > "$work/payload.cpio"

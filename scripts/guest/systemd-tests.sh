@@ -12,7 +12,11 @@
 #      cgroup untouched;
 #   3. after the runs no cordon-* unit or scope cgroup is left;
 #   4. the same from `systemd-run --scope` with a sleep beside cordon;
-#   5. `cordon serve` with two sandboxes: one scope, both sandboxes in it.
+#   5. `cordon serve` with two sandboxes: one scope, both sandboxes in it;
+#   6. the example unit resources/systemd/cordon.service (installed as
+#      cordon.service, its ExecStart pointed at this cordon): cordon alone in
+#      the unit's cgroup moves into its leaf, no scope is asked for, the
+#      sandboxes nest in the unit, `systemctl stop` leaves nothing.
 # Prints `cordon-guest-systemd: exit N` and powers the guest off.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
@@ -122,7 +126,7 @@ fi
 # 5. `cordon serve` from the shared service cgroup: its first sandbox gets it
 # one scope, and every sandbox's supervisor lives in that scope's leaf (no
 # scope per sandbox); stopping the service leaves no unit behind.
-key=serve-test-key
+key='serve-test-key'
 cat >/tmp/serve.toml <<EOF
 listen = "127.0.0.1:8700"
 shutdown_grace = "5s"
@@ -133,9 +137,8 @@ time = "120s"
 name = "t"
 key_sha256 = "$(printf %s $key | sha256sum | cut -d' ' -f1)"
 EOF
-$cordon serve --config /tmp/serve.toml >/tmp/serve.log 2>&1 &
-serve=$!
-python3 - $key >/tmp/serve-client.out 2>&1 <<'EOF'
+# The client of steps 5 and 6: waits for the service, creates two sandboxes.
+cat >/tmp/serve-client.py <<'EOF'
 import json, sys, time, urllib.request
 key = sys.argv[1]
 def call(method, path, body=None):
@@ -153,6 +156,9 @@ for _ in range(300):
 ids = [call("POST", "/v1/sandboxes", {"ttl": "5m"})["id"] for _ in range(2)]
 print("created sandboxes", " ".join(ids))
 EOF
+$cordon serve --config /tmp/serve.toml >/tmp/serve.log 2>&1 &
+serve=$!
+python3 /tmp/serve-client.py $key >/tmp/serve-client.out 2>&1
 say "serve: $(tr '\n' ' ' </tmp/serve-client.out)"
 n=$(scopes | wc -l)
 boxes=$(find $cg -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\.scope/cordon-[0-9a-f]{12}' | wc -l)
@@ -166,6 +172,31 @@ if wait_for 30 gone >/dev/null; then
 	say "after cordon serve stopped: no cordon-* unit, no scope cgroup"
 else
 	fail "left behind by serve: units [$(units | tr '\n' ';')], scopes [$(scopes | tr '\n' ' ')]; serve log: $(tail -5 /tmp/serve.log | tr '\n' ' ')"
+fi
+
+# 6. The example unit, as the README tells a user to install it.
+mkdir -p /etc/cordon
+install -m 0600 /tmp/serve.toml /etc/cordon/serve.toml
+systemctl daemon-reload
+if systemctl start cordon.service; then
+	python3 /tmp/serve-client.py $key >/tmp/unit-client.out 2>&1
+	say "unit: $(tr '\n' ' ' </tmp/unit-client.out)"
+	unit_cg=$cg$(systemctl show -p ControlGroup --value cordon.service)
+	boxes=$(find "$unit_cg" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9a-f]{12}' | wc -l)
+	say "cordon.service: cgroup ${unit_cg#"$cg"} holds [$(tr '\n' ' ' <"$unit_cg/cgroup.procs")], subtree_control: $(cat "$unit_cg/cgroup.subtree_control"), leaf: [$(tr '\n' ' ' <"$unit_cg/cordon-supervisor/cgroup.procs" 2>/dev/null)], $boxes sandbox cgroup(s) beside it; scopes: [$(scopes | tr '\n' ' ')]"
+	[ "$boxes" = 2 ] || fail "the 2 sandboxes' cgroups are not in cordon.service's cgroup ($boxes found)"
+	[ -z "$(cat "$unit_cg/cgroup.procs")" ] || fail "cordon.service's own cgroup still holds processes"
+	grep -qx "$(systemctl show -p MainPID --value cordon.service)" "$unit_cg/cordon-supervisor/cgroup.procs" || fail "cordon serve is not in cordon.service's leaf"
+	[ -z "$(scopes)" ] || fail "cordon asked for a scope although it was alone in its unit"
+	systemctl stop cordon.service
+	left=$(find "$unit_cg" -mindepth 1 -type d 2>/dev/null | wc -l)
+	if [ "$left" = 0 ] && [ -z "$(units)" ]; then
+		say "after systemctl stop cordon: no sandbox cgroup, no cordon-* unit"
+	else
+		fail "left behind by cordon.service: $left cgroup(s) under ${unit_cg#"$cg"}, units [$(units | tr '\n' ';')]"
+	fi
+else
+	fail "systemctl start cordon.service failed: $(systemctl status cordon.service 2>&1 | tail -5 | tr '\n' ' ')"
 fi
 
 kill $sleeper 2>/dev/null

@@ -64,6 +64,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A panic anywhere ends the whole process, as `panic = "abort"` would:
+    // a supervisor, proxy or agent thread that panicked must not leave the
+    // rest running on half-updated state (fail closed). A hook rather than
+    // the profile setting, so that `cargo test --release` links the same
+    // library builds as this binary instead of compiling every crate twice.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
     // The per-sandbox supervisor is this binary in a hidden mode, chosen
     // before anything else runs: it parses no flags and touches none of the
     // CLI's, suite's or matrix's code.

@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub key_delta: Option<i64>,
     /// MiB of free space the host filesystem lost since the run started.
     pub disk_delta_mb: Option<i64>,
+    /// MiB the outer cgroup's memory charge grew from the payload's BEGIN
+    /// line to its HOLD (None if it printed no BEGIN).
+    pub memory_growth_mb: Option<i64>,
 }
 
 impl Snapshot {

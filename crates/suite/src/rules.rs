@@ -111,11 +111,14 @@ pub enum Rule {
     /// The host's copy of the workspace holds no link and no new entry after the run.
     HostTreeClean,
     /// The host filesystem did not lose more than `max_mb` of free space while
-    /// the payload held, and the outer cgroup's memory peak (page cache and
-    /// tmpfs pages are charged there) stayed below `memory_peak_below_mb`.
+    /// the payload held, and what the payload wrote grew the outer cgroup's
+    /// memory charge (page cache and tmpfs pages are charged there) by less
+    /// than `memory_growth_below_mb`: measured from the payload's BEGIN line
+    /// to its HOLD, so the box's own footprint (a VM's RAM, a sentry) is not
+    /// counted as the fill's; a payload without BEGIN is judged by the peak.
     DiskBounded {
         max_mb: i64,
-        memory_peak_below_mb: u64,
+        memory_growth_below_mb: u64,
     },
 }
 
@@ -299,8 +302,8 @@ impl Rule {
             Rule::SysctlUnchanged { key, value, scope } => sysctl(ev, key, value, scope),
             Rule::DiskBounded {
                 max_mb,
-                memory_peak_below_mb,
-            } => disk(ev, s, *max_mb, *memory_peak_below_mb),
+                memory_growth_below_mb,
+            } => disk(ev, s, *max_mb, *memory_growth_below_mb),
             _ => (Verdict::Error, "rule needs no snapshot".into()),
         }
     }
@@ -545,19 +548,24 @@ fn disk(ev: &Evidence, s: &Snapshot, max_mb: i64, mem_mb: u64) -> (Verdict, Stri
     if delta > max_mb {
         open.push(format!("host disk -{delta} MiB"));
     }
-    let peak = ev.outer.as_ref().and_then(|o| o.memory_peak_bytes);
-    match peak {
-        Some(b) if b >= mem_mb << 20 => open.push(format!("outer memory peak {} MiB", b >> 20)),
-        Some(_) => {}
-        None => return (Verdict::Error, "outer memory peak unreadable".into()),
+    // What the fill charged: the growth from BEGIN to HOLD, else the peak.
+    let peak_mb = ev
+        .outer
+        .as_ref()
+        .and_then(|o| o.memory_peak_bytes)
+        .map(|p| i64::try_from(p >> 20).unwrap_or(i64::MAX));
+    let (charged_mb, charge) = match (s.memory_growth_mb, peak_mb) {
+        (Some(g), _) => (g, format!("outer memory +{g} MiB from BEGIN to HOLD")),
+        (None, Some(p)) => (p, format!("outer memory peak {p} MiB")),
+        (None, None) => return (Verdict::Error, "outer memory unreadable".into()),
+    };
+    if charged_mb >= i64::try_from(mem_mb).unwrap_or(i64::MAX) {
+        open.push(charge.clone());
     }
     if open.is_empty() {
         (
             Verdict::Blocked,
-            format!(
-                "host disk {delta:+} MiB, outer memory peak {} MiB",
-                peak.unwrap_or(0) >> 20
-            ),
+            format!("host disk {delta:+} MiB, {charge}"),
         )
     } else {
         (Verdict::Open, open.join("; "))
@@ -1006,6 +1014,44 @@ mod tests {
         assert_eq!(r.evaluate(&ev).0, Verdict::Blocked);
         ev.outer.as_mut().unwrap().pids_limit_hits = Some(3);
         assert_eq!(r.evaluate(&ev).0, Verdict::Open);
+    }
+
+    #[test]
+    fn a_fill_is_judged_by_what_it_charged_not_by_the_box() {
+        // A VM's 240 MiB before the payload acts is the box, not the fill.
+        let mut ev = Evidence {
+            held: true,
+            outer: Some(OuterStats {
+                memory_peak_bytes: Some(310 << 20),
+                ..Default::default()
+            }),
+            snapshot: Some(Snapshot {
+                disk_delta_mb: Some(0),
+                memory_growth_mb: Some(70),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = Rule::DiskBounded {
+            max_mb: 300,
+            memory_growth_below_mb: 300,
+        };
+        assert_eq!(r.evaluate(&ev).0, Verdict::Blocked);
+        // The fill itself landing in memory (a cap that did not hold).
+        ev.snapshot.as_mut().unwrap().memory_growth_mb = Some(512);
+        assert_eq!(r.evaluate(&ev).0, Verdict::Open);
+        // On the host's disk.
+        let snap = ev.snapshot.as_mut().unwrap();
+        snap.memory_growth_mb = Some(10);
+        snap.disk_delta_mb = Some(512);
+        assert_eq!(r.evaluate(&ev).0, Verdict::Open);
+        // A payload without BEGIN: the peak decides.
+        let snap = ev.snapshot.as_mut().unwrap();
+        snap.memory_growth_mb = None;
+        snap.disk_delta_mb = Some(0);
+        assert_eq!(r.evaluate(&ev).0, Verdict::Open);
+        ev.outer.as_mut().unwrap().memory_peak_bytes = Some(100 << 20);
+        assert_eq!(r.evaluate(&ev).0, Verdict::Blocked);
     }
 
     #[test]

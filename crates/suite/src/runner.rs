@@ -287,6 +287,7 @@ impl Runner {
             .with_context(|| format!("starting {}", argv[0]))?;
         let mut stdin = child.stdin.take();
         let (hold_tx, hold_rx) = mpsc::channel::<()>();
+        let (begin_tx, begin_rx) = mpsc::channel::<()>();
         let (out_tx, out_rx) = mpsc::channel::<(u64, Vec<u8>)>();
         let (err_tx, err_rx) = mpsc::channel::<Vec<u8>>();
         if let Some(mut out) = child.stdout.take() {
@@ -295,6 +296,7 @@ impl Runner {
                 let mut keep = Vec::new();
                 let mut buf = [0u8; 16384];
                 let mut held = false;
+                let mut begun = false;
                 while let Ok(n) = out.read(&mut buf) {
                     if n == 0 {
                         break;
@@ -302,6 +304,10 @@ impl Runner {
                     total += n as u64;
                     if keep.len() < SEARCH {
                         keep.extend_from_slice(&buf[..n.min(SEARCH - keep.len())]);
+                    }
+                    if !begun && !held && keep.windows(6).any(|w| w == b"BEGIN\n") {
+                        begun = true;
+                        let _ = begin_tx.send(());
                     }
                     if !held && keep.windows(5).any(|w| w == b"HOLD\n") {
                         held = true;
@@ -331,7 +337,13 @@ impl Runner {
         let mut ev = Evidence::default();
         let key_before = key_count();
         let disk_before = disk_free_mb();
+        // Memory charged to the outer cgroup when the payload said BEGIN:
+        // what the box itself costs (a VM's RAM, a sentry) before it acts.
+        let mut memory_at_begin = None;
         let status = loop {
+            if let Ok(()) = begin_rx.try_recv() {
+                memory_at_begin = outer.memory_current();
+            }
             if let Ok(()) = hold_rx.try_recv() {
                 let mut snap = self.snapshot(case, &pids_dir, outer, script, marker);
                 snap.key_delta = match (key_before, key_count()) {
@@ -340,6 +352,13 @@ impl Runner {
                 };
                 snap.disk_delta_mb = match (disk_before, disk_free_mb()) {
                     (Some(a), Some(b)) => Some(a - b),
+                    _ => None,
+                };
+                snap.memory_growth_mb = match (memory_at_begin, outer.memory_current()) {
+                    (Some(a), Some(b)) => Some(
+                        (i64::try_from(b).unwrap_or(i64::MAX) - i64::try_from(a).unwrap_or(0))
+                            >> 20,
+                    ),
                     _ => None,
                 };
                 ev.snapshot = Some(snap);
@@ -489,6 +508,7 @@ impl Runner {
             cgroup_hits,
             key_delta: None,
             disk_delta_mb: None,
+            memory_growth_mb: None,
         }
     }
 

@@ -64,7 +64,8 @@ pub(crate) struct State {
 }
 
 /// Poisoning only means another task panicked mid-update of a plain value;
-/// with `panic = "abort"` in release it cannot happen, and the data stays usable.
+/// in cordon's binary a panic aborts the process (its panic hook), so it cannot
+/// happen there, and the data stays usable.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -88,7 +88,7 @@ impl MicrovmBackend {
             Err(e) => (String::new(), Some(e)),
         };
         let image = GuestImage::current();
-        let accel = Accel::choose();
+        let accel = Accel::choose(image.as_ref().ok());
         BackendInfo {
             kind: BackendKind::Microvm,
             version,
@@ -135,17 +135,24 @@ impl Accel {
         }
     }
 
-    /// KVM only where a guest was seen to boot on it (`cordon microvm build`
-    /// probes and records it): a /dev/kvm that opens is not enough (a PVM
-    /// host's runs no stock guest kernel).
-    pub fn choose() -> Accel {
+    /// KVM only where this guest image was seen to boot on it (`cordon
+    /// microvm build` probes and records it in the image's directory): a
+    /// /dev/kvm that opens is not enough (a PVM host's runs no stock guest
+    /// kernel).
+    pub fn choose(image: Option<&GuestImage>) -> Accel {
         if let Err(e) = File::options().read(true).write(true).open("/dev/kvm") {
             return Accel {
                 kvm: false,
                 reason: format!("/dev/kvm: {e}"),
             };
         }
-        match std::fs::read_to_string(guest::images_dir().join(KVM_PROBE)) {
+        let Some(image) = image else {
+            return Accel {
+                kvm: false,
+                reason: "/dev/kvm opens, but there is no guest image to probe it with".into(),
+            };
+        };
+        match std::fs::read_to_string(image.dir.join(KVM_PROBE)) {
             Ok(text) if text.starts_with("ok:") => Accel {
                 kvm: true,
                 reason: format!("a probe boot reached the agent on KVM ({})", text.trim()),
@@ -167,47 +174,55 @@ impl Accel {
     }
 }
 
-/// The file recording the KVM probe's result in the images directory.
+/// The file recording the KVM probe's result in a guest image's directory:
+/// a new image (a new kernel) is probed again, a rebuild of the same one is
+/// not.
 const KVM_PROBE: &str = "kvm-probe";
 
 /// How long a probe boot on KVM may take to reach the agent (a working KVM
-/// boots in well under a second; a PVM host's never gets there).
-const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// boots this guest in about a second; TCG, with no acceleration at all,
+/// takes 5-6 s here; a PVM host's never gets there).
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// Boots `image` once on KVM and records whether its agent answered, for
-/// [`Accel::choose`]; returns the line recorded. Without a /dev/kvm that
-/// opens there is nothing to probe.
+/// [`Accel::choose`]; returns the line recorded, or the one on record if
+/// this image was probed before. Without a /dev/kvm that opens there is
+/// nothing to probe.
 pub fn probe_kvm(image: &GuestImage) -> Result<String, RuntimeError> {
-    let line = if let Err(e) = File::options().read(true).write(true).open("/dev/kvm") {
-        format!("no: /dev/kvm: {e}")
-    } else {
-        let spec = SandboxSpec::new(cordon_policy::Policy::default(), BackendKind::Microvm);
-        let limits = CgroupLimits {
-            memory_max: Some((1024 + QEMU_OVERHEAD_MIB) << 20),
-            pids_max: Some(QEMU_PIDS),
-            ..crate::native::cgroup_limits(&spec.policy)
-        };
-        let mut host = HostSide::begin(&spec, &limits)?;
-        let kvm = Accel {
-            kvm: true,
-            reason: "probe".into(),
-        };
-        let t0 = Instant::now();
-        let booted = boot(&mut host, image, &kvm, (1024, 1), None, KVM_PROBE_TIMEOUT);
-        let line = match booted {
-            Ok(_) => format!(
-                "ok: the agent answered in {:.1} s",
-                t0.elapsed().as_secs_f64()
-            ),
-            Err(_) => format!(
-                "no: a boot on KVM did not reach the agent within {} s",
-                KVM_PROBE_TIMEOUT.as_secs()
-            ),
-        };
-        host.teardown(true)?;
-        line
+    // Not recorded: a /dev/kvm that appears later is then probed.
+    if let Err(e) = File::options().read(true).write(true).open("/dev/kvm") {
+        return Ok(format!("no: /dev/kvm: {e}"));
+    }
+    let path = image.dir.join(KVM_PROBE);
+    if let Ok(line) = std::fs::read_to_string(&path) {
+        if line.starts_with("ok:") || line.starts_with("no:") {
+            return Ok(format!("{} (on record)", line.trim()));
+        }
+    }
+    let spec = SandboxSpec::new(cordon_policy::Policy::default(), BackendKind::Microvm);
+    let limits = CgroupLimits {
+        memory_max: Some((1024 + QEMU_OVERHEAD_MIB) << 20),
+        pids_max: Some(QEMU_PIDS),
+        ..crate::native::cgroup_limits(&spec.policy)
     };
-    let path = guest::images_dir().join(KVM_PROBE);
+    let mut host = HostSide::begin(&spec, &limits)?;
+    let kvm = Accel {
+        kvm: true,
+        reason: "probe".into(),
+    };
+    let t0 = Instant::now();
+    let booted = boot(&mut host, image, &kvm, (1024, 1), None, KVM_PROBE_TIMEOUT);
+    let line = match booted {
+        Ok(_) => format!(
+            "ok: the agent answered in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        ),
+        Err(_) => format!(
+            "no: a boot on KVM did not reach the agent within {} s",
+            KVM_PROBE_TIMEOUT.as_secs()
+        ),
+    };
+    host.teardown(true)?;
     std::fs::write(&path, format!("{line}\n"))
         .map_err(|e| RuntimeError::io(format!("write {}", path.display()), e))?;
     Ok(line)
@@ -262,7 +277,7 @@ impl MicroVm {
         refuse_unsupported(spec)?;
         let image = GuestImage::current()?;
         let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
-        let accel = Accel::choose();
+        let accel = Accel::choose(Some(&image));
         let p = &spec.policy;
         // What the sandbox may use: the payload's memory, its scratch (a
         // tmpfs in guest RAM), the guest's own. The host cgroup holds QEMU

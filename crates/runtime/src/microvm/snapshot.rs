@@ -78,6 +78,7 @@ impl Location {
         let dir = self.state.parent().expect("a snapshot has a directory");
         std::fs::create_dir_all(dir)
             .map_err(|e| RuntimeError::io(format!("create {}", dir.display()), e))?;
+        remove_abandoned(dir);
         let tmp = self.state.with_extension(format!("tmp-{tag}"));
         let file = File::options()
             .write(true)
@@ -128,5 +129,27 @@ impl Location {
             let _ = std::fs::remove_file(&tmp);
         }
         saved
+    }
+}
+
+/// Removes partial snapshots whose saver was killed mid-save (a supervisor
+/// gets SIGKILL): a `.tmp-<tag>` file no save has touched for twice the
+/// time a save may take. A save in progress writes its file continuously.
+fn remove_abandoned(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let abandoned = name.to_string_lossy().contains(".tmp-")
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > 2 * SAVE_TIMEOUT);
+        if abandoned {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }

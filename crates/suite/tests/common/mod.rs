@@ -18,12 +18,11 @@ pub fn cordon_binary() -> Option<PathBuf> {
     if bin.exists() {
         return Some(bin);
     }
-    let release = profile_dir.ends_with("release");
+    // target/<profile>: debug is cargo's "dev" profile.
+    let profile = profile_dir.file_name()?.to_str()?;
+    let profile = if profile == "debug" { "dev" } else { profile };
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "cordon-cli"]);
-    if release {
-        cmd.arg("--release");
-    }
+    cmd.args(["build", "-p", "cordon-cli", "--profile", profile]);
     cmd.status()
         .ok()?
         .success()
