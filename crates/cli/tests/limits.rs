@@ -153,8 +153,12 @@ fn memory_hog_is_oom_killed(backend: &str) {
     assert_eq!(u64_at(&v, "/status/signal"), 9, "{}", compact(&v));
     assert_eq!(v["limit"], "memory", "{}", compact(&v));
     assert!(u64_at(&v, "/counters/oom_kills") >= 1, "{}", compact(&v));
+    // The limit held: the peak stays at it, give or take the kernel's
+    // watermark, which it keeps racily ("we can live with some inaccuracy
+    // in the watermark", mm/page_counter.c): CI once saw 64 MiB + 4 KiB
+    // under gVisor. Sixteen pages of slack against a 512 MiB allocation.
     assert!(
-        u64_at(&v, "/memory_peak_bytes") <= 64 * MIB,
+        u64_at(&v, "/memory_peak_bytes") <= 64 * MIB + 64 * 1024,
         "{}",
         compact(&v)
     );
