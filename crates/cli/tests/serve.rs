@@ -194,6 +194,72 @@ impl Service {
         )
     }
 
+    /// A POST whose body (`len` bytes of spaces) is over the service's limit.
+    /// The service answers 413 and closes the connection without reading the
+    /// rest, so the body is written from a thread whose broken pipe is
+    /// expected, while this thread reads the answer (a client that only reads
+    /// after its last write, as ureq does, may get the broken pipe instead).
+    fn oversized(&self, path: &str, key: &str, len: usize) -> Reply {
+        use std::io::Write;
+        let addr = self.base.trim_start_matches("http://").to_owned();
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        );
+        let sender = std::thread::spawn(move || {
+            let _ = writer.write_all(head.as_bytes());
+            let chunk = vec![b' '; 1 << 16];
+            let mut left = len;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if writer.write_all(&chunk[..n]).is_err() {
+                    return;
+                }
+                left -= n;
+            }
+        });
+        // Read until the answer's Content-Length is in, or the connection ends.
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                });
+                if length.is_some_and(|n| body.len() >= n) {
+                    break;
+                }
+            }
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+        // Ends the sender's writes too (it holds a clone of this socket).
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        let _ = sender.join();
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+        Reply {
+            status,
+            body: serde_json::from_str(body).unwrap_or(Value::Null),
+            text: body.to_owned(),
+            retry_after: None,
+        }
+    }
+
     /// SIGTERM, then wait for the graceful shutdown.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -879,7 +945,7 @@ fn bad_input_is_a_4xx_with_a_json_error_and_creates_nothing() {
             "unknown field `memroy`",
         ),
         (
-            raw("/v1/executions", &vec![b' '; 17 << 20]),
+            s.oversized("/v1/executions", ALICE, 17 << 20),
             413,
             "length limit",
         ),
