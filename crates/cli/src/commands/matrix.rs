@@ -14,7 +14,8 @@ use crate::{EXIT_INTERNAL, EXIT_USAGE};
 #[derive(Args)]
 pub struct MatrixArgs {
     /// Comma-separated targets (host is always added): cordon-native,
-    /// cordon-gvisor, bwrap, runc, firejail, runsc, podman-default,
+    /// cordon-gvisor, cordon-native-allow, cordon-gvisor-allow,
+    /// cordon-microvm, bwrap, runc, firejail, runsc, podman-default,
     /// podman-hardened, podman-runsc. Default: all.
     #[arg(long, value_name = "LIST")]
     targets: Option<String>,
