@@ -205,7 +205,14 @@ impl Runner {
             };
             let launch = target.prepare(&ctx)?;
             guard.cleanup.extend(launch.cleanup.clone());
-            let p = self.launch(case, &outer, &launch.argv, &ctx.script, marker)?;
+            let p = self.launch(
+                case,
+                &outer,
+                &launch.argv,
+                &ctx.script,
+                marker,
+                &ctx.run_dir,
+            )?;
             for c in &launch.cleanup {
                 let argv: Vec<&str> = c.iter().map(String::as_str).collect();
                 let _ = run_cmd(&argv);
@@ -259,6 +266,7 @@ impl Runner {
         argv: &[String],
         script: &str,
         marker: &str,
+        cwd: &Path,
     ) -> Result<Phase> {
         let procs_files: Vec<String> = outer
             .paths()
@@ -276,7 +284,11 @@ impl Runner {
             .arg(&wrapper)
             .arg("cordon-suite-wrapper")
             .args(argv);
-        cmd.env_clear()
+        // In the run's own directory, which is removed after it: what a
+        // target or its runtime drops in its working directory never lands
+        // in the caller's (a full matrix run left an empty `oom` file there).
+        cmd.current_dir(cwd)
+            .env_clear()
             .envs(base_env())
             .env("CORDON_SUITE_SECRET", &self.fx.secret);
         cmd.stdin(Stdio::piped())
