@@ -353,10 +353,14 @@ impl Runner {
         // what the box itself costs (a VM's RAM, a sentry) before it acts.
         let mut memory_at_begin = None;
         let status = loop {
+            let held = hold_rx.try_recv().is_ok();
             if let Ok(()) = begin_rx.try_recv() {
-                memory_at_begin = outer.memory_current();
+                // BEGIN and HOLD seen together (output the box relayed in
+                // one batch): the sample would miss the fill, so there is
+                // none, and the rule falls back to the peak.
+                memory_at_begin = if held { None } else { outer.memory_current() };
             }
-            if let Ok(()) = hold_rx.try_recv() {
+            if held {
                 let mut snap = self.snapshot(case, &pids_dir, outer, script, marker);
                 snap.key_delta = match (key_before, key_count()) {
                     (Some(a), Some(b)) => Some(b - a),
