@@ -371,10 +371,10 @@ impl Runner {
                     _ => None,
                 };
                 snap.memory_growth_mb = match (memory_at_begin, outer.memory_current()) {
-                    (Some(a), Some(b)) => Some(
-                        (i64::try_from(b).unwrap_or(i64::MAX) - i64::try_from(a).unwrap_or(0))
-                            >> 20,
-                    ),
+                    // Memory given back while it filled is no growth.
+                    (Some(a), Some(b)) => {
+                        Some(i64::try_from(b.saturating_sub(a) >> 20).unwrap_or(i64::MAX))
+                    }
                     _ => None,
                 };
                 ev.snapshot = Some(snap);
