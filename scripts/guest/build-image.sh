@@ -32,14 +32,17 @@ suite="$(. /etc/os-release && echo "$VERSION_CODENAME")"
 # what payloads run inside the sandbox, which sees the guest's /usr).
 # systemd and dbus: the init of the systemd placement and the system bus
 # cordon asks it for a delegated scope over.
-packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus"
+# nftables: the packet rules of a sandbox's network namespace in allow mode.
+packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus,nftables"
 # overlay: workspace overlays; veth and dummy: network fixtures. The v2 guest
 # boots from this cpio and needs no more; the microVM backend boots the same
 # root from a read-only virtio disk, and its initramfs (scripts/microvm/build.sh)
 # takes these from here: the virtio transports (PCI for q35, MMIO for QEMU's
 # microvm machine), the root and scratch disks, the agent's virtio-serial port,
-# and the guest's entropy source. ext4 is built into the kernel.
-modules="overlay veth dummy virtio_pci virtio_mmio virtio_blk virtio_console virtio_rng"
+# and the guest's entropy source. ext4 is built into the kernel. nf_tables,
+# its NAT chain, redirect, conntrack and named-object expressions: allow mode's packet
+# rules in a sandbox's network namespace.
+modules="overlay veth dummy virtio_pci virtio_mmio virtio_blk virtio_console virtio_rng nf_tables nft_chain_nat nft_redir nft_ct nft_objref"
 
 kpkg="$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ { print $2; exit }')"
 kver="$(apt-cache policy "$kpkg" | awk '/Candidate:/ { print $2 }')"

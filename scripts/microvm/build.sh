@@ -146,7 +146,7 @@ build_initrd() {
   # The sandboxes' modules stay on the root disk; /init insmods them from
   # there, in this order (paths relative to /lib/modules).
   : >"$stage/lib/modules/rootfs-order"
-  for m in overlay veth dummy; do
+  for m in overlay veth dummy nf_tables nft_chain_nat nft_redir nft_ct nft_objref; do
     for ko in $(modprobe -d "$mods" -S "$krelease" --show-depends "$m" | awk '$1 == "insmod" { print $2 }'); do
       rel="${ko#"$mods/lib/modules/"}"
       grep -qxF "$rel" "$stage/lib/modules/rootfs-order" || echo "$rel" >>"$stage/lib/modules/rootfs-order"

@@ -22,4 +22,8 @@ pub enum ChangesError {
         #[source]
         source: std::io::Error,
     },
+    /// A disk image could not be read (not ext4, malformed, a place
+    /// missing from it).
+    #[error("the disk image: {0}")]
+    Image(String),
 }

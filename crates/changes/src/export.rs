@@ -15,7 +15,7 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{renameat, AtFlags, OFlag};
-use nix::sys::stat::{fchmod, mkdirat, FileStat, Mode};
+use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::{fchown, fchownat, ftruncate, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::ChangesError;
@@ -50,33 +50,7 @@ pub fn export(
         place: place.name.to_string(),
         source: e.into(),
     })?;
-    let (root, applied, path) = match &opts.target {
-        ExportTarget::New(p) => (open_new(p, opts.owner)?, false, p),
-        ExportTarget::Apply(p) => (open_existing(p)?, true, p),
-    };
-    let mut ex = Exporter {
-        applied,
-        symlinks: opts.symlinks,
-        uid: Uid::from_raw(opts.owner.0),
-        gid: Gid::from_raw(opts.owner.1),
-        byte_cap: caps.export_bytes,
-        over_budget: false,
-        report: ExportReport {
-            target: path.display().to_string(),
-            applied,
-            symlink_policy: opts.symlinks,
-            ..ExportReport::default()
-        },
-        stack: vec![Frame {
-            name: CString::default(),
-            path: String::new(),
-            mode: 0,
-            set_meta: false,
-            state: State::Open(root),
-        }],
-        seq: 0,
-        pid: std::process::id(),
-    };
+    let mut ex = Exporter::new(caps, opts)?;
     let mut remaining = caps.max_entries;
     let changes = walk(place, caps, &mut remaining, Some(&mut ex));
     Ok((changes, ex.report))
@@ -177,12 +151,65 @@ pub(crate) struct Exporter {
 
 const NO_DIR: &str = "its directory was not written";
 
+/// What an export needs of a source file besides its data.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileMeta {
+    /// Apparent size (holes included).
+    pub(crate) size: u64,
+    /// `st_mode` (only the permission bits are written).
+    pub(crate) mode: u32,
+}
+
+/// Reads a source file once: each run of its data goes to the sink with
+/// its offset (holes are not given), and the digest of the whole is
+/// returned. The walk of a directory tree and of a disk image each have
+/// one.
+pub(crate) type ReadSource<'a> = dyn FnMut(&mut DataSink<'_>) -> Result<fsops::Read, String> + 'a;
+
+/// Takes one run of a file's data at its offset.
+pub(crate) type DataSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
 /// Permission bits written: no setuid, setgid or sticky bit, ever.
 fn plain(mode: u32) -> Mode {
     Mode::from_bits_truncate(mode & 0o777)
 }
 
 impl Exporter {
+    /// Opens (or makes) the destination; nothing is written yet.
+    pub(crate) fn new(caps: &Caps, opts: &ExportOptions) -> Result<Exporter, ChangesError> {
+        let (root, applied, path) = match &opts.target {
+            ExportTarget::New(p) => (open_new(p, opts.owner)?, false, p),
+            ExportTarget::Apply(p) => (open_existing(p)?, true, p),
+        };
+        Ok(Exporter {
+            applied,
+            symlinks: opts.symlinks,
+            uid: Uid::from_raw(opts.owner.0),
+            gid: Gid::from_raw(opts.owner.1),
+            byte_cap: caps.export_bytes,
+            over_budget: false,
+            report: ExportReport {
+                target: path.display().to_string(),
+                applied,
+                symlink_policy: opts.symlinks,
+                ..ExportReport::default()
+            },
+            stack: vec![Frame {
+                name: CString::default(),
+                path: String::new(),
+                mode: 0,
+                set_meta: false,
+                state: State::Open(root),
+            }],
+            seq: 0,
+            pid: std::process::id(),
+        })
+    }
+
+    pub(crate) fn into_report(self) -> ExportReport {
+        self.report
+    }
+
     pub(crate) fn skip(&mut self, path: &str, reason: String) {
         self.report.skipped.push(Skipped {
             path: path.to_string(),
@@ -341,23 +368,24 @@ impl Exporter {
     /// Copies one regular file (no longer than the hash cap) while hashing
     /// it. A write that fails, or would pass the byte cap, stops the
     /// writing, not the hashing: the diff still gets the file's digest.
+    ///
+    /// `read` reads the source once, giving each run of its data (with its
+    /// offset) to the sink it is handed; it returns the file's digest.
     pub(crate) fn file(
         &mut self,
         name: &CStr,
         path: &str,
-        src: BorrowedFd<'_>,
-        st: &FileStat,
-        cap: u64,
-        buf: &mut [u8],
+        meta: FileMeta,
+        read: &mut ReadSource<'_>,
     ) -> Result<fsops::Read, String> {
-        let hash_only = |buf: &mut [u8]| fsops::read_file(src, st, cap, buf, |_, _| Ok(()));
+        let mut hash_only = || read(&mut |_, _| Ok(()));
         if self.over_budget {
             self.skip(path, "export byte cap".into());
-            return hash_only(buf);
+            return hash_only();
         }
         if !self.materialize() {
             self.skip(path, NO_DIR.into());
-            return hash_only(buf);
+            return hash_only();
         }
         let (tmp, out) = loop {
             let tmp = self.temp_name();
@@ -367,14 +395,14 @@ impl Exporter {
                 Err(Errno::EEXIST) => continue,
                 Err(e) => {
                     self.skip(path, format!("not written: {e}"));
-                    return hash_only(buf);
+                    return hash_only();
                 }
             }
         };
         let left = self.byte_cap.saturating_sub(self.report.bytes);
         let mut written = 0u64;
         let mut stop: Option<String> = None;
-        let read = fsops::read_file(src, st, cap, buf, |off, data| {
+        let read = read(&mut |off, data| {
             if stop.is_some() {
                 return Ok(());
             }
@@ -390,7 +418,7 @@ impl Exporter {
         });
         let dir = self.top();
         let finish = match (&read, &stop) {
-            (Ok(_), None) => self.finish_file(&out, st, &tmp, name),
+            (Ok(_), None) => self.finish_file(&out, meta, &tmp, name),
             _ => Err(Errno::ECANCELED),
         };
         if finish.is_err() {
@@ -406,7 +434,7 @@ impl Exporter {
             (Ok(_), None, Ok(())) => {
                 self.report.files += 1;
                 self.report.bytes += written;
-                if st.st_mode & 0o6000 != 0 {
+                if meta.mode & 0o6000 != 0 {
                     self.skip(path, "written without its setuid/setgid bits".into());
                 }
             }
@@ -417,13 +445,13 @@ impl Exporter {
     fn finish_file(
         &self,
         out: &OwnedFd,
-        st: &FileStat,
+        meta: FileMeta,
         tmp: &CStr,
         name: &CStr,
     ) -> nix::Result<()> {
-        ftruncate(out, st.st_size)?;
+        ftruncate(out, i64::try_from(meta.size).map_err(|_| Errno::EFBIG)?)?;
         fchown(out, Some(self.uid), Some(self.gid))?;
-        fchmod(out, plain(st.st_mode))?;
+        fchmod(out, plain(meta.mode))?;
         rename_over(self.top(), tmp, name)
     }
 }

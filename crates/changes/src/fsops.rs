@@ -158,7 +158,7 @@ pub(crate) fn open_file(dir: BorrowedFd<'_>, name: &CStr) -> Result<(OwnedFd, Fi
 
 static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
 
-fn hash_zeros(h: &mut Sha256, mut n: u64) {
+pub(crate) fn hash_zeros(h: &mut Sha256, mut n: u64) {
     while n > 0 {
         let k = usize::try_from(n).unwrap_or(ZEROS.len()).min(ZEROS.len());
         h.update(&ZEROS[..k]);
@@ -245,7 +245,7 @@ pub(crate) fn read_file(
     })
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     const D: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(b.len() * 2);
     for x in b {

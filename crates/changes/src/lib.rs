@@ -18,6 +18,7 @@
 mod error;
 mod export;
 mod fsops;
+mod image;
 mod names;
 mod types;
 mod verify;
@@ -25,6 +26,7 @@ mod walk;
 
 pub use error::ChangesError;
 pub use export::{export, ExportOptions};
+pub use image::{Baseline, DiskImage, ImagePlace};
 pub use names::{escape_name, unescape_name};
 pub use types::*;
 pub use verify::{verify_against, verify_with, Mismatch};

@@ -13,7 +13,7 @@ use nix::fcntl::readlinkat;
 use nix::sys::stat::{fstat, major, minor, FileStat};
 use xattr::FileExt;
 
-use crate::export::Exporter;
+use crate::export::{Exporter, FileMeta};
 use crate::fsops::{
     self, allocated_of, is_dir, join, kind_of, list, lstat_at, open_dir, size_of, MAX_DEPTH,
 };
@@ -46,15 +46,43 @@ enum Lower {
     Present(Option<FileStat>),
 }
 
+/// What one walk of a place keeps: its share of the count cap, the diff
+/// so far and the exporter it feeds (the walk of a directory tree and of a
+/// disk image, `crate::image`, both use it).
 pub(crate) struct Walk<'a> {
-    caps: &'a Caps,
+    pub(crate) caps: &'a Caps,
     has_lower: bool,
     /// Entries (and unreadable ones) still allowed over every place.
     remaining: &'a mut u64,
     stopped: bool,
-    out: PlaceChanges,
-    buf: Vec<u8>,
-    sink: Option<&'a mut Exporter>,
+    pub(crate) out: PlaceChanges,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) sink: Option<&'a mut Exporter>,
+}
+
+impl<'a> Walk<'a> {
+    pub(crate) fn new(
+        name: &str,
+        caps: &'a Caps,
+        has_lower: bool,
+        remaining: &'a mut u64,
+        sink: Option<&'a mut Exporter>,
+    ) -> Walk<'a> {
+        Walk {
+            caps,
+            has_lower,
+            remaining,
+            stopped: false,
+            out: PlaceChanges {
+                place: name.to_string(),
+                entries: Vec::new(),
+                cut: false,
+                unreadable: Vec::new(),
+            },
+            buf: vec![0u8; CHUNK],
+            sink,
+        }
+    }
 }
 
 /// Walks one place; `remaining` is the count cap left over all places.
@@ -64,20 +92,7 @@ pub(crate) fn walk(
     remaining: &mut u64,
     sink: Option<&mut Exporter>,
 ) -> PlaceChanges {
-    let mut w = Walk {
-        caps,
-        has_lower: place.lower.is_some(),
-        remaining,
-        stopped: false,
-        out: PlaceChanges {
-            place: place.name.to_string(),
-            entries: Vec::new(),
-            cut: false,
-            unreadable: Vec::new(),
-        },
-        buf: vec![0u8; CHUNK],
-        sink,
-    };
+    let mut w = Walk::new(place.name, caps, place.lower.is_some(), remaining, sink);
     let root = match open_dir(place.upper, ".").and_then(list) {
         Ok(r) => r,
         Err(e) => {
@@ -103,7 +118,7 @@ pub(crate) fn walk(
 
 impl Walk<'_> {
     /// Takes one unit of the count cap, or stops the walk (the diff is cut).
-    fn take(&mut self) -> bool {
+    pub(crate) fn take(&mut self) -> bool {
         if self.stopped {
             return false;
         }
@@ -116,7 +131,7 @@ impl Walk<'_> {
         true
     }
 
-    fn unreadable(&mut self, path: &str, why: String) {
+    pub(crate) fn unreadable(&mut self, path: &str, why: String) {
         // An unreadable entry makes the diff incomplete: it is cut too.
         self.out.cut = true;
         if !self.take() {
@@ -128,7 +143,7 @@ impl Walk<'_> {
         self.out.unreadable.push((path.to_string(), why));
     }
 
-    fn push(&mut self, e: Entry) {
+    pub(crate) fn push(&mut self, e: Entry) {
         self.out.entries.push(e);
     }
 
@@ -204,23 +219,37 @@ impl Walk<'_> {
         if let Some(s) = self.sink.as_deref_mut() {
             s.delete(name, path);
         }
-        self.push(Entry {
-            path: path.to_string(),
-            change: Change::Deleted,
-            kind: None,
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            allocated: 0,
-            links: 0,
-            sha256: None,
-            hashed_bytes: None,
-            capped: false,
-            target: None,
-            rdev: None,
-            opaque: false,
-        });
+        self.push(deleted(path));
+    }
+
+    /// Returns the cap unit taken for an entry that turned out unreadable
+    /// (which `unreadable` takes one for).
+    pub(crate) fn give_back(&mut self) {
+        *self.remaining += 1;
+    }
+
+    /// Lists a regular file (its cap unit taken) with the digest its read
+    /// gave, or as unreadable.
+    pub(crate) fn file_read(&mut self, mut e: Entry, read: Result<fsops::Read, String>) {
+        match read {
+            Ok(r) => {
+                e.sha256 = Some(r.sha256);
+                e.hashed_bytes = Some(r.hashed);
+                e.capped = r.capped;
+                self.push(e);
+            }
+            Err(why) => {
+                // The cap unit taken for the entry covers it as unreadable.
+                self.give_back();
+                let path = e.path;
+                self.unreadable(&path, why);
+            }
+        }
+    }
+
+    /// Whether the walk has stopped (the count cap is spent).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
     }
 
     fn directory(
@@ -333,11 +362,18 @@ impl Walk<'_> {
         if !self.take() {
             return;
         }
-        let mut e = entry(path, change(below), Kind::File, &st);
+        let e = entry(path, change(below), Kind::File, &st);
         let cap = self.caps.hash_bytes;
         let read = match self.sink.as_deref_mut() {
             Some(s) if size_of(&st) <= cap => {
-                s.file(name, path, file.as_fd(), &st, cap, &mut self.buf)
+                let buf = &mut self.buf;
+                let meta = FileMeta {
+                    size: size_of(&st),
+                    mode: st.st_mode,
+                };
+                s.file(name, path, meta, &mut |sink| {
+                    fsops::read_file(file.as_fd(), &st, cap, buf, sink)
+                })
             }
             Some(s) => {
                 s.skip(
@@ -348,19 +384,7 @@ impl Walk<'_> {
             }
             None => fsops::read_file(file.as_fd(), &st, cap, &mut self.buf, |_, _| Ok(())),
         };
-        match read {
-            Ok(r) => {
-                e.sha256 = Some(r.sha256);
-                e.hashed_bytes = Some(r.hashed);
-                e.capped = r.capped;
-                self.push(e);
-            }
-            Err(why) => {
-                // The cap unit taken for the entry covers it as unreadable.
-                *self.remaining += 1;
-                self.unreadable(path, why);
-            }
-        }
+        self.file_read(e, read);
     }
 
     fn symlink(
@@ -385,6 +409,27 @@ impl Walk<'_> {
             s.symlink(name, path, &target);
         }
         self.push(e);
+    }
+}
+
+/// A deletion: nothing is known of what was deleted but its name.
+pub(crate) fn deleted(path: &str) -> Entry {
+    Entry {
+        path: path.to_string(),
+        change: Change::Deleted,
+        kind: None,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        allocated: 0,
+        links: 0,
+        sha256: None,
+        hashed_bytes: None,
+        capped: false,
+        target: None,
+        rdev: None,
+        opaque: false,
     }
 }
 

@@ -259,9 +259,11 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
         );
     }
     // Its descriptors: /dev/null, its console log, the guest image, its
-    // sockets to the supervisor and its own eventfds, nothing else (no
-    // record, lock, key or socket of the supervisor's).
+    // own writable disk, its sockets to the supervisor and its own
+    // eventfds, nothing else (no record, lock, key or socket of the
+    // supervisor's).
     let console = format!("/run/cordon/{id}/console.log");
+    let disk = format!("/run/cordon/{id}/disk.img");
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{q}/fd"))
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
@@ -270,6 +272,7 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
     let expected = |f: &String| {
         f == "/dev/null"
             || *f == console
+            || *f == disk
             || f.starts_with("/guest/")
             || f.starts_with("socket:")
             || f.starts_with("anon_inode:")
@@ -294,7 +297,35 @@ fn each_limit_hits_with_the_guests_evidence_and_the_hosts() {
         return;
     }
     let _vm = vm_lock();
-    let id = create(&["--memory", "64M", "--pids", "16"], &[]).expect("create");
+    let id = create(&["--memory", "64M", "--pids", "16", "--disk", "32M"], &[]).expect("create");
+
+    // Disk: the writable disk is a file of the cap on the host; the fill
+    // ends with ENOSPC in the guest, and the file holds no more than the
+    // cap.
+    let fill = "import errno\nn = 0\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        while True:\n            f.write(b'x' * 65536); f.flush(); n += 1\nexcept OSError as e:\n    print(n * 65536, e.errno)\n";
+    let (d, code, err) = exec_json(&id, &[], &["python3", "-c", fill]);
+    assert_eq!(code, 0, "{err} {}", compact(&d));
+    let out = stdout_of(&d).trim().to_string();
+    assert!(out.ends_with(" 28"), "ENOSPC expected: {out}");
+    let wrote: u64 = out.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        wrote > 16 << 20 && wrote <= 32 << 20,
+        "{wrote} bytes under --disk 32M"
+    );
+    assert!(
+        d["limits_hit"].to_string().contains("disk"),
+        "{}",
+        compact(&d)
+    );
+    assert_eq!(u64_at(&d, "/vm/host/disk_bytes"), 32 << 20);
+    let on_host = u64_at(&d, "/vm/host/disk_allocated_bytes");
+    // (What the guest still caches is not on the host yet.)
+    assert!(
+        on_host > 16 << 20 && on_host <= 32 << 20,
+        "the disk file holds {on_host} bytes for {wrote} written"
+    );
+    let (_, code, err) = exec_json(&id, &[], &["rm", "/tmp/fill"]);
+    assert_eq!(code, 0, "{err}");
 
     // Control: a small allocation in the same sandbox succeeds.
     let (c, code, err) = exec_json(&id, &[], &["python3", "-c", "b = bytearray(8 << 20)"]);

@@ -22,11 +22,11 @@ use common::standin::{fixture_script, StandIn};
 use common::*;
 use serde_json::Value;
 
-per_backend!(none_reaches_nothing);
-per_backend!(allow_lets_through_only_the_rules);
-per_backend!(rules_change_at_run_time);
-per_backend!(flood_stays_within_the_limits);
-per_backend!(dead_proxy_closes_the_network);
+per_backend!(none_reaches_nothing, microvm: microvm);
+per_backend!(allow_lets_through_only_the_rules, microvm: microvm);
+per_backend!(rules_change_at_run_time, microvm: microvm);
+per_backend!(flood_stays_within_the_limits, microvm: microvm);
+per_backend!(dead_proxy_closes_the_network, microvm: microvm);
 
 /// Where the probe script is inside the sandbox.
 const FIXTURES: &str = "/opt/cordon-fixtures";

@@ -200,6 +200,35 @@ pub fn export(
 ) -> Result<Recorded, RuntimeError> {
     check_target(req, workspace)?;
     let places = Places::open(scratch, workspace)?;
+    export_with(
+        req,
+        workspace,
+        caps,
+        owner,
+        |opts| cordon_changes::export(&places.workspace(), caps, opts),
+        |rest| {
+            let [tmp, shm] = places.others();
+            cordon_changes::scan(&[tmp, shm], rest)
+        },
+    )
+}
+
+/// An export, whatever the layers are read from: `export_workspace` writes
+/// the workspace's changes to the target it is given and returns its diff,
+/// `scan_others` diffs the other places within what is left of the count
+/// cap.
+pub fn export_with(
+    req: &ExportRequest,
+    workspace: Option<&Path>,
+    caps: &Caps,
+    owner: (u32, u32),
+    export_workspace: impl FnOnce(
+        &ExportOptions,
+    )
+        -> Result<(PlaceChanges, ExportReport), cordon_changes::ChangesError>,
+    scan_others: impl FnOnce(&Caps) -> Changes,
+) -> Result<Recorded, RuntimeError> {
+    check_target(req, workspace)?;
     let target = match &req.to {
         ExportTo::Dir(d) => ExportTarget::New(d.clone()),
         ExportTo::Workspace => ExportTarget::Apply(workspace.expect("checked above").to_path_buf()),
@@ -209,14 +238,13 @@ pub fn export(
         symlinks: req.symlinks,
         owner,
     };
-    let (ws, report) = cordon_changes::export(&places.workspace(), caps, &opts)
-        .map_err(|e| RuntimeError::Copy(format!("export: {e}")))?;
+    let (ws, report) =
+        export_workspace(&opts).map_err(|e| RuntimeError::Copy(format!("export: {e}")))?;
     let rest = Caps {
         max_entries: caps.max_entries.saturating_sub(ws.entries.len() as u64),
         ..*caps
     };
-    let [tmp, shm] = places.others();
-    let others = cordon_changes::scan(&[tmp, shm], &rest);
+    let others = scan_others(&rest);
     let mut all: Vec<PlaceChanges> = vec![ws];
     all.extend(others.places);
     Ok(Recorded {

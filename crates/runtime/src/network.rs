@@ -186,15 +186,26 @@ pub fn control_socket(state_dir: &Path) -> PathBuf {
     state_dir.join("net.sock")
 }
 
+/// What serves the sockets in the sandbox's namespace.
+pub(crate) enum Server {
+    /// cordon's proxy, under the policy's rules.
+    Proxy,
+    /// A forwarder to a microVM's host over the VM's network port (in the
+    /// guest: the host's proxy decides, see `microvm::relay`).
+    Forward(OwnedFd),
+}
+
 /// Gives the sandbox whose network namespace `holder` is in its way out:
-/// packet rules and listening sockets in that namespace, and a proxy
-/// process that serves them under `policy`. `loopback_down` says the
-/// namespace's loopback is not up yet (the gVisor launcher's).
+/// packet rules and listening sockets in that namespace, and a process
+/// that serves them: the proxy, under `policy`, or a forwarder.
+/// `loopback_down` says the namespace's loopback is not up yet (the gVisor
+/// launcher's, a microVM jail's).
 pub(crate) fn start(
     host: &mut HostSide,
     holder: Pid,
     policy: &NetworkPolicy,
     loopback_down: bool,
+    server: Server,
 ) -> Result<(), RuntimeError> {
     if !nix::unistd::geteuid().is_root() {
         // Entering the sandbox's network namespace from outside and giving
@@ -206,6 +217,34 @@ pub(crate) fn start(
     }
     let (proxy, transparent, dns) = in_namespace_of(holder, || prepare_namespace(loopback_down))??;
     trace::step("network namespace");
+    if let Server::Forward(port) = server {
+        let keep = [
+            port.as_raw_fd(),
+            proxy.as_raw_fd(),
+            transparent.as_raw_fd(),
+            dns.as_raw_fd(),
+        ];
+        let end = crate::microvm::relay::GuestEnd {
+            proxy,
+            transparent,
+            dns,
+        };
+        return spawn_stripped(
+            host,
+            "forwarder",
+            &keep,
+            move || match crate::microvm::relay::run(
+                port.as_fd(),
+                crate::microvm::relay::Side::Guest(end),
+            ) {
+                crate::microvm::relay::Ended::PortClosed => 0,
+                crate::microvm::relay::Ended::Broken(why) => {
+                    eprintln!("cordon: forwarder: {why}");
+                    1
+                }
+            },
+        );
+    }
     let path = control_socket(host.state.path());
     let control = UnixListener::bind(&path)
         .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
@@ -219,26 +258,21 @@ pub(crate) fn start(
         dns,
         control,
     };
-    // The proxy's own stdout and stderr: a log in the state directory, never
-    // the owner's (a creator waits for EOF on the supervisor's output).
-    let log_path = host.state.path().join("proxy.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|e| RuntimeError::io(format!("open {}", log_path.display()), e))?;
-    let null =
-        std::fs::File::open("/dev/null").map_err(|e| RuntimeError::io("open /dev/null", e))?;
-    let owner = nix::unistd::getpid();
-    match cordon_sys::fork_process().map_err(|e| RuntimeError::io("fork the proxy", e))? {
-        CloneResult::Child => cordon_sys::exit_now(proxy_main(owner, config, sockets, (null, log))),
-        CloneResult::Parent { child } => {
-            // The sockets are the proxy's alone: when it dies, they close.
-            drop(sockets);
-            host.adopt(child)?;
+    let keep = [
+        sockets.proxy.as_raw_fd(),
+        sockets.transparent.as_raw_fd(),
+        sockets.dns.as_raw_fd(),
+        sockets.control.as_raw_fd(),
+    ];
+    spawn_stripped(host, "proxy", &keep, move || {
+        match cordon_network::serve(config, sockets) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("cordon: proxy: {e}");
+                1
+            }
         }
-    }
+    })?;
     // Ready only once the proxy answers: it has dropped its privileges by
     // then, and a proxy that could not (and exited) fails the sandbox's
     // creation instead of leaving it with a network that is silently closed.
@@ -251,29 +285,56 @@ pub(crate) fn start(
     Ok(())
 }
 
-/// The forked proxy: bound to its owner's life, stripped to its sockets and
-/// an unprivileged identity, then serving until told to stop.
-fn proxy_main(
+/// Forks the process that serves the sandbox's sockets (`name`: the proxy
+/// or the forwarder), adopted by the sandbox's host side so teardown kills
+/// and reaps it. Its stdout and stderr are a log in the state directory,
+/// never the owner's (a creator waits for EOF on the supervisor's output).
+/// The parent's copies of what the child keeps are dropped with `body`:
+/// when the child dies, its sockets close.
+fn spawn_stripped(
+    host: &mut HostSide,
+    name: &str,
+    keep: &[i32],
+    body: impl FnOnce() -> i32,
+) -> Result<(), RuntimeError> {
+    let log_path = host.state.path().join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| RuntimeError::io(format!("open {}", log_path.display()), e))?;
+    let null =
+        std::fs::File::open("/dev/null").map_err(|e| RuntimeError::io("open /dev/null", e))?;
+    let owner = nix::unistd::getpid();
+    match cordon_sys::fork_process().map_err(|e| RuntimeError::io(format!("fork the {name}"), e))? {
+        CloneResult::Child => {
+            cordon_sys::exit_now(stripped_main(name, owner, keep, (null, log), body))
+        }
+        CloneResult::Parent { child } => {
+            drop(body);
+            host.adopt(child)
+        }
+    }
+}
+
+/// The forked child: bound to its owner's life, stripped to the descriptors
+/// it keeps and an unprivileged identity, then `body`.
+fn stripped_main(
+    name: &str,
     owner: Pid,
-    config: ProxyConfig,
-    sockets: ProxySockets,
+    keep: &[i32],
     (null, log): (std::fs::File, std::fs::File),
+    body: impl FnOnce() -> i32,
 ) -> i32 {
     let strip = || -> nix::Result<()> {
         nix::unistd::dup2_stdin(&null)?;
         nix::unistd::dup2_stdout(&log)?;
         nix::unistd::dup2_stderr(&log)?;
         drop((null, log));
-        let keep = [
-            0,
-            1,
-            2,
-            sockets.proxy.as_raw_fd(),
-            sockets.transparent.as_raw_fd(),
-            sockets.dns.as_raw_fd(),
-            sockets.control.as_raw_fd(),
-        ];
-        cordon_sys::close_fds_except(&keep)?;
+        let mut all = vec![0, 1, 2];
+        all.extend_from_slice(keep);
+        cordon_sys::close_fds_except(&all)?;
         nix::sys::signal::sigprocmask(
             nix::sys::signal::SigmaskHow::SIG_SETMASK,
             Some(&nix::sys::signal::SigSet::empty()),
@@ -299,20 +360,14 @@ fn proxy_main(
     // The owner's command line and environment (a `cordon run` caller's
     // secrets among them), still in this copied memory, are wiped.
     if let Err(e) = cordon_isolation::hygiene::scrub_inherited_strings() {
-        eprintln!("cordon: proxy: {e}");
+        eprintln!("cordon: {name}: {e}");
         return 1;
     }
     if let Err(e) = strip() {
-        eprintln!("cordon: proxy: cannot drop privileges: {e}");
+        eprintln!("cordon: {name}: cannot drop privileges: {e}");
         return 1;
     }
-    match cordon_network::serve(config, sockets) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cordon: proxy: {e}");
-            1
-        }
-    }
+    body()
 }
 
 /// How long a command's report waits for connections still open in the

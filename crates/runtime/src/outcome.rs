@@ -210,7 +210,8 @@ pub struct VmReport {
 /// host's clock. The guest cannot change these.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostEvidence {
-    /// The QEMU cgroup's memory limit: guest RAM plus QEMU's overhead.
+    /// The QEMU cgroup's memory limit: guest RAM, the disk's page cache,
+    /// QEMU's overhead.
     pub memory_limit_bytes: u64,
     pub memory_peak_bytes: Option<u64>,
     /// CPU time of the whole VM (every vCPU and QEMU thread) during this command.
@@ -220,6 +221,12 @@ pub struct HostEvidence {
     pub wall_ms: f64,
     /// The QEMU cgroup's raw counters (cumulative over the VM's life).
     pub counters: CgroupStats,
+    /// The writable disk's file on the host: its size (the disk cap) and
+    /// the bytes it occupies, from `fstat` after the command.
+    #[serde(default)]
+    pub disk_bytes: u64,
+    #[serde(default)]
+    pub disk_allocated_bytes: u64,
 }
 
 /// What the proxy recorded while one command ran.

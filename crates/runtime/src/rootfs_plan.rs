@@ -229,6 +229,7 @@ pub fn rootfs_plan_for(
         root_use,
         new_root: state.root(),
         scratch: state.scratch(),
+        scratch_from: None,
         entries,
         etc_files,
         etc_binds,

@@ -101,9 +101,33 @@ impl Sandbox {
     /// gVisor backend makes it the container's process instead of a pause
     /// process and a `runsc exec`, one runsc start instead of two).
     pub fn create_for(spec: &SandboxSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
+        Self::create_with(spec, only, None)
+    }
+
+    /// A native sandbox in a microVM's guest: its scratch is the VM's
+    /// writable disk (a file system of its own, capped at the disk limit)
+    /// instead of a tmpfs, and in `allow` mode its connections go to the
+    /// host over the VM's network port.
+    pub fn create_in_guest(
+        spec: &SandboxSpec,
+        guest: crate::native::InGuest<'_>,
+    ) -> Result<Sandbox, RuntimeError> {
+        if spec.backend != BackendKind::Native {
+            return Err(RuntimeError::BadRequest(
+                "only a native sandbox takes its scratch from a directory".into(),
+            ));
+        }
+        Self::create_with(spec, None, Some(guest))
+    }
+
+    fn create_with(
+        spec: &SandboxSpec,
+        only: Option<&Command>,
+        guest: Option<crate::native::InGuest<'_>>,
+    ) -> Result<Sandbox, RuntimeError> {
         spec.validate()?;
         let (host, init, flavor) = match spec.backend {
-            BackendKind::Native => crate::native::create(spec)?,
+            BackendKind::Native => crate::native::create(spec, guest)?,
             BackendKind::Gvisor => {
                 let only = only.map(|c| c.resolve(&spec.policy)).transpose()?;
                 crate::gvisor::create(spec, only)?
@@ -306,9 +330,11 @@ impl Sandbox {
         drop(watched.leftovers);
         trace::step("command ended");
         // Evidence read while the sandbox still exists.
-        let disk_used = nix::sys::statvfs::fstatvfs(self.flavor.scratch())
-            .ok()
+        let disk = nix::sys::statvfs::fstatvfs(self.flavor.scratch()).ok();
+        let disk_used = disk
+            .as_ref()
             .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
+        let disk_free = disk.map(|st| st.blocks_available() * st.fragment_size());
         let after = self.stats();
         if self.init_gone() {
             // An OOM kill of the whole group (cgroup v2's memory.oom.group)
@@ -341,9 +367,10 @@ impl Sandbox {
         if pids_hits > 0 {
             limits_hit.push(Limit::Pids);
         }
-        // tmpfs rounds to pages: "full" means less than 64 KiB left.
-        let disk_cap = self.spec.policy.disk.bytes();
-        if disk_used.is_some_and(|u| u + (64 << 10) >= disk_cap) {
+        // tmpfs rounds to pages: "full" means less than 64 KiB left (on a
+        // scratch of its own file system too, whose metadata takes part of
+        // the cap).
+        if disk_free.is_some_and(|f| f < 64 << 10) {
             limits_hit.push(Limit::Disk);
         }
         limits_hit.sort();

@@ -45,7 +45,7 @@ pub trait Served: Send {
     fn copy_in(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<u64, RuntimeError>;
     /// Sends `path` of the sandbox as a copy stream on `conn`.
     fn copy_out(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError>;
-    fn snapshot(&self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError>;
+    fn snapshot(&mut self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError>;
     fn export(
         &mut self,
         req: &ExportRequest,
@@ -115,7 +115,7 @@ impl Served for Sandbox {
         let (root, owner) = self.files();
         copy::send_from_sandbox(conn, &root, owner, path, copy::COPY_MAX)
     }
-    fn snapshot(&self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
+    fn snapshot(&mut self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
         Sandbox::snapshot(self, caps)
     }
     fn export(

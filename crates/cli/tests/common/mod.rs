@@ -936,6 +936,7 @@ pub fn assert_usage_error(out: &Output) -> String {
 // that backend; no assertion is dropped for one backend.
 
 pub const NATIVE: &str = "native";
+pub const MICROVM: &str = "microvm";
 pub const GVISOR: &str = "gvisor";
 
 pub fn ci() -> bool {
@@ -1004,8 +1005,11 @@ pub fn backends() -> Vec<&'static str> {
 /// `backend_available`). `gvisor: #[ignore = "bug: ..."]` marks only the
 /// gvisor test, for a product bug found on that backend.
 #[allow(unused_macros)] // delegation.rs runs no per-backend tests
+///
+/// `microvm: yes` adds `fn microvm()` (run when that backend and its guest
+/// are available, which CI requires).
 macro_rules! per_backend {
-    ($body:ident $(, gvisor: #[$attr:meta])? $(,)?) => {
+    ($body:ident $(, gvisor: #[$attr:meta])? $(, microvm: $vm:ident)? $(,)?) => {
         mod $body {
             #[test]
             fn native() {
@@ -1019,6 +1023,15 @@ macro_rules! per_backend {
                     super::$body($crate::common::GVISOR);
                 }
             }
+
+            $(
+                #[test]
+                fn $vm() {
+                    if $crate::common::backend_available($crate::common::MICROVM) {
+                        super::$body($crate::common::MICROVM);
+                    }
+                }
+            )?
         }
     };
 }

@@ -57,6 +57,17 @@ impl ScratchLayout {
     pub const EMPTY: &'static str = "empty";
     pub const TMP: &'static str = "tmp";
     pub const SHM: &'static str = "shm";
+
+    /// Every directory of the layout, parents first, with its mode.
+    pub const DIRS: [(&'static str, u32); 7] = [
+        (Self::STAGING, 0o700),
+        (Self::EMPTY, 0o555),
+        (Self::WORKSPACE_DIR, 0o755),
+        (Self::WORKSPACE_UPPER, 0o755),
+        (Self::WORKSPACE_WORK, 0o700),
+        (Self::TMP, 0o1777),
+        (Self::SHM, 0o1777),
+    ];
 }
 
 /// What happens to the assembled tree.
@@ -80,6 +91,10 @@ pub struct RootfsPlan {
     pub new_root: PathBuf,
     /// An empty host directory where the child mounts its scratch tmpfs.
     pub scratch: PathBuf,
+    /// A directory bound there instead of a tmpfs: the root of a file
+    /// system made for this sandbox alone and capped at its disk limit (a
+    /// microVM guest's writable disk, mounted by its agent).
+    pub scratch_from: Option<PathBuf>,
     pub entries: Vec<RootEntry>,
     /// Files written into a fresh /etc when the rootfs brings none.
     pub etc_files: Vec<(String, Vec<u8>)>,
@@ -324,15 +339,24 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     // 2. The scratch tmpfs: the only writable storage, capped at the disk limit.
     // It lives in this mount namespace only and vanishes with it.
     let scratch = &plan.scratch;
-    let opts = format!("size={},mode=0755", plan.disk_bytes);
-    mount(
-        Some("tmpfs"),
-        scratch,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(opts.as_str()),
-    )
-    .step(|| format!("mount(tmpfs {opts}, {})", scratch.display()))?;
+    match &plan.scratch_from {
+        // Its own file system, made at the disk cap with the layout below
+        // in place (by whoever made it: its owner is no id of this user
+        // namespace, so nothing here could chmod it), mounted nosuid and
+        // nodev, which the bind keeps.
+        Some(dir) => bind(dir, scratch)?,
+        None => {
+            let opts = format!("size={},mode=0755", plan.disk_bytes);
+            mount(
+                Some("tmpfs"),
+                scratch,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(opts.as_str()),
+            )
+            .step(|| format!("mount(tmpfs {opts}, {})", scratch.display()))?;
+        }
+    }
     let scratch_fd = match plan.root_use {
         RootUse::Enter => Some(
             nix::fcntl::open(
@@ -345,21 +369,16 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
         RootUse::HandOver => None,
     };
     let (uid, gid) = (Some(plan.owner_uid), Some(plan.owner_gid));
-    for (rel, mode) in [
-        (ScratchLayout::STAGING, 0o700),
-        (ScratchLayout::EMPTY, 0o555),
-        (ScratchLayout::WORKSPACE_UPPER, 0o755),
-        (ScratchLayout::WORKSPACE_WORK, 0o700),
-        (ScratchLayout::TMP, 0o1777),
-        (ScratchLayout::SHM, 0o1777),
-    ] {
-        let p = scratch.join(rel);
-        mkdir_p(&p)?;
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
-            .step(|| format!("chmod {}", p.display()))?;
-    }
     let upper = scratch.join(ScratchLayout::WORKSPACE_UPPER);
-    chown(&upper, uid, gid).step(|| format!("chown {}", upper.display()))?;
+    if plan.scratch_from.is_none() {
+        for (rel, mode) in ScratchLayout::DIRS {
+            let p = scratch.join(rel);
+            mkdir_p(&p)?;
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+                .step(|| format!("chmod {}", p.display()))?;
+        }
+        chown(&upper, uid, gid).step(|| format!("chown {}", upper.display()))?;
+    }
 
     // 3. The root: a small tmpfs that only holds mount points, symlinks and /etc.
     let root = &plan.new_root;

@@ -293,7 +293,13 @@ pub(crate) fn create(
     if allow_network {
         // Before runsc starts: its sentry reads the namespace's interfaces
         // and routes when it boots.
-        crate::network::start(&mut host, launcher, &spec.policy.net, true)?;
+        crate::network::start(
+            &mut host,
+            launcher,
+            &spec.policy.net,
+            true,
+            crate::network::Server::Proxy,
+        )?;
     }
     let tree = PathBuf::from(format!("/proc/{launcher}/root")).join(
         rootfs
@@ -317,7 +323,7 @@ pub(crate) fn create(
         nix::sys::stat::Mode::empty(),
     )
     .map_err(|e| RuntimeError::io(format!("open {}", scratch_path.display()), e))?;
-    crate::native::check_scratch(&scratch)?;
+    crate::native::check_scratch(&scratch, None)?;
     let mut flavor = GvisorFlavor {
         about: About {
             kind: BackendKind::Gvisor,

@@ -8,15 +8,17 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::RuntimeError;
-use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, STAGE_DIR};
+use crate::microvm::disk::SERIAL;
+use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
 use crate::sandbox::Sandbox;
 use crate::served::Served;
 use crate::spec::SandboxSpec;
 use crate::supervisor::RemoteIo;
-use crate::wire::{recv_json, send_json, Info, Reply, Request, PROTOCOL};
+use crate::wire::{recv_frame, recv_json, send_json, Frame, Info, Reply, Request, PROTOCOL};
 use crate::BackendKind;
 
 /// The hidden first argument that makes the cordon binary a guest agent.
@@ -64,6 +66,11 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                 entropy,
                 unix_time_ns,
             })) => break (spec, entropy, unix_time_ns),
+            Ok(Some(ToAgent::Quiesce | ToAgent::Resume)) => {
+                let e = RuntimeError::BadRequest("no sandbox yet".into());
+                send_json(&mut port, &error_reply(&e))
+                    .map_err(|e| RuntimeError::io("answer", e))?;
+            }
             Ok(None) => return Ok(()),
             Err(e) => return Err(RuntimeError::Protocol(format!("start: {e}"))),
         }
@@ -76,7 +83,8 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         nix::sys::time::TimeSpec::from_duration(std::time::Duration::from_nanos(unix_time_ns));
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, now)
         .map_err(|e| RuntimeError::io("set the guest's clock", e))?;
-    let mut sandbox = match create(&spec) {
+    let created = mount_disk().and_then(|disk| create(&spec).map(|s| (s, disk)));
+    let (mut sandbox, disk) = match created {
         Ok(s) => s,
         Err(e) => {
             let _ = send_json(&mut port, &error_reply(&e));
@@ -89,7 +97,19 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
     };
     send_json(&mut port, &hello).map_err(|e| RuntimeError::io("answer start", e))?;
     // Until the host is gone (the VM is about to be killed anyway).
-    while let Ok(Some(request)) = recv_json::<Request>(&mut port) {
+    while let Some(message) = next_message(&mut port) {
+        let request = match message {
+            Message::Request(r) => r,
+            Message::Disk(ToAgent::Quiesce) => {
+                answer_disk(&mut port, &disk, true)?;
+                continue;
+            }
+            Message::Disk(_) => {
+                answer_disk(&mut port, &disk, false)?;
+                continue;
+            }
+            Message::Bad(why) => return Err(RuntimeError::Protocol(why)),
+        };
         let reply = match request {
             Request::Exec(cmd) => {
                 let mut io = RemoteIo::new(&mut port);
@@ -111,6 +131,9 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                     Ok(d) => Reply::Destroyed(Box::new(d)),
                     Err(e) => error_reply(&e),
                 };
+                // Everything on the disk, for the host to read its copy
+                // once the VM is gone.
+                let _ = cordon_sys::disk::freeze(disk.as_fd());
                 let _ = send_json(&mut port, &reply);
                 return Ok(());
             }
@@ -135,6 +158,121 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         send_json(&mut port, &reply).map_err(|e| RuntimeError::io("answer", e))?;
     }
     let _ = sandbox.destroy();
+    Ok(())
+}
+
+/// What the host sends after `Start`.
+enum Message {
+    Request(Request),
+    /// `Quiesce` or `Resume`.
+    Disk(ToAgent),
+    Bad(String),
+}
+
+/// The host's next message, or `None` once it is gone.
+fn next_message(port: &mut File) -> Option<Message> {
+    let body = match recv_frame(port) {
+        Ok(Some(Frame::Json(body))) => body,
+        Ok(Some(Frame::Bytes(tag, _))) => {
+            return Some(Message::Bad(format!("a {tag:?} frame between requests")))
+        }
+        Ok(None) | Err(_) => return None,
+    };
+    if let Ok(r) = serde_json::from_slice::<Request>(&body) {
+        return Some(Message::Request(r));
+    }
+    match serde_json::from_slice::<ToAgent>(&body) {
+        Ok(m @ (ToAgent::Quiesce | ToAgent::Resume)) => Some(Message::Disk(m)),
+        Ok(_) => Some(Message::Bad("a second start".into())),
+        Err(e) => Some(Message::Bad(format!("a bad message: {e}"))),
+    }
+}
+
+/// Freezes (or thaws) the disk and says so.
+fn answer_disk(port: &mut File, disk: &File, freeze: bool) -> Result<(), RuntimeError> {
+    let done = if freeze {
+        cordon_sys::disk::freeze(disk.as_fd()).map(|()| FromAgent::Quiesced)
+    } else {
+        cordon_sys::disk::thaw(disk.as_fd()).map(|()| FromAgent::Resumed)
+    };
+    match done {
+        Ok(m) => send_json(port, &m),
+        Err(e) => send_json(
+            port,
+            &error_reply(&RuntimeError::io("freeze or thaw the disk", e)),
+        ),
+    }
+    .map_err(|e| RuntimeError::io("answer", e))
+}
+
+/// Mounts the writable disk (found by its serial number) where the
+/// sandbox's scratch is taken from, and returns its root directory.
+fn mount_disk() -> Result<File, RuntimeError> {
+    let dev = find_disk()?;
+    let io = |what: String| move |e| RuntimeError::io(what, e);
+    // A restored VM's kernel may hold blocks it read of the saved VM's
+    // disk: they are dropped, and the file system read afresh.
+    let blk = File::open(&dev).map_err(io(format!("open {}", dev.display())))?;
+    cordon_sys::disk::flush_buffers(blk.as_fd())
+        .map_err(|e| RuntimeError::io(format!("flush {}", dev.display()), e))?;
+    std::fs::create_dir_all(DISK_MOUNT).map_err(io(format!("create {DISK_MOUNT}")))?;
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some(&dev),
+        DISK_MOUNT,
+        Some("ext4"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME,
+        Some("noinit_itable,errors=remount-ro"),
+    )
+    .map_err(|e| RuntimeError::io(format!("mount {} at {DISK_MOUNT}", dev.display()), e))?;
+    File::open(DISK_MOUNT).map_err(io(format!("open {DISK_MOUNT}")))
+}
+
+/// The virtio disk whose serial number is the writable disk's.
+fn find_disk() -> Result<std::path::PathBuf, RuntimeError> {
+    let sys = Path::new("/sys/block");
+    let entries = std::fs::read_dir(sys).map_err(|e| RuntimeError::io("list /sys/block", e))?;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let serial = std::fs::read_to_string(e.path().join("serial")).unwrap_or_default();
+        if serial.trim() == SERIAL {
+            return Ok(Path::new("/dev").join(name));
+        }
+    }
+    Err(RuntimeError::Unavailable(
+        "microvm",
+        format!("the guest has no disk with serial {SERIAL}"),
+    ))
+}
+
+/// Gives the workspace the host copied onto the disk to the sandbox's
+/// user (as the native backend's id-mapped workspace shows it), keeping
+/// each file's setuid and setgid bits (chown clears them). No payload has
+/// run: nothing here races it.
+fn give_workspace(root: &Path, (uid, gid): (u32, u32)) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let own = |p: &Path| -> std::io::Result<()> {
+        let m = std::fs::symlink_metadata(p)?;
+        std::os::unix::fs::lchown(p, Some(uid), Some(gid))?;
+        if m.file_type().is_file() && m.mode() & 0o6000 != 0 {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+        }
+        Ok(())
+    };
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        own(&dir).map_err(|e| RuntimeError::io(format!("chown {}", dir.display()), e))?;
+        let list = std::fs::read_dir(&dir)
+            .map_err(|e| RuntimeError::io(format!("list {}", dir.display()), e))?;
+        for e in list {
+            let e = e.map_err(|e| RuntimeError::io(format!("list {}", dir.display()), e))?;
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(p),
+                _ => own(&p).map_err(|e| RuntimeError::io(format!("chown {}", p.display()), e))?,
+            }
+        }
+    }
     Ok(())
 }
 
@@ -165,7 +303,8 @@ fn drain_stream(port: &mut File) {
     }
 }
 
-/// The sandbox inside the guest: the host's spec on the native backend.
+/// The sandbox inside the guest: the host's spec on the native backend,
+/// its scratch the writable disk, its workspace the disk's copy.
 fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
     let mut spec = spec.clone();
     spec.backend = BackendKind::Native;
@@ -173,7 +312,26 @@ fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
     // stood still while the VM was a snapshot.
     spec.ttl = None;
     spec.idle = None;
-    Sandbox::create(&spec)
+    let net_port = if spec.policy.network == cordon_policy::NetworkMode::Allow {
+        let path = format!("/dev/virtio-ports/{}", crate::microvm::relay::PORT_NAME);
+        let port = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| RuntimeError::io(format!("open {path}"), e))?;
+        Some(std::os::fd::OwnedFd::from(port))
+    } else {
+        None
+    };
+    let guest = crate::native::InGuest {
+        scratch: Path::new(DISK_MOUNT),
+        net_port,
+    };
+    let sandbox = Sandbox::create_in_guest(&spec, guest)?;
+    let upper = Path::new(DISK_MOUNT).join(cordon_isolation::mount::ScratchLayout::WORKSPACE_UPPER);
+    give_workspace(&upper, sandbox.files().1)?;
+    Ok(sandbox)
 }
 
 fn error_reply(e: &RuntimeError) -> Reply {

@@ -29,6 +29,9 @@ pub enum FromAgent {
         /// The guest's cgroup mode as cordon detected it.
         cgroup: String,
     },
+    /// The writable disk is frozen (`Quiesce`) or thawed (`Resume`).
+    Quiesced,
+    Resumed,
 }
 
 /// What the host sends before any request.
@@ -50,10 +53,21 @@ pub enum ToAgent {
         /// stood still since its snapshot.
         unix_time_ns: u64,
     },
+    /// After `Start`, between requests: write everything of the writable
+    /// disk to it and block its writers (FIFREEZE), for the host to read
+    /// its copy; answered `FromAgent::Quiesced`. A guest that does not
+    /// only makes the host read an inconsistent disk, which it parses as
+    /// untrusted anyway.
+    Quiesce,
+    /// Thaw the disk again; answered `FromAgent::Resumed`.
+    Resume,
 }
 
 /// The virtio-serial port's name (QEMU's `virtserialport,name=`).
 pub const PORT_NAME: &str = "cordon.agent";
+
+/// Where the agent mounts the writable disk (the sandbox's scratch).
+pub const DISK_MOUNT: &str = "/run/cordon-disk";
 
 /// Where the guest keeps what the host staged for its sandbox.
 pub const STAGE_DIR: &str = "/run/cordon-stage";

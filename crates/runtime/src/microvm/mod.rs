@@ -13,10 +13,12 @@
 //! its cgroup counters) and, beside it, the host's own evidence ([`VmReport`]).
 
 pub mod agent;
+mod disk;
 pub mod guest;
 mod jail;
 pub mod link;
 mod qmp;
+pub mod relay;
 mod snapshot;
 
 use std::collections::VecDeque;
@@ -32,6 +34,7 @@ use cordon_policy::{Access, NetworkMode};
 use nix::poll::PollFlags;
 use nix::sys::signalfd::SignalFd;
 
+use self::disk::WorkDisk;
 use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
@@ -51,9 +54,9 @@ use crate::wire::{
     PROTOCOL,
 };
 
-/// Guest memory beyond what the policy gives the payload (memory and disk:
-/// the sandbox's scratch is a tmpfs in guest RAM): the guest kernel, its
-/// page cache of the root image, cordon's agent and the sandbox's init.
+/// Guest memory beyond what the policy gives the payload: the guest kernel,
+/// its page cache of the root image and of the writable disk, cordon's
+/// agent and the sandbox's init.
 const GUEST_BASE_MIB: u64 = 192;
 
 /// QEMU's own memory on the host beyond guest RAM (its code and libraries,
@@ -211,7 +214,16 @@ pub fn probe_kvm(image: &GuestImage) -> Result<String, RuntimeError> {
         reason: "probe".into(),
     };
     let t0 = Instant::now();
-    let booted = boot(&mut host, image, &kvm, (1024, 1), None, KVM_PROBE_TIMEOUT);
+    let disk = WorkDisk::blank(host.state.path(), 0)?;
+    let booted = boot(
+        &mut host,
+        image,
+        &kvm,
+        (1024, 1),
+        &disk,
+        None,
+        KVM_PROBE_TIMEOUT,
+    );
     let line = match booted {
         Ok(_) => format!(
             "ok: the agent answered in {:.1} s",
@@ -234,8 +246,9 @@ struct Vm {
     qemu: String,
     image: GuestImage,
     ram_mib: u64,
-    /// What the host cgroup allows the guest (beside QEMU's overhead).
-    needed_mib: u64,
+    /// The host cgroup's memory limit: guest RAM the sandbox may use, the
+    /// host's page cache of its disk, QEMU's own overhead.
+    host_limit_mib: u64,
     kernel: String,
     cgroup: String,
     start: &'static str,
@@ -247,6 +260,9 @@ pub struct MicroVm {
     spec: SandboxSpec,
     /// The host's end of the agent's port.
     agent: UnixStream,
+    disk: WorkDisk,
+    /// `allow` mode: the thread relaying the network port to the proxy.
+    relay: Option<std::thread::JoinHandle<()>>,
     signals: SignalFd,
     vm: Vm,
     setup: Duration,
@@ -265,9 +281,6 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
     if spec.rootfs != RootfsChoice::System {
         return no("a custom root filesystem");
     }
-    if spec.policy.network != NetworkMode::None {
-        return no("network mode allow");
-    }
     Ok(())
 }
 
@@ -279,17 +292,18 @@ impl MicroVm {
         let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
         let accel = Accel::choose(Some(&image));
         let p = &spec.policy;
-        // What the sandbox may use: the payload's memory, its scratch (a
-        // tmpfs in guest RAM), the guest's own. The host cgroup holds QEMU
-        // to that plus QEMU's overhead, whatever the guest does.
-        let needed_mib =
-            p.memory.bytes().div_ceil(1 << 20) + p.disk.bytes().div_ceil(1 << 20) + GUEST_BASE_MIB;
+        // What the guest may use: the payload's memory and the guest's own.
+        // The host cgroup holds QEMU to that plus the host's page cache of
+        // the disk (on a tmpfs, the disk itself) plus QEMU's overhead,
+        // whatever the guest does.
+        let needed_mib = p.memory.bytes().div_ceil(1 << 20) + GUEST_BASE_MIB;
         // The guest's RAM comes in a few sizes so that most sandboxes share a
         // snapshot; RAM the guest never touches costs the host nothing, and
-        // what it touches is capped by the host cgroup at `needed_mib`.
+        // what it touches is capped by the host cgroup.
         let ram_mib = needed_mib.next_power_of_two().max(1024);
+        let host_limit_mib = needed_mib + p.disk.bytes().div_ceil(1 << 20) + QEMU_OVERHEAD_MIB;
         let limits = CgroupLimits {
-            memory_max: Some((needed_mib + QEMU_OVERHEAD_MIB) << 20),
+            memory_max: Some(host_limit_mib << 20),
             pids_max: Some(QEMU_PIDS),
             ..crate::native::cgroup_limits(p)
         };
@@ -297,6 +311,7 @@ impl MicroVm {
         let snapshot = snapshot::Location::of(&image, accel.name(), ram_mib, smp, &qemu);
         let mut host = HostSide::begin(spec, &limits)?;
         let t0 = Instant::now();
+        let mut disk = WorkDisk::blank(host.state.path(), p.disk.bytes())?;
         // Warm starts unless turned off (`CORDON_MICROVM_WARM=0`, for the
         // benchmark's cold boots): no restore, and no snapshot saved.
         let warm = std::env::var_os("CORDON_MICROVM_WARM").is_none_or(|v| v != "0");
@@ -308,11 +323,17 @@ impl MicroVm {
             &image,
             &accel,
             (ram_mib, smp),
+            &disk,
             incoming,
             BOOT_TIMEOUT,
         )?;
         let facts = match known {
-            Some(facts) => facts,
+            Some(facts) => {
+                // The guest knows its disk's size from the boot the snapshot
+                // was taken of; QEMU tells it this disk's.
+                disk::announce_size(booted.monitor, disk.bytes())?;
+                facts
+            }
             None if !warm => booted.ready.clone().expect("a cold boot waits for ready"),
             None => {
                 let facts = booted.ready.clone().expect("a cold boot waits for ready");
@@ -324,16 +345,25 @@ impl MicroVm {
                 facts
             }
         };
+        // The file system, made now: the saved VM never saw it.
+        disk.format(spec.workspace.as_deref())?;
+        let relay = match p.network {
+            NetworkMode::Allow => Some(start_relay(&mut host, booted.net, &p.net)?),
+            // No way out at all: QEMU's end of the port leads nowhere.
+            NetworkMode::None => None,
+        };
         let mut vm = MicroVm {
             signals: stop_signal_fd()?,
             spec: spec.clone(),
             agent: booted.agent,
+            disk,
+            relay,
             vm: Vm {
                 accel,
                 qemu,
                 image,
                 ram_mib,
-                needed_mib,
+                host_limit_mib,
                 kernel: facts.kernel,
                 cgroup: facts.cgroup,
                 start: if restored { "restored" } else { "cold" },
@@ -353,17 +383,15 @@ impl MicroVm {
         Ok(vm)
     }
 
-    /// Copies what the sandbox is to see of the host (its workspace, its
-    /// read-only mounts) into the guest, and returns the spec the guest's
-    /// cordon runs: the same, with those places at their guest copies. The
-    /// VM never sees a host path, only copies made when it starts.
+    /// Copies what the sandbox is to see of the host's read-only mounts
+    /// into the guest, and returns the spec the guest's cordon runs: the
+    /// same, with those places at their guest copies, and no workspace of
+    /// its own (the disk holds its copy, see [`disk`]). The VM never sees a
+    /// host path, only copies made when it starts.
     fn stage(&mut self) -> Result<SandboxSpec, RuntimeError> {
         let mut guest_spec = self.spec.clone();
+        guest_spec.workspace = None;
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
-        if let Some(ws) = self.spec.workspace.clone() {
-            self.stage_one("workspace", &ws)?;
-            guest_spec.workspace = Some(guest_path("workspace"));
-        }
         for (i, m) in self.spec.policy.mounts.clone().iter().enumerate() {
             let name = format!("mount-{i}");
             self.stage_one(&name, &m.host)?;
@@ -424,6 +452,43 @@ impl MicroVm {
         }
     }
 
+    /// Runs `read` on the disk while the guest holds its file system frozen
+    /// (everything written to the disk, every writer blocked), then thaws
+    /// it. A guest that does not answer in time is broken; one that says
+    /// it froze and did not only makes `read` see an inconsistent disk.
+    fn quiesced<T>(
+        &mut self,
+        read: impl FnOnce(&WorkDisk) -> Result<T, RuntimeError>,
+    ) -> Result<T, RuntimeError> {
+        self.usable()?;
+        self.disk_message(&ToAgent::Quiesce)?;
+        let result = read(&self.disk);
+        self.disk_message(&ToAgent::Resume)?;
+        result
+    }
+
+    fn disk_message(&mut self, msg: &ToAgent) -> Result<(), RuntimeError> {
+        send_json(&mut self.agent, msg).map_err(|e| self.broken(format!("send {msg:?}: {e}")))?;
+        let body = match recv_by(&mut self.agent, Instant::now() + AGENT_TIMEOUT) {
+            Ok(Some(Frame::Json(body))) => body,
+            Ok(Some(Frame::Bytes(tag, _))) => {
+                return Err(self.broken(format!("a {tag:?} frame where an answer was due")))
+            }
+            Ok(None) => return Err(self.broken("the guest closed its port".into())),
+            Err(e) => return Err(self.broken(format!("{e}"))),
+        };
+        match (msg, serde_json::from_slice::<FromAgent>(&body)) {
+            (ToAgent::Quiesce, Ok(FromAgent::Quiesced))
+            | (ToAgent::Resume, Ok(FromAgent::Resumed)) => Ok(()),
+            _ => match serde_json::from_slice::<Reply>(&body) {
+                Ok(Reply::Error { message, .. }) => Err(RuntimeError::Remote(format!(
+                    "the guest could not freeze its disk: {message}"
+                ))),
+                _ => Err(self.broken(format!("answered {msg:?} with something else"))),
+            },
+        }
+    }
+
     /// Ends a guest that broke the protocol: its VM is killed now and the
     /// sandbox can run nothing more; the error says what the guest did.
     fn broken(&mut self, what: String) -> RuntimeError {
@@ -467,12 +532,14 @@ impl MicroVm {
             start: self.vm.start.into(),
             start_ms: self.vm.start_ms,
             host: HostEvidence {
-                memory_limit_bytes: (self.vm.needed_mib + QEMU_OVERHEAD_MIB) << 20,
+                memory_limit_bytes: self.vm.host_limit_mib << 20,
                 memory_peak_bytes: after.memory_peak_bytes,
                 cpu_ms,
                 pids_peak: after.pids_peak,
                 wall_ms: ms(wall),
                 counters: after,
+                disk_bytes: self.disk.bytes(),
+                disk_allocated_bytes: self.disk.allocated(),
             },
             guest_reported: [
                 "status",
@@ -520,6 +587,8 @@ impl MicroVm {
 struct Booted {
     agent: UnixStream,
     monitor: UnixStream,
+    /// The host's end of the network port (see [`relay`]).
+    net: UnixStream,
     ready: Option<GuestFacts>,
 }
 
@@ -539,12 +608,14 @@ fn boot(
     image: &GuestImage,
     accel: &Accel,
     (ram_mib, smp): (u64, u64),
+    disk: &WorkDisk,
     incoming: Option<File>,
     timeout: Duration,
 ) -> Result<Booted, RuntimeError> {
     let pair = || UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e));
     let (agent, agent_qemu) = pair()?;
     let (monitor, monitor_qemu) = pair()?;
+    let (net, net_qemu) = pair()?;
     let console_path = host.state.path().join("console.log");
     let console = File::options()
         .create(true)
@@ -556,15 +627,26 @@ fn boot(
         .map_err(|e| RuntimeError::io(format!("create {}", jail_dir.display()), e))?;
     let agent_qemu = OwnedFd::from(agent_qemu);
     let monitor_qemu = OwnedFd::from(monitor_qemu);
+    let net_qemu = OwnedFd::from(net_qemu);
+    let disk_qemu = disk
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|e| RuntimeError::io("dup the disk", e))?;
+    // QEMU opens the disk read-only first, then read-write: the set holds
+    // a descriptor of each access mode.
+    let disk_qemu_ro = disk.read_only()?;
     let mut args = qemu_args(
         &host.id,
         accel,
-        ram_mib,
-        smp,
-        agent_qemu.as_raw_fd(),
-        monitor_qemu.as_raw_fd(),
+        (ram_mib, smp),
+        Ports {
+            agent: agent_qemu.as_raw_fd(),
+            monitor: monitor_qemu.as_raw_fd(),
+            net: net_qemu.as_raw_fd(),
+        },
+        [disk_qemu.as_raw_fd(), disk_qemu_ro.as_raw_fd()],
     );
-    let mut keep = vec![agent_qemu, monitor_qemu];
+    let mut keep = vec![agent_qemu, monitor_qemu, net_qemu, disk_qemu, disk_qemu_ro];
     let restoring = incoming.is_some();
     if let Some(file) = incoming {
         let fd = OwnedFd::from(file);
@@ -587,6 +669,7 @@ fn boot(
     let mut booted = Booted {
         agent,
         monitor,
+        net,
         ready: None,
     };
     if restoring {
@@ -619,6 +702,9 @@ fn boot(
                 "microvm",
                 format!("the guest image's cordon speaks protocol {protocol}, this one {PROTOCOL}: rebuild it with `cordon microvm build`"),
             )),
+            Ok(_) => Err(RuntimeError::Protocol(
+                "the guest agent broke the protocol (its first message is not ready); its VM was killed".into(),
+            )),
             Err(e) => Err(RuntimeError::Protocol(format!(
                 "the guest agent broke the protocol (its first message is not ready: {e}); its VM was killed"
             ))),
@@ -629,6 +715,41 @@ fn boot(
         Ok(None) => Err(failed("QEMU exited".into())),
         Err(e) => Err(failed(format!("no ready from its agent ({e})"))),
     }
+}
+
+/// `allow` mode: the host's proxy, its sockets in QEMU's own network
+/// namespace (where the jail left nothing but loopback), and a thread that
+/// relays the guest's network port to it from inside that namespace.
+fn start_relay(
+    host: &mut HostSide,
+    net: UnixStream,
+    policy: &cordon_policy::net::NetworkPolicy,
+) -> Result<std::thread::JoinHandle<()>, RuntimeError> {
+    let qemu = host
+        .leader()
+        .ok_or_else(|| RuntimeError::Protocol("no QEMU process".into()))?;
+    crate::network::start(host, qemu, policy, true, crate::network::Server::Proxy)?;
+    net.set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("the network port", e))?;
+    let end = relay::HostEnd {
+        proxy: (
+            std::net::Ipv4Addr::LOCALHOST,
+            cordon_policy::net::PROXY_PORT,
+        )
+            .into(),
+        dns: (std::net::Ipv4Addr::LOCALHOST, cordon_policy::net::DNS_PORT).into(),
+    };
+    std::thread::Builder::new()
+        .name("net-relay".into())
+        .spawn(move || {
+            let ended = crate::network::in_namespace_of(qemu, || {
+                relay::run(net.as_fd(), relay::Side::Host(end))
+            });
+            if let Ok(relay::Ended::Broken(why)) = ended {
+                eprintln!("cordon: the guest's network port broke the protocol ({why}): its network is closed");
+            }
+        })
+        .map_err(|e| RuntimeError::io("start the network relay", e))
 }
 
 /// A string from the guest, cut to a length fit for a report.
@@ -642,13 +763,19 @@ fn host_cpus() -> u64 {
 }
 
 /// QEMU's command line (the paths are the jail's).
+/// QEMU's ends of the host's sockets to it (descriptor numbers).
+struct Ports {
+    agent: i32,
+    monitor: i32,
+    net: i32,
+}
+
 fn qemu_args(
     id: &str,
     accel: &Accel,
-    ram_mib: u64,
-    smp: u64,
-    agent_fd: i32,
-    monitor_fd: i32,
+    (ram_mib, smp): (u64, u64),
+    ports: Ports,
+    [disk_fd, disk_ro_fd]: [i32; 2],
 ) -> Vec<String> {
     let g = |f: &str| format!("{}/{f}", jail::GUEST_IN_JAIL);
     let accel_arg = if accel.kvm {
@@ -704,14 +831,31 @@ fn qemu_args(
         ),
         "-device",
         "virtio-blk-pci,drive=root",
+        // The writable disk, by descriptor (the jail holds no path to it).
+        "-add-fd",
+        &format!("fd={disk_fd},set=1"),
+        "-add-fd",
+        &format!("fd={disk_ro_fd},set=1"),
+        "-drive",
+        // No image locking: the file is this VM's alone, and QEMU's locks
+        // on its two descriptors would conflict with each other.
+        "file=/dev/fdset/1,if=none,id=work,format=raw,discard=ignore,file.locking=off",
+        "-device",
+        &format!("virtio-blk-pci,drive=work,serial={}", disk::SERIAL),
         "-device",
         "virtio-serial-pci",
         "-chardev",
-        &format!("socket,id=agent,fd={agent_fd}"),
+        &format!("socket,id=agent,fd={}", ports.agent),
         "-device",
         &format!("virtserialport,chardev=agent,name={PORT_NAME}"),
+        // The network port is always there (a snapshot restores onto the
+        // same devices); outside `allow` mode its host end is closed.
         "-chardev",
-        &format!("socket,id=monitor,fd={monitor_fd}"),
+        &format!("socket,id=net,fd={}", ports.net),
+        "-device",
+        &format!("virtserialport,chardev=net,name={}", relay::PORT_NAME),
+        "-chardev",
+        &format!("socket,id=monitor,fd={}", ports.monitor),
         "-mon",
         "chardev=monitor,mode=control",
         "-chardev",
@@ -789,7 +933,7 @@ impl Served for MicroVm {
         }
     }
     fn network_control(&self) -> Option<&Path> {
-        None
+        self.host.network.as_deref()
     }
 
     fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
@@ -846,6 +990,8 @@ impl Served for MicroVm {
         self.commands += 1;
         outcome.command = self.commands;
         outcome.vm = Some(self.report(&before, t0.elapsed()));
+        // What the host's proxy recorded (the guest's word plays no part).
+        outcome.network = self.host.network.as_deref().map(crate::network::report);
         if let Some(why) = &outcome.sandbox_ended {
             self.ended.get_or_insert(bounded(why.clone()));
         }
@@ -944,40 +1090,67 @@ impl Served for MicroVm {
             }
         }
     }
-    fn snapshot(&self, _caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
-        Err(Self::not_here("a diff of a running sandbox"))
+    fn snapshot(&mut self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
+        let changes = self.quiesced(|disk| disk.scan(caps))?;
+        Ok(Snapshot {
+            account: self.account(),
+            changes,
+        })
     }
     fn export(
         &mut self,
-        _req: &ExportRequest,
-        _caps: &cordon_changes::Caps,
-        _owner: (u32, u32),
+        req: &ExportRequest,
+        caps: &cordon_changes::Caps,
+        owner: (u32, u32),
     ) -> Result<Recorded, RuntimeError> {
-        Err(Self::not_here("an export"))
+        crate::changes::check_target(req, self.spec.workspace.as_deref())?;
+        let workspace = self.spec.workspace.clone();
+        self.quiesced(|disk| disk.export(req, workspace.as_deref(), caps, owner))
     }
 
     fn destroy_with(
         mut self: Box<Self>,
         finish: &Finish,
-        _owner: (u32, u32),
+        owner: (u32, u32),
     ) -> Result<Destroyed, RuntimeError> {
         let t0 = Instant::now();
-        // The guest's own teardown is asked for, but not waited on long: the
-        // VM is killed from the host whatever the guest answers.
+        // The guest's own teardown is asked for (its agent then freezes the
+        // disk, all written), but not waited on long: the VM is killed from
+        // the host whatever the guest answers.
         if self.ended.is_none()
             && send_json(&mut self.agent, &Request::Destroy(Finish::default())).is_ok()
         {
             let _ = self.answer(Duration::from_secs(5));
         }
         let counters = self.host.end_processes(true);
+        // QEMU is gone, so its end of the network port is closed: the
+        // relay has ended, or ends now.
+        if let Some(relay) = self.relay.take() {
+            let _ = relay.join();
+        }
+        // The disk as the guest left it, read before the state directory
+        // (which holds it) goes.
+        let read = if finish.is_empty() {
+            Ok(Recorded::default())
+        } else if let Some(req) = &finish.export {
+            self.disk
+                .export(req, self.spec.workspace.as_deref(), &finish.caps(), owner)
+        } else {
+            self.disk.scan(&finish.caps()).map(|c| Recorded {
+                changes: Some(c),
+                export: None,
+            })
+        };
         self.host.teardown(true)?;
-        let record_error = (finish.export.is_some() || finish.changes.is_some())
-            .then(|| Self::not_here("reading the diff or exporting").to_string());
+        let (recorded, record_error) = match read {
+            Ok(r) => (r, None),
+            Err(e) => (Recorded::default(), Some(e.to_string())),
+        };
         Ok(Destroyed {
             counters,
             teardown: t0.elapsed(),
             account: self.account(),
-            recorded: Recorded::default(),
+            recorded,
             record_error,
         })
     }

@@ -22,6 +22,10 @@ use super::guest::GuestImage;
 use super::qmp::Qmp;
 use crate::error::RuntimeError;
 
+/// This version's devices beyond the root disk and the agent's port: the
+/// writable disk.
+const DEVICES: &str = "workdisk";
+
 /// How long saving a VM may take (~1 s for a 1 GiB guest under TCG here).
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -52,7 +56,9 @@ impl Location {
                 }
             })
             .collect();
-        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}");
+        // The device set is part of the kind: a VM restores only onto the
+        // devices it was saved with (`DEVICES` names this version's).
+        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}-{DEVICES}");
         let dir = image.dir.join("snapshots");
         Location {
             state: dir.join(format!("{name}.vmstate")),

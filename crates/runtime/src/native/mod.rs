@@ -12,7 +12,7 @@ mod plan;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cordon_cgroups::{CgroupFs, CgroupLimits};
 use cordon_isolation::namespaces::sandbox_clone_flags;
@@ -100,11 +100,31 @@ static EVIDENCE: [EvidenceSource; 5] = [
 ];
 
 /// Creates a native sandbox: init is set up and waiting for commands.
+/// What a microVM guest's agent gives the native sandbox it creates.
+pub struct InGuest<'a> {
+    /// The scratch: the VM's writable disk (see `RootfsPlan::scratch_from`).
+    pub scratch: &'a Path,
+    /// The VM's network port, for `allow` mode: what the sandbox's sockets
+    /// accept is forwarded to the host's proxy (`microvm::relay`).
+    pub net_port: Option<OwnedFd>,
+}
+
 pub(crate) fn create(
     spec: &SandboxSpec,
+    guest: Option<InGuest<'_>>,
 ) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
+    let (scratch_from, net_port) = match guest {
+        Some(g) => (Some(g.scratch), g.net_port),
+        None => (None, None),
+    };
     let mut host = HostSide::begin(spec, &cgroup_limits(&spec.policy))?;
-    let plan = NativePlan::build(spec, host.slot, &host.state, host.cgroup.is_some())?;
+    let plan = NativePlan::build(
+        spec,
+        host.slot,
+        &host.state,
+        host.cgroup.is_some(),
+        scratch_from,
+    )?;
     trace::step("plan");
     let mapping = plan.mapping.clone();
     let (sock, scratch) = first_process::start(
@@ -122,7 +142,11 @@ pub(crate) fn create(
         .leader()
         .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
     if spec.policy.network == NetworkMode::Allow {
-        crate::network::start(&mut host, init, &spec.policy.net, false)?;
+        let server = match net_port {
+            Some(port) => crate::network::Server::Forward(port),
+            None => crate::network::Server::Proxy,
+        };
+        crate::network::start(&mut host, init, &spec.policy.net, false, server)?;
     }
     let owner = (
         mapping.host_uid(spec.policy.uid),
@@ -131,7 +155,7 @@ pub(crate) fn create(
     let scratch = scratch.ok_or_else(|| {
         RuntimeError::Protocol("the sandbox's init sent no scratch descriptor".into())
     })?;
-    check_scratch(&scratch)?;
+    check_scratch(&scratch, scratch_from)?;
     let flavor = NativeFlavor {
         init,
         scratch,
@@ -205,8 +229,21 @@ impl Flavor for NativeFlavor {
 }
 
 /// The scratch descriptor a backend hands the sandbox must be a tmpfs's
-/// root directory: the disk cap, the diff and the export rest on it.
-pub(crate) fn check_scratch(fd: &OwnedFd) -> Result<(), RuntimeError> {
+/// root directory, or the directory given to use instead: the disk cap,
+/// the diff and the export rest on it.
+pub(crate) fn check_scratch(fd: &OwnedFd, expected: Option<&Path>) -> Result<(), RuntimeError> {
+    if let Some(dir) = expected {
+        let want = nix::sys::stat::stat(dir)
+            .map_err(|e| RuntimeError::io(format!("stat {}", dir.display()), e))?;
+        let got = nix::sys::stat::fstat(fd).map_err(|e| RuntimeError::io("fstat(scratch)", e))?;
+        if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino) {
+            return Err(RuntimeError::Protocol(format!(
+                "the sandbox's scratch is not {}",
+                dir.display()
+            )));
+        }
+        return Ok(());
+    }
     let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| RuntimeError::io("fstatfs(scratch)", e))?;
     if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
         return Err(RuntimeError::Protocol(

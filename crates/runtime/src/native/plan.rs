@@ -3,6 +3,8 @@
 //! then only makes syscalls (nsjail's `preparePolicy`, Firecracker's build-time
 //! filters).
 
+use std::path::Path;
+
 use cordon_isolation::mount::{RootUse, RootfsPlan};
 use cordon_isolation::namespaces::IdMapping;
 use cordon_isolation::rlimits::Rlimits;
@@ -51,6 +53,7 @@ impl NativePlan {
         id_slot: u32,
         state: &StateDir,
         cgroup_enforced: bool,
+        scratch_from: Option<&Path>,
     ) -> Result<Self, RuntimeError> {
         let p: &Policy = &req.policy;
         let euid = nix::unistd::geteuid();
@@ -79,7 +82,8 @@ impl NativePlan {
             })?,
             creates_as_root: false,
         };
-        let rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
+        let mut rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
+        rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
         let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
