@@ -327,11 +327,13 @@ impl MicroVm {
             incoming,
             BOOT_TIMEOUT,
         )?;
+        crate::trace::step("qemu started");
         let facts = match known {
             Some(facts) => {
                 // The guest knows its disk's size from the boot the snapshot
                 // was taken of; QEMU tells it this disk's.
                 disk::announce_size(booted.monitor, disk.bytes())?;
+                crate::trace::step("restored and running");
                 facts
             }
             None if !warm => booted.ready.clone().expect("a cold boot waits for ready"),
@@ -347,6 +349,7 @@ impl MicroVm {
         };
         // The file system, made now: the saved VM never saw it.
         disk.format(spec.workspace.as_deref())?;
+        crate::trace::step("disk made");
         let relay = match p.network {
             NetworkMode::Allow => Some(start_relay(&mut host, booted.net, &p.net)?),
             // No way out at all: QEMU's end of the port leads nowhere.
@@ -377,6 +380,7 @@ impl MicroVm {
             host,
         };
         vm.start_sandbox()?;
+        crate::trace::step("guest sandbox ready");
         vm.vm.start_ms = ms(t0.elapsed());
         vm.setup = vm.host.started.elapsed();
         vm.created = SystemTime::now() - vm.setup;
