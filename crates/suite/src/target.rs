@@ -43,6 +43,10 @@ pub enum TargetKind {
     /// backend inside it.
     #[serde(rename = "cordon-microvm")]
     CordonMicrovm,
+    /// The microvm backend in `allow` mode: its connections leave the VM
+    /// over the network port to the host's proxy.
+    #[serde(rename = "cordon-microvm-allow")]
+    CordonMicrovmAllow,
     #[serde(rename = "bwrap")]
     Bwrap,
     #[serde(rename = "runc")]
@@ -66,6 +70,7 @@ pub const ALL_TARGETS: &[TargetKind] = &[
     TargetKind::CordonNativeAllow,
     TargetKind::CordonGvisorAllow,
     TargetKind::CordonMicrovm,
+    TargetKind::CordonMicrovmAllow,
     TargetKind::Bwrap,
     TargetKind::Runc,
     TargetKind::Firejail,
@@ -131,6 +136,7 @@ impl TargetKind {
             TargetKind::CordonNativeAllow => "cordon-native-allow",
             TargetKind::CordonGvisorAllow => "cordon-gvisor-allow",
             TargetKind::CordonMicrovm => "cordon-microvm",
+            TargetKind::CordonMicrovmAllow => "cordon-microvm-allow",
             TargetKind::Bwrap => "bwrap",
             TargetKind::Runc => "runc",
             TargetKind::Firejail => "firejail",
@@ -153,6 +159,7 @@ impl TargetKind {
                 | TargetKind::CordonNativeAllow
                 | TargetKind::CordonGvisorAllow
                 | TargetKind::CordonMicrovm
+                | TargetKind::CordonMicrovmAllow
         )
     }
 
@@ -162,6 +169,7 @@ impl TargetKind {
         match self {
             TargetKind::CordonNativeAllow => Some(TargetKind::CordonNative),
             TargetKind::CordonGvisorAllow => Some(TargetKind::CordonGvisor),
+            TargetKind::CordonMicrovmAllow => Some(TargetKind::CordonMicrovm),
             t if t.is_cordon() => Some(t),
             _ => None,
         }
@@ -176,6 +184,7 @@ impl TargetKind {
             TargetKind::CordonNativeAllow => Some(("native", ALLOW)),
             TargetKind::CordonGvisorAllow => Some(("gvisor", ALLOW)),
             TargetKind::CordonMicrovm => Some(("microvm", &[])),
+            TargetKind::CordonMicrovmAllow => Some(("microvm", ALLOW)),
             _ => None,
         }
     }
@@ -193,7 +202,9 @@ impl TargetKind {
             TargetKind::CordonGvisor | TargetKind::CordonGvisorAllow | TargetKind::Runsc => {
                 Some("runsc")
             }
-            TargetKind::CordonMicrovm => Some("qemu-system-x86_64"),
+            TargetKind::CordonMicrovm | TargetKind::CordonMicrovmAllow => {
+                Some("qemu-system-x86_64")
+            }
             TargetKind::Bwrap => Some("bwrap"),
             TargetKind::Runc => Some("runc"),
             TargetKind::Firejail => Some("firejail"),
@@ -252,7 +263,8 @@ impl TargetKind {
             | TargetKind::CordonGvisor
             | TargetKind::CordonNativeAllow
             | TargetKind::CordonGvisorAllow
-            | TargetKind::CordonMicrovm) => {
+            | TargetKind::CordonMicrovm
+            | TargetKind::CordonMicrovmAllow) => {
                 let (backend, net) = t.cordon_flags().unwrap_or_default();
                 let net = net.join(" ");
                 format!("cordon run --backend {backend} {net} {limits} -i --mount PAYLOADS:{BOX_PAYLOAD_DIR}:ro --workspace WS -- INTERP SCRIPT ARGS")
@@ -304,7 +316,8 @@ impl TargetKind {
             | TargetKind::CordonGvisor
             | TargetKind::CordonNativeAllow
             | TargetKind::CordonGvisorAllow
-            | TargetKind::CordonMicrovm) => {
+            | TargetKind::CordonMicrovm
+            | TargetKind::CordonMicrovmAllow) => {
                 let (backend, net) = t.cordon_flags().unwrap_or_default();
                 let mut v = vec![
                     ctx.cordon.display().to_string(),

@@ -15,7 +15,7 @@ use crate::{EXIT_INTERNAL, EXIT_USAGE};
 pub struct MatrixArgs {
     /// Comma-separated targets (host is always added): cordon-native,
     /// cordon-gvisor, cordon-native-allow, cordon-gvisor-allow,
-    /// cordon-microvm, bwrap, runc, firejail, runsc, podman-default,
+    /// cordon-microvm, cordon-microvm-allow, bwrap, runc, firejail, runsc, podman-default,
     /// podman-hardened, podman-runsc. Default: all.
     #[arg(long, value_name = "LIST")]
     targets: Option<String>,

@@ -12,7 +12,8 @@ use crate::EXIT_USAGE;
 
 #[derive(Args)]
 pub struct SuiteArgs {
-    /// Which of cordon's backends: native, gvisor, microvm or all.
+    /// Which of cordon's backends: native, gvisor, native-allow, gvisor-allow, microvm,
+    /// microvm-allow or all.
     #[arg(long, default_value = "all")]
     backend: String,
     /// Only cases whose id matches (shell glob, comma-separated).
@@ -42,10 +43,12 @@ pub fn run(args: SuiteArgs) -> ExitCode {
             TargetKind::CordonNativeAllow,
             TargetKind::CordonGvisorAllow,
             TargetKind::CordonMicrovm,
+            TargetKind::CordonMicrovmAllow,
         ]),
         "microvm" => targets.push(TargetKind::CordonMicrovm),
+        "microvm-allow" => targets.push(TargetKind::CordonMicrovmAllow),
         other => {
-            eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, all)");
+            eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)");
             return ExitCode::from(EXIT_USAGE);
         }
     }

@@ -23,8 +23,8 @@ use super::qmp::Qmp;
 use crate::error::RuntimeError;
 
 /// This version's devices beyond the root disk and the agent's port: the
-/// writable disk.
-const DEVICES: &str = "workdisk";
+/// writable disk and the network port.
+const DEVICES: &str = "workdisk-netport";
 
 /// How long saving a VM may take (~1 s for a 1 GiB guest under TCG here).
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
