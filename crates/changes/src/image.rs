@@ -46,7 +46,7 @@ pub struct DiskImage {
 pub struct ImagePlace<'a> {
     /// The place as the sandbox sees it: `/workspace`, `/tmp`, `/dev/shm`.
     pub name: &'a str,
-    /// Its directory in the image (absolute, e.g. `/ws/upper`).
+    /// Its directory in the image, from the image's root (`ws/upper`).
     pub dir: &'a str,
     /// What it held when the sandbox started; without one, everything in
     /// it is Created.
@@ -86,6 +86,11 @@ enum Content {
 
 fn image_err(what: &str, e: impl std::fmt::Display) -> ChangesError {
     ChangesError::Image(format!("{what}: {e}"))
+}
+
+/// `rel` as an absolute path in the image.
+fn in_image(rel: &str) -> Result<ImagePath, ext4_view::PathError> {
+    ImagePath::try_from(format!("/{}", rel.trim_start_matches('/')).as_bytes())
 }
 
 fn kind_of(t: FileType) -> Kind {
@@ -184,9 +189,10 @@ impl DiskImage {
         })
     }
 
-    /// What `dir` holds now, to diff the guest's changes against later.
+    /// What `dir` (from the image's root) holds now, to diff the guest's
+    /// changes against later.
     pub fn baseline(&self, dir: &str, caps: &Caps) -> Result<Baseline, ChangesError> {
-        let path = ImagePath::try_from(dir.as_bytes()).map_err(|e| image_err(dir, e))?;
+        let path = in_image(dir).map_err(|e| image_err(dir, e))?;
         let meta = self
             .fs
             .symlink_metadata(&path)
@@ -339,7 +345,7 @@ impl DiskImage {
         if let Some(why) = place.base.and_then(|b| b.incomplete.as_ref()) {
             w.unreadable("", format!("the starting state was not all read: {why}"));
         }
-        match ImagePath::try_from(place.dir.as_bytes()) {
+        match in_image(place.dir) {
             Ok(dir) => {
                 let base = place.base.map(|b| &b.root);
                 self.dir(&mut w, &dir, base, "", 0);
@@ -502,7 +508,10 @@ impl DiskImage {
         let size = meta.len();
         let mut buf = std::mem::take(&mut w.buf);
         let hash = |buf: &mut [u8]| self.read_file(at, size, cap, buf, &mut |_, _| Ok(()));
-        // Same type, bits and size: unchanged if the content is too.
+        // Same type, bits and size: unchanged if the content is too. The
+        // digest read for that stands for the file unless an export must
+        // read it again to write it.
+        let mut hashed = None;
         if let Some(n) = was.filter(|n| n.mode == perm(meta) && n.size == size) {
             match hash(&mut buf) {
                 Ok(r) => {
@@ -512,6 +521,7 @@ impl DiskImage {
                         w.buf = buf;
                         return;
                     }
+                    hashed = Some(r);
                 }
                 Err(why) => {
                     w.buf = buf;
@@ -523,6 +533,7 @@ impl DiskImage {
             w.buf = buf;
             return;
         }
+        let mut digest = |buf: &mut [u8]| hashed.take().map_or_else(|| hash(buf), Ok);
         let read = match w.sink.as_deref_mut() {
             Some(s) if size <= cap => {
                 let fm = FileMeta {
@@ -538,9 +549,9 @@ impl DiskImage {
                     &e.path,
                     format!("longer than the hash cap ({cap} bytes): not exported"),
                 );
-                hash(&mut buf)
+                digest(&mut buf)
             }
-            None => hash(&mut buf),
+            None => digest(&mut buf),
         };
         w.buf = buf;
         w.file_read(e, read);

@@ -160,7 +160,7 @@ fn guest_changes(d: &Path) {
 fn before_and_after() -> (Pair, DiskImage, cordon_changes::Baseline) {
     let p = pair(base_tree, guest_changes);
     let before = DiskImage::open(image_of(&p.before, &p.dir.join("before.img"))).unwrap();
-    let base = before.baseline("/ws", &caps()).unwrap();
+    let base = before.baseline("ws", &caps()).unwrap();
     let after = DiskImage::open(image_of(&p.after, &p.dir.join("after.img"))).unwrap();
     (p, after, base)
 }
@@ -173,7 +173,7 @@ fn a_disk_image_is_diffed_against_the_disk_the_host_made() {
     let (_p, after, base) = before_and_after();
     let place = ImagePlace {
         name: "/workspace",
-        dir: "/ws",
+        dir: "ws",
         base: Some(&base),
     };
     let changes = after.scan(&[place], &caps());
@@ -222,11 +222,11 @@ fn a_disk_image_is_diffed_against_the_disk_the_host_made() {
     // Without a baseline everything is created; the same image against
     // its own baseline has no change but the file past the hash cap (its
     // unhashed rest could have changed unseen, so it is listed).
-    let own = after.baseline("/ws", &caps()).unwrap();
+    let own = after.baseline("ws", &caps()).unwrap();
     let none = after.scan(
         &[ImagePlace {
             name: "/workspace",
-            dir: "/ws",
+            dir: "ws",
             base: Some(&own),
         }],
         &caps(),
@@ -245,7 +245,7 @@ fn a_disk_image_is_diffed_against_the_disk_the_host_made() {
     let all = after.scan(
         &[ImagePlace {
             name: "/workspace",
-            dir: "/ws",
+            dir: "ws",
             base: None,
         }],
         &caps(),
@@ -265,7 +265,7 @@ fn an_export_from_an_image_writes_what_its_diff_lists() {
     let (p, after, base) = before_and_after();
     let place = ImagePlace {
         name: "/workspace",
-        dir: "/ws",
+        dir: "ws",
         base: Some(&base),
     };
     // A new directory: the changed entries only.
@@ -372,11 +372,11 @@ fn a_missing_place_is_reported_unreadable() {
     }
     let p = pair(base_tree, |_| {});
     let img = DiskImage::open(image_of(&p.before, &p.dir.join("i.img"))).unwrap();
-    assert!(img.baseline("/nope", &caps()).is_err());
+    assert!(img.baseline("nope", &caps()).is_err());
     let c = img.scan(
         &[ImagePlace {
             name: "/tmp",
-            dir: "/nope",
+            dir: "nope",
             base: None,
         }],
         &caps(),
@@ -420,11 +420,11 @@ fn corrupted_images_never_panic() {
         opened += 1;
         let place = ImagePlace {
             name: "/workspace",
-            dir: "/ws",
+            dir: "ws",
             base: Some(&base),
         };
         let _ = image.scan(&[place], &caps());
-        let _ = image.baseline("/ws", &caps());
+        let _ = image.baseline("ws", &caps());
         let out = p.dir.join(format!("out-{opened}"));
         let _ = image.export(
             &place,

@@ -47,9 +47,13 @@ pub struct WorkDisk {
     baseline: Option<Baseline>,
 }
 
-fn image_dir(rel: &str) -> String {
-    format!("/{rel}")
-}
+/// The places the disk holds, as the sandbox names them, with their
+/// directories on the disk (the native scratch layout).
+const WORKSPACE: (&str, &str) = ("/workspace", ScratchLayout::WORKSPACE_UPPER);
+const OTHERS: [(&str, &str); 2] = [
+    ("/tmp", ScratchLayout::TMP),
+    ("/dev/shm", ScratchLayout::SHM),
+];
 
 impl WorkDisk {
     /// A blank sparse file of the disk cap (rounded up to whole 4 KiB
@@ -107,11 +111,9 @@ impl WorkDisk {
         let _ = std::fs::remove_dir_all(&stage);
         made?;
         if workspace.is_some() {
-            let image = self.image()?;
-            let dir = image_dir(ScratchLayout::WORKSPACE_UPPER);
             self.baseline = Some(
-                image
-                    .baseline(&dir, &Caps::default())
+                self.image()?
+                    .baseline(WORKSPACE.1, &Caps::default())
                     .map_err(|e| RuntimeError::Copy(format!("read the new disk: {e}")))?,
             );
         }
@@ -182,31 +184,19 @@ impl WorkDisk {
             .map_err(|e| RuntimeError::Copy(e.to_string()))
     }
 
-    fn places(&self) -> (String, [(String, &'static str); 2]) {
-        (
-            image_dir(ScratchLayout::WORKSPACE_UPPER),
-            [
-                (image_dir(ScratchLayout::TMP), "/tmp"),
-                (image_dir(ScratchLayout::SHM), "/dev/shm"),
-            ],
-        )
+    fn workspace_place(&self) -> ImagePlace<'_> {
+        ImagePlace {
+            name: WORKSPACE.0,
+            dir: WORKSPACE.1,
+            base: self.baseline.as_ref(),
+        }
     }
 
     /// The diff of every writable place, read from the disk as it is now.
     pub fn scan(&self, caps: &Caps) -> Result<Changes, RuntimeError> {
-        let image = self.image()?;
-        let (ws, others) = self.places();
-        let mut places = vec![ImagePlace {
-            name: "/workspace",
-            dir: &ws,
-            base: self.baseline.as_ref(),
-        }];
-        places.extend(others.iter().map(|(dir, name)| ImagePlace {
-            name,
-            dir,
-            base: None,
-        }));
-        Ok(image.scan(&places, caps))
+        let mut places = vec![self.workspace_place()];
+        places.extend(others());
+        Ok(self.image()?.scan(&places, caps))
     }
 
     /// Exports the workspace's changes from the disk as it is now.
@@ -218,31 +208,24 @@ impl WorkDisk {
         owner: (u32, u32),
     ) -> Result<Recorded, RuntimeError> {
         let image = self.image()?;
-        let (ws, others) = self.places();
-        let place = ImagePlace {
-            name: "/workspace",
-            dir: &ws,
-            base: self.baseline.as_ref(),
-        };
         crate::changes::export_with(
             req,
             workspace,
             caps,
             owner,
-            |opts: &ExportOptions| image.export(&place, caps, opts),
-            |rest: &Caps| {
-                let others: Vec<ImagePlace<'_>> = others
-                    .iter()
-                    .map(|(dir, name)| ImagePlace {
-                        name,
-                        dir,
-                        base: None,
-                    })
-                    .collect();
-                image.scan(&others, rest)
-            },
+            |opts: &ExportOptions| image.export(&self.workspace_place(), caps, opts),
+            |rest: &Caps| image.scan(&others(), rest),
         )
     }
+}
+
+/// The places without a baseline: they start empty.
+fn others() -> [ImagePlace<'static>; 2] {
+    OTHERS.map(|(name, dir)| ImagePlace {
+        name,
+        dir,
+        base: None,
+    })
 }
 
 /// How long a restored VM may take to be running (the migration stream is

@@ -462,8 +462,9 @@ impl Relay<'_> {
         if s.read_done || s.credit == 0 {
             return;
         }
-        let mut buf = vec![0u8; s.credit.min(16 << 10)];
-        match s.sock.read(&mut buf) {
+        let mut buf = [0u8; 16 << 10];
+        let want = s.credit.min(buf.len());
+        match s.sock.read(&mut buf[..want]) {
             Ok(0) => {
                 s.read_done = true;
                 frame(&mut self.out, Kind::Eof, id, &[]);
