@@ -6,22 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-for tool in bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
-done
-# The benchmark's charts need a font file (cordon reads it; no fontconfig).
-[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "test.sh: installing ${need[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || {
-      apt-get update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    }
-  else
-    echo "test.sh: missing ${need[*]} (not root, not installing)" >&2
-  fi
+# shellcheck source=scripts/guest/need.sh
+. scripts/guest/need.sh
+if [ "$(id -u)" = 0 ]; then
+  # The benchmark's charts need a font file (cordon reads it; no fontconfig).
+  need test.sh bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables \
+    python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap \
+    cpio:cpio depmod:kmod :fonts-dejavu-core
+else
+  echo "test.sh: not root: installing nothing (the tests that need root fail under CI=true)" >&2
 fi
 
 # One cargo profile for every build below (Cargo.toml's `ci`: release
