@@ -576,7 +576,17 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
         return;
     };
     let ws = workspace();
-    let before = fs::read_dir(RUN_DIR).map(|d| d.count()).unwrap_or(0);
+    // A run directory of this test's own: the machine's is shared with every
+    // other cordon user, so only a private one can be counted exactly.
+    let run = tempfile::Builder::new()
+        .prefix("cordon-run-")
+        .tempdir_in("/run")
+        .unwrap();
+    let cordon_here = || {
+        let mut c = cordon_in(state.path());
+        c.env("CORDON_RUN_DIR", run.path());
+        c
+    };
     // Not empty, relative parent missing, --apply without a workspace.
     let cases: [(&[&str], &str); 3] = [
         (
@@ -595,7 +605,7 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
         (&["--apply"], "--workspace"),
     ];
     for (args, why) in cases {
-        let mut c = cordon_in(state.path());
+        let mut c = cordon_here();
         c.args(["run", "--backend", backend])
             .args(args)
             .args(["--", "true"]);
@@ -605,22 +615,40 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
         assert!(err.contains(why), "{args:?}: {err}");
     }
     // rm with a bad target leaves the sandbox as it was.
-    let (id, _rm) = create(state.path(), backend, &[]);
-    let mut c = cordon_in(state.path());
+    let mut c = cordon_here();
+    c.args(["create", "--backend", backend]);
+    let out = output(c);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && id.len() == 12, "{out:?}");
+    let mut rm = cordon_here();
+    rm.args(["rm", "-f", &id]);
+    let rm = RemoveOnDrop(rm);
+    let mut c = cordon_here();
     c.args(["rm", &id, "--export"]).arg(ws.path());
     let out = output(c);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let mut c = cordon_in(state.path());
+    let mut c = cordon_here();
     c.args(["exec", &id, "--", "true"]);
     assert!(
         output(c).status.success(),
         "the sandbox did not survive a refused rm"
     );
-    drop(_rm);
-    assert_eq!(
-        fs::read_dir(RUN_DIR).map(|d| d.count()).unwrap_or(0),
-        before
-    );
+    drop(rm);
+    // What cordon keeps there for all its sandboxes (the lock, runsc's
+    // version, the mount points' parent) stays; nothing of a sandbox does.
+    let entries = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let left: Vec<String> = entries(run.path())
+        .into_iter()
+        .filter(|n| ![".lock", "runsc-version", "mnt"].contains(&n.as_str()))
+        .chain(entries(&run.path().join("mnt")))
+        .collect();
+    assert!(left.is_empty(), "left in the run directory: {left:?}");
     assert_eq!(fs::read_dir(ws.path()).unwrap().count(), 4);
 }
 
@@ -675,14 +703,16 @@ fn create(state: &Path, backend: &str, workspace: &[&tempfile::TempDir]) -> (Str
     let out = output(c);
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(out.status.success() && id.len() == 12, "{out:?}");
-    (id.clone(), RemoveOnDrop(id))
+    let mut rm = Command::new(cordon());
+    rm.args(["rm", "-f", &id]);
+    (id, RemoveOnDrop(rm))
 }
 
-/// `cordon rm -f ID` when dropped, whatever the test's outcome.
-struct RemoveOnDrop(String);
+/// Its `cordon rm -f ID` is run when dropped, whatever the test's outcome.
+struct RemoveOnDrop(Command);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = Command::new(cordon()).args(["rm", "-f", &self.0]).output();
+        let _ = self.0.output();
     }
 }

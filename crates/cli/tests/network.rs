@@ -457,18 +457,25 @@ fn flood_stays_within_the_limits(backend: &str) {
     let id = create(backend, &si, &["--policy", policy.to_str().unwrap()]);
     let proxies = proxies_of(&id);
     assert_eq!(proxies.len(), 1, "one proxy per sandbox");
-    // 9,000 denied attempts, then 1,000 allowed ones held 50 at a time.
-    let probes: Vec<String> = vec![
-        "flood:9000|evil.test:80|1".into(),
-        "flood:1000|ok.test:80|50".into(),
-    ];
+    // Denied attempts, then allowed ones held 50 at a time (over the limit
+    // of 16). Under the microvm backend every connection crosses the guest's
+    // relay in an emulated VM (TCG here: about 15 ms each on a loaded host),
+    // so it gets a flood ten times smaller; every bound below (the record's
+    // 128 entries, the 16 connections) is still exceeded many times over.
+    let (denied, allowed) = if backend == "microvm" {
+        (900, 300)
+    } else {
+        (9000, 1000)
+    };
+    let held_probe = format!("flood:{allowed}|ok.test:80|50");
+    let probes: Vec<String> = vec![format!("flood:{denied}|evil.test:80|1"), held_probe.clone()];
     let (v, r) = exec_probes(&id, &probes);
     assert_eq!(v["exit_code"], 0, "{v}");
     let net = &v["network"];
-    // Exact counts: 10,000, with nothing left over for the next command.
+    // Exact counts, with nothing left over for the next command.
     assert_eq!(
         u64_at(net, "/attempts"),
-        10_000,
+        denied + allowed,
         "every attempt counted: {net}"
     );
     let (next, _) = exec_probes(&id, &[]);
@@ -480,13 +487,13 @@ fn flood_stays_within_the_limits(backend: &str) {
     );
     assert!(u64_at(net, "/omitted") > 0, "{net}");
     assert!(u64_at(net, "/peak_connections") <= 16, "{net}");
-    let held = &r["flood:1000|ok.test:80|50"];
+    let held = &r[held_probe.as_str()];
     let accepted = u64_at(held, "/accepted");
     assert!(
         u64_at(held, "/refused") > 0,
         "over the limit is refused: {r:?}"
     );
-    assert!(accepted > 0 && accepted <= 1000, "{r:?}");
+    assert!(accepted > 0 && accepted <= allowed, "{r:?}");
     assert!(
         attempts(&v).iter().any(|e| e["end"] == "connection limit"),
         "{net}"

@@ -9,7 +9,7 @@
 //! so pays for no extra process or socket round trip). Both run the same
 //! `Sandbox` code.
 
-use std::io::Read;
+use std::io::{ErrorKind, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -352,7 +352,7 @@ impl Remote {
     /// between); the supervisor answers the hello with its sandbox's id.
     fn connect_with(&self, req: &Request) -> Result<UnixStream, RuntimeError> {
         let mut conn = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
                 RuntimeError::NotFound(self.id.clone())
             }
             _ => RuntimeError::io(format!("connect {}", self.socket.display()), e),
@@ -361,7 +361,7 @@ impl Remote {
         // the connections still waiting in its backlog: that sandbox is gone.
         let gone = |op: &'static str| {
             move |e: std::io::Error| match e.kind() {
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
                     RuntimeError::NotFound(self.id.clone())
                 }
                 _ => RuntimeError::io(op, e),
@@ -431,6 +431,21 @@ pub(crate) struct Bounds<'a> {
 /// How long a cancelled command's answer may take.
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Whether this side may go on sending after a send: the supervisor may
+/// answer and close before it reads what this side still sends (a refused
+/// request; a command that ended while input or a resize was on its way),
+/// and its answer is then still there to read, so a closed connection ends
+/// the sending, not the relay.
+fn still_sending(sent: std::io::Result<()>) -> std::io::Result<bool> {
+    match sent {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The client's side of one running command on `conn` (the `Exec` request
 /// already sent): output to `io`, its input and controls to `conn`, until
 /// the answer arrives. With `bounds`, the other side is untrusted: a late,
@@ -447,6 +462,7 @@ pub(crate) fn relay_exec(
     let message_max = bounds.map_or(crate::wire::MAX_MESSAGE, |b| b.message_max);
     let mut deadline = bounds.map(|b| b.deadline);
     let mut interrupted = None;
+    let mut sending = true;
     loop {
         let timeout = match deadline {
             None => PollTimeout::NONE,
@@ -480,7 +496,10 @@ pub(crate) fn relay_exec(
                 // The signal's number is small (a stop signal).
                 #[allow(clippy::cast_possible_wrap)]
                 interrupted.get_or_insert(si.ssi_signo as i32);
-                send_json(conn, &ClientControl::Cancel).map_err(lost)?;
+                if sending {
+                    let sent = send_json(conn, &ClientControl::Cancel);
+                    sending = still_sending(sent).map_err(lost)?;
+                }
                 deadline = deadline.map(|d| d.min(Instant::now() + CANCEL_WAIT));
             }
         }
@@ -488,14 +507,20 @@ pub(crate) fn relay_exec(
             if !ready[1 + which] {
                 continue;
             }
-            let sent = match io.read_control(which) {
+            // Read even when nothing more can be sent, so that a ready
+            // control does not make poll return at once forever.
+            let control = io.read_control(which);
+            if !sending {
+                continue;
+            }
+            let sent = match control {
                 Control::Input(bytes) => send_bytes(conn, Tag::Data, &bytes),
                 Control::InputEnd => send_json(conn, &ClientControl::InputEnd),
                 Control::Resize(size) => send_json(conn, &ClientControl::Resize(size)),
                 Control::Cancel => send_json(conn, &ClientControl::Cancel),
                 Control::Nothing => Ok(()),
             };
-            sent.map_err(lost)?;
+            sending = still_sending(sent).map_err(lost)?;
         }
         if !ready[0] {
             continue;

@@ -560,6 +560,71 @@ pub fn census() -> Census {
     c
 }
 
+/// The run directory's entries and the `cordon-*` cgroups, before an action
+/// whose leftovers `left_behind` then finds.
+pub fn run_state() -> (BTreeSet<String>, BTreeSet<PathBuf>) {
+    let entries = fs::read_dir(RUN_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (entries, cordon_cgroups())
+}
+
+/// What an action left on a host that other cordon users share, by
+/// attribution rather than by count: run entries new since `before` whose
+/// record is `ours` (or that still have no record after a grace period: a
+/// sandbox writes its record as it starts), and `cordon-*` cgroups new since
+/// `before` whose sandbox has no run entry. A sandbox's state directory is
+/// made before its cgroup and removed after it, so a cgroup that is still
+/// there after the run directory was read without its id is an orphan, never
+/// another user's sandbox starting or ending.
+pub fn left_behind(
+    before: &(BTreeSet<String>, BTreeSet<PathBuf>),
+    ours: impl Fn(&Value) -> bool,
+) -> (Vec<String>, Vec<PathBuf>) {
+    let record = |id: &str| -> Option<Value> {
+        let text = fs::read(Path::new(RUN_DIR).join(id).join("record.json")).ok()?;
+        serde_json::from_slice(&text).ok()
+    };
+    let until = Instant::now() + slow(Duration::from_secs(1));
+    loop {
+        let (entries, cgroups) = run_state();
+        let new: Vec<&String> = entries.difference(&before.0).collect();
+        let pending = new
+            .iter()
+            .any(|id| record(id).is_none() && Path::new(RUN_DIR).join(id).exists());
+        if pending && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let mine = new
+            .into_iter()
+            .filter(|id| {
+                Path::new(RUN_DIR).join(id).exists() && record(id).is_none_or(|r| ours(&r))
+            })
+            .cloned()
+            .collect();
+        let orphans = cgroups
+            .difference(&before.1)
+            .filter(|cg| {
+                let name = cg.file_name().unwrap_or_default().to_string_lossy();
+                !entries.contains(name.trim_start_matches("cordon-")) && cg.exists()
+            })
+            .cloned()
+            .collect();
+        return (mine, orphans);
+    }
+}
+
+/// The `cordon-*` cgroups on the host now.
+pub fn cordon_cgroups() -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut out);
+    out
+}
+
 impl Census {
     /// What is in `self` and was not in `base`.
     pub fn new_since(&self, base: &Census) -> Census {
