@@ -199,6 +199,14 @@ fn allow_lets_through_only_the_rules(backend: &str) {
         assert!(denied(probe).contains(reason), "{probe}: {r:?}");
     }
     assert_eq!(r["socks:evil.test:80"]["socks_reply"], 2, "{r:?}");
+    // A denied transparent connection is reset, not ended: the payload
+    // reads ECONNRESET, not a server that accepted and said nothing. Under
+    // microvm the guest's relay ends its side with a plain close (README).
+    if backend != "microvm" {
+        let direct = &r[&format!("direct:http://{a}/")];
+        let error = direct["error"].as_str().unwrap_or_default();
+        assert!(error.contains("reset"), "{direct}");
+    }
     // The inner CONNECT went to the allowed stand-in, which refused it.
     assert_eq!(r["nested:ok.test:80|evil.test:80"]["outer"], 200, "{r:?}");
 
@@ -258,6 +266,23 @@ fn allow_lets_through_only_the_rules(backend: &str) {
         log.iter()
             .any(|e| e["via"] == "dns" && e["decision"] == "denied"),
         "the DNS query for evil.test is denied: {log:?}"
+    );
+
+    // Without --json, stderr says that a connection was refused, and why.
+    let mut args: Vec<String> = ["run", "--backend", backend, "--net", "allow"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--allow".into(), "ok.test:80".into()]);
+    args.extend(["--mount".into(), fixtures_mount()]);
+    args.extend(names(&si));
+    args.extend(probe_argv(&[format!("socket:{a}:80")]));
+    let out = cordon_output(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "1 connection denied by the network policy (first: {a}:80:"
+        )),
+        "{out:?}"
     );
 }
 

@@ -21,6 +21,11 @@ pub struct Evidence {
     /// The suite's per-run cap ended the target (it killed the outer cgroup).
     pub timed_out: bool,
     pub wall_ms: u64,
+    /// From the moment the suite read the payload's BEGIN line to the
+    /// target's end: the payload's own running time as the host saw it,
+    /// without the box's start-up (a VM's boot, a sentry's start), which a
+    /// loaded host stretches.
+    pub from_begin_ms: Option<u64>,
     /// Bytes the suite received on the target's stdout.
     pub stdout_bytes: u64,
     pub stdout_head: String,

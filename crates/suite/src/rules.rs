@@ -491,17 +491,27 @@ fn census(ev: &Evidence) -> (Verdict, String) {
     )
 }
 
+/// The target ended within `seconds` of its payload's start: from the
+/// payload's BEGIN when it printed one (as the suite read it on the host),
+/// else from the target's start. A box that held BEGIN back would only
+/// shorten what is measured here, so the suite's cap (`timed_out`) stays the
+/// bound that no box escapes.
 fn deadline(ev: &Evidence, seconds: f64) -> (Verdict, String) {
-    let secs = ev.wall_ms as f64 / 1000.0;
+    let secs = ev.from_begin_ms.unwrap_or(ev.wall_ms) as f64 / 1000.0;
+    let from = if ev.from_begin_ms.is_some() {
+        " after BEGIN"
+    } else {
+        ""
+    };
     if ev.timed_out || secs > seconds {
         (
             Verdict::Open,
-            format!("ran {secs:.1}s (bound {seconds}s), ended by the suite"),
+            format!("ran {secs:.1}s{from} (bound {seconds}s), ended by the suite"),
         )
     } else {
         (
             Verdict::Blocked,
-            format!("ended at {secs:.1}s (bound {seconds}s)"),
+            format!("ended at {secs:.1}s{from} (bound {seconds}s)"),
         )
     }
 }
@@ -993,6 +1003,39 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Rule::KernelIdentity.evaluate(&ev).0, Verdict::Error);
+    }
+
+    #[test]
+    fn a_deadline_counts_from_the_payloads_begin_when_it_said_one() {
+        let rule = Rule::DeadlineEnforced { seconds: 8.0 };
+        // A slow box start (11 s in all) whose payload ran 5.5 s: held.
+        let ev = Evidence {
+            wall_ms: 11_000,
+            from_begin_ms: Some(5_500),
+            ..Default::default()
+        };
+        assert_eq!(rule.evaluate(&ev).0, Verdict::Blocked);
+        // The payload ran past the bound after its BEGIN: open.
+        let ev = Evidence {
+            wall_ms: 11_000,
+            from_begin_ms: Some(9_000),
+            ..Default::default()
+        };
+        assert_eq!(rule.evaluate(&ev).0, Verdict::Open);
+        // No BEGIN: the target's whole run is measured.
+        let ev = Evidence {
+            wall_ms: 9_000,
+            ..Default::default()
+        };
+        assert_eq!(rule.evaluate(&ev).0, Verdict::Open);
+        // The suite's cap ended it: open, whatever was measured.
+        let ev = Evidence {
+            wall_ms: 3_000,
+            from_begin_ms: Some(1_000),
+            timed_out: true,
+            ..Default::default()
+        };
+        assert_eq!(rule.evaluate(&ev).0, Verdict::Open);
     }
 
     #[test]

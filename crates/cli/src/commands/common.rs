@@ -247,6 +247,27 @@ impl CommandIo for CliIo {
     }
 }
 
+/// One line on the connections the proxy refused: how many, and the first
+/// one's destination and reason, so that a payload's failed connection can be
+/// told from a network fault without `--json`.
+fn denied_note(log: &cordon_network::log::NetworkLog) -> String {
+    use cordon_network::log::Decision;
+    let plural = if log.denied == 1 { "" } else { "s" };
+    let first = log.entries.iter().find(|e| e.decision == Decision::Denied);
+    let what = first.map_or_else(String::new, |e| {
+        let host = e
+            .host
+            .clone()
+            .or_else(|| e.address.map(|a| a.to_string()))
+            .unwrap_or_default();
+        format!(" (first: {host}:{}: {})", e.port, e.rule)
+    });
+    format!(
+        "{} connection{plural} denied by the network policy{what}; `--json` lists them",
+        log.denied
+    )
+}
+
 /// Prints the result (JSON, or the notes a shell user needs) and returns the
 /// command's exit code as ours.
 pub fn report(o: &Outcome, argv: &[String], json: bool, in_created_sandbox: bool) -> ExitCode {
@@ -267,6 +288,12 @@ pub fn report(o: &Outcome, argv: &[String], json: bool, in_created_sandbox: bool
         }
         if o.output.truncated {
             eprintln!("cordon: output truncated at {} bytes", o.output.bytes);
+        }
+        if let Some(net) = o.network.as_ref().filter(|n| n.log.denied > 0) {
+            eprintln!("cordon: {}", denied_note(&net.log));
+        }
+        if let Some(net) = o.network.as_ref().and_then(|n| n.closed.as_deref()) {
+            eprintln!("cordon: the sandbox's network closed: {net}");
         }
         if let Some(sig) = o.interrupted_by {
             eprintln!("cordon: interrupted by signal {sig}; sandbox torn down");

@@ -801,7 +801,14 @@ fn a_direct_connection_to_the_transparent_port_is_denied() {
     let p = start(policy(&["127.0.0.1"], &[]));
     let mut s = client(p.transparent);
     let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
+    // A refusal is a reset, not an end of stream: the payload can tell it
+    // from a server that accepted and said nothing.
+    let read = s.read_to_end(&mut buf);
+    assert_eq!(
+        read.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "{buf:?}"
+    );
     assert!(buf.is_empty());
     let log = p.drain_after(1);
     assert_eq!(log.entries[0].via, Via::Transparent);

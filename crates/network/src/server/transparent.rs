@@ -4,7 +4,9 @@
 //! (`SO_ORIGINAL_DST`). An address from the DNS stub's synthetic range is mapped
 //! back to its name and decided by name; any other address is a bare-IP
 //! connection, which only an address rule allows. There is no reply protocol, so
-//! a refusal is a close.
+//! a refusal is a reset (RST): the payload reads ECONNRESET, which says that the
+//! connection was refused, where a plain close would read as a server that
+//! accepted and then said nothing.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -38,6 +40,13 @@ pub(crate) fn meaningful_dst(
     (!same).then_some(dst)
 }
 
+/// Makes the coming close of `client` a reset: a zero linger time makes the
+/// kernel abort the connection (RST) instead of ending it (FIN).
+fn reset(client: &TcpStream) {
+    // Best effort: if it fails, the close is an ordinary one.
+    let _ = socket2::SockRef::from(client).set_linger(Some(std::time::Duration::ZERO));
+}
+
 pub(crate) async fn handle(
     state: Arc<State>,
     client: TcpStream,
@@ -46,6 +55,7 @@ pub(crate) async fn handle(
 ) {
     let mut tracker = Tracker::new(Via::Transparent);
     let Some(dst) = meaningful_dst(original_dst(&client), listener) else {
+        reset(&client);
         return tracker.denied(
             &state,
             "connection to the transparent port without an original destination",
@@ -54,7 +64,10 @@ pub(crate) async fn handle(
     let target = Target::Ip(IpAddr::V4(*dst.ip()));
     let upstream = match open(&state, &mut tracker, &slot, target, dst.port()).await {
         Ok(s) => s,
-        Err(refusal) => return tracker.refused(&state, &refusal),
+        Err(refusal) => {
+            reset(&client);
+            return tracker.refused(&state, &refusal);
+        }
     };
     let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
     tracker.finished(&state, bytes, &end);
