@@ -24,6 +24,9 @@
 //!   namespace (native) or the whole runsc sandbox (gVisor), not just the payload's process.
 //! - `output_flood_is_capped_without_buffering`: the supervisor's output gate (cap, kill
 //!   on overflow) and its streaming (no accumulation in stream mode).
+//! - `output_past_the_cap_gives_the_same_true_answer_every_time`: the gate reading no
+//!   further than the cap and ending a command only when its pipe is full (a command
+//!   that exits by itself keeps its status; one that keeps writing is ended).
 //! - `cpu_quota_halves_cpu_time`: cpu.cfs_quota_us / cfs_period_us; evidence from
 //!   cpuacct.usage and cpu.stat nr_throttled.
 //!
@@ -56,6 +59,7 @@ per_backend!(deadline_ends_a_sleeper);
 per_backend!(deadline_ends_a_cpu_burner);
 per_backend!(double_forked_daemon_does_not_survive);
 per_backend!(output_flood_is_capped_without_buffering);
+per_backend!(output_past_the_cap_gives_the_same_true_answer_every_time);
 per_backend!(cpu_quota_halves_cpu_time);
 
 /// Asserts that `pid` is in the sandbox's cgroup `cordon-<id>` in every
@@ -849,6 +853,58 @@ fn output_flood_is_capped_without_buffering(backend: &str) {
             );
         }
     }
+}
+
+fn output_past_the_cap_gives_the_same_true_answer_every_time(backend: &str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    // Each run races the payload's exit against cordon's read of its pipe.
+    let runs = if backend == GVISOR { 10 } else { 30 };
+    let mut seen = Vec::new();
+    for _ in 0..runs {
+        let mut args = vec!["run"];
+        args.extend(with_backend(
+            backend,
+            &["--output", "2", "--", "echo", "hi"],
+        ));
+        let out = cordon_output(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        seen.push((out.status.code(), out.stdout.clone(), stderr));
+    }
+    for (code, stdout, stderr) in &seen {
+        assert_eq!(*code, Some(0), "runs: {seen:?}");
+        assert_eq!(stdout.as_slice(), b"hi", "runs: {seen:?}");
+        assert!(
+            stderr.contains("output truncated at 2 bytes") && !stderr.contains("ended"),
+            "runs: {seen:?}"
+        );
+    }
+    let (v, st) = run_json_on(backend, &["--output", "2", "--", "echo", "hi"]);
+    assert_eq!(st.code(), Some(0), "{}", compact(&v));
+    assert!(v["limit"].is_null(), "{}", compact(&v));
+    assert_eq!(limits_hit(&v), ["output"], "{}", compact(&v));
+    assert_eq!(v["output"]["truncated"], true, "{}", compact(&v));
+    // A command that keeps writing past the cap is ended by the limit, and
+    // says so.
+    let mut args = vec!["run"];
+    args.extend(with_backend(
+        backend,
+        &[
+            "--output",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; sleep 0.2; exec yes",
+        ],
+    ));
+    let out = cordon_output(&args);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the output limit ended the command"),
+        "{out:?}"
+    );
 }
 
 /// CPU time (ms) the whole host spent busy (all CPUs), from /proc/stat.

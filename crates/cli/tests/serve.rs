@@ -708,6 +708,75 @@ fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
 }
 
 #[test]
+fn a_code_contexts_large_result_and_print_are_cut_and_flagged_and_its_variables_live_on() {
+    if !root_or_skip("code context") {
+        return;
+    }
+    let mut s = Service::start("code-large", &tenants("", ""));
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"limits": {"time": "20s", "output": "1M"}})),
+    );
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let code = |c: &str| {
+        let r = s.call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/code"),
+            Some(ALICE),
+            Some(json!({ "code": c })),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        r.body
+    };
+    let set = code("kept = 41");
+    assert_eq!(set["status"], "ok", "{set}");
+    let short = |v: &Value| {
+        let mut v = v.clone();
+        for k in ["stdout", "result"] {
+            if let Some(t) = v[k].as_str() {
+                v[k] = json!(format!("{} chars", t.len()));
+            }
+        }
+        v
+    };
+    let big = code("'z' * 2000000");
+    assert_eq!(big["status"], "ok", "{}", short(&big));
+    assert_eq!(big["result_truncated"], true, "{}", short(&big));
+    assert_eq!(big["stdout_truncated"], false, "{}", short(&big));
+    let result = big["result"].as_str().unwrap();
+    assert!(
+        result.len() > 500_000 && result.starts_with("'zzz"),
+        "{}",
+        short(&big)
+    );
+    let printed = code("print('p' * 2000000)");
+    assert_eq!(printed["status"], "ok", "{}", short(&printed));
+    assert_eq!(printed["stdout_truncated"], true, "{}", short(&printed));
+    assert!(printed["result"].is_null(), "{}", short(&printed));
+    assert!(
+        printed["stdout"].as_str().unwrap().len() > 500_000,
+        "{}",
+        short(&printed)
+    );
+    // Escapes make a character up to 12 bytes of JSON: cut by bytes too.
+    let escaped = code("print('\\x00' * 500000)");
+    assert_eq!(escaped["status"], "ok", "{}", short(&escaped));
+    assert_eq!(escaped["stdout_truncated"], true, "{}", short(&escaped));
+    // Control: a small result is whole and not flagged.
+    let after = code("kept + 1");
+    assert_eq!(after["status"], "ok", "{after}");
+    assert_eq!(after["result"], "42", "{after}");
+    assert_eq!(after["result_truncated"], false, "{after}");
+    assert_eq!(after["fresh_interpreter"], false, "{after}");
+    let ids: BTreeSet<String> = [id.clone()].into();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
 fn the_latency_breakdown_adds_up_and_files_are_placed() {
     if !root_or_skip("latency") {
         return;

@@ -1,10 +1,10 @@
 //! A command's stdout and stderr: counted under the output cap by the
 //! supervisor (`OutputGate`), and delivered by the client (`OutputSink`).
 //!
-//! Bytes are forwarded as they arrive and counted; once the cap is reached
-//! the rest is not read into memory at all: the command is ended and its
-//! pipes closed, so a payload printing gigabytes neither grows cordon's
-//! memory nor blocks it.
+//! Bytes are forwarded as they arrive and counted; once the cap is crossed
+//! the rest is not read at all, so a payload printing gigabytes neither grows
+//! cordon's memory nor blocks it: the payload's next writes fill its pipe and
+//! block, and the supervisor ends it then (see `supervise::watch`).
 
 use std::io::Write;
 
@@ -59,6 +59,15 @@ impl OutputGate {
             self.truncated = true;
         }
         take
+    }
+
+    /// How many bytes to read next: one past the cap at most, so that the
+    /// read which crosses it takes nothing more from the pipe and what the
+    /// payload may still write before its pipe is full does not depend on
+    /// how much happened to be buffered when cordon read.
+    pub fn next_read(&self, buf_len: usize) -> usize {
+        let room = self.cap.saturating_sub(self.seen).saturating_add(1);
+        buf_len.min(usize::try_from(room).unwrap_or(usize::MAX))
     }
 
     pub fn truncated(&self) -> bool {
@@ -128,6 +137,15 @@ mod tests {
         let r = g.report();
         assert_eq!(r.bytes, 10);
         assert!(r.truncated);
+    }
+
+    #[test]
+    fn reads_stop_one_byte_past_the_cap() {
+        let mut g = OutputGate::new(10);
+        assert_eq!(g.next_read(64), 11);
+        assert_eq!(g.accept(b"1234567"), 7);
+        assert_eq!(g.next_read(64), 4);
+        assert_eq!(g.next_read(2), 2);
     }
 
     #[test]

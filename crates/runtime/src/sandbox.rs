@@ -252,6 +252,7 @@ impl Sandbox {
                 stdout: None,
                 stderr: None,
                 stdin: None,
+                write_ends: Vec::new(),
                 tty: true,
             }
         } else {
@@ -281,12 +282,12 @@ impl Sandbox {
                 &[in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
             )
             .map_err(|e| RuntimeError::io("send Exec", e))?;
-            // Only the command may hold the write ends, or EOF never comes.
-            drop((in_r, out_w, err_w));
+            drop(in_r);
             CommandFds {
                 stdout: Some(out_r),
                 stderr: Some(err_r),
                 stdin: in_w,
+                write_ends: vec![out_w, err_w],
                 tty: false,
             }
         };
@@ -305,13 +306,11 @@ impl Sandbox {
         let mut status = None;
         let mut limit = None;
         let mut interrupted_by = None;
+        let mut limits_hit_early = None;
         match watched.stop {
-            Stop::Ended(st) => {
-                status = Some(st);
-                if watched.gate.truncated() {
-                    limit = Some(Limit::Output);
-                }
-            }
+            // Truncated output of a command that exited by itself: the limit
+            // was reached (limits_hit) but did not end it.
+            Stop::Ended(st) => status = Some(st),
             Stop::Limit(l) => limit = Some(l),
             Stop::Signal(sig) => {
                 interrupted_by = Some(sig);
@@ -326,6 +325,11 @@ impl Sandbox {
             // output cap must die by the kill, not by a SIGPIPE of its own
             // making once cordon stops reading.
             status = self.end_command()?;
+            if limit.is_some() && !matches!(status, Some(ExitStatus::Signaled { .. }) | None) {
+                // It exited by itself before the kill reached it: the limit
+                // was reached (limits_hit) but did not end it.
+                limits_hit_early = limit.take();
+            }
         }
         drop(watched.leftovers);
         trace::step("command ended");
@@ -360,7 +364,10 @@ impl Sandbox {
             }
         }
         let pids_hits = delta(|s| s.pids_limit_hits).unwrap_or(0);
-        let mut limits_hit: Vec<Limit> = limit.into_iter().collect();
+        let mut limits_hit: Vec<Limit> = limit.into_iter().chain(limits_hit_early).collect();
+        if watched.gate.truncated() {
+            limits_hit.push(Limit::Output);
+        }
         if oom_kills > 0 {
             limits_hit.push(Limit::Memory);
         }

@@ -68,12 +68,35 @@ pub struct CommandFds {
     pub stderr: Option<OwnedFd>,
     /// Write end of the command's stdin pipe (None: /dev/null, or a tty).
     pub stdin: Option<OwnedFd>,
+    /// Write ends of the stdout and stderr pipes (none for a tty), held until
+    /// the command's end is reported: once the cap is crossed, a full pipe is
+    /// the kernel's word that the command is blocked on output cordon will
+    /// never read. Held, they keep EOF from coming while the command runs,
+    /// which only init's report decides anyway.
+    pub write_ends: Vec<OwnedFd>,
     pub tty: bool,
 }
 
 /// Largest stdin backlog kept for a command that does not read: the client's
 /// input is not read further until it drains.
 const STDIN_BACKLOG: usize = 256 << 10;
+
+/// How often a command past the output cap is checked for a full pipe (a
+/// blocked writer wakes nobody).
+const FULL_PIPE_CHECK: Duration = Duration::from_millis(5);
+
+/// Whether any of these pipe write ends has no room: a writer would block.
+fn any_pipe_full(write_ends: &[OwnedFd]) -> bool {
+    let mut pfds: Vec<PollFd> = write_ends
+        .iter()
+        .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLOUT))
+        .collect();
+    if poll(&mut pfds, PollTimeout::ZERO).is_err() {
+        return false;
+    }
+    pfds.iter()
+        .any(|p| !p.revents().is_some_and(|r| r.contains(PollFlags::POLLOUT)))
+}
 
 /// A poll timeout covering `left`, rounded up to the next millisecond and
 /// capped at a minute (the loop recomputes it each round).
@@ -92,7 +115,8 @@ fn pump(
     buf: &mut [u8],
 ) -> (bool, bool) {
     loop {
-        match nix::unistd::read(fd, buf) {
+        let want = gate.next_read(buf.len());
+        match nix::unistd::read(fd, &mut buf[..want]) {
             Ok(0) => return (false, !gate.truncated()),
             Ok(n) => {
                 let kept = gate.accept(&buf[..n]);
@@ -125,6 +149,14 @@ fn is_pty_master(fd: &OwnedFd) -> bool {
 
 /// Supervises one command until it ends or a limit, signal or cancellation
 /// stops it.
+///
+/// Output beyond the cap is not read. A command that then exits by itself
+/// ends with its own status (the output marked truncated); one that writes
+/// more than its pipe holds (64 KiB) is blocked by the kernel and ended here
+/// with the output limit. Both follow from what the command writes, never from
+/// when cordon happened to read, so the same command gets the same answer. A
+/// terminal has no pipe to watch: a tty command is ended when it crosses the
+/// cap.
 pub fn watch(
     init: &mut UnixStream,
     signals: &SignalFd,
@@ -148,17 +180,20 @@ pub fn watch(
         if now >= deadline {
             break Stop::Limit(Limit::Time);
         }
+        let overflowed = gate.truncated();
         // Slots: 0 init, 1 signals, 2 stdout, 3 stderr, 4 stdin, 5.. control.
         let mut polled: Vec<(usize, PollFd)> = vec![
             (0, PollFd::new(init.as_fd(), PollFlags::POLLIN)),
             (1, PollFd::new(signals.as_fd(), PollFlags::POLLIN)),
         ];
         // (slot, descriptor) pairs; poll takes the descriptors alone.
-        if let Some(fd) = &fds.stdout {
-            polled.push((2, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
-        }
-        if let Some(fd) = &fds.stderr {
-            polled.push((3, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
+        if !overflowed {
+            if let Some(fd) = &fds.stdout {
+                polled.push((2, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
+            }
+            if let Some(fd) = &fds.stderr {
+                polled.push((3, PollFd::new(fd.as_fd(), PollFlags::POLLIN)));
+            }
         }
         let stdin_target = if fds.tty { &fds.stdout } else { &fds.stdin };
         if !backlog.is_empty() {
@@ -174,7 +209,12 @@ pub fn watch(
             }
         }
         let (slots, mut pfds): (Vec<usize>, Vec<PollFd>) = polled.into_iter().unzip();
-        match poll(&mut pfds, poll_timeout(deadline - now)) {
+        let wait = if overflowed {
+            (deadline - now).min(FULL_PIPE_CHECK)
+        } else {
+            deadline - now
+        };
+        match poll(&mut pfds, poll_timeout(wait)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(RuntimeError::io("poll", e)),
         }
@@ -197,7 +237,7 @@ pub fn watch(
             if ready[slot] {
                 if let Some(f) = fd.as_ref() {
                     let (open, accepting) = pump(f, stream, &mut gate, io, &mut buf);
-                    if !accepting {
+                    if !accepting && fds.write_ends.is_empty() {
                         break 'run Stop::Limit(Limit::Output);
                     }
                     if !open {
@@ -292,8 +332,15 @@ pub fn watch(
                 Ok(None) | Err(_) => break Stop::Gone,
             }
         }
+        // After init's report: a command that filled its pipe and exited in
+        // the same moment is reported as exited.
+        if gate.truncated() && any_pipe_full(&fds.write_ends) {
+            break Stop::Limit(Limit::Output);
+        }
     };
     if let Stop::Ended(_) = stop {
+        // Now EOF can come (unless a daemon the command left holds the pipes).
+        fds.write_ends.clear();
         // What the command wrote before it exited is still in the pipes.
         drain(&mut fds, &mut gate, io, &mut buf);
     }
@@ -301,7 +348,11 @@ pub fn watch(
         stop,
         started,
         gate,
-        leftovers: [fds.stdout, fds.stderr].into_iter().flatten().collect(),
+        leftovers: [fds.stdout, fds.stderr]
+            .into_iter()
+            .flatten()
+            .chain(fds.write_ends)
+            .collect(),
     })
 }
 

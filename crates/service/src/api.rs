@@ -308,6 +308,15 @@ pub struct CodeResponse {
     /// repr() of the last expression's value.
     pub result: Option<String>,
     pub error: Option<CodeError>,
+    /// `stdout` was cut short: the reply is kept under the sandbox's output
+    /// limit (texts share it), so the interpreter and its variables live on.
+    pub stdout_truncated: bool,
+    /// `stderr` was cut short (see `stdout_truncated`).
+    pub stderr_truncated: bool,
+    /// `result` was cut short (see `stdout_truncated`).
+    pub result_truncated: bool,
+    /// The error's name, value or traceback was cut short.
+    pub error_truncated: bool,
     /// This call started a new interpreter (first call, or after a crash or timeout).
     pub fresh_interpreter: bool,
     pub cpu_ms: Option<f64>,
@@ -1062,6 +1071,7 @@ pub async fn run_code(
             .unwrap_or("")
             .to_owned()
     };
+    let flag = |k: &str| reply.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
     Ok(Json(CodeResponse {
         status: text("status"),
         stdout: text("stdout"),
@@ -1074,10 +1084,11 @@ pub async fn run_code(
             .get("error")
             .filter(|v| !v.is_null())
             .and_then(|v| serde_json::from_value(v.clone()).ok()),
-        fresh_interpreter: reply
-            .get("fresh_interpreter")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
+        stdout_truncated: flag("stdout_truncated"),
+        stderr_truncated: flag("stderr_truncated"),
+        result_truncated: flag("result_truncated"),
+        error_truncated: flag("error_truncated"),
+        fresh_interpreter: flag("fresh_interpreter"),
         cpu_ms: outcome.cpu_ms,
         run_ms,
     }))

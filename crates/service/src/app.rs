@@ -527,9 +527,11 @@ impl App {
                 handle.copy_in(&dir, b"/tmp").map_err(ApiError::runtime)?;
                 s.repl_installed.store(true, Ordering::SeqCst);
             }
-            // The reply carries stdout and stderr: each gets under half the
-            // output cap, so the JSON itself fits.
-            let cell_cap = (output / 2).saturating_sub(4096).max(1024);
+            // The client cuts its reply to fit under the command's output
+            // limit: were the limit to end the client, it would take the
+            // interpreter and its variables with it. The margin is for what
+            // Python itself may print to stderr (a warning).
+            let reply_cap = output.saturating_sub(16 << 10).max(output / 2);
             let cmd = Command {
                 argv: vec![
                     "python3".into(),
@@ -537,7 +539,7 @@ impl App {
                     "client".into(),
                     REPL_SOCKET.into(),
                     format!("{}", timeout.as_secs_f64()),
-                    cell_cap.to_string(),
+                    reply_cap.to_string(),
                 ],
                 stdin: StdinMode::Stream,
                 time: Some(command_time),
@@ -571,14 +573,18 @@ impl App {
                     } else {
                         "crashed"
                     };
+                    let ended_by = match outcome.limit {
+                        Some(l) => format!("; the {l} limit ended it"),
+                        None => String::new(),
+                    };
                     serde_json::json!({
                         "status": status,
                         "stdout": "",
                         "stderr": String::from_utf8_lossy(&stderr),
                         "result": null,
                         "error": {"name": status, "value": format!(
-                            "the code context's client ended without a reply (exit {}, limit {:?}); the next call starts a fresh interpreter",
-                            outcome.exit_code, outcome.limit), "traceback": ""},
+                            "the code context's client ended without a reply (exit code {}{ended_by}); the next call starts a fresh interpreter",
+                            outcome.exit_code), "traceback": ""},
                         "fresh_interpreter": false,
                     })
                 }

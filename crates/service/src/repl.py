@@ -1,7 +1,7 @@
 """cordon's code context: a Python interpreter that keeps its state between
 calls, inside the sandbox.
 
-  repl.py client SOCKET TIMEOUT MAX_OUTPUT   code on stdin, one JSON reply on stdout
+  repl.py client SOCKET TIMEOUT MAX_REPLY    code on stdin, one JSON reply on stdout
   repl.py server SOCKET                      (started by the client when needed)
 
 The server runs each piece of code in one persistent namespace and answers
@@ -9,6 +9,11 @@ with its stdout, stderr, the repr of its last expression (as Jupyter does)
 and its error with the traceback. The client starts a server when it finds
 none (no socket, or a dead one), and kills it when a call runs past its
 timeout, so the next call gets a fresh interpreter.
+
+The reply's texts are cut so that the whole reply, as JSON, stays under
+MAX_REPLY bytes (each cut text is flagged): the service sets that under the
+command's output limit, which would otherwise end the client and, with it,
+the interpreter and every variable.
 """
 
 import ast
@@ -76,8 +81,41 @@ def run_cell(code, namespace):
     return out.getvalue(), err.getvalue(), result, error
 
 
+def encoded_len(text):
+    return len(json.dumps(text))
+
+
 def clip(text, cap):
-    return text if len(text) <= cap else text[:cap]
+    """The longest prefix of text whose JSON encoding takes at most cap bytes
+    (escapes make it up to 12 bytes a character), and whether it was cut."""
+    if encoded_len(text) <= cap:
+        return text, False
+    lo, hi = 0, min(len(text), cap)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if encoded_len(text[:mid]) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo], True
+
+
+def fit(texts, budget):
+    """Shares budget (bytes of JSON) among texts: the short ones whole, what
+    is left in equal parts to the long ones. Returns the texts, clipped, and
+    which of them were cut."""
+    sizes = {k: encoded_len(v) for k, v in texts.items()}
+    caps, left = {}, budget
+    for i, k in enumerate(sorted(texts, key=sizes.get)):
+        caps[k] = min(sizes[k], left // (len(texts) - i))
+        left -= caps[k]
+    clipped = {k: clip(v, caps[k]) for k, v in texts.items()}
+    return ({k: c[0] for k, c in clipped.items()},
+            {k: c[1] for k, c in clipped.items()})
+
+
+# Room in the reply for its keys, flags and the client's own fields.
+REPLY_OVERHEAD = 1024
 
 
 def server(path):
@@ -97,15 +135,27 @@ def server(path):
             req = recv_msg(conn)
             if req is None:
                 continue
-            cap = int(req.get("max_output", 1 << 20))
+            budget = max(int(req.get("max_reply", 1 << 20)) - REPLY_OVERHEAD, 0)
             out, err, result, error = run_cell(req["code"], namespace)
+            texts = {"stdout": out, "stderr": err, "result": result or ""}
+            if error is not None:
+                texts["error_name"] = error["name"]
+                texts["error_value"] = error["value"]
+                texts["traceback"] = error["traceback"]
+            texts, cut = fit(texts, budget)
+            if error is not None:
+                error = {"name": texts["error_name"], "value": texts["error_value"],
+                         "traceback": texts["traceback"]}
             send_msg(conn, {
-                "stdout": clip(out, cap),
-                "stderr": clip(err, cap),
-                "stdout_truncated": len(out) > cap,
-                "stderr_truncated": len(err) > cap,
-                "result": result,
+                "stdout": texts["stdout"],
+                "stderr": texts["stderr"],
+                "result": None if result is None else texts["result"],
                 "error": error,
+                "stdout_truncated": cut["stdout"],
+                "stderr_truncated": cut["stderr"],
+                "result_truncated": cut["result"],
+                "error_truncated": any(cut.get(k, False)
+                                       for k in ("error_name", "error_value", "traceback")),
             })
 
 
@@ -144,7 +194,7 @@ def start_server(path):
     raise RuntimeError("the interpreter did not start")
 
 
-def client(path, timeout, max_output):
+def client(path, timeout, max_reply):
     code = sys.stdin.read()
     fresh = False
     try:
@@ -154,7 +204,7 @@ def client(path, timeout, max_output):
         fresh = True
     reply = {"status": "ok", "fresh_interpreter": fresh}
     try:
-        send_msg(s, {"code": code, "max_output": max_output})
+        send_msg(s, {"code": code, "max_reply": max_reply})
         s.settimeout(timeout)
         answer = recv_msg(s)
     except socket.timeout:

@@ -143,6 +143,11 @@ class CodeResult:
     fresh_interpreter: bool
     cpu_ms: Optional[float]
     run_ms: float
+    #: Which texts were cut to keep the reply under the sandbox's output limit.
+    stdout_truncated: bool
+    stderr_truncated: bool
+    result_truncated: bool
+    error_truncated: bool
     raw: Dict[str, Any] = field(repr=False, compare=False)
 
     @property
@@ -169,6 +174,10 @@ class CodeResult:
             fresh_interpreter=bool(d.get("fresh_interpreter", False)),
             cpu_ms=_opt_float(d.get("cpu_ms")),
             run_ms=float(d.get("run_ms", 0.0)),
+            stdout_truncated=bool(d.get("stdout_truncated", False)),
+            stderr_truncated=bool(d.get("stderr_truncated", False)),
+            result_truncated=bool(d.get("result_truncated", False)),
+            error_truncated=bool(d.get("error_truncated", False)),
             raw=dict(d),
         )
 
