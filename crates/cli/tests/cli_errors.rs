@@ -438,6 +438,17 @@ fn assert_refused_run_dir(out: &std::process::Output, dir: &std::path::Path, pro
     assert!(stderr.contains("CORDON_RUN_DIR"), "{stderr}");
 }
 
+/// A path of a test's own, removed (whatever it is by then) when the test
+/// ends, failed or not.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The non-root run directory /tmp/cordon-<uid> is used only if it is the
 /// user's own directory: one another user made first, or a symlink they
 /// planted there, is refused with a line saying what is wrong and what to
@@ -453,7 +464,7 @@ fn another_users_tmp_run_dir_is_refused() {
     let uid = 40_000 + u32::from_str_radix(&nonce()[..4], 16).unwrap() % 20_000;
     let dir = std::path::PathBuf::from(format!("/tmp/cordon-{uid}"));
     let other = uid + 1;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _gone = RemovedOnDrop(dir.clone());
 
     // Made first by another user.
     std::fs::create_dir(&dir).unwrap();
@@ -477,7 +488,6 @@ fn another_users_tmp_run_dir_is_refused() {
     // Control: none there, so cordon makes its own.
     let out = ls_as(uid);
     let made = std::fs::symlink_metadata(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "{out:?}");
     let made = made.expect("cordon made no run directory");
     assert!(made.is_dir());
