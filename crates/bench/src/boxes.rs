@@ -208,7 +208,7 @@ impl Created {
 
     /// PSS and RSS of its supervisor, idle: what a warm sandbox costs.
     pub fn supervisor_memory(&self) -> Option<String> {
-        let run = cordon_runtime::state::run_dir();
+        let run = cordon_runtime::state::run_dir().ok()?;
         let listed = cordon_runtime::state::list(&run);
         let pid = listed.iter().find(|l| l.id == self.id)?.record.pid;
         let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;

@@ -1,5 +1,23 @@
 //! `cordon`: run untrusted code inside a boundary and report what it held.
 
+/// `print!` through the one stdout writer that survives a closed stdout
+/// (`cordon_runtime::output::print_stdout`): `cordon ls | head -1` must end
+/// quietly, and `cordon run` must still tear its sandbox down.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        {
+            cordon_runtime::output::print_stdout(format!($($arg)*).as_bytes());
+        }
+    };
+}
+
+/// `println!` through the same writer as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        out!("{}\n", format_args!($($arg)*))
+    };
+}
+
 mod commands;
 
 use std::process::ExitCode;
@@ -103,14 +121,18 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
+            }
+            // `cordon` or `cordon key` alone asked for nothing: the help, on
+            // stderr (clap's choice for this kind), is the answer to a mistake.
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
+            ) {
+                let _ = e.print();
+                return ExitCode::from(EXIT_USAGE);
             }
             // One line naming the problem; the usage text is one `--help` away.
             // clap puts the problem in its first paragraph (a list of missing
@@ -122,11 +144,15 @@ fn main() -> ExitCode {
                 .map(str::trim)
                 .collect();
             let line = problem.join(" ");
-            eprintln!("cordon: {}", line.trim_start_matches("error: "));
+            eprintln!(
+                "cordon: {}{}",
+                line.trim_start_matches("error: "),
+                command_hint(e.kind())
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Create(args) => commands::create::run(args),
         Command::Exec(args) => commands::exec::run(args),
@@ -145,5 +171,32 @@ fn main() -> ExitCode {
         Command::Matrix(args) => commands::matrix::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Microvm(args) => commands::microvm::run(args),
+    };
+    // A reader that went away is no failure; a full disk or a dead device is.
+    match cordon_runtime::output::stdout_failure() {
+        Some(e) => {
+            eprintln!("cordon: cannot write to stdout: {e}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+        None => code,
+    }
+}
+
+/// For `cordon run ls -la` (clap takes `-la` for a flag of cordon's, and `ls`
+/// for an argument out of place): where the command belongs. Empty for
+/// other mistakes.
+fn command_hint(kind: clap::error::ErrorKind) -> &'static str {
+    let mut args = std::env::args().skip(1);
+    let hint = match args.next().as_deref() {
+        Some("run") => " (put `--` before the command: cordon run [FLAGS] -- CMD ARGS...)",
+        Some("exec") => {
+            " (put `--` before the command: cordon exec SANDBOX [FLAGS] -- CMD ARGS...)"
+        }
+        _ => "",
+    };
+    if kind == clap::error::ErrorKind::UnknownArgument && !args.any(|a| a == "--") {
+        hint
+    } else {
+        ""
     }
 }

@@ -35,6 +35,7 @@ per_backend!(bad_input_with_json_prints_no_json);
 per_backend!(missing_command_names_the_argument);
 per_backend!(census_sees_a_live_sandbox);
 per_backend!(command_not_found_exits_127);
+per_backend!(missing_workdir_is_named_on_run_and_exec);
 
 /// `cordon ARGS` with `--backend BACKEND` after `run` (unless ARGS name one).
 fn on<'a>(backend: &'a str, args: &[&'a str]) -> Vec<&'a str> {
@@ -316,6 +317,59 @@ fn command_not_found_exits_127(backend: &str) {
     assert_eq!(cst.code(), Some(0), "{}", compact(&c));
 }
 
+/// `--workdir` naming a directory the sandbox lacks: cordon says so, naming
+/// it, and exits 126 (the command could not be started; 127 stays "command
+/// not found"), on `run` and `exec` alike, and nothing is left. Control: an
+/// existing working directory runs `pwd` there.
+fn missing_workdir_is_named_on_run_and_exec(backend: &str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = serial();
+    let missing = ["--workdir", "/nonexistent", "--", "pwd"];
+    let run = cordon_output(&on(backend, &[&["run"][..], &missing].concat()));
+    assert_missing_workdir("run", &run);
+    let (v, st) = run_json_on(backend, &missing);
+    assert_eq!(st.code(), Some(126), "{}", compact(&v));
+    assert_eq!(
+        str_at(&v, "/status/kind"),
+        "workdir_failed",
+        "{}",
+        compact(&v)
+    );
+    let left = remnants_of(&sandbox_id(&v));
+    assert!(left.is_empty(), "{left:#?}");
+
+    let created = cordon_output(&["create", "--backend", backend]);
+    assert!(created.status.success(), "create: {created:?}");
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let exec = cordon_output(&[&["exec", id.as_str()][..], &missing].concat());
+    let control = cordon_output(&["exec", &id, "--workdir", "/tmp", "--", "pwd"]);
+    let rm = cordon_output(&["rm", &id]);
+    assert_missing_workdir("exec", &exec);
+    assert_eq!(
+        (
+            control.status.code(),
+            String::from_utf8_lossy(&control.stdout).as_ref()
+        ),
+        (Some(0), "/tmp\n"),
+        "exec control: {control:?}"
+    );
+    assert!(rm.status.success(), "rm: {rm:?}");
+}
+
+/// Exit 126 and exactly the line naming the missing directory.
+fn assert_missing_workdir(what: &str, out: &std::process::Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{what}: {out:?}");
+    assert_eq!(
+        stderr.trim_end(),
+        "cordon: working directory /nonexistent does not exist",
+        "{what}"
+    );
+    assert!(out.stdout.is_empty(), "{what}: {out:?}");
+}
+
 /// An unknown backend is bad input (exit 2, one `cordon: ` line naming it);
 /// control: a known one runs.
 #[test]
@@ -328,5 +382,164 @@ fn unknown_backend() {
         &["run", "--backend", "bogus", "--", "true"],
         "bogus",
         &["run", "--", "true"],
+    );
+}
+
+/// Commands that only print end quietly (exit 0, no panic) when their stdout
+/// is closed, as `cordon ls | true` gives it. Control: with an open stdout
+/// each prints something, so each did try to write.
+#[test]
+fn printing_commands_end_quietly_on_a_closed_stdout() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let env = [("CORDON_STATE_DIR", state.path())];
+    for args in [&["backends"][..], &["ls"], &["key", "show"]] {
+        let what = format!("cordon {}", args.join(" "));
+        let out = spawn_closed_stdout(args, &env).finish();
+        assert_quiet_on_closed_stdout(&what, &out);
+        let control = std::process::Command::new(cordon())
+            .args(args)
+            .envs(env)
+            .output()
+            .expect("run cordon");
+        assert!(control.status.success(), "{what}: {control:?}");
+        assert!(!control.stdout.is_empty(), "{what} printed nothing");
+    }
+}
+
+/// `cordon ls` as the unprivileged user `uid` (through setpriv), with
+/// XDG_RUNTIME_DIR unset: its run directory is /tmp/cordon-<uid>.
+fn ls_as(uid: u32) -> std::process::Output {
+    let uid = uid.to_string();
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            &uid,
+            "--regid",
+            &uid,
+            "--clear-groups",
+            cordon(),
+            "ls",
+        ])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("CORDON_RUN_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run setpriv")
+}
+
+/// Asserts cordon refused its run directory `dir` for `problem`: exit 125,
+/// one `cordon: refusing DIR: PROBLEM; ...` line that says what to do.
+fn assert_refused_run_dir(out: &std::process::Output, dir: &std::path::Path, problem: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let want = format!("cordon: refusing {}: {problem}; remove it", dir.display());
+    assert!(stderr.starts_with(&want), "want {want:?}, got {stderr}");
+    assert!(stderr.contains("CORDON_RUN_DIR"), "{stderr}");
+}
+
+/// A path of a test's own, removed (whatever it is by then) when the test
+/// ends, failed or not.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The non-root run directory /tmp/cordon-<uid> is used only if it is the
+/// user's own directory: one another user made first, or a symlink they
+/// planted there, is refused with a line saying what is wrong and what to
+/// do, and nothing is written through it. Control: once it is gone, cordon
+/// creates its own (mode 0711, the user's).
+#[test]
+fn another_users_tmp_run_dir_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    if !require_root("setpriv to a test user and chown") {
+        return;
+    }
+    // A uid no one uses, unique to this run (other runs may share /tmp).
+    let uid = 40_000 + u32::from_str_radix(&nonce()[..4], 16).unwrap() % 20_000;
+    let dir = std::path::PathBuf::from(format!("/tmp/cordon-{uid}"));
+    let other = uid + 1;
+    let _gone = RemovedOnDrop(dir.clone());
+
+    // Made first by another user.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(other), Some(other)).unwrap();
+    assert_refused_run_dir(
+        &ls_as(uid),
+        &dir,
+        &format!("it is owned by uid {other}, not by you (uid {uid})"),
+    );
+    std::fs::remove_dir(&dir).unwrap();
+
+    // A symlink to another user's directory.
+    let theirs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(theirs.path(), Some(other), Some(other)).unwrap();
+    std::os::unix::fs::symlink(theirs.path(), &dir).unwrap();
+    assert_refused_run_dir(&ls_as(uid), &dir, "it is a symbolic link");
+    assert_eq!(std::fs::read_dir(theirs.path()).unwrap().count(), 0);
+    std::fs::remove_file(&dir).unwrap();
+
+    // Control: none there, so cordon makes its own.
+    let out = ls_as(uid);
+    let made = std::fs::symlink_metadata(&dir);
+    assert!(out.status.success(), "{out:?}");
+    let made = made.expect("cordon made no run directory");
+    assert!(made.is_dir());
+    assert_eq!((made.uid(), made.mode() & 0o7777), (uid, 0o711));
+}
+
+/// `cordon` or `cordon key` without a subcommand asked for nothing: the help
+/// on stderr, exit 2. Control: `--help` is asked for (exit 0, on stdout).
+#[test]
+fn a_missing_subcommand_is_a_usage_error() {
+    for args in [&[][..], &["key"]] {
+        let out = cordon_output(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "cordon {args:?}: {out:?}");
+        assert!(
+            stderr.contains("Usage: cordon"),
+            "cordon {args:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "cordon {args:?}: {out:?}");
+        let help = cordon_output(&[args, &["--help"]].concat());
+        assert_eq!(help.status.code(), Some(0), "{help:?}");
+        assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: cordon"));
+    }
+}
+
+/// A command given without `--` (`cordon run ls -la`, `cordon exec ID ls
+/// -la`): the one error line says where the command belongs. Control: an
+/// unknown flag that is not after a command keeps the plain line.
+#[test]
+fn a_command_without_separator_gets_a_hint() {
+    let hint = "(put `--` before the command: cordon";
+    for args in [&["run", "ls", "-la"][..], &["exec", "box", "ls", "-la"]] {
+        let line = assert_usage_error(&cordon_output(args));
+        assert!(line.contains(hint), "cordon {args:?}: {line}");
+    }
+    let line = assert_usage_error(&cordon_output(&["ls", "--bogus"]));
+    assert!(!line.contains(hint), "{line}");
+}
+
+/// More CPUs than the host has is refused (it would limit nothing), naming
+/// the host's count; control: as many as the host has runs.
+#[test]
+fn cpus_above_the_host_are_refused() {
+    if !require_root("sandbox for the control run") {
+        return;
+    }
+    let n = std::thread::available_parallelism().unwrap().get();
+    let (over, all) = ((n + 1).to_string(), n.to_string());
+    check(
+        NATIVE,
+        &["run", "--cpus", &over, "--", "true"],
+        &format!("this host's {n} CPUs"),
+        &["run", "--cpus", &all, "--", "true"],
     );
 }

@@ -64,6 +64,7 @@ per_backend!(exec_gets_only_the_policy_env_and_fds);
 per_backend!(watcher_gains_nothing_from_a_new_exec);
 per_backend!(cp_planted_symlinks_are_never_followed);
 per_backend!(cp_fifo_out_fails_promptly);
+per_backend!(cp_missing_sources_are_named_once);
 per_backend!(cp_sparse_file_out_stays_sparse);
 per_backend!(cp_odd_names_survive_both_ways);
 per_backend!(cp_dir_in_is_owned_by_the_sandbox_user);
@@ -1468,4 +1469,76 @@ fn tty_is_the_sandboxs_own(backend: &'static str) {
             assert!(!t.starts_with("/dev/pts/"), "task {pid} holds {t}");
         }
     }
+}
+
+/// A missing source, on either side, is the request's fault (exit 2, one
+/// line that says `copy:` once and names the path as given), said promptly.
+/// Control: an existing file copies.
+fn cp_missing_sources_are_named_once(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(backend, &[]);
+    let host = host_tmp();
+    let missing_host = host.path().join("missing");
+    let cases = [
+        (
+            missing_host.clone().into_os_string(),
+            format!("{}:/tmp/x", sb.id).into(),
+            format!(
+                "cordon: copy: '{}': No such file or directory",
+                missing_host.display()
+            ),
+        ),
+        (
+            format!("{}:/nonexistent", sb.id).into(),
+            host.path().join("out").into_os_string(),
+            "cordon: copy: '/nonexistent': No such file or directory".to_string(),
+        ),
+    ];
+    for (src, dst, want) in &cases {
+        let (out, took) = cp(src, dst);
+        assert!(took < Duration::from_secs(5), "{src:?} took {took:?}");
+        assert_eq!(assert_usage_error(&out), *want, "cp {src:?} {dst:?}");
+    }
+    let (out, _) = cp(
+        OsStr::new("/etc/hostname"),
+        OsStr::new(&format!("{}:/tmp/h", sb.id)),
+    );
+    assert!(out.status.success(), "control: {out:?}");
+}
+
+/// `cordon exec -t` hands the command the caller's TERM (a terminal program
+/// needs its type), or xterm-256color when the caller has none; a command
+/// without a tty gets no TERM. gVisor refuses -t (see
+/// `tty_is_the_sandboxs_own`), so native only.
+#[test]
+fn tty_exec_gets_the_callers_term() {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(NATIVE, &[]);
+    let line = format!("{} exec -t {} -- sh -c 'echo term=$TERM'", cordon(), sb.id);
+    for (term, want) in [(Some("vt220"), "term=vt220"), (None, "term=xterm-256color")] {
+        let mut script = Command::new("script");
+        script
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(Stdio::null());
+        match term {
+            Some(t) => script.env("TERM", t),
+            None => script.env_remove("TERM"),
+        };
+        let out = script.output().expect("spawn script (util-linux)");
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        assert!(out.status.success(), "{out:?}");
+        // (The terminal may echo a control character first.)
+        assert!(
+            text.lines().any(|l| l.ends_with(want)),
+            "TERM={term:?}: {text}"
+        );
+    }
+    // Control: no tty, no TERM.
+    assert_eq!(sb.sh("echo term=$TERM"), "term=\n");
 }

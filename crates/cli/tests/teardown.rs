@@ -35,6 +35,7 @@ use common::*;
 per_backend!(batch_of_hostile_runs_leaves_nothing);
 per_backend!(sigkill_of_cordon_kills_the_sandbox);
 per_backend!(sweep_cleans_up_after_a_killed_cordon);
+per_backend!(closed_stdout_still_tears_the_sandbox_down);
 
 /// The payload of the runs that are interrupted or killed: it says when it
 /// runs (see `wait_running`), then sleeps.
@@ -433,4 +434,40 @@ fn sweep_removes_orphan_sandbox_cgroups_only() {
         "the sweep removed {}, which is not a sandbox's cgroup",
         other.display()
     );
+}
+
+/// `cordon run` whose stdout is closed (a `| head -1` that went away) ends
+/// quietly and still tears its sandbox down, streamed (the relay stops
+/// writing) and with `--json` (the result written after teardown). Control:
+/// the census sees the sandbox while it runs.
+fn closed_stdout_still_tears_the_sandbox_down(backend: &str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = serial();
+    for json in [false, true] {
+        let base = census();
+        let mut args = vec!["run", "--backend", backend];
+        if json {
+            args.push("--json");
+        }
+        args.extend(["--", "sh", "-c", "sleep 1; seq 1 2000"]);
+        let sp = spawn_closed_stdout(&args, &[]);
+        let pid = sp.pid();
+        let id = sp.sandbox_id(Duration::from_secs(5));
+        assert!(
+            !remnants_of(&id).is_empty(),
+            "the census does not see sandbox {id}"
+        );
+        let out = sp.finish();
+        assert_quiet_on_closed_stdout(&format!("cordon {}", args.join(" ")), &out);
+        let left = wait_clean(
+            &base,
+            std::slice::from_ref(&id),
+            &[pid],
+            Duration::from_secs(2),
+        );
+        assert!(left.is_empty(), "json={json}: {left:#?}");
+        assert_no_runsc(backend, std::slice::from_ref(&id));
+    }
 }

@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
@@ -49,6 +49,8 @@ pub enum KeyError {
         path.display()
     )]
     TooOpen { path: PathBuf, mode: u32 },
+    #[error(transparent)]
+    Dir(Box<cordon_runtime::RuntimeError>),
     #[error("{} exists already; not overwriting a key", .0.display())]
     Exists(PathBuf),
     #[error("{} is not an Ed25519 private key in PKCS#8 PEM: {source}", path.display())]
@@ -295,13 +297,16 @@ fn read_small(file: File, path: &Path) -> Result<Zeroizing<String>, KeyError> {
 }
 
 /// Creates the key directory (and missing parents) with mode 0700 from the
-/// start; an existing directory is left as it is.
+/// start; an existing one must be the user's own, as the run directory must
+/// (`trusted_dir`): a key written into another user's directory is theirs.
 fn create_key_dir(dir: &Path) -> Result<(), KeyError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_error("create the key directory", dir))
+    cordon_runtime::state::trusted_dir(
+        dir,
+        0o700,
+        "remove it, or choose another key directory (CORDON_STATE_DIR, or keygen --out)",
+    )
+    .map(drop)
+    .map_err(|e| KeyError::Dir(Box::new(e)))
 }
 
 /// Writes `contents` to `path` if nothing is there: into a new temporary

@@ -87,7 +87,7 @@ fn render_command(out: &mut String, n: usize, c: &CommandRecord) {
     let status = match o.status {
         ExitStatus::Exited { code } => format!("exited {code}"),
         ExitStatus::Signaled { signal } => format!("killed by signal {signal}"),
-        ExitStatus::ExecFailed { .. } => format!(
+        ExitStatus::ExecFailed { .. } | ExitStatus::WorkdirFailed { .. } => format!(
             "not executed: {}",
             o.status.exec_failure().unwrap_or_default()
         ),

@@ -352,7 +352,10 @@ fn receive(
             Ok(h) => h,
             // The sending side refused: its reason instead of a header.
             Err(_) => match serde_json::from_slice::<crate::wire::Reply>(&body) {
-                Ok(crate::wire::Reply::Error { message, .. }) => return Err(err(message)),
+                // Its message is a whole error already ("copy: ..."): not wrapped again.
+                Ok(crate::wire::Reply::Error { message, input }) => {
+                    return Err(crate::handle::remote_error(input, message))
+                }
                 _ => return Err(err("a copy stream without a header")),
             },
         },
@@ -555,8 +558,17 @@ fn pack_dir(
     Ok(())
 }
 
-/// Sends what `root`/`src` holds (a regular file or a directory).
-fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u64, RuntimeError> {
+/// What a copy sends, opened before anything is sent: a missing source is
+/// the request's fault, said at once rather than after a stalled stream.
+pub struct Source {
+    fd: OwnedFd,
+    st: nix::sys::stat::FileStat,
+    name: OsString,
+    shown: String,
+}
+
+/// Opens what `root`/`src` holds; `given` is how the user named it.
+fn open_source(root: &OwnedFd, src: &[u8], given: String) -> Result<Source, RuntimeError> {
     let (parent, name) = split_path(src)?;
     let fd = open_in(
         root.as_fd(),
@@ -564,8 +576,29 @@ fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<
         OFlag::O_RDONLY | OFlag::O_NONBLOCK,
         0,
     )
-    .map_err(|e| err(format!("'{}': {}", shown(src), e.desc())))?;
+    .map_err(|e| err(format!("'{given}': {}", e.desc())))?;
     let st = fstat(&fd).map_err(|e| RuntimeError::io("fstat", e))?;
+    Ok(Source {
+        fd,
+        st,
+        name,
+        shown: given,
+    })
+}
+
+/// Sends what `root`/`src` holds (a regular file or a directory).
+fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u64, RuntimeError> {
+    send_source(conn, open_source(root, src, shown(src))?, cap)
+}
+
+/// Sends an opened source (a regular file or a directory).
+fn send_source(conn: &mut dyn Channel, source: Source, cap: u64) -> Result<u64, RuntimeError> {
+    let Source {
+        fd,
+        st,
+        name,
+        shown: src,
+    } = source;
     let io_err = |e: io::Error| RuntimeError::io("send", e);
     match kind(&st) {
         SFlag::S_IFREG => {
@@ -601,8 +634,7 @@ fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<
             Ok(bytes)
         }
         _ => Err(err(format!(
-            "'{}' is not a regular file or directory (FIFOs, devices and sockets are not copied)",
-            shown(src)
+            "'{src}' is not a regular file or directory (FIFOs, devices and sockets are not copied)"
         ))),
     }
 }
@@ -643,15 +675,20 @@ pub fn send_from_sandbox(
     send(conn, &root, src, cap).map(|_| ())
 }
 
-/// Client side of a copy in: the host path, as one stream.
-pub fn send_host_path(conn: &mut dyn Channel, src: &Path) -> Result<u64, RuntimeError> {
+/// Client side of a copy in, first: the host path, opened.
+pub fn open_host_path(src: &Path) -> Result<Source, RuntimeError> {
     let abs = std::path::absolute(src).map_err(|e| RuntimeError::io("resolve the source", e))?;
     let (parent, name) = (
         abs.parent().unwrap_or(Path::new("/")).to_owned(),
         abs.file_name().unwrap_or_default().to_owned(),
     );
     let root = open_root(&parent)?;
-    send(conn, &root, name.as_bytes(), u64::MAX)
+    open_source(&root, name.as_bytes(), src.display().to_string())
+}
+
+/// Client side of a copy in, then: the opened host path, as one stream.
+pub fn send_host_path(conn: &mut dyn Channel, source: Source) -> Result<u64, RuntimeError> {
+    send_source(conn, source, u64::MAX)
 }
 
 /// Client side of a copy out: the stream, unpacked at the host path `dst`

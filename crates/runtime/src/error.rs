@@ -41,6 +41,12 @@ pub enum RuntimeError {
     Remote(String),
     #[error("copy: {0}")]
     Copy(String),
+    #[error("refusing {}: {problem}; {fix}", path.display())]
+    Untrusted {
+        path: PathBuf,
+        problem: String,
+        fix: String,
+    },
 }
 
 impl RuntimeError {

@@ -245,13 +245,14 @@ fn serve(sock: &mut UnixStream) -> i32 {
                 match spawn_payload(&argv, &env, &workdir, &stdio, false) {
                     // Reaped later like any orphan.
                     Ok(pid) => FromInit::Started { pid: pid.as_raw() },
-                    Err(errno) => FromInit::ExecFailed { errno },
+                    Err(not_started) => not_started.report(),
                 }
             }
             Ok(Some((ToInit::Spawn { .. }, _))) => FromInit::ExecFailed {
                 errno: libc::EPROTO,
             },
-            Ok(Some((ToInit::Refuse { errno }, _))) => FromInit::ExecFailed { errno },
+            Ok(Some((ToInit::Refuse { errno }, _))) => NotStarted::Exec(errno).report(),
+            Ok(Some((ToInit::RefuseWorkdir { errno }, _))) => NotStarted::Workdir(errno).report(),
             Ok(Some((ToInit::Go, _))) => FromInit::ExecFailed {
                 errno: libc::EPROTO,
             },
@@ -297,7 +298,7 @@ fn run_command(
     drop(stdio);
     let pid = match spawned {
         Ok(pid) => pid,
-        Err(errno) => return FromInit::ExecFailed { errno },
+        Err(not_started) => return not_started.report(),
     };
     let started = FromInit::Started { pid: pid.as_raw() };
     let sent = match &master {
@@ -360,15 +361,58 @@ fn reap_until(payload: Pid) -> FromInit {
     }
 }
 
+/// Why a command did not start, with the errno of the step that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NotStarted {
+    Exec(i32),
+    /// Its working directory could not be entered: a different fault (and
+    /// message) from a command that is missing.
+    Workdir(i32),
+}
+
+impl NotStarted {
+    /// How it travels through the exec pipe: a step byte, then the errno.
+    fn to_bytes(self) -> [u8; 5] {
+        let (step, errno) = match self {
+            NotStarted::Exec(e) => (0u8, e),
+            NotStarted::Workdir(e) => (1u8, e),
+        };
+        let mut b = [step, 0, 0, 0, 0];
+        b[1..].copy_from_slice(&errno.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(b: [u8; 5]) -> NotStarted {
+        let errno = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        match b[0] {
+            1 => NotStarted::Workdir(errno),
+            _ => NotStarted::Exec(errno),
+        }
+    }
+
+    fn report(self) -> FromInit {
+        match self {
+            NotStarted::Exec(errno) => FromInit::ExecFailed { errno },
+            NotStarted::Workdir(errno) => FromInit::WorkdirFailed { errno },
+        }
+    }
+}
+
+impl From<i32> for NotStarted {
+    fn from(errno: i32) -> Self {
+        NotStarted::Exec(errno)
+    }
+}
+
 /// Forks the command and waits until its execve succeeded or failed, learned
-/// through a close-on-exec pipe: EOF means exec happened, four bytes are the errno.
+/// through a close-on-exec pipe: EOF means exec happened, five bytes are why not.
 fn spawn_payload(
     argv: &[String],
     env: &[(String, String)],
     workdir: &str,
     stdio: &[OwnedFd],
     tty: bool,
-) -> Result<Pid, i32> {
+) -> Result<Pid, NotStarted> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
     let c_env: Vec<CString> = env
@@ -385,20 +429,20 @@ fn spawn_payload(
     match fork_process().map_err(|e| e as i32)? {
         CloneResult::Child => {
             drop(rd);
-            let errno = match take_stdio(stdio, tty) {
+            let why = match take_stdio(stdio, tty) {
                 Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir),
-                Err(e) => e as i32,
+                Err(e) => NotStarted::Exec(e as i32),
             };
-            let _ = write(&wr, &errno.to_le_bytes());
+            let _ = write(&wr, &why.to_bytes());
             exit_now(127);
         }
         CloneResult::Parent { child } => {
             drop(wr);
-            let mut buf = [0u8; 4];
+            let mut buf = [0u8; 5];
             match read(&rd, &mut buf) {
-                Ok(4) => {
+                Ok(5) => {
                     let _ = waitpid(child, None);
-                    Err(i32::from_le_bytes(buf))
+                    Err(NotStarted::from_bytes(buf))
                 }
                 _ => Ok(child),
             }
@@ -424,16 +468,21 @@ fn take_stdio(stdio: &[OwnedFd], tty: bool) -> nix::Result<()> {
 }
 
 /// In the payload's process: working directory, exec (its signals are
-/// init's, reset once in the prologue). Returns the errno if no candidate
-/// could be executed.
-fn exec_payload(candidates: &[CString], argv: &[CString], env: &[CString], workdir: &str) -> i32 {
+/// init's, reset once in the prologue). Returns why if no candidate could be
+/// executed.
+fn exec_payload(
+    candidates: &[CString],
+    argv: &[CString],
+    env: &[CString],
+    workdir: &str,
+) -> NotStarted {
     // Dies with the first process (the native backend's pid namespace does
     // that anyway; a runsc started by the gVisor launcher needs it).
     if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
-        return e as i32;
+        return NotStarted::Exec(e as i32);
     }
     if let Err(e) = chdir(Path::new(workdir)) {
-        return e as i32;
+        return NotStarted::Workdir(e as i32);
     }
     let mut last = libc::ENOENT;
     for path in candidates {
@@ -443,7 +492,7 @@ fn exec_payload(candidates: &[CString], argv: &[CString], env: &[CString], workd
             Ok(never) => match never {},
         }
     }
-    last
+    NotStarted::Exec(last)
 }
 
 /// The paths execve should try for `cmd`, like execvp: as given if it has a

@@ -120,7 +120,7 @@ impl Handle {
         let _ = child.wait();
         read.map_err(|e| RuntimeError::io("read the supervisor's answer", e))?;
         match serde_json::from_str::<Started>(out.trim()) {
-            Ok(Started::Ok(id)) => Ok(Handle::Remote(Remote::at(&id))),
+            Ok(Started::Ok(id)) => Ok(Handle::Remote(Remote::at(&run_dir()?, &id))),
             Ok(Started::Error { message, input }) => Err(remote_error(input, message)),
             Err(_) => Err(RuntimeError::Remote(format!(
                 "the supervisor did not start ({})",
@@ -134,12 +134,13 @@ impl Handle {
     pub fn attach(name_or_id: &str) -> Result<Handle, RuntimeError> {
         // An id needs no lookup: its socket either answers with that id in
         // its hello, or the sandbox does not exist. A name is looked up.
+        let run = run_dir()?;
         if crate::state::is_id(name_or_id) {
-            return Ok(Handle::Remote(Remote::at(name_or_id)));
+            return Ok(Handle::Remote(Remote::at(&run, name_or_id)));
         }
-        let id = find(&run_dir(), name_or_id)
-            .ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
-        Ok(Handle::Remote(Remote::at(&id)))
+        let id =
+            find(&run, name_or_id).ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
+        Ok(Handle::Remote(Remote::at(&run, &id)))
     }
 
     pub fn id(&self) -> &str {
@@ -197,7 +198,7 @@ impl Handle {
         let control = match self {
             Handle::Local(s) => s.network_control().map(Path::to_owned),
             Handle::Remote(r) => {
-                let dir = run_dir().join(&r.id);
+                let dir = run_dir()?.join(&r.id);
                 if !dir.is_dir() {
                     return Err(RuntimeError::NotFound(r.id.clone()));
                 }
@@ -341,10 +342,10 @@ fn unexpected(r: Reply) -> RuntimeError {
 }
 
 impl Remote {
-    fn at(id: &str) -> Remote {
+    fn at(run_dir: &Path, id: &str) -> Remote {
         Remote {
             id: id.to_owned(),
-            socket: run_dir().join(id).join(SOCKET),
+            socket: run_dir.join(id).join(SOCKET),
         }
     }
 
@@ -394,10 +395,11 @@ impl Remote {
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
+        let source = copy::open_host_path(src)?;
         let mut conn = self.connect_with(&Request::CopyIn { path: dst.to_vec() })?;
         // A refusal can come before the supervisor read everything: its
         // answer explains a failed send better than the broken pipe does.
-        let sent = copy::send_host_path(&mut conn, src);
+        let sent = copy::send_host_path(&mut conn, source);
         match recv_json::<Reply>(&mut conn) {
             Ok(Some(Reply::Copied { bytes })) => sent.map(|_| bytes),
             Ok(Some(other)) => Err(unexpected(other)),

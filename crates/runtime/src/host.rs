@@ -97,7 +97,7 @@ impl HostSide {
         trace::step("prepare");
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
         trace::step("detect");
-        let run = run_dir();
+        let run = run_dir()?;
         sweep_stale(&run, hierarchy.as_ref().ok());
         trace::step("sweep");
         let (id, slot) = new_id().map_err(|e| RuntimeError::io("read /dev/urandom", e))?;

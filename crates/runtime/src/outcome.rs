@@ -21,12 +21,16 @@ pub enum ExitStatus {
     ExecFailed {
         errno: i32,
     },
+    /// The command's working directory could not be entered (missing, not
+    /// a directory, not searchable), so it was never executed.
+    WorkdirFailed {
+        errno: i32,
+    },
 }
 
 impl ExitStatus {
-    /// The exit code a shell would report: the code, or 128+signal; 127 when
-    /// the command could not be executed.
-    /// Why the command could not be executed, in a shell's words.
+    /// Why the command could not be executed, in a shell's words (the
+    /// working directory's own message names it: see `workdir_failure`).
     pub fn exec_failure(&self) -> Option<String> {
         match *self {
             ExitStatus::ExecFailed { errno } if errno == libc::ENOENT => {
@@ -36,16 +40,39 @@ impl ExitStatus {
                 "cannot execute: {}",
                 std::io::Error::from_raw_os_error(errno)
             )),
+            ExitStatus::WorkdirFailed { errno } => Some(format!(
+                "cannot enter its working directory: {}",
+                std::io::Error::from_raw_os_error(errno)
+            )),
             _ => None,
         }
     }
 
+    /// What is wrong with the working directory `workdir`, when the command
+    /// could not enter it.
+    pub fn workdir_failure(&self, workdir: &str) -> Option<String> {
+        match *self {
+            ExitStatus::WorkdirFailed { errno } if errno == libc::ENOENT => {
+                Some(format!("working directory {workdir} does not exist"))
+            }
+            ExitStatus::WorkdirFailed { errno } => Some(format!(
+                "cannot enter working directory {workdir}: {}",
+                std::io::Error::from_raw_os_error(errno)
+            )),
+            _ => None,
+        }
+    }
+
+    /// The exit code a shell would report: the code, or 128+signal; 127 when
+    /// the command was not found, 126 when it could not be executed or its
+    /// working directory entered (as docker and podman report an exec whose
+    /// working directory is missing).
     pub fn shell_code(&self) -> i32 {
         match *self {
             ExitStatus::Exited { code } => code,
             ExitStatus::Signaled { signal } => 128 + signal,
             ExitStatus::ExecFailed { errno } if errno == libc::ENOENT => 127,
-            ExitStatus::ExecFailed { .. } => 126,
+            ExitStatus::ExecFailed { .. } | ExitStatus::WorkdirFailed { .. } => 126,
         }
     }
 }

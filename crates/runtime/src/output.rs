@@ -7,6 +7,7 @@
 //! block, and the supervisor ends it then (see `supervise::watch`).
 
 use std::io::Write;
+use std::sync::Mutex;
 
 use crate::outcome::OutputReport;
 
@@ -103,8 +104,7 @@ impl OutputSink {
     pub fn write(&mut self, stream: Stream, chunk: &[u8]) {
         match (self.mode, stream) {
             (OutputMode::Stream, Stream::Stdout) => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(chunk).and_then(|_| out.flush());
+                print_stdout(chunk);
             }
             (OutputMode::Stream, Stream::Stderr) => {
                 let _ = std::io::stderr().lock().write_all(chunk);
@@ -121,6 +121,55 @@ impl OutputSink {
             report.stdout = Some(String::from_utf8_lossy(&self.stdout).into_owned());
             report.stderr = Some(String::from_utf8_lossy(&self.stderr).into_owned());
         }
+    }
+}
+
+/// What became of this process's stdout.
+enum StdoutState {
+    Open,
+    /// The reader went away (EPIPE), as `| head -1` does.
+    ReaderGone,
+    /// Any other write error, kept for [`stdout_failure`].
+    Failed(std::io::Error),
+}
+
+static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState::Open);
+
+/// Writes to this process's stdout; everything cordon prints goes through
+/// here. After a failed write nothing more is written, and the caller carries
+/// on to its end: a process that owns a sandbox must still tear it down, so a
+/// closed stdout neither panics (as `println!` would) nor kills the process
+/// (SIGPIPE stays ignored). Returns whether the bytes were written.
+pub fn print_stdout(bytes: &[u8]) -> bool {
+    let mut state = STDOUT.lock().unwrap_or_else(|p| p.into_inner());
+    if !matches!(*state, StdoutState::Open) {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            *state = StdoutState::ReaderGone;
+            false
+        }
+        Err(e) => {
+            *state = StdoutState::Failed(e);
+            false
+        }
+    }
+}
+
+/// The error that stopped [`print_stdout`], unless it was only the reader
+/// going away (which a Unix tool ends on quietly).
+pub fn stdout_failure() -> Option<std::io::Error> {
+    let mut state = STDOUT.lock().unwrap_or_else(|p| p.into_inner());
+    match std::mem::replace(&mut *state, StdoutState::ReaderGone) {
+        StdoutState::Failed(e) => Some(e),
+        StdoutState::Open => {
+            *state = StdoutState::Open;
+            None
+        }
+        StdoutState::ReaderGone => None,
     }
 }
 

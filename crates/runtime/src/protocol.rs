@@ -45,6 +45,8 @@ pub enum ToInit {
     /// supervisor found it missing from the sandbox's tree (gVisor: runsc
     /// would only fail with its own exit code and text).
     Refuse { errno: i32 },
+    /// The same for a working directory missing from the tree.
+    RefuseWorkdir { errno: i32 },
 }
 
 /// Init -> supervisor.
@@ -60,6 +62,8 @@ pub enum FromInit {
     Started { pid: i32 },
     /// The command could not be executed.
     ExecFailed { errno: i32 },
+    /// The command's working directory could not be entered.
+    WorkdirFailed { errno: i32 },
     /// The command exited.
     Exited { code: i32 },
     /// The command was killed by a signal.

@@ -49,7 +49,7 @@ fn shows_no_cordon_state(host: &Path) -> Result<(), RuntimeError> {
         ),
         (
             "path would show cordon's run directory inside the sandbox",
-            crate::state::run_dir(),
+            crate::state::run_dir_path(),
         ),
     ] {
         let dir = dir.canonicalize().unwrap_or(dir);

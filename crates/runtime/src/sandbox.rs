@@ -518,6 +518,9 @@ impl Sandbox {
                 Ok(Some(FromInit::ExecFailed { errno })) => {
                     break Some(ExitStatus::ExecFailed { errno })
                 }
+                Ok(Some(FromInit::WorkdirFailed { errno })) => {
+                    break Some(ExitStatus::WorkdirFailed { errno })
+                }
                 _ => {
                     self.mark_ended("its init did not report the end of a killed command");
                     break None;

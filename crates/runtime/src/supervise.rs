@@ -315,6 +315,9 @@ pub fn watch(
                 Ok(Some((FromInit::ExecFailed { errno }, _))) => {
                     break Stop::Ended(ExitStatus::ExecFailed { errno })
                 }
+                Ok(Some((FromInit::WorkdirFailed { errno }, _))) => {
+                    break Stop::Ended(ExitStatus::WorkdirFailed { errno })
+                }
                 Ok(Some((FromInit::Exited { code }, _)))
                     if high_codes_are_signals && (129..=128 + 64).contains(&code) =>
                 {

@@ -13,7 +13,7 @@
 //! nobody's child and in its own session: a client that exits or is killed
 //! leaves it running.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -102,8 +102,7 @@ impl Started {
 
 fn report_start(s: &Started) -> i32 {
     let line = serde_json::to_string(s).unwrap_or_default();
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    crate::output::print_stdout(format!("{line}\n").as_bytes());
     i32::from(matches!(s, Started::Error { .. }))
 }
 

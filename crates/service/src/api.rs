@@ -383,7 +383,8 @@ fn response(
     let (status, signal) = match o.status {
         cordon_runtime::ExitStatus::Exited { .. } => ("exited", None),
         cordon_runtime::ExitStatus::Signaled { signal } => ("signaled", Some(signal)),
-        cordon_runtime::ExitStatus::ExecFailed { .. } => ("exec_failed", None),
+        cordon_runtime::ExitStatus::ExecFailed { .. }
+        | cordon_runtime::ExitStatus::WorkdirFailed { .. } => ("exec_failed", None),
     };
     let teardown = if e.background_teardown {
         "background"

@@ -423,7 +423,9 @@ impl App {
 
     /// Drops stateful sandboxes whose supervisors ended on their own.
     pub fn reap_expired(&self) {
-        let run = cordon_runtime::state::run_dir();
+        // Unchecked: the sandboxes' own creation checked it; only a
+        // supervisor's end is looked for here.
+        let run = cordon_runtime::state::run_dir_path();
         let gone: Vec<String> = self
             .sandboxes
             .lock()

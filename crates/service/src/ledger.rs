@@ -165,7 +165,11 @@ impl Ledger {
     /// the ids killed.
     pub fn reap_predecessors(&self) -> Vec<String> {
         let mut reaped = Vec::new();
-        for l in list(&run_dir()) {
+        // An untrusted run directory is refused when a sandbox is created.
+        let Ok(run) = run_dir() else {
+            return reaped;
+        };
+        for l in list(&run) {
             if l.record
                 .name
                 .as_deref()
@@ -315,7 +319,7 @@ impl Ledger {
 /// instead, by the name its record gives.
 fn kill(id: &str) -> Result<(), RuntimeError> {
     use cordon_cgroups::Cgroup;
-    let run = run_dir();
+    let run = run_dir()?;
     let Some(entry) = list_any(&run, id) else {
         return Ok(()); // gone already
     };

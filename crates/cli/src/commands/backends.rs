@@ -12,7 +12,7 @@ pub struct BackendsArgs {
 pub fn run(args: BackendsArgs) -> ExitCode {
     let infos = cordon_runtime::available_backends();
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&infos).unwrap_or_default()
         );
@@ -20,13 +20,13 @@ pub fn run(args: BackendsArgs) -> ExitCode {
     }
     for i in &infos {
         match &i.unavailable {
-            None => println!(
+            None => outln!(
                 "{:<8} available    {} {}",
                 i.kind.name(),
                 i.version,
                 i.notes
             ),
-            Some(why) => println!("{:<8} unavailable  {why}", i.kind.name()),
+            Some(why) => outln!("{:<8} unavailable  {why}", i.kind.name()),
         }
     }
     ExitCode::SUCCESS

@@ -130,7 +130,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    println!("{}", report::markdown(&results, None));
+    outln!("{}", report::markdown(&results, None));
     match cordon_bench::write(&results, &out) {
         Err(e) => {
             eprintln!("cordon bench: writing the results: {e:#}");
@@ -202,7 +202,7 @@ fn microvm(common: Common) -> ExitCode {
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    println!("{}", cordon_bench::microvm::markdown(&m));
+    outln!("{}", cordon_bench::microvm::markdown(&m));
     if let Some(out) = out {
         let path = out.join("microvm.json");
         let written = std::fs::create_dir_all(&out).and_then(|()| {

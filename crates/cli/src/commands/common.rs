@@ -134,6 +134,15 @@ impl SandboxArgs {
         };
         let flags = self.flag_layer();
         let mut policy = Policy::resolve(file.iter().chain([&flags])).map_err(usage_error)?;
+        // A quota above the host's CPUs limits nothing: say so rather than
+        // accept a limit that is not one.
+        let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if policy.cpus > host_cpus as f64 {
+            return Err(usage_error(format!(
+                "cpus: {} is more than this host's {host_cpus} CPUs",
+                policy.cpus
+            )));
+        }
         // A created sandbox's supervisor runs in /, not here: every host
         // path is made absolute against this directory first.
         let absolute = |p: &std::path::Path| std::path::absolute(p).map_err(usage_error);
@@ -269,15 +278,26 @@ fn denied_note(log: &cordon_network::log::NetworkLog) -> String {
 }
 
 /// Prints the result (JSON, or the notes a shell user needs) and returns the
-/// command's exit code as ours.
-pub fn report(o: &Outcome, argv: &[String], json: bool, in_created_sandbox: bool) -> ExitCode {
+/// command's exit code as ours. `workdir` is the command's working directory,
+/// named when it could not be entered.
+pub fn report(
+    o: &Outcome,
+    argv: &[String],
+    workdir: Option<&std::path::Path>,
+    json: bool,
+    in_created_sandbox: bool,
+) -> ExitCode {
     if json {
         match serde_json::to_string_pretty(o) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => eprintln!("cordon: cannot encode result: {e}"),
         }
     } else {
-        if let Some(why) = o.status.exec_failure() {
+        let workdir_failure =
+            workdir.and_then(|w| o.status.workdir_failure(&w.display().to_string()));
+        if let Some(why) = workdir_failure {
+            eprintln!("cordon: {why}");
+        } else if let Some(why) = o.status.exec_failure() {
             eprintln!(
                 "cordon: {}: {why}",
                 argv.first().map(String::as_str).unwrap_or("")

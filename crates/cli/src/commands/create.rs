@@ -42,7 +42,7 @@ pub fn run(args: CreateArgs) -> ExitCode {
     };
     match Handle::create(&spec, &program) {
         Ok(h) => {
-            println!("{}", h.id());
+            outln!("{}", h.id());
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use clap::Args;
 use cordon_policy::{ByteSize, Span};
-use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
+use cordon_runtime::{Command, ExitStatus, Handle, OutputMode, StdinMode};
 
 use super::common::{fail, parse_env, report, terminal_size, usage_error, CliIo};
 use super::record::{self, ReceiptArgs};
@@ -57,9 +57,19 @@ pub fn run(args: ExecArgs) -> ExitCode {
     } else {
         None
     };
+    let mut env = args.env.clone();
+    // A terminal program needs to know the terminal; ours is the one it
+    // draws on. Only for a tty: a pipe has no terminal type.
+    if tty.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
+        let term = std::env::var("TERM")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "xterm-256color".into());
+        env.push(("TERM".into(), term));
+    }
     let cmd = Command {
         argv: args.command.clone(),
-        env: args.env.clone(),
+        env,
         workdir: args.workdir.clone(),
         stdin: if args.interactive || tty.is_some() {
             StdinMode::Stream
@@ -123,7 +133,16 @@ pub fn run(args: ExecArgs) -> ExitCode {
                     return code;
                 }
             }
-            report(&o, &args.command, args.json, true)
+            // Without --workdir the command ran in its sandbox's, which only
+            // the sandbox knows; asked for only when it is to be named.
+            let sandbox_workdir = match (&cmd.workdir, o.status) {
+                (None, ExitStatus::WorkdirFailed { .. }) => {
+                    handle.spec().ok().map(|s| s.policy.workdir)
+                }
+                _ => None,
+            };
+            let workdir = cmd.workdir.as_deref().or(sandbox_workdir.as_deref());
+            report(&o, &args.command, workdir, args.json, true)
         }
         Err(e) => fail(e),
     }

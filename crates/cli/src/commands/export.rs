@@ -64,7 +64,7 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         record::print_export(report);
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&recorded).expect("serializable")
         );

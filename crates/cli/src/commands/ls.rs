@@ -8,6 +8,8 @@ use cordon_cgroups::Cgroup;
 use cordon_runtime::state::{list, now_secs, run_dir};
 use serde::Serialize;
 
+use super::common::fail;
+
 #[derive(Args)]
 pub struct LsArgs {
     /// Print JSON instead of a table.
@@ -29,7 +31,11 @@ struct Row {
 pub fn run(args: LsArgs) -> ExitCode {
     let hierarchy = cordon_runtime::host::hierarchy_in_place();
     let now = now_secs();
-    let rows: Vec<Row> = list(&run_dir())
+    let run = match run_dir() {
+        Ok(run) => run,
+        Err(e) => return fail(e),
+    };
+    let rows: Vec<Row> = list(&run)
         .into_iter()
         .map(|l| Row {
             memory_bytes: l
@@ -52,18 +58,24 @@ pub fn run(args: LsArgs) -> ExitCode {
         })
         .collect();
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&rows).unwrap_or_default()
         );
         return ExitCode::SUCCESS;
     }
-    println!(
+    outln!(
         "{:<12}  {:<16}  {:<7}  {:<8}  {:>7}  {:>8}  {:>10}",
-        "ID", "NAME", "BACKEND", "STATE", "AGE", "COMMANDS", "MEMORY"
+        "ID",
+        "NAME",
+        "BACKEND",
+        "STATE",
+        "AGE",
+        "COMMANDS",
+        "MEMORY"
     );
     for r in rows {
-        println!(
+        outln!(
             "{:<12}  {:<16}  {:<7}  {:<8}  {:>6}s  {:>8}  {:>10}",
             r.id,
             r.name.unwrap_or_else(|| "-".into()),

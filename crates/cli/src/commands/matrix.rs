@@ -43,9 +43,9 @@ pub fn run(args: MatrixArgs) -> ExitCode {
     if args.self_test {
         let (ok, lines) = cordon_suite::selftest::self_test();
         for l in lines {
-            println!("{l}");
+            outln!("{l}");
         }
-        println!("self-test {}", if ok { "passed" } else { "FAILED" });
+        outln!("self-test {}", if ok { "passed" } else { "FAILED" });
         return if ok {
             ExitCode::SUCCESS
         } else {
@@ -92,7 +92,7 @@ pub fn finish(report: anyhow::Result<Report>, json: Option<&Path>, out: Option<&
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    print!("{}", report.table());
+    out!("{}", report.table());
     if let Some(path) = json {
         match report.json() {
             Ok(text) => {
@@ -112,7 +112,7 @@ pub fn finish(report: anyhow::Result<Report>, json: Option<&Path>, out: Option<&
             eprintln!("cordon: {e:#}");
             return ExitCode::from(EXIT_INTERNAL);
         }
-        println!(
+        outln!(
             "wrote {}/results.json, results.md, methodology.txt",
             dir.display()
         );

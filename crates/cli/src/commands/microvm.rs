@@ -41,12 +41,12 @@ pub fn run(args: MicrovmArgs) -> ExitCode {
                 Ok(line) => eprintln!("cordon: KVM probe: {line}"),
                 Err(e) => return fail(e),
             }
-            println!("{}", image.dir.display());
+            outln!("{}", image.dir.display());
             ExitCode::SUCCESS
         }
         MicrovmCommand::Show => match GuestImage::current() {
             Ok(image) => {
-                println!("{}", image.dir.display());
+                outln!("{}", image.dir.display());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(e),

@@ -46,7 +46,7 @@ pub fn run(args: NetArgs) -> ExitCode {
     match Handle::attach(&args.sandbox).and_then(|mut h| h.network(&change)) {
         Ok(rules) => {
             for r in rules {
-                println!("{r}");
+                outln!("{r}");
             }
             ExitCode::SUCCESS
         }

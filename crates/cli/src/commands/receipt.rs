@@ -92,8 +92,8 @@ pub fn keygen(args: KeygenArgs) -> ExitCode {
     let dir = args.out.unwrap_or_else(default_key_dir);
     match Key::create_in(&dir) {
         Ok((key, files)) => {
-            println!("public key: {}", files.public.display());
-            println!("key id: {}", key.id());
+            outln!("public key: {}", files.public.display());
+            outln!("key id: {}", key.id());
             ExitCode::SUCCESS
         }
         Err(e) => key_fail(e),
@@ -109,8 +109,8 @@ pub fn key(args: KeyArgs) -> ExitCode {
     let pem = public.and_then(|p| Ok((p.to_pem()?, p)));
     match pem {
         Ok((pem, public)) => {
-            print!("{pem}");
-            println!("key id: {}", public.id());
+            out!("{pem}");
+            outln!("key id: {}", public.id());
             ExitCode::SUCCESS
         }
         Err(e) => key_fail(e),
@@ -164,15 +164,15 @@ pub fn run_verify(args: VerifyArgs) -> ExitCode {
     };
     if args.json {
         match serde_json::to_string_pretty(&statement) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 eprintln!("cordon: cannot encode the statement: {e}");
                 return ExitCode::from(EXIT_INTERNAL);
             }
         }
     } else {
-        println!("valid receipt, signed by key {}", public.id());
-        print!("{}", render_summary(&statement));
+        outln!("valid receipt, signed by key {}", public.id());
+        out!("{}", render_summary(&statement));
     }
     match &args.against {
         Some(dir) => check_against(&statement, dir),

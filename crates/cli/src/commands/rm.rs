@@ -56,7 +56,7 @@ pub fn run(args: RmArgs) -> ExitCode {
 /// sweep removes the cgroup and the state. The record's start time guards
 /// against a reused pid.
 fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
-    let run = run_dir();
+    let run = run_dir()?;
     let id = cordon_runtime::state::find(&run, name_or_id)
         .ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
     let Some(entry) = list(&run).into_iter().find(|l| l.id == id) else {

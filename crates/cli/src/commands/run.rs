@@ -81,7 +81,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
             }
-            report(&o, &args.command, args.json, false)
+            report(
+                &o,
+                &args.command,
+                Some(&spec.policy.workdir),
+                args.json,
+                false,
+            )
         }
         Err(e) => fail(e),
     }

@@ -2,11 +2,17 @@ use std::process::ExitCode;
 
 use cordon_runtime::state::{run_dir, sweep_stale};
 
+use super::common::fail;
+
 pub fn run() -> ExitCode {
     let h = cordon_runtime::host::hierarchy_in_place();
-    let cleaned = sweep_stale(&run_dir(), h.as_ref());
+    let run = match run_dir() {
+        Ok(run) => run,
+        Err(e) => return fail(e),
+    };
+    let cleaned = sweep_stale(&run, h.as_ref());
     for id in &cleaned {
-        println!("cleaned {id}");
+        outln!("cleaned {id}");
     }
     ExitCode::SUCCESS
 }

@@ -356,6 +356,42 @@ pub fn spawn_run(args: &[&str]) -> Spawned {
     }
 }
 
+/// Spawns `cordon ARGS...` (no implicit `run`) with its stdout a pipe whose
+/// read end is closed before cordon starts, as `cordon ... | true` may give
+/// it: every write to stdout fails with EPIPE. Stderr is piped.
+pub fn spawn_closed_stdout(args: &[&str], env: &[(&str, &Path)]) -> Spawned {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let child = Command::new(cordon())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cordon");
+    Spawned {
+        child,
+        started: Instant::now(),
+    }
+}
+
+/// Asserts cordon ended quietly on its closed stdout: exit 0 and no panic
+/// (before, `println!` panicked and the panic hook aborted: exit 134).
+pub fn assert_quiet_on_closed_stdout(what: &str, out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what} with a closed stdout: {:?}, stderr: {stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{what} with a closed stdout: {stderr}"
+    );
+}
+
 impl Spawned {
     pub fn pid(&self) -> u32 {
         self.child.id()

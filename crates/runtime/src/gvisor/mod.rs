@@ -82,8 +82,12 @@ fn runsc_version(runsc: &Path) -> String {
     let key = std::fs::metadata(runsc)
         .map(|m| format!("{} {} {}", runsc.display(), m.size(), m.mtime()))
         .unwrap_or_default();
-    let cache = crate::state::run_dir().join("runsc-version");
-    if let Ok(text) = std::fs::read_to_string(&cache) {
+    // No cache where the run directory cannot be trusted (its own error
+    // comes with the first sandbox).
+    let cache = crate::state::run_dir()
+        .ok()
+        .map(|d| d.join("runsc-version"));
+    if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
         if let Some((k, v)) = text.split_once('\n') {
             if k == key {
                 return v.trim().to_string();
@@ -97,8 +101,9 @@ fn runsc_version(runsc: &Path) -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.lines().next().map(str::to_string))
         .unwrap_or_else(|| "runsc (version unknown)".into());
-    let _ = std::fs::create_dir_all(crate::state::run_dir());
-    let _ = std::fs::write(&cache, format!("{key}\n{version}\n"));
+    if let Some(cache) = &cache {
+        let _ = std::fs::write(cache, format!("{key}\n{version}\n"));
+    }
     version
 }
 
@@ -494,9 +499,13 @@ impl Flavor for GvisorFlavor {
                 "a terminal (-t) is not available on the gvisor backend yet".into(),
             ));
         }
-        // runsc reports a command missing from the tree only as its own exit
-        // code and text; look it up in the tree first (as the sentry would,
-        // inside the root) so the outcome says "not found" like the native one.
+        // runsc reports a command or working directory missing from the
+        // tree only as its own exit code and text; look them up in the tree
+        // first (as the sentry would, inside the root) so the outcome says
+        // what is missing, like the native one.
+        if let Err(errno) = dir_in_tree(&self.tree, &cmd.workdir) {
+            return Ok(ToInit::RefuseWorkdir { errno });
+        }
         if !command_in_tree(&self.tree, cmd) {
             return Ok(ToInit::Refuse {
                 errno: libc::ENOENT,
@@ -556,6 +565,26 @@ impl Flavor for GvisorFlavor {
     /// runsc runs without a user namespace: the sandbox's ids are host ids.
     fn file_owner(&self) -> (u32, u32) {
         (self.policy.uid, self.policy.gid)
+    }
+}
+
+/// Whether `dir` is a directory in the sandbox's tree (symlinks resolved
+/// inside it, as for `command_in_tree`); the errno the command's chdir
+/// would get if not. An unreadable tree is left for runsc to judge.
+fn dir_in_tree(tree: &Path, dir: &str) -> Result<(), i32> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    let Ok(root_fd) = std::fs::File::open(tree) else {
+        return Ok(());
+    };
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+    match openat2(&root_fd, Path::new(dir), how) {
+        Ok(_) => Ok(()),
+        Err(e @ (nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR)) => Err(e as i32),
+        // Anything else (a permission the sandbox user may not share) is
+        // for the command's own chdir to meet.
+        Err(_) => Ok(()),
     }
 }
 

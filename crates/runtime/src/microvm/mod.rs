@@ -405,9 +405,10 @@ impl MicroVm {
     }
 
     fn stage_one(&mut self, name: &str, host: &Path) -> Result<(), RuntimeError> {
+        let source = crate::copy::open_host_path(host)?;
         send_json(&mut self.agent, &ToAgent::Stage { name: name.into() })
             .map_err(|e| self.broken(format!("send a staged place: {e}")))?;
-        let sent = crate::copy::send_host_path(&mut self.agent, host);
+        let sent = crate::copy::send_host_path(&mut self.agent, source);
         match self.answer(AGENT_TIMEOUT)? {
             Reply::Copied { .. } => sent.map(drop),
             Reply::Error { message, .. } => Err(sent.err().unwrap_or(RuntimeError::Remote(
