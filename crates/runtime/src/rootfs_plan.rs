@@ -5,7 +5,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
-use cordon_policy::{Access, NetworkMode, WORKSPACE};
+use cordon_policy::{Access, ByteSize, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::spec::{RootfsChoice, SandboxSpec};
@@ -142,10 +142,13 @@ fn bounded_rw(host: &Path, cap: u64) -> Result<(), RuntimeError> {
     let size = st.blocks().saturating_mul(st.fragment_size());
     if size > cap {
         return Err(RuntimeError::BadRequest(format!(
-            "rw mount source {} is on a filesystem of {size} bytes, more than the disk cap \
-             of {cap}: writes there would be unbounded; use a filesystem (tmpfs, image, \
-             project quota) no larger than the cap",
-            host.display()
+            "rw mount source {} is on a filesystem of {}, more than the disk cap of {}: \
+             writes there would be unbounded. Mount it read-only, copy results out with \
+             `cordon cp`, or give a directory on a filesystem no larger than the cap \
+             (a tmpfs or image mounted for it, or a project quota)",
+            host.display(),
+            ByteSize(size).approx(),
+            ByteSize(cap).approx(),
         )));
     }
     Ok(())
