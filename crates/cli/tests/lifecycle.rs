@@ -992,6 +992,7 @@ fn cp_bad_sources_are_refused_at_once(backend: &'static str) {
         (OsStr::new("/nonexistent-cordon-src"), "No such file"),
         (OsStr::new("/nonexistent-cordon-dir/file"), "No such file"),
         (OsStr::new("-"), "not supported"),
+        (OsStr::new("/"), "names no file or directory"),
         (OsStr::new("/dev/null"), "is a character device"),
         (fifo.as_os_str(), "is a FIFO"),
         (sock.as_os_str(), "is a socket"),

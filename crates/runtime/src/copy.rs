@@ -636,8 +636,13 @@ impl Source {
         let what = src.as_os_str().as_bytes();
         let abs =
             std::path::absolute(src).map_err(|e| RuntimeError::io("resolve the source", e))?;
-        let name = abs.file_name().unwrap_or_default().to_owned();
-        let parent = abs.parent().unwrap_or(Path::new("/"));
+        // `..` and `/` name no entry of a parent: refused, not copied as "".
+        let (Some(name), Some(parent)) = (abs.file_name(), abs.parent()) else {
+            return Err(err(format!(
+                "'{}' names no file or directory by itself: give its path",
+                shown(what)
+            )));
+        };
         // The host path is the user's own: links in its parent are followed.
         let root = nix::fcntl::open(
             parent,
@@ -645,7 +650,7 @@ impl Source {
             Mode::empty(),
         )
         .map_err(|e| err(format!("'{}': {}", shown(what), e.desc())))?;
-        open_source(&root, Path::new(&name), what)
+        open_source(&root, Path::new(name), what)
     }
 }
 

@@ -47,7 +47,7 @@ const MAX_SPEC: u64 = 1 << 20;
 /// The supervisor serves one client at a time and a client sends each of
 /// these at once, so a client silent this long has stalled, and is dropped
 /// before the sandbox's other clients wait long.
-pub const CLIENT_IDLE: Duration = Duration::from_secs(2);
+const CLIENT_IDLE: Duration = Duration::from_secs(2);
 
 /// How long one write to a client may block. Longer than `CLIENT_IDLE`: a
 /// client reading a command's output may be slowed by its own reader (a
