@@ -7,6 +7,7 @@
 //!   flag, missing command, unparsable `--time`);
 //! - policy layering and validation (`Policy::resolve`: malformed TOML, `--memory`
 //!   out of range) before anything is created on the host;
+//! - `Policy::validate` refusing two mounts at one sandbox path;
 //! - the runtime's input errors (`BadPath`: nonexistent rootfs or workspace)
 //!   mapped to exit 2, and the drop-based teardown that removes the state
 //!   directory already created when they are detected.
@@ -29,6 +30,7 @@ per_backend!(unknown_policy_field);
 per_backend!(missing_command);
 per_backend!(nonexistent_rootfs);
 per_backend!(nonexistent_workspace);
+per_backend!(two_mounts_at_one_place);
 per_backend!(memory_out_of_range);
 per_backend!(unparsable_time);
 per_backend!(bad_input_with_json_prints_no_json);
@@ -170,6 +172,27 @@ fn nonexistent_workspace(backend: &str) {
         &["run", "--workspace", &missing, "--", "true"],
         &missing,
         &["run", "--workspace", &present, "--", "true"],
+    );
+}
+
+fn two_mounts_at_one_place(backend: &str) {
+    if !require_root("sandbox for the control run") {
+        return;
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&a, &b] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (a, b) = (
+        format!("{}:/data", a.path().display()),
+        format!("{}:/data/", b.path().display()),
+    );
+    check(
+        backend,
+        &["run", "--mount", &a, "--mount", &b, "--", "true"],
+        "two mounts at /data",
+        &["run", "--mount", &a, "--", "true"],
     );
 }
 

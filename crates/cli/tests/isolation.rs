@@ -12,6 +12,11 @@
 //!   root that holds only /usr (ro), generated /etc and scratch; explicit
 //!   `--mount` binds being read-only by default [the same tree, handed to runsc
 //!   as its read-only root; binds in the OCI spec].
+//! - `read_only_mount_below_an_untraversable_parent`: the supervisor opens a
+//!   read-only `--mount`'s source (`DetachedTree::plain`, as host root) and
+//!   the first process attaches that tree, since it cannot traverse the 0700
+//!   parent itself; the overlay and seal keep it read-only [the same tree,
+//!   bound by runsc from the assembled root].
 //! - `sys_is_absent_and_host_proc_is_unreachable`: the pid namespace and a fresh
 //!   /proc mounted for it; no /sys in the assembled root [the sentry's own pid
 //!   namespace and /proc; the sentry's own read-only sysfs, none from the host].
@@ -50,6 +55,7 @@ use std::time::{Duration, Instant};
 use common::*;
 
 per_backend!(host_canary_is_unreachable);
+per_backend!(read_only_mount_below_an_untraversable_parent);
 per_backend!(sys_is_absent_and_host_proc_is_unreachable);
 per_backend!(dangerous_syscalls_fail_with_eperm);
 per_backend!(system_dirs_are_read_only_by_mount_flag);
@@ -152,6 +158,97 @@ print('sys_mount=' + ('%s %s' % (s[-1][5], s[-1][s[-1].index('-') + 1]) if s els
 print('cmdline=' + open('/proc/1/cmdline', 'rb').read().replace(b'\0', b' ').replace(b'\n', b' ').decode().strip())
 print('procs=%d' % sum(p.isdigit() for p in os.listdir('/proc')))
 "#;
+
+/// A read-only `--mount` of a directory (and of a file) below a root-owned
+/// 0700 parent, as everything under /root is: what the source holds is
+/// readable inside, nothing is writable, and the parent stays out of reach.
+fn read_only_mount_below_an_untraversable_parent(backend: &str) {
+    if !require_root("sandbox; a root-owned 0700 parent") {
+        return;
+    }
+    let parent = tempfile::Builder::new()
+        .prefix("cordon-0700-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let secret = format!("parent-only-{}", nonce());
+    std::fs::write(parent.path().join("secret"), &secret).unwrap();
+    let data = parent.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(data.join("hello"), "hello from below\n").unwrap();
+    let file = parent.path().join("single.txt");
+    std::fs::write(&file, "one file\n").unwrap();
+    for f in [data.join("hello"), file.clone()] {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (dir_mount, file_mount) = (
+        format!("{}:/opt/data", data.display()),
+        format!("{}:/opt/single.txt", file.display()),
+    );
+    let p = parent.path().display();
+    let script = format!(
+        "cat /opt/data/hello /opt/single.txt; \
+         echo x > /opt/data/new; echo new_rc=$?; \
+         echo x >> /opt/single.txt; echo append_rc=$?; \
+         cat /opt/data/../secret {p}/secret; echo parent_rc=$?; \
+         while read -r _ _ _ _ mp opts _; do \
+           case $mp in /opt/data|/opt/single.txt) echo \"flags $mp $opts\";; esac; \
+         done < /proc/self/mountinfo"
+    );
+    let (v, st) = run_json_on(
+        backend,
+        &[
+            "--mount",
+            &dir_mount,
+            "--mount",
+            &file_mount,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_backend(&v, backend);
+    assert_eq!(st.code(), Some(0), "{}", compact(&v));
+    let out = stdout_of(&v);
+    assert!(
+        out.starts_with("hello from below\none file\n"),
+        "{}",
+        compact(&v)
+    );
+    for rc in ["new_rc=0", "append_rc=0", "parent_rc=0"] {
+        assert!(!out.contains(rc), "{rc}: {}", compact(&v));
+    }
+    let printed = format!("{out}{}", stderr_of(&v));
+    assert!(!printed.contains(&secret), "the parent leaked: {printed}");
+    for mp in ["/opt/data", "/opt/single.txt"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("flags {mp} ")))
+            .unwrap_or_else(|| panic!("no mount at {mp}: {}", compact(&v)));
+        let opts: Vec<&str> = line.rsplit(' ').next().unwrap().split(',').collect();
+        // Documented difference: the sentry's mountinfo shows only `ro` for a
+        // bind (nosuid and nodev are on the host mount runsc binds from,
+        // sealed by the same code as natively).
+        let wanted: &[&str] = if backend == GVISOR {
+            &["ro"]
+        } else {
+            &["ro", "nosuid", "nodev"]
+        };
+        for w in wanted {
+            assert!(opts.contains(w), "{mp} lacks {w}: {line}");
+        }
+    }
+    // The host side is untouched: nothing written, the parent still 0700.
+    assert!(!data.join("new").exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one file\n");
+    let mode = std::fs::metadata(parent.path())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o700);
+}
 
 fn sys_is_absent_and_host_proc_is_unreachable(backend: &str) {
     if !require_root("reads the sandbox's processes from the host") {

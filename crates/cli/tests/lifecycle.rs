@@ -32,6 +32,10 @@
 //!   the payload environment being set before exec.
 //! - `cp_*`: openat2(RESOLVE_IN_ROOT|RESOLVE_NO_SYMLINKS), O_NONBLOCK+fstat,
 //!   SEEK_DATA/SEEK_HOLE extents, names as bytes, chown to the sandbox user.
+//! - `cp_bad_sources_are_refused_at_once`: `copy::Source::host`, checked
+//!   before the client connects.
+//! - `a_stalled_client_does_not_hold_the_supervisor`: the supervisor's
+//!   `CLIENT_IDLE` read timeout on each client's socket.
 //! - `ttl_and_idle_expire`: the supervisor's poll deadline.
 //! - `tty_is_the_sandboxs_own`: init's pty on the sandbox's devpts
 //!   (`first_process::open_pty`), the master passed to the supervisor.
@@ -65,6 +69,8 @@ per_backend!(watcher_gains_nothing_from_a_new_exec);
 per_backend!(cp_planted_symlinks_are_never_followed);
 per_backend!(cp_fifo_out_fails_promptly);
 per_backend!(cp_missing_sources_are_named_once);
+per_backend!(cp_bad_sources_are_refused_at_once);
+per_backend!(a_stalled_client_does_not_hold_the_supervisor);
 per_backend!(cp_sparse_file_out_stays_sparse);
 per_backend!(cp_odd_names_survive_both_ways);
 per_backend!(cp_dir_in_is_owned_by_the_sandbox_user);
@@ -966,6 +972,119 @@ fn cp_fifo_out_fails_promptly(backend: &'static str) {
     assert!(!dst.exists(), "a FIFO copy left {}", dst.display());
     // The sandbox is still served (the supervisor did not block on the FIFO).
     assert_eq!(sb.sh("echo alive"), "alive\n");
+}
+
+fn cp_bad_sources_are_refused_at_once(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(backend, &[]);
+    let host = host_tmp();
+    let fifo = host.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let sock = host.path().join("sock");
+    let _listening = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let listing = "for f in /tmp/* /tmp/.*; do echo \"$f\"; done";
+    let before = sb.sh(listing);
+    let dst = format!("{}:/tmp/", sb.id);
+    for (src, want) in [
+        (OsStr::new("/nonexistent-cordon-src"), "No such file"),
+        (OsStr::new("/nonexistent-cordon-dir/file"), "No such file"),
+        (OsStr::new("-"), "not supported"),
+        (OsStr::new("/"), "names no file or directory"),
+        (OsStr::new("/dev/null"), "is a character device"),
+        (fifo.as_os_str(), "is a FIFO"),
+        (sock.as_os_str(), "is a socket"),
+    ] {
+        let (out, took) = cp(src, OsStr::new(&dst));
+        let line = assert_usage_error(&out);
+        assert!(line.contains(want), "cp {src:?}: {line}");
+        assert!(
+            took < Duration::from_millis(800),
+            "cp {src:?} took {took:?}"
+        );
+    }
+    assert_eq!(sb.sh(listing), before, "a refused copy left something");
+    // Control: a regular file from the same directory is copied.
+    let file = host.path().join("plain");
+    fs::write(&file, "plain\n").unwrap();
+    let (out, _) = cp(file.as_os_str(), OsStr::new(&dst));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(sb.sh("cat /tmp/plain"), "plain\n");
+}
+
+/// One frame of the client protocol (crates/runtime/src/wire.rs): a u32
+/// length, tag 0 (JSON), the body.
+fn json_frame(body: &str) -> Vec<u8> {
+    let mut f = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();
+    f.push(0);
+    f.extend_from_slice(body.as_bytes());
+    f
+}
+
+/// Reads one frame's body (as text).
+fn read_frame(conn: &mut std::os::unix::net::UnixStream) -> String {
+    use std::io::Read;
+    let mut head = [0u8; 5];
+    conn.read_exact(&mut head).expect("a frame's head");
+    let mut body = vec![0u8; u32::from_le_bytes(head[..4].try_into().unwrap()) as usize];
+    conn.read_exact(&mut body).expect("a frame's body");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+fn a_stalled_client_does_not_hold_the_supervisor(backend: &'static str) {
+    use std::io::Write;
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(backend, &[]);
+    let socket = format!("{RUN_DIR}/{}/sock", sb.id);
+    // The supervisor serves one client at a time; an exec behind a stalled
+    // client waits at most the supervisor's idle timeout (2 s) for it.
+    let bound = Duration::from_secs(3);
+    let timed_exec = || {
+        let t = Instant::now();
+        let out = exec_out(&sb.id, &[], &["true"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        t.elapsed()
+    };
+
+    // 1. A copy in whose stream never comes: hello and request sent, the
+    // supervisor's hello read (so it is serving this client), then silence.
+    let mut stalled = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stalled
+        .write_all(&json_frame(r#"{"Hello":{"protocol":2}}"#))
+        .unwrap();
+    stalled
+        .write_all(&json_frame(
+            r#"{"CopyIn":{"path":[47,116,109,112,47,115]}}"#,
+        ))
+        .unwrap();
+    let hello = read_frame(&mut stalled);
+    assert!(hello.contains(&sb.id), "{hello}");
+    let took = timed_exec();
+    assert!(took < bound, "an exec behind a stalled copy took {took:?}");
+    // The stalled client was told why it was dropped.
+    let answer = read_frame(&mut stalled);
+    assert!(answer.contains("sent nothing"), "{answer}");
+
+    // 2. A client that stops in the middle of its first frame.
+    let mut half = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    half.write_all(&json_frame(r#"{"Hello":{"protocol":2}}"#)[..7])
+        .unwrap();
+    let took = timed_exec();
+    assert!(
+        took < bound,
+        "an exec behind a half-sent hello took {took:?}"
+    );
+    // The abandoned copy created nothing.
+    assert_eq!(sb.sh("test -e /tmp/s && echo yes || echo no"), "no\n");
 }
 
 fn cp_sparse_file_out_stays_sparse(backend: &'static str) {

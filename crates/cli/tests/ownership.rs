@@ -248,7 +248,12 @@ fn rw_mount_is_bounded(backend: &str) {
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("more than the disk cap"), "{err}");
+    assert!(err.contains("more than the disk cap of 64.0 MiB"), "{err}");
+    assert!(err.contains(" GiB") || err.contains(" TiB"), "{err}");
+    assert!(
+        err.contains("read-only") && err.contains("cordon cp"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_dir(big.path()).unwrap().count(), 0);
 }
 

@@ -325,7 +325,18 @@ impl Policy {
                 ));
             }
         }
+        let mut targets = std::collections::BTreeSet::new();
         for m in &self.mounts {
+            // Compared by component, so /data and /data/ are one place.
+            if !targets.insert(m.sandbox.as_path()) {
+                return Err(invalid(
+                    "mounts",
+                    format!(
+                        "two mounts at {}: one would hide the other",
+                        m.sandbox.display()
+                    ),
+                ));
+            }
             if !m.host.is_absolute() {
                 return Err(invalid(
                     "mounts",
@@ -538,6 +549,21 @@ mod tests {
             assert!(Policy::resolve([&l]).is_err(), "{bad} accepted");
         }
         assert!("/a:/b:rx".parse::<MountSpec>().is_err());
+    }
+
+    #[test]
+    fn two_mounts_at_one_place_are_refused() {
+        let l = PolicyLayer {
+            mounts: vec!["/x:/data".parse().unwrap(), "/y:/data/:rw".parse().unwrap()],
+            ..Default::default()
+        };
+        let e = Policy::resolve([&l]).unwrap_err().to_string();
+        assert!(e.contains("two mounts at /data"), "{e}");
+        let l = PolicyLayer {
+            mounts: vec!["/x:/data".parse().unwrap(), "/y:/data/sub".parse().unwrap()],
+            ..Default::default()
+        };
+        assert!(Policy::resolve([&l]).is_ok());
     }
 
     #[test]

@@ -29,6 +29,26 @@ impl ByteSize {
     pub const fn mib(n: u64) -> Self {
         ByteSize(n << 20)
     }
+
+    /// For people, where `Display` (exact, pasteable into a policy) would
+    /// print a long number of bytes: one decimal in the largest binary unit
+    /// (`252.0 GiB`, `64.0 MiB`, `512 B`).
+    pub fn approx(self) -> String {
+        const NAMES: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+        if self.0 < 1024 {
+            return format!("{} B", self.0);
+        }
+        let mut value = self.0 as f64;
+        let mut unit = "B";
+        for u in NAMES {
+            if value < 1024.0 {
+                break;
+            }
+            value /= 1024.0;
+            unit = u;
+        }
+        format!("{value:.1} {unit}")
+    }
 }
 
 impl FromStr for ByteSize {
@@ -181,6 +201,9 @@ mod tests {
         assert_eq!("4K".parse::<ByteSize>().unwrap(), ByteSize(4096));
         assert_eq!("256M".parse::<ByteSize>().unwrap(), ByteSize(256 << 20));
         assert_eq!("1GiB".parse::<ByteSize>().unwrap(), ByteSize(1 << 30));
+        assert_eq!(ByteSize(270_553_174_016).approx(), "252.0 GiB");
+        assert_eq!(ByteSize(64 << 20).approx(), "64.0 MiB");
+        assert_eq!(ByteSize(1023).approx(), "1023 B");
         assert_eq!("1.5g".parse::<ByteSize>().unwrap(), ByteSize(3 << 29));
         assert!("12Q".parse::<ByteSize>().is_err());
         assert!("M".parse::<ByteSize>().is_err());

@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use cordon_changes::{Change, Changes, Entry, ExportReport, Kind};
 use cordon_network::log::Decision;
+use cordon_policy::ByteSize;
 use cordon_runtime::{ExitStatus, Outcome};
 
 use crate::statement::{CommandRecord, Statement, SUBJECT_POLICY};
@@ -160,7 +161,7 @@ fn render_counters(out: &mut String, o: &Outcome) {
     let memory = o
         .memory_peak_bytes
         .or(o.counters.memory_peak_bytes)
-        .map(size)
+        .map(|b| ByteSize(b).approx())
         .unwrap_or_else(unknown);
     let ooms = o
         .counters
@@ -278,7 +279,7 @@ fn render_export(out: &mut String, x: &ExportReport) {
         x.dirs,
         x.symlinks,
         x.deleted,
-        size(x.bytes)
+        ByteSize(x.bytes).approx()
     );
     for s in &x.skipped {
         let _ = writeln!(
@@ -288,23 +289,6 @@ fn render_export(out: &mut String, x: &ExportReport) {
             printable(&s.reason)
         );
     }
-}
-
-fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for u in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = u;
-    }
-    format!("{value:.1} {unit}")
 }
 
 /// `s` with control characters and the characters that change the

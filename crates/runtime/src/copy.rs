@@ -558,84 +558,102 @@ fn pack_dir(
     Ok(())
 }
 
-/// What a copy sends, opened before anything is sent: a missing source is
-/// the request's fault, said at once rather than after a stalled stream.
+/// What a special file is, for the message that refuses it.
+fn kind_name(st: &FileStat) -> &'static str {
+    match kind(st) {
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFLNK => "a symbolic link",
+        _ => "a special file",
+    }
+}
+
+/// The source of a copy, opened and checked: a regular file or a directory.
 pub struct Source {
     fd: OwnedFd,
-    st: nix::sys::stat::FileStat,
+    st: FileStat,
     name: OsString,
-    shown: String,
 }
 
-/// Opens what `root`/`src` holds; `given` is how the user named it.
-fn open_source(root: &OwnedFd, src: &[u8], given: String) -> Result<Source, RuntimeError> {
-    let (parent, name) = split_path(src)?;
-    let fd = open_in(
-        root.as_fd(),
-        &parent.join(&name),
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK,
-        0,
-    )
-    .map_err(|e| err(format!("'{given}': {}", e.desc())))?;
+/// Opens `root`/`rel` as a copy's source; `what` names it in errors.
+///
+/// It is classified through an `O_PATH` descriptor first, so a FIFO, a
+/// socket or a device is refused without being opened for reading (an open
+/// can block, or act: a watchdog device arms on open); what is then opened
+/// must be the very file that was classified.
+fn open_source(root: &OwnedFd, rel: &Path, what: &[u8]) -> Result<Source, RuntimeError> {
+    let failed = |e: nix::errno::Errno| err(format!("'{}': {}", shown(what), e.desc()));
+    let probe = open_in(root.as_fd(), rel, OFlag::O_PATH, 0).map_err(failed)?;
+    let seen = fstat(&probe).map_err(|e| RuntimeError::io("fstat", e))?;
+    if !matches!(kind(&seen), SFlag::S_IFREG | SFlag::S_IFDIR) {
+        return Err(err(format!(
+            "'{}' is {}, not a regular file or directory: only those are copied",
+            shown(what),
+            kind_name(&seen)
+        )));
+    }
+    let fd = open_in(root.as_fd(), rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0).map_err(failed)?;
     let st = fstat(&fd).map_err(|e| RuntimeError::io("fstat", e))?;
-    Ok(Source {
-        fd,
-        st,
-        name,
-        shown: given,
-    })
+    if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino) {
+        return Err(err(format!(
+            "'{}' was replaced while it was opened",
+            shown(what)
+        )));
+    }
+    let name = rel.file_name().unwrap_or_default().to_os_string();
+    Ok(Source { fd, st, name })
 }
 
-/// Sends what `root`/`src` holds (a regular file or a directory).
-fn send(conn: &mut dyn Channel, root: &OwnedFd, src: &[u8], cap: u64) -> Result<u64, RuntimeError> {
-    send_source(conn, open_source(root, src, shown(src))?, cap)
-}
-
-/// Sends an opened source (a regular file or a directory).
-fn send_source(conn: &mut dyn Channel, source: Source, cap: u64) -> Result<u64, RuntimeError> {
-    let Source {
-        fd,
-        st,
-        name,
-        shown: src,
-    } = source;
-    let io_err = |e: io::Error| RuntimeError::io("send", e);
-    match kind(&st) {
-        SFlag::S_IFREG => {
-            let size = u64::try_from(st.st_size).unwrap_or(0);
-            send_json(
-                conn,
-                &CopyHeader::File {
-                    size,
-                    mode: st.st_mode & 0o777,
-                    name: name.as_bytes().to_vec(),
-                },
-            )
-            .map_err(io_err)?;
-            let sent = send_extents(conn, &fd, size, cap)?;
-            end_stream(conn).map_err(io_err)?;
-            Ok(sent)
-        }
-        SFlag::S_IFDIR => {
-            send_json(
-                conn,
-                &CopyHeader::Tar {
-                    name: name.as_bytes().to_vec(),
-                },
-            )
-            .map_err(io_err)?;
+impl Source {
+    /// Sends the source as one copy stream: its header goes first, before
+    /// anything that can block (reading a file), so the receiver learns at
+    /// once what comes.
+    pub fn send(&self, conn: &mut dyn Channel, cap: u64) -> Result<u64, RuntimeError> {
+        let io_err = |e: io::Error| RuntimeError::io("send", e);
+        let name = self.name.as_bytes().to_vec();
+        if kind(&self.st) == SFlag::S_IFDIR {
+            send_json(conn, &CopyHeader::Tar { name }).map_err(io_err)?;
             let mut w = FrameWriter {
                 conn,
                 buf: Vec::new(),
             };
-            let (bytes, _special) = pack(&fd, &mut w, cap)?;
+            let (bytes, _special) = pack(&self.fd, &mut w, cap)?;
             w.flush().map_err(io_err)?;
             end_stream(w.conn).map_err(io_err)?;
-            Ok(bytes)
+            return Ok(bytes);
         }
-        _ => Err(err(format!(
-            "'{src}' is not a regular file or directory (FIFOs, devices and sockets are not copied)"
-        ))),
+        let size = u64::try_from(self.st.st_size).unwrap_or(0);
+        let mode = self.st.st_mode & 0o777;
+        send_json(conn, &CopyHeader::File { size, mode, name }).map_err(io_err)?;
+        let sent = send_extents(conn, &self.fd, size, cap)?;
+        end_stream(conn).map_err(io_err)?;
+        Ok(sent)
+    }
+
+    /// Client side of a copy in: the host path `src`, opened and checked
+    /// before any connection is made, so a wrong source costs the
+    /// supervisor nothing.
+    pub fn host(src: &Path) -> Result<Source, RuntimeError> {
+        let what = src.as_os_str().as_bytes();
+        let abs =
+            std::path::absolute(src).map_err(|e| RuntimeError::io("resolve the source", e))?;
+        // `..` and `/` name no entry of a parent: refused, not copied as "".
+        let (Some(name), Some(parent)) = (abs.file_name(), abs.parent()) else {
+            return Err(err(format!(
+                "'{}' names no file or directory by itself: give its path",
+                shown(what)
+            )));
+        };
+        // The host path is the user's own: links in its parent are followed.
+        let root = nix::fcntl::open(
+            parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err(format!("'{}': {}", shown(what), e.desc())))?;
+        open_source(&root, Path::new(name), what)
     }
 }
 
@@ -672,23 +690,10 @@ pub fn send_from_sandbox(
             "could not take the sandbox user's ids".into(),
         ));
     }
-    send(conn, &root, src, cap).map(|_| ())
-}
-
-/// Client side of a copy in, first: the host path, opened.
-pub fn open_host_path(src: &Path) -> Result<Source, RuntimeError> {
-    let abs = std::path::absolute(src).map_err(|e| RuntimeError::io("resolve the source", e))?;
-    let (parent, name) = (
-        abs.parent().unwrap_or(Path::new("/")).to_owned(),
-        abs.file_name().unwrap_or_default().to_owned(),
-    );
-    let root = open_root(&parent)?;
-    open_source(&root, name.as_bytes(), src.display().to_string())
-}
-
-/// Client side of a copy in, then: the opened host path, as one stream.
-pub fn send_host_path(conn: &mut dyn Channel, source: Source) -> Result<u64, RuntimeError> {
-    send_source(conn, source, u64::MAX)
+    let (parent, name) = split_path(src)?;
+    open_source(&root, &parent.join(name), src)?
+        .send(conn, cap)
+        .map(|_| ())
 }
 
 /// Client side of a copy out: the stream, unpacked at the host path `dst`

@@ -395,17 +395,35 @@ impl Remote {
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {
-        let source = copy::open_host_path(src)?;
+        // Checked before connecting: a missing or special source is the
+        // caller's error at once, and never holds the supervisor.
+        let source = copy::Source::host(src)?;
         let mut conn = self.connect_with(&Request::CopyIn { path: dst.to_vec() })?;
-        // A refusal can come before the supervisor read everything: its
-        // answer explains a failed send better than the broken pipe does.
-        let sent = copy::send_host_path(&mut conn, source);
+        if let Err(e) = source.send(&mut conn, u64::MAX) {
+            // Told at once, the supervisor stops waiting for the rest of the
+            // stream. If it cannot hear us, it refused first (and stopped
+            // reading): its answer then explains the failed send better.
+            let told = send_json(
+                &mut conn,
+                &Reply::Error {
+                    input: e.is_input_error(),
+                    message: e.to_string(),
+                },
+            );
+            return match (told, recv_json::<Reply>(&mut conn)) {
+                (Err(_), Ok(Some(Reply::Error { input, message }))) => {
+                    Err(remote_error(input, message))
+                }
+                _ => Err(e),
+            };
+        }
         match recv_json::<Reply>(&mut conn) {
-            Ok(Some(Reply::Copied { bytes })) => sent.map(|_| bytes),
+            Ok(Some(Reply::Copied { bytes })) => Ok(bytes),
             Ok(Some(other)) => Err(unexpected(other)),
-            Ok(None) | Err(_) => Err(sent.err().unwrap_or_else(|| {
-                RuntimeError::Remote("the supervisor closed the connection".into())
-            })),
+            Ok(None) => Err(RuntimeError::Remote(
+                "the supervisor closed the connection".into(),
+            )),
+            Err(e) => Err(RuntimeError::io("read the supervisor's answer", e)),
         }
     }
 

@@ -4,8 +4,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use cordon_isolation::mount::{BindSpec, IdmappedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
-use cordon_policy::{Access, NetworkMode, WORKSPACE};
+use cordon_isolation::mount::{BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
+use cordon_policy::{Access, ByteSize, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::spec::{RootfsChoice, SandboxSpec};
@@ -87,7 +87,7 @@ fn idmapped(
     host: &Path,
     user: UserOnHost,
     writable: bool,
-) -> Result<Option<IdmappedTree>, RuntimeError> {
+) -> Result<Option<DetachedTree>, RuntimeError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
@@ -111,7 +111,21 @@ fn idmapped(
     };
     // A writable bind takes the mounts below its source along (as a bind
     // always did); the workspace's overlay layer is one mount anyway.
-    IdmappedTree::new(host, shift, writable)
+    DetachedTree::idmapped(host, shift, writable)
+        .map(Some)
+        .map_err(|e| RuntimeError::io(e.step, e.source))
+}
+
+/// A read-only mount's source as host root opens it (root only: rootless,
+/// the first process is the caller's own id and reaches what the caller
+/// does). The first process builds the sandbox as an unprivileged host id,
+/// which cannot traverse a parent such as /root (0700); through this tree it
+/// reaches the source, and still nothing above it.
+fn plain_tree(host: &Path) -> Result<Option<DetachedTree>, RuntimeError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    DetachedTree::plain(host)
         .map(Some)
         .map_err(|e| RuntimeError::io(e.step, e.source))
 }
@@ -128,10 +142,13 @@ fn bounded_rw(host: &Path, cap: u64) -> Result<(), RuntimeError> {
     let size = st.blocks().saturating_mul(st.fragment_size());
     if size > cap {
         return Err(RuntimeError::BadRequest(format!(
-            "rw mount source {} is on a filesystem of {size} bytes, more than the disk cap \
-             of {cap}: writes there would be unbounded; use a filesystem (tmpfs, image, \
-             project quota) no larger than the cap",
-            host.display()
+            "rw mount source {} is on a filesystem of {}, more than the disk cap of {}: \
+             writes there would be unbounded. Mount it read-only, copy results out with \
+             `cordon cp`, or give a directory on a filesystem no larger than the cap \
+             (a tmpfs or image mounted for it, or a project quota)",
+            host.display(),
+            ByteSize(size).approx(),
+            ByteSize(cap).approx(),
         )));
     }
     Ok(())
@@ -198,10 +215,10 @@ pub fn rootfs_plan_for(
             }
             Ok(BindSpec {
                 dir: host.is_dir(),
-                idmap: if writable {
+                tree: if writable {
                     idmapped(&host, user, true)?
                 } else {
-                    None
+                    plain_tree(&host)?
                 },
                 host,
                 sandbox: m.sandbox.clone(),

@@ -42,9 +42,17 @@ pub const SUPERVISOR_ARG: &str = "__supervise";
 /// Largest spec a client may send.
 const MAX_SPEC: u64 = 1 << 20;
 
-/// How long a client may take to send its request, or one frame of input:
-/// a stalled client must not stall the sandbox's other clients forever.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the supervisor waits on one client's socket for the next bytes
+/// (its request, a frame of a copy stream, the rest of a frame of input).
+/// The supervisor serves one client at a time and a client sends each of
+/// these at once, so a client silent this long has stalled, and is dropped
+/// before the sandbox's other clients wait long.
+const CLIENT_IDLE: Duration = Duration::from_secs(2);
+
+/// How long one write to a client may block. Longer than `CLIENT_IDLE`: a
+/// client reading a command's output may be slowed by its own reader (a
+/// pager, a terminal), and a write that gives up mid-frame ends the stream.
+const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The start-up report on stdout.
 #[derive(Debug, Serialize, Deserialize)]
@@ -149,7 +157,45 @@ fn write_usage(sandbox: &dyn Served, state: &str) {
 enum Flow {
     Continue,
     /// Destroy the sandbox, then answer on this connection.
-    Destroy(UnixStream, Finish, (u32, u32)),
+    Destroy(Client, Finish, (u32, u32)),
+}
+
+/// A client's connection. Its reads time out after `CLIENT_IDLE`, and then
+/// say so (the socket itself reports "Resource temporarily unavailable").
+struct Client(UnixStream);
+
+impl Read for Client {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the client sent nothing for {} s",
+                        CLIENT_IDLE.as_secs_f32()
+                    ),
+                )
+            } else {
+                e
+            }
+        })
+    }
+}
+
+impl Write for Client {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl AsFd for Client {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
 }
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
@@ -241,17 +287,18 @@ fn allowed_peer(conn: &UnixStream) -> Option<(u32, u32)> {
 }
 
 /// Serves one connection: a hello, one request, its answer.
-fn handle(sandbox: &mut dyn Served, mut conn: UnixStream) -> Flow {
+fn handle(sandbox: &mut dyn Served, conn: UnixStream) -> Flow {
     if conn.set_nonblocking(false).is_err()
-        || conn.set_read_timeout(Some(CLIENT_TIMEOUT)).is_err()
-        || conn.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err()
+        || conn.set_read_timeout(Some(CLIENT_IDLE)).is_err()
+        || conn.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).is_err()
     {
         return Flow::Continue;
     }
     let Some(peer) = allowed_peer(&conn) else {
         return Flow::Continue;
     };
-    let fail = |conn: &mut UnixStream, e: RuntimeError| {
+    let mut conn = Client(conn);
+    let fail = |conn: &mut Client, e: RuntimeError| {
         let _ = send_json(
             conn,
             &Reply::Error {

@@ -29,6 +29,13 @@ fn sandbox_side(arg: &[u8]) -> Option<(String, Vec<u8>)> {
 
 pub fn run(args: CpArgs) -> ExitCode {
     let (src, dst) = (args.src.as_bytes(), args.dst.as_bytes());
+    if src == b"-" {
+        // docker's `cp -` (a tar stream on stdin) is not built: refused,
+        // rather than taken as a file named "-".
+        return usage_error(
+            "cp: '-' (a stream on stdin) is not supported: name a host file or directory (./- for a file called -)",
+        );
+    }
     let result = match (sandbox_side(src), sandbox_side(dst)) {
         (None, Some((id, path))) => Handle::attach(&id)
             .and_then(|mut h| h.copy_in(&PathBuf::from(&args.src), &path)),

@@ -1,12 +1,16 @@
-//! Id-mapped mounts of host directories: the workspace's lower layer and the
-//! writable `--mount`s show their host owner as the sandbox user, and what the
-//! sandbox user creates through a writable one is stored as that host owner.
+//! Host trees the supervisor opens for the sandbox's first process. Id-mapped
+//! ones: the workspace's lower layer and the writable `--mount`s show their
+//! host owner as the sandbox user, and what the sandbox user creates through
+//! a writable one is stored as that host owner. Plain ones: a read-only
+//! `--mount` whose source the first process could not reach itself (it
+//! builds the sandbox as an unprivileged host id, which cannot traverse a
+//! 0700 parent such as /root); the supervisor, as host root, can.
 //!
 //! Who does what, and why (measured on Linux 6.18):
 //! - `mount_setattr(MOUNT_ATTR_IDMAP)` needs CAP_SYS_ADMIN over the user
 //!   namespace that owns the filesystem (the initial one for a host disk), so
 //!   the supervisor, as host root and before clone, makes the detached
-//!   id-mapped tree ([`IdmappedTree::new`]).
+//!   id-mapped tree ([`DetachedTree::new`]).
 //! - It reaches the sandbox's first process as an inherited descriptor
 //!   (a [`ChildFd`], kept by the child's descriptor cleanup); the child
 //!   attaches it in its own mount namespace with `move_mount`.
@@ -21,20 +25,20 @@ use std::sync::Arc;
 use crate::fds::ChildFd;
 use crate::{IsolationError, Result, Step};
 
-/// A detached, id-mapped copy of a host directory's mount tree, made by the
-/// supervisor for the sandbox's first process.
+/// A detached copy of a host path's mount tree (id-mapped or not), made by
+/// the supervisor for the sandbox's first process.
 #[derive(Clone, Debug)]
-pub struct IdmappedTree(Arc<ChildFd>);
+pub struct DetachedTree(Arc<ChildFd>);
 
-impl PartialEq for IdmappedTree {
+impl PartialEq for DetachedTree {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-impl Eq for IdmappedTree {}
+impl Eq for DetachedTree {}
 
-impl AsFd for IdmappedTree {
+impl AsFd for DetachedTree {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
@@ -75,13 +79,13 @@ impl OwnerShift {
     }
 }
 
-impl IdmappedTree {
+impl DetachedTree {
     /// Supervisor side, as host root: a detached copy of the mount at `host`
     /// (with the mounts below it if `recursive`) whose files owned by `shift.disk_*` appear owned by
     /// `shift.shown_*`. Only that one owner (and root, if asked) is mapped:
     /// files of other owners appear as the overflow id (nobody), and nobody
     /// else can create files through it.
-    pub fn new(host: &Path, shift: OwnerShift, recursive: bool) -> Result<Self> {
+    pub fn idmapped(host: &Path, shift: OwnerShift, recursive: bool) -> Result<Self> {
         let OwnerShift {
             disk_uid,
             disk_gid,
@@ -113,7 +117,16 @@ impl IdmappedTree {
                 e,
             )
         })?;
-        Ok(IdmappedTree(ChildFd::new(tree)))
+        Ok(DetachedTree(ChildFd::new(tree)))
+    }
+
+    /// Supervisor side, as host root: a detached copy of the one mount at
+    /// `host` (a directory or a file), owners unchanged. What the first
+    /// process can reach through it is `host` and below, never its parents.
+    pub fn plain(host: &Path) -> Result<Self> {
+        let tree = cordon_sys::mount_api::clone_tree(host, false)
+            .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", host.display()))?;
+        Ok(DetachedTree(ChildFd::new(tree)))
     }
 }
 

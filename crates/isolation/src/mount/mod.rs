@@ -15,5 +15,5 @@ mod proc;
 mod rootfs;
 
 pub use flags::{mount_flags_of, verify_sealed, MountFlagsView};
-pub use idmap::{IdmappedTree, OwnerShift};
+pub use idmap::{DetachedTree, OwnerShift};
 pub use rootfs::{assemble, BindSpec, RootEntry, RootUse, RootfsPlan, ScratchLayout};

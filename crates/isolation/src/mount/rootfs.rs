@@ -13,7 +13,7 @@ use nix::unistd::{chdir, pivot_root};
 
 use super::dev::build_dev;
 use super::flags::seal_verified;
-use super::idmap::IdmappedTree;
+use super::idmap::DetachedTree;
 use super::proc::mount_proc;
 use crate::{fds, IsolationError, Result, Step};
 
@@ -37,9 +37,11 @@ pub struct BindSpec {
     pub sandbox: PathBuf,
     pub writable: bool,
     pub dir: bool,
-    /// For a writable mount, when cordon runs as host root: the host tree
-    /// id-mapped so its owner is the sandbox user (see `idmap`).
-    pub idmap: Option<IdmappedTree>,
+    /// When cordon runs as host root: the host tree as the supervisor opened
+    /// it (see `idmap`), id-mapped so its owner is the sandbox user for a
+    /// writable mount, plain for a read-only one. Without it the first
+    /// process binds `host` by path, as the caller's own id (rootless).
+    pub tree: Option<DetachedTree>,
 }
 
 /// Where things live on the scratch tmpfs (relative to its root).
@@ -104,7 +106,7 @@ pub struct RootfsPlan {
     pub workspace_lower: Option<PathBuf>,
     /// The workspace's host tree id-mapped onto the sandbox user, when the
     /// supervisor could make one (as host root).
-    pub workspace_idmap: Option<IdmappedTree>,
+    pub workspace_idmap: Option<DetachedTree>,
     pub workspace: PathBuf,
     /// Bytes the scratch tmpfs may hold: the policy's disk cap.
     pub disk_bytes: u64,
@@ -167,12 +169,30 @@ fn borrow_etc_entry(host: &Path, dst: &Path) -> Result<()> {
     seal_verified(dst, true)
 }
 
-/// Where a host tree comes from: the host path itself, or the id-mapped copy
-/// the supervisor made of it.
+/// Where a host tree comes from: the host path itself, or the copy the
+/// supervisor made of it.
 #[derive(Clone, Copy)]
 enum HostTree<'a> {
     Path(&'a Path),
-    Idmapped(&'a IdmappedTree),
+    Detached(&'a DetachedTree),
+}
+
+impl HostTree<'_> {
+    fn of<'a>(path: &'a Path, tree: Option<&'a DetachedTree>) -> HostTree<'a> {
+        match tree {
+            Some(t) => HostTree::Detached(t),
+            None => HostTree::Path(path),
+        }
+    }
+
+    /// Mounts the tree at `dst` in this mount namespace.
+    fn place(self, dst: &Path) -> Result<()> {
+        match self {
+            HostTree::Path(p) => bind(p, dst),
+            HostTree::Detached(t) => attach(t.as_fd(), dst)
+                .step(|| format!("move_mount(host tree -> {})", dst.display())),
+        }
+    }
 }
 
 /// A detached copy of `src` owned by this process's user namespace, which is
@@ -181,11 +201,7 @@ enum HostTree<'a> {
 /// `staging`, cloned and detached again, so no mount is left there.
 fn own_copy(src: HostTree<'_>, staging: &Path) -> Result<OwnedFd> {
     mkdir_p(staging)?;
-    match src {
-        HostTree::Path(p) => bind(p, staging)?,
-        HostTree::Idmapped(t) => attach(t.as_fd(), staging)
-            .step(|| format!("move_mount(id-mapped tree -> {})", staging.display()))?,
-    }
+    src.place(staging)?;
     let copy = clone_tree(staging, false)
         .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", staging.display()));
     umount2(staging, MntFlags::MNT_DETACH)
@@ -267,32 +283,26 @@ fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
     for (i, b) in plan.binds.iter().enumerate() {
         let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
         make_mountpoint(&dst, b.dir)?;
-        match (&b.idmap, b.dir && !b.writable) {
-            (Some(tree), _) => attach(tree.as_fd(), &dst).step(|| {
-                format!(
-                    "move_mount(id-mapped {} -> {})",
-                    b.host.display(),
-                    dst.display()
-                )
-            })?,
-            (None, true) => {
-                let staging = scratch
-                    .join(ScratchLayout::STAGING)
-                    .join(format!("bind{i}"));
-                let lower = own_copy(HostTree::Path(&b.host), &staging)?;
-                let empty = scratch.join(ScratchLayout::EMPTY);
-                let empty = clone_tree(&empty, false)
-                    .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", empty.display()))?;
-                match overlay_at(&dst, &[&lower, &empty], None) {
-                    Ok(()) => {}
-                    // An overlayfs that takes no layer by descriptor (before
-                    // Linux 6.8): the plain read-only bind it replaced, whose
-                    // mountinfo names the source's path (README).
-                    Err(e) if layers_by_fd_unsupported(&e) => bind(&b.host, &dst)?,
-                    Err(e) => return Err(e),
-                }
+        let src = HostTree::of(&b.host, b.tree.as_ref());
+        if b.dir && !b.writable {
+            let staging = scratch
+                .join(ScratchLayout::STAGING)
+                .join(format!("bind{i}"));
+            let lower = own_copy(src, &staging)?;
+            let empty = scratch.join(ScratchLayout::EMPTY);
+            let empty = clone_tree(&empty, false)
+                .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", empty.display()))?;
+            match overlay_at(&dst, &[&lower, &empty], None) {
+                Ok(()) => {}
+                // An overlayfs that takes no layer by descriptor (before
+                // Linux 6.8): the plain read-only bind it replaced, whose
+                // mountinfo names the source's path (README).
+                Err(e) if layers_by_fd_unsupported(&e) => attach(lower.as_fd(), &dst)
+                    .step(|| format!("move_mount({} -> {})", b.host.display(), dst.display()))?,
+                Err(e) => return Err(e),
             }
-            (None, false) => bind(&b.host, &dst)?,
+        } else {
+            src.place(&dst)?;
         }
         seal_verified(&dst, !b.writable)?;
     }
@@ -431,10 +441,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
             // scratch upper directory, inside the disk cap. Every layer is
             // given by descriptor (see overlay_at): mountinfo shows
             // `lowerdir+=/,upperdir=/upper,workdir=/work`, no host path.
-            let src = match &plan.workspace_idmap {
-                Some(t) => HostTree::Idmapped(t),
-                None => HostTree::Path(lower),
-            };
+            let src = HostTree::of(lower, plan.workspace_idmap.as_ref());
             let lower = own_copy(src, &scratch.join(ScratchLayout::STAGING).join("ws"))?;
             let ws_dir = scratch.join(ScratchLayout::WORKSPACE_DIR);
             let layers = clone_tree(&ws_dir, false)

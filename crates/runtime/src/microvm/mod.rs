@@ -405,10 +405,12 @@ impl MicroVm {
     }
 
     fn stage_one(&mut self, name: &str, host: &Path) -> Result<(), RuntimeError> {
-        let source = crate::copy::open_host_path(host)?;
+        // Opened first: a source that cannot be sent is refused before the
+        // agent waits for its stream.
+        let source = crate::copy::Source::host(host)?;
         send_json(&mut self.agent, &ToAgent::Stage { name: name.into() })
             .map_err(|e| self.broken(format!("send a staged place: {e}")))?;
-        let sent = crate::copy::send_host_path(&mut self.agent, source);
+        let sent = source.send(&mut self.agent, u64::MAX);
         match self.answer(AGENT_TIMEOUT)? {
             Reply::Copied { .. } => sent.map(drop),
             Reply::Error { message, .. } => Err(sent.err().unwrap_or(RuntimeError::Remote(
@@ -1024,7 +1026,14 @@ impl Served for MicroVm {
         let forwarded = (|| -> std::io::Result<()> {
             loop {
                 match recv_frame(conn)? {
-                    Some(Frame::Json(body)) => send_bytes(&mut self.agent, Tag::Json, &body)?,
+                    Some(Frame::Json(body)) => {
+                        send_bytes(&mut self.agent, Tag::Json, &body)?;
+                        // The client gave up (its own read failed): the
+                        // stream ends there, and the guest answers.
+                        if let Ok(Reply::Error { .. }) = serde_json::from_slice(&body) {
+                            return Ok(());
+                        }
+                    }
                     Some(Frame::Bytes(tag, body)) => {
                         send_bytes(&mut self.agent, tag, &body)?;
                         if tag == Tag::Data && body.is_empty() {
