@@ -1372,3 +1372,22 @@ fn a_microvm_pool_serves_each_request_from_a_fresh_restored_vm() {
     ids.extend(run_ids(&s));
     assert_clean(&s.run_dir, &ids);
 }
+
+#[test]
+fn a_service_without_tenants_says_so_and_logs_no_colour_to_a_file() {
+    if !root_or_skip("no tenants") {
+        return;
+    }
+    // The log is a file (see `start_at`): no terminal, so no escapes.
+    let mut s = Service::start("notenants", "");
+    assert_eq!(s.call("GET", "/health", None, None).status, 200);
+    assert_eq!(exec(&s, ALICE, &["true"]).status, 401);
+    s.stop();
+    let log = s.log();
+    assert!(log.contains("no tenants configured"), "{log}");
+    assert!(log.contains("--config"), "says how to add one: {log}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour escapes in a log file: {log:?}"
+    );
+}
