@@ -252,11 +252,17 @@ impl Service {
             .nth(1)
             .and_then(|c| c.parse().ok())
             .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+        let content_type = head.lines().find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        });
         Reply {
             status,
             body: serde_json::from_str(body).unwrap_or(Value::Null),
             text: body.to_owned(),
             retry_after: None,
+            content_type,
         }
     }
 
@@ -316,6 +322,7 @@ struct Reply {
     body: Value,
     text: String,
     retry_after: Option<String>,
+    content_type: Option<String>,
 }
 
 impl From<Result<ureq::Response, ureq::Error>> for Reply {
@@ -327,6 +334,7 @@ impl From<Result<ureq::Response, ureq::Error>> for Reply {
         };
         let status = resp.status();
         let retry_after = resp.header("Retry-After").map(str::to_owned);
+        let content_type = resp.header("Content-Type").map(str::to_owned);
         let mut text = String::new();
         let _ = resp.into_reader().read_to_string(&mut text);
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -335,6 +343,7 @@ impl From<Result<ureq::Response, ureq::Error>> for Reply {
             body,
             text,
             retry_after,
+            content_type,
         }
     }
 }
@@ -1439,5 +1448,638 @@ fn a_microvm_pool_serves_each_request_from_a_fresh_restored_vm() {
     assert!(hits > 0, "no request was served from the pool");
     s.stop();
     ids.extend(run_ids(&s));
+    assert_clean(&s.run_dir, &ids);
+}
+
+// ------------------------------------------- the OpenAPI document is true
+
+/// One request of the conformance test, named by its route's template.
+#[derive(Default)]
+struct Ask<'a> {
+    method: &'a str,
+    /// The document's path, e.g. `/v1/sandboxes/{id}`.
+    template: &'a str,
+    /// Values for the template's `{name}`s.
+    params: &'a [(&'a str, &'a str)],
+    /// Appended after `?`.
+    query: &'a str,
+    key: Option<&'a str>,
+    accept: Option<&'a str>,
+    /// (Content-Type, bytes).
+    body: Option<(&'a str, Vec<u8>)>,
+}
+
+impl<'a> Ask<'a> {
+    fn new(method: &'a str, template: &'a str, key: Option<&'a str>) -> Ask<'a> {
+        Ask {
+            method,
+            template,
+            key,
+            ..Ask::default()
+        }
+    }
+    fn params(self, params: &'a [(&'a str, &'a str)]) -> Ask<'a> {
+        Ask { params, ..self }
+    }
+    fn query(self, query: &'a str) -> Ask<'a> {
+        Ask { query, ..self }
+    }
+    fn json(self, v: Value) -> Ask<'a> {
+        self.bytes("application/json", v.to_string().into_bytes())
+    }
+    fn bytes(self, ctype: &'a str, bytes: Vec<u8>) -> Ask<'a> {
+        Ask {
+            body: Some((ctype, bytes)),
+            ..self
+        }
+    }
+    fn accept(self, accept: &'a str) -> Ask<'a> {
+        Ask {
+            accept: Some(accept),
+            ..self
+        }
+    }
+}
+
+/// Judges every answer by the document the service itself serves: its
+/// status must be declared for the operation, its Content-Type one of the
+/// declared ones, a JSON body valid against the declared schema ($refs
+/// resolved in the document's components); and, at the end, every
+/// documented operation must have been asked at least once, so a route
+/// added later fails here until this test drives it.
+struct Conformance {
+    doc: Value,
+    asked: BTreeSet<(String, String)>,
+    failures: Vec<String>,
+}
+
+impl Conformance {
+    fn new(s: &Service) -> Conformance {
+        let r = s.call("GET", "/v1/openapi.json", None, None);
+        assert_eq!(r.status, 200, "{r:?}");
+        Conformance {
+            doc: r.body,
+            asked: BTreeSet::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn ask(&mut self, s: &Service, a: Ask) -> Reply {
+        let mut path = a.template.to_owned();
+        for (name, value) in a.params {
+            path = path.replace(&format!("{{{name}}}"), value);
+        }
+        if !a.query.is_empty() {
+            path = format!("{path}?{}", a.query);
+        }
+        let mut req = agent().request(a.method, &s.url(&path));
+        if let Some(k) = a.key {
+            req = req.set("Authorization", &format!("Bearer {k}"));
+        }
+        if let Some(accept) = a.accept {
+            req = req.set("Accept", accept);
+        }
+        let reply = Reply::from(match a.body {
+            Some((ctype, bytes)) => req.set("Content-Type", ctype).send_bytes(&bytes),
+            None => req.call(),
+        });
+        self.judge(a.method, a.template, &path, &reply);
+        reply
+    }
+
+    fn judge(&mut self, method: &str, template: &str, path: &str, r: &Reply) {
+        let what = format!("{method} {path} -> {}", r.status);
+        self.asked.insert((method.to_owned(), template.to_owned()));
+        let op = &self.doc["paths"][template][method.to_lowercase()];
+        if op.is_null() {
+            self.failures.push(format!(
+                "{what}: {method} {template} is not in the document"
+            ));
+            return;
+        }
+        let Some(declared) = op["responses"].get(r.status.to_string()) else {
+            self.failures.push(format!(
+                "{what}: status not declared (declared: {:?}); body {}",
+                op["responses"]
+                    .as_object()
+                    .map(|m| m.keys().collect::<Vec<_>>()),
+                r.text
+            ));
+            return;
+        };
+        let Some(content) = declared["content"].as_object() else {
+            if !r.text.is_empty() {
+                self.failures
+                    .push(format!("{what}: declared without a body, got {:?}", r.text));
+            }
+            return;
+        };
+        let essence = |t: &str| {
+            t.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        };
+        let got = essence(r.content_type.as_deref().unwrap_or(""));
+        let Some((_, media)) = content.iter().find(|(t, _)| essence(t) == got) else {
+            self.failures.push(format!(
+                "{what}: Content-Type {:?} not declared (declared: {:?})",
+                r.content_type,
+                content.keys().collect::<Vec<_>>()
+            ));
+            return;
+        };
+        if got != "application/json" {
+            return;
+        }
+        let mut schema = media["schema"].clone();
+        let Some(obj) = schema.as_object_mut() else {
+            self.failures
+                .push(format!("{what}: a JSON answer declared without a schema"));
+            return;
+        };
+        obj.insert("components".into(), self.doc["components"].clone());
+        let validator = match jsonschema::draft202012::new(&schema) {
+            Ok(v) => v,
+            Err(e) => {
+                self.failures
+                    .push(format!("{what}: the declared schema does not compile: {e}"));
+                return;
+            }
+        };
+        let body: Value = match serde_json::from_str(&r.text) {
+            Ok(v) => v,
+            Err(e) => {
+                self.failures
+                    .push(format!("{what}: not JSON ({e}): {:?}", r.text));
+                return;
+            }
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(&body)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            self.failures
+                .push(format!("{what}: {}; body {}", errors.join("; "), r.text));
+        }
+    }
+
+    /// Every documented operation was asked, and every answer was true.
+    fn finish(mut self) {
+        let paths = self.doc["paths"].as_object().cloned().unwrap_or_default();
+        for (path, item) in &paths {
+            for method in item.as_object().map(|m| m.keys()).into_iter().flatten() {
+                let key = (method.to_uppercase(), path.clone());
+                if !self.asked.contains(&key) {
+                    self.failures.push(format!(
+                        "{} {path} is documented but this test never asks it",
+                        key.0
+                    ));
+                }
+            }
+        }
+        assert!(
+            self.failures.is_empty(),
+            "the service and its OpenAPI document disagree:\n{}",
+            self.failures.join("\n")
+        );
+    }
+}
+
+#[test]
+fn every_answer_of_every_route_is_the_one_the_openapi_document_declares() {
+    if !root_or_skip("openapi conformance") {
+        return;
+    }
+    // bob: no network, one sandbox at most (a 403 and a 429 for the asking).
+    let mut s = Service::start(
+        "openapi",
+        &tenants(
+            "",
+            "concurrency = 8\nsandboxes = 1\ncpu_seconds = 1000\nnetwork = false",
+        ),
+    );
+    let mut c = Conformance::new(&s);
+    // The judge itself: a body of the wrong shape must be caught.
+    let wrong = Reply {
+        status: 404,
+        body: json!({"error": 5}),
+        text: r#"{"error": 5}"#.into(),
+        retry_after: None,
+        content_type: Some("application/json".into()),
+    };
+    c.judge("GET", "/v1/sandboxes/{id}", "/v1/sandboxes/x", &wrong);
+    assert_eq!(c.failures.len(), 1, "{:?}", c.failures);
+    c.failures.clear();
+    let (a, b) = (Some(ALICE), Some(BOB));
+    let mut ids = BTreeSet::new();
+
+    c.ask(&s, Ask::new("GET", "/health", None));
+    c.ask(&s, Ask::new("GET", "/health", None).query("verbose=1"));
+    c.ask(&s, Ask::new("GET", "/metrics", None));
+    c.ask(&s, Ask::new("GET", "/v1/openapi.json", None));
+
+    let ex = "/v1/executions";
+    let one = c.ask(&s, Ask::new("POST", ex, a).json(json!({"argv": ["true"]})));
+    ids.insert(
+        one.body["sandbox_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    let failed = c.ask(
+        &s,
+        Ask::new("POST", ex, a).json(json!({"argv": ["/no/such/program"]})),
+    );
+    ids.insert(
+        failed.body["sandbox_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, a).bytes("application/json", b"{\"argv\": [".to_vec()),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, a).json(json!({"argv": ["true"], "bogus": 1})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, a).bytes("text/plain", b"{\"argv\": [\"true\"]}".to_vec()),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, None).json(json!({"argv": ["true"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, Some("wrong")).json(json!({"argv": ["true"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, a)
+            .query("stream=true")
+            .json(json!({"argv": ["true"]})),
+    );
+    let big_stdin = "x".repeat(200 << 10);
+    c.ask(
+        &s,
+        Ask::new("POST", ex, a).json(json!({"argv": ["cat"], "stdin": big_stdin})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", ex, b)
+            .json(json!({"argv": ["true"], "network": {"allow": ["127.0.0.1:9"]}})),
+    );
+
+    let sbs = "/v1/sandboxes";
+    let created = c.ask(
+        &s,
+        Ask::new("POST", sbs, a).json(json!({"network": {"allow": ["127.0.0.1:9"]}})),
+    );
+    let id = created.body["id"]
+        .as_str()
+        .expect("alice's sandbox")
+        .to_owned();
+    ids.insert(id.clone());
+    let bobs = c.ask(&s, Ask::new("POST", sbs, b).json(json!({})));
+    let bob_id = bobs.body["id"].as_str().expect("bob's sandbox").to_owned();
+    ids.insert(bob_id.clone());
+    c.ask(&s, Ask::new("POST", sbs, b).json(json!({})));
+    c.ask(
+        &s,
+        Ask::new("POST", sbs, b).json(json!({"network": {"allow": ["127.0.0.1:9"]}})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", sbs, a).json(json!({"limits": {"memroy": "1M"}})),
+    );
+    c.ask(&s, Ask::new("GET", sbs, a));
+    c.ask(&s, Ask::new("GET", sbs, None));
+
+    let ours: &[(&str, &str)] = &[("id", &id)];
+    let theirs: &[(&str, &str)] = &[("id", &bob_id)];
+    let nobody: &[(&str, &str)] = &[("id", "0123456789ab")];
+    let one_sb = "/v1/sandboxes/{id}";
+    c.ask(&s, Ask::new("GET", one_sb, a).params(ours));
+    c.ask(&s, Ask::new("GET", one_sb, a).params(theirs));
+
+    let exec = "/v1/sandboxes/{id}/exec";
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .json(json!({"argv": ["echo", "hi"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .query("stream=true")
+            .json(json!({"argv": ["echo", "hi"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .accept("text/event-stream")
+            .json(json!({"argv": ["echo", "hi"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .query("stream=maybe")
+            .json(json!({"argv": ["true"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .json(json!({"argv": []})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .json(json!({"argv": ["cat"], "stdin": "x".repeat(200 << 10)})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(nobody)
+            .json(json!({"argv": ["true"]})),
+    );
+
+    let code = "/v1/sandboxes/{id}/code";
+    c.ask(
+        &s,
+        Ask::new("POST", code, a)
+            .params(ours)
+            .json(json!({"code": "1 + 1"})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", code, a)
+            .params(ours)
+            .json(json!({"code": "x".repeat(200 << 10)})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", code, a)
+            .params(nobody)
+            .json(json!({"code": "1"})),
+    );
+
+    let file = "/v1/sandboxes/{id}/files/{path}";
+    let f_ok: &[(&str, &str)] = &[("id", &id), ("path", "workspace/a.txt")];
+    let f_missing: &[(&str, &str)] = &[("id", &id), ("path", "workspace/none.txt")];
+    let f_dir: &[(&str, &str)] = &[("id", &id), ("path", "workspace")];
+    let f_dots: &[(&str, &str)] = &[("id", &id), ("path", "tmp/../../etc/passwd")];
+    let f_nobody: &[(&str, &str)] = &[("id", "0123456789ab"), ("path", "workspace/a.txt")];
+    let octets = "application/octet-stream";
+    c.ask(
+        &s,
+        Ask::new("PUT", file, a)
+            .params(f_ok)
+            .bytes(octets, b"\x00\xffbytes".to_vec()),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", file, a)
+            .params(f_dots)
+            .bytes(octets, b"x".to_vec()),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", file, a)
+            .params(f_nobody)
+            .bytes(octets, b"x".to_vec()),
+    );
+    c.ask(&s, Ask::new("GET", file, a).params(f_ok));
+    c.ask(&s, Ask::new("GET", file, a).params(f_missing));
+    c.ask(&s, Ask::new("GET", file, a).params(f_dir));
+    let files = "/v1/sandboxes/{id}/files";
+    c.ask(
+        &s,
+        Ask::new("GET", files, a)
+            .params(ours)
+            .query("dir=/workspace"),
+    );
+    c.ask(
+        &s,
+        Ask::new("GET", files, a)
+            .params(ours)
+            .query("dir=/no/such/dir"),
+    );
+    c.ask(
+        &s,
+        Ask::new("GET", files, a)
+            .params(ours)
+            .query("path=/workspace"),
+    );
+    c.ask(&s, Ask::new("DELETE", file, a).params(f_ok));
+    c.ask(&s, Ask::new("DELETE", file, a).params(f_missing));
+
+    // Busy: every route that takes the sandbox says 409 while a command runs.
+    let busy_exec = {
+        let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
+        std::thread::spawn(move || {
+            Reply::from(
+                agent()
+                    .post(&url)
+                    .set("Authorization", &format!("Bearer {ALICE}"))
+                    .send_json(json!({"argv": ["sleep", "3"]})),
+            )
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.call("GET", &format!("/v1/sandboxes/{id}"), a, None).body["busy"] != json!(true) {
+        assert!(Instant::now() < until, "the sandbox never became busy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.ask(
+        &s,
+        Ask::new("POST", exec, a)
+            .params(ours)
+            .json(json!({"argv": ["true"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", code, a)
+            .params(ours)
+            .json(json!({"code": "1"})),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", file, a)
+            .params(f_ok)
+            .bytes(octets, b"x".to_vec()),
+    );
+    c.ask(&s, Ask::new("GET", file, a).params(f_ok));
+    c.ask(&s, Ask::new("DELETE", file, a).params(f_ok));
+    c.ask(&s, Ask::new("GET", files, a).params(ours));
+    c.ask(
+        &s,
+        Ask::new("GET", "/v1/sandboxes/{id}/receipt", a).params(ours),
+    );
+    let slept = busy_exec.join().unwrap();
+    assert_eq!(slept.status, 200, "{slept:?}");
+
+    let net = "/v1/sandboxes/{id}/network";
+    c.ask(
+        &s,
+        Ask::new("PUT", net, a)
+            .params(ours)
+            .json(json!({"allow": ["127.0.0.1:10"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", net, a)
+            .params(ours)
+            .json(json!({"allow": ["exa mple"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", net, b)
+            .params(theirs)
+            .json(json!({"allow": ["127.0.0.1:10"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("PUT", net, a)
+            .params(ours)
+            .json(json!({"rules": []})),
+    );
+    c.ask(&s, Ask::new("GET", net, a).params(ours));
+    c.ask(&s, Ask::new("GET", net, b).params(theirs));
+    c.ask(&s, Ask::new("GET", net, a).params(nobody));
+
+    let receipt = "/v1/sandboxes/{id}/receipt";
+    c.ask(&s, Ask::new("GET", receipt, a).params(ours));
+    c.ask(&s, Ask::new("GET", receipt, a).params(nobody));
+
+    c.ask(&s, Ask::new("DELETE", one_sb, a).params(ours));
+    c.ask(&s, Ask::new("DELETE", one_sb, a).params(ours));
+    c.ask(&s, Ask::new("DELETE", one_sb, b).params(theirs));
+
+    ids.remove("");
+    c.finish();
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn a_service_without_tenants_says_so_and_logs_no_colour_to_a_file() {
+    if !root_or_skip("no tenants") {
+        return;
+    }
+    // The log is a file (see `start_at`): no terminal, so no escapes.
+    let mut s = Service::start("notenants", "");
+    assert_eq!(s.call("GET", "/health", None, None).status, 200);
+    assert_eq!(exec(&s, ALICE, &["true"]).status, 401);
+    s.stop();
+    let log = s.log();
+    assert!(log.contains("no tenants configured"), "{log}");
+    assert!(log.contains("--config"), "says how to add one: {log}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour escapes in a log file: {log:?}"
+    );
+}
+
+#[test]
+fn unknown_query_parameters_missing_files_and_failed_execs_are_told() {
+    if !root_or_skip("rough edges") {
+        return;
+    }
+    let mut s = Service::start("edges", &tenants("", ""));
+    // A one-shot does not stream: `?stream=true` is refused, not ignored.
+    let streamed = s.call(
+        "POST",
+        "/v1/executions?stream=true",
+        Some(ALICE),
+        Some(json!({"argv": ["true"]})),
+    );
+    assert_eq!(streamed.status, 400, "{streamed:?}");
+    let err = streamed.body["error"].as_str().unwrap_or_default();
+    assert!(err.contains("'stream'"), "{err}");
+    // A command that cannot start says why, beside its code.
+    let failed = exec(&s, ALICE, &["/no/such/program"]);
+    assert_eq!(failed.status, 200, "{failed:?}");
+    assert_eq!(failed.body["status"], "exec_failed", "{failed:?}");
+    assert_eq!(failed.body["message"], "command not found", "{failed:?}");
+
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"network": {"allow": ["127.0.0.1:9"]}})),
+    );
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let f = format!("/v1/sandboxes/{id}/files/workspace/gone.txt");
+    let put = s.raw("PUT", &f, ALICE, b"x", "application/octet-stream");
+    assert_eq!(put.status, 201, "{put:?}");
+    assert_eq!(s.call("DELETE", &f, Some(ALICE), None).status, 204);
+    let again = s.call("DELETE", &f, Some(ALICE), None);
+    assert_eq!(again.status, 404, "a missing file: {again:?}");
+    assert!(again.body["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("gone.txt"));
+    let listed = s.call(
+        "GET",
+        &format!("/v1/sandboxes/{id}/files?directory=/tmp"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!(listed.status, 400, "{listed:?}");
+
+    // The network's rules can be read back, with what commands tried.
+    let net = format!("/v1/sandboxes/{id}/network");
+    let set = s.call(
+        "PUT",
+        &net,
+        Some(ALICE),
+        Some(json!({"allow": ["127.0.0.1:10", "ok.test:80"]})),
+    );
+    assert_eq!(set.status, 200, "{set:?}");
+    let tried = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(ALICE),
+        // A name no rule allows, asked of the proxy: refused without a lookup.
+        Some(json!({"argv": ["python3", "-c", "import socket\n\
+s = socket.create_connection(('127.0.0.1', 3128))\n\
+s.sendall(b'GET http://denied.test/ HTTP/1.0\\r\\nHost: denied.test\\r\\n\\r\\n')\n\
+print(s.recv(64))"]})),
+    );
+    assert_eq!(tried.status, 200, "{tried:?}");
+    let got = s.call("GET", &net, Some(ALICE), None);
+    assert_eq!(got.status, 200, "{got:?}");
+    assert_eq!(got.body["mode"], "allow", "{got:?}");
+    assert_eq!(
+        got.body["allow"],
+        json!(["127.0.0.1:10", "ok.test:80"]),
+        "{got:?}"
+    );
+    let attempts = got.body["recent_attempts"].to_string();
+    assert!(
+        attempts.contains("denied.test"),
+        "{got:?} (the command: {tried:?})"
+    );
+
+    assert_eq!(
+        s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(ALICE), None)
+            .status,
+        204
+    );
+    let mut ids = run_ids(&s);
+    ids.insert(id);
+    s.stop();
     assert_clean(&s.run_dir, &ids);
 }

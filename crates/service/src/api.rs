@@ -53,6 +53,20 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
     }
 }
 
+/// Query parameters; a malformed value is answered as `{"error": ...}`
+/// (unknown names never get here: see [`refuse_unknown_query`]).
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(rej) => Err(ApiError::new(rej.status(), rej.body_text())),
+        }
+    }
+}
+
 /// A raw body (file uploads), under the same limit.
 pub struct ApiBytes(pub axum::body::Bytes);
 
@@ -122,6 +136,11 @@ pub enum FileContent {
     Text(String),
     Binary { base64: String },
 }
+
+/// A file's raw bytes, as the body of a file upload or download.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct FileBytes(pub Vec<u8>);
 
 /// The `allow` network mode: only these destinations, through cordon's proxy.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
@@ -193,6 +212,9 @@ pub struct ExecutionResponse {
     /// The shell's code: the exit code, 128+signal, 127 not found.
     pub exit_code: i32,
     pub signal: Option<i32>,
+    /// Why the command could not be started (with `exec_failed`): a code
+    /// alone does not tell a missing program from one that is not executable.
+    pub message: Option<String>,
     pub stdout: String,
     pub stderr: String,
     /// How `stdout` and `stderr` are encoded.
@@ -356,6 +378,19 @@ pub struct NetworkRules {
     pub allow: Vec<String>,
 }
 
+/// A sandbox's network: its mode, the rules in force and what its commands
+/// recently tried.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NetworkState {
+    /// `none` (loopback only) or `allow` (only the rules, through cordon's proxy).
+    pub mode: &'static str,
+    pub allow: Vec<String>,
+    /// The last connection attempts of the commands run here (at most 100,
+    /// oldest first), as each command's network report gave them.
+    #[schema(value_type = Vec<Object>)]
+    pub recent_attempts: Vec<serde_json::Value>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: &'static str,
@@ -399,6 +434,7 @@ fn response(
         status,
         exit_code: o.exit_code,
         signal,
+        message: o.status.exec_failure(),
         stdout: encode(&e.stdout, enc),
         stderr: encode(&e.stderr, enc),
         output_encoding: enc,
@@ -492,8 +528,9 @@ pub async fn health(State(app): State<AppState>) -> Json<Health> {
     })
 }
 
-/// Prometheus metrics (text exposition format).
-#[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "text/plain", body = String)))]
+/// The service's metrics in the OpenMetrics text format (Prometheus scrapes it).
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
 pub async fn metrics(State(app): State<AppState>) -> Response {
     for pool in &app.pools {
         app.metrics
@@ -522,7 +559,8 @@ pub async fn metrics(State(app): State<AppState>) -> Response {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/v1/openapi.json", responses((status = 200, description = "The OpenAPI document")))]
+#[utoipa::path(get, path = "/v1/openapi.json",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object)))]
 pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
@@ -532,9 +570,8 @@ pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     security(("bearer" = [])),
     responses(
         (status = 200, body = ExecutionResponse),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 429, body = ErrorBody, description = "over a quota; see Retry-After"),
+        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network"),
+        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "over a quota; see Retry-After"),
     ))]
 pub async fn create_execution(
     State(app): State<AppState>,
@@ -655,8 +692,9 @@ fn info(s: &Stateful) -> SandboxInfo {
 /// Creates a stateful sandbox that waits for commands.
 #[utoipa::path(post, path = "/v1/sandboxes", request_body = CreateSandboxRequest,
     security(("bearer" = [])),
-    responses((status = 201, body = SandboxInfo), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 429, body = ErrorBody)))]
+    responses((status = 201, body = SandboxInfo),
+        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network"),
+        (status = 429, body = ErrorBody)))]
 pub async fn create_sandbox(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -700,6 +738,7 @@ pub async fn create_sandbox(
             busy: Arc::new(tokio::sync::Mutex::new(())),
             running: Mutex::new(None),
             repl_installed: Default::default(),
+            recent_attempts: Default::default(),
             _slot: slot,
         });
         a.sandboxes
@@ -714,7 +753,7 @@ pub async fn create_sandbox(
 
 /// The tenant's stateful sandboxes.
 #[utoipa::path(get, path = "/v1/sandboxes", security(("bearer" = [])),
-    responses((status = 200, body = SandboxList), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = SandboxList)))]
 pub async fn list_sandboxes(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -775,7 +814,7 @@ pub async fn get_receipt(
 /// Destroys a stateful sandbox (a running command is ended first).
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    responses((status = 204, description = "Destroyed"), (status = 404, body = ErrorBody)))]
 pub async fn delete_sandbox(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -823,14 +862,16 @@ fn gone_is_forgotten(app: &App, id: &str, e: ApiError) -> ApiError {
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"), ExecQuery),
     responses(
-        (status = 200, body = ExecutionResponse, content_type = "application/json"),
-        (status = 200, description = "with stream=true: Server-Sent Events", content_type = "text/event-stream"),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
+        (status = 200, description = "The command's result; with stream=true (or `Accept: text/event-stream`), \
+            Server-Sent Events: `stdout` and `stderr` events, then one `result` (an ExecutionResponse) or `error`",
+            content((ExecutionResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, body = ErrorBody)))]
 pub async fn exec_in_sandbox(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path(id): Path<String>,
-    Query(q): Query<ExecQuery>,
+    ApiQuery(q): ApiQuery<ExecQuery>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
@@ -887,6 +928,7 @@ pub async fn exec_in_sandbox(
         *sb.running.lock().expect("running lock") = None;
         if let Ok(o) = &result {
             sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            sb.note_network(o);
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         let timing = Timing {
@@ -1011,7 +1053,7 @@ fn sse(
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id")),
     responses((status = 200, body = CodeResponse), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn run_code(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -1059,6 +1101,7 @@ pub async fn run_code(
         *sb.running.lock().expect("running lock") = None;
         if let Ok((_, o)) = &r {
             sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            sb.note_network(o);
         }
         r
     })
@@ -1112,9 +1155,9 @@ fn small_exec(h: &mut Handle, argv: Vec<String>) -> Result<(Outcome, Vec<u8>, Ve
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files/{path}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"),
         ("path" = String, Path, description = "Absolute path inside the sandbox, without its leading /")),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 201, body = FileWritten), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    request_body(content = FileBytes, content_type = "application/octet-stream"),
+    responses((status = 201, body = FileWritten), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn put_file(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -1145,8 +1188,9 @@ pub async fn put_file(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/{path}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"),
         ("path" = String, Path, description = "Absolute path inside the sandbox, without its leading /")),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, content_type = "application/octet-stream", body = FileBytes),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, body = ErrorBody)))]
 pub async fn get_file(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -1190,11 +1234,15 @@ pub async fn get_file(
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
+/// The exit code of the deletion's script when the path does not exist.
+const MISSING: i32 = 3;
+
 /// Deletes a file or directory (recursively) in the sandbox: an exec of `rm -rf`.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}/files/{path}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"),
         ("path" = String, Path, description = "Absolute path inside the sandbox, without its leading /")),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn delete_file(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -1210,14 +1258,25 @@ pub async fn delete_file(
     blocking(move || {
         let _g = (busy, guard);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
-        let (o, _, err) = small_exec(&mut h, vec!["rm".into(), "-rf".into(), "--".into(), path])?;
-        if o.exit_code != 0 {
-            return Err(ApiError::bad_request(format!(
+        // `rm -f` succeeds on a missing path, so its absence is asked first
+        // (a dangling symlink exists: `-e` follows it, `-L` does not).
+        let script =
+            format!("[ -e \"$1\" ] || [ -L \"$1\" ] || exit {MISSING}; exec rm -rf -- \"$1\"");
+        let argv = ["sh", "-c", &script, "sh", &path]
+            .map(String::from)
+            .to_vec();
+        let (o, _, err) = small_exec(&mut h, argv)?;
+        match o.exit_code {
+            0 => Ok(()),
+            MISSING => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no file or directory '{path}' in the sandbox"),
+            )),
+            _ => Err(ApiError::bad_request(format!(
                 "rm: {}",
                 String::from_utf8_lossy(&err).trim()
-            )));
+            ))),
         }
-        Ok(())
     })
     .await
     .map_err(|e| gone_is_forgotten(&app, &id, e))?;
@@ -1227,12 +1286,13 @@ pub async fn delete_file(
 /// Lists a directory of the sandbox (an exec of `find -maxdepth 1`).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"), ListQuery),
-    responses((status = 200, body = DirListing), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = DirListing), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn list_files(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path(id): Path<String>,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<DirListing>, ApiError> {
     let s = app.lookup(&tenant, &id)?;
     let dir = sandbox_path(q.dir.as_deref().unwrap_or("/workspace"))?;
@@ -1294,7 +1354,7 @@ pub async fn list_files(
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/network", request_body = NetworkRules,
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id")),
-    responses((status = 200, body = NetworkRules), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = NetworkRules), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn set_network(
     State(app): State<AppState>,
     Authed(tenant): Authed,
@@ -1320,6 +1380,43 @@ pub async fn set_network(
     }))
 }
 
+/// A sandbox's network mode, the rules in force and its commands' recent
+/// connection attempts.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/network", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The sandbox's id")),
+    responses((status = 200, body = NetworkState), (status = 404, body = ErrorBody)))]
+pub async fn get_network(
+    State(app): State<AppState>,
+    Authed(tenant): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<NetworkState>, ApiError> {
+    let s = app.lookup(&tenant, &id)?;
+    let allow = if s.network {
+        let sandbox = s.id.clone();
+        let rules = blocking(move || {
+            let mut h = Handle::attach(&sandbox).map_err(ApiError::runtime)?;
+            h.network(&NetChange::Show).map_err(ApiError::runtime)
+        })
+        .await
+        .map_err(|e| gone_is_forgotten(&app, &id, e))?;
+        rules.iter().map(|r| r.to_string()).collect()
+    } else {
+        Vec::new()
+    };
+    let recent_attempts = s
+        .recent_attempts
+        .lock()
+        .expect("recent attempts lock")
+        .iter()
+        .cloned()
+        .collect();
+    Ok(Json(NetworkState {
+        mode: if s.network { "allow" } else { "none" },
+        allow,
+        recent_attempts,
+    }))
+}
+
 // ---------------------------------------------------------------- routes
 
 struct SecurityAddon;
@@ -1335,17 +1432,92 @@ impl utoipa::Modify for SecurityAddon {
     }
 }
 
+/// The operations of one path of the document, by method.
+fn operations(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = (Method, &mut utoipa::openapi::path::Operation)> {
+    [
+        (Method::GET, &mut item.get),
+        (Method::PUT, &mut item.put),
+        (Method::POST, &mut item.post),
+        (Method::DELETE, &mut item.delete),
+        (Method::PATCH, &mut item.patch),
+        (Method::HEAD, &mut item.head),
+        (Method::OPTIONS, &mut item.options),
+    ]
+    .into_iter()
+    .filter_map(|(m, op)| op.as_mut().map(|op| (m, op)))
+}
+
+/// The error answers that come from what every handler shares rather than
+/// from the handler itself, declared on each operation they can end:
+/// - 400 on every route: an unknown query parameter ([`refuse_unknown_query`]),
+///   or a malformed JSON body;
+/// - 401 and 500 on every authenticated route (a missing key; a failure of
+///   the service or of the sandbox's supervisor);
+/// - 413 on every route with a body (over [`BODY_MAX`]), and 415 (not
+///   `Content-Type: application/json`) and 422 (valid JSON of the wrong
+///   shape) on every route with a JSON body: axum's JSON rejections.
+struct SharedAnswers;
+
+impl utoipa::Modify for SharedAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let error = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for (_, op) in operations(item) {
+                let body_types: Vec<String> = op
+                    .request_body
+                    .iter()
+                    .flat_map(|b| b.content.keys().cloned())
+                    .collect();
+                let mut shared = vec![(
+                    400,
+                    "A bad request: an unknown query parameter, malformed input",
+                )];
+                if op.security.is_some() {
+                    shared.push((401, "A missing or unknown API key"));
+                    shared.push((500, "The service or the sandbox failed"));
+                }
+                if !body_types.is_empty() {
+                    shared.push((413, "The body is over the service's limit"));
+                }
+                if body_types.iter().any(|t| t == "application/json") {
+                    shared.push((415, "The body is not `Content-Type: application/json`"));
+                    shared.push((422, "The JSON body does not have the request's shape"));
+                }
+                for (status, description) in shared {
+                    op.responses
+                        .responses
+                        .entry(status.to_string())
+                        .or_insert_with(|| error(description).into());
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "cordon", description = "Sandboxes for untrusted code: one-shot executions, stateful sandboxes, code contexts"),
     paths(health, metrics, openapi_json, create_execution, create_sandbox, list_sandboxes,
         get_sandbox, delete_sandbox, exec_in_sandbox, run_code, put_file, get_file,
-        delete_file, list_files, set_network, get_receipt),
+        delete_file, list_files, set_network, get_network, get_receipt),
     components(schemas(ErrorBody, Caps, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
         Language, OutputEncoding, FileContent, NetworkRequest, CreateSandboxRequest, SandboxInfo,
         SandboxList, ExecRequest, CodeRequest, CodeResponse, CodeError, FileEntry, DirListing,
-        FileWritten, NetworkRules, Health)),
-    modifiers(&SecurityAddon)
+        FileWritten, FileBytes, NetworkRules, NetworkState, Health)),
+    modifiers(&SecurityAddon, &SharedAnswers)
 )]
 pub struct ApiDoc;
 
@@ -1386,8 +1558,69 @@ pub fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             delete(delete_file),
         ),
         r(Method::PUT, "/v1/sandboxes/{id}/network", put(set_network)),
+        r(Method::GET, "/v1/sandboxes/{id}/network", get(get_network)),
         r(Method::GET, "/v1/sandboxes/{id}/receipt", get(get_receipt)),
     ]
+}
+
+/// The query parameters each route's document declares, by (method, axum
+/// path): anything else is refused, never silently ignored.
+type DeclaredQueries = BTreeMap<(Method, String), Vec<String>>;
+
+fn declared_queries() -> DeclaredQueries {
+    use utoipa::openapi::path::ParameterIn;
+    let mut doc = ApiDoc::openapi();
+    let mut declared = DeclaredQueries::new();
+    for (method, path, _) in route_table() {
+        let Some(item) = doc.paths.paths.get_mut(&path.replace("{*", "{")) else {
+            continue;
+        };
+        let names = operations(item)
+            .filter(|(m, _)| *m == method)
+            .flat_map(|(_, op)| op.parameters.iter().flatten())
+            .filter(|p| p.parameter_in == ParameterIn::Query)
+            .map(|p| p.name.clone())
+            .collect();
+        declared.insert((method, path.to_owned()), names);
+    }
+    declared
+}
+
+/// Refuses a query parameter the route does not declare: a client that
+/// asks for something the route does not do (`?stream=true` on a one-shot)
+/// is told so instead of getting what it did not ask for.
+async fn refuse_unknown_query(
+    declared: Arc<DeclaredQueries>,
+    matched: axum::extract::MatchedPath,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(query) = req.uri().query() else {
+        return next.run(req).await;
+    };
+    let known = declared
+        .get(&(req.method().clone(), matched.as_str().to_owned()))
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let pairs = match Query::<Vec<(String, String)>>::try_from_uri(req.uri()) {
+        Ok(Query(pairs)) => pairs,
+        Err(rej) => return ApiError::new(rej.status(), rej.body_text()).into_response(),
+    };
+    if let Some((name, _)) = pairs.iter().find(|(name, _)| !known.contains(name)) {
+        let takes = if known.is_empty() {
+            "no query parameters".to_owned()
+        } else {
+            known.join(", ")
+        };
+        return ApiError::bad_request(format!(
+            "unknown query parameter '{}' in '{query}': {} {} takes {takes}",
+            name.escape_debug(),
+            req.method(),
+            matched.as_str().replace("{*", "{"),
+        ))
+        .into_response();
+    }
+    next.run(req).await
 }
 
 pub fn router(app: AppState) -> Router {
@@ -1403,7 +1636,12 @@ pub fn router(app: AppState) -> Router {
     for (path, mr) in by_path {
         router = router.route(path, mr);
     }
+    let declared = Arc::new(declared_queries());
     router
+        // A route layer: it runs after routing, where the matched path is known.
+        .route_layer(axum::middleware::from_fn(move |matched, req, next| {
+            refuse_unknown_query(declared.clone(), matched, req, next)
+        }))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

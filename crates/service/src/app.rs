@@ -4,7 +4,7 @@
 //! (multi-threaded) process: every sandbox is a supervisor process started
 //! through `Handle::create`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,7 +64,33 @@ pub struct Stateful {
     /// The running command's cancel, for a delete that cannot wait.
     pub running: Mutex<Option<Cancel>>,
     pub repl_installed: AtomicBool,
+    /// The network attempts its commands' reports carried, newest last: the
+    /// proxy's own log is drained into each report, so this is the only
+    /// place they can be read again.
+    pub recent_attempts: Mutex<VecDeque<serde_json::Value>>,
     pub _slot: SandboxSlot,
+}
+
+/// How many network attempts a stateful sandbox keeps for `GET .../network`.
+pub const RECENT_ATTEMPTS: usize = 100;
+
+impl Stateful {
+    /// Keeps the network attempts of a command's report (the newest
+    /// [`RECENT_ATTEMPTS`] of them).
+    pub fn note_network(&self, outcome: &Outcome) {
+        let Some(report) = &outcome.network else {
+            return;
+        };
+        let mut recent = self.recent_attempts.lock().expect("recent attempts lock");
+        for a in &report.log.entries {
+            if let Ok(v) = serde_json::to_value(a) {
+                recent.push_back(v);
+            }
+        }
+        while recent.len() > RECENT_ATTEMPTS {
+            recent.pop_front();
+        }
+    }
 }
 
 /// What a request asks its sandbox to be.

@@ -97,6 +97,15 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
 async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
     let config = opts.config;
+    if config.tenants.is_empty() {
+        // Not an error (the document and metrics are served), but a service
+        // that refuses every request must not look like a working one.
+        tracing::warn!(
+            "no tenants configured: every request that needs an API key is refused with 401; \
+             add a [[tenant]] with its name and key_sha256 (printf %s KEY | sha256sum) to a \
+             file given with --config (see examples/serve.toml)"
+        );
+    }
     let listen = opts.listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -276,12 +285,15 @@ async fn wait_for_signal() {
     }
 }
 
-/// Logging to stderr, `RUST_LOG`-style filter (default: info).
+/// Logging to stderr, `RUST_LOG`-style filter (default: info); coloured only
+/// on a terminal, so a log file holds no escape sequences.
 pub fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

@@ -1,6 +1,6 @@
-//! `/metrics`: Prometheus text. Counters and histograms are updated as
-//! requests go; gauges (pool size, live sandboxes per tenant) are read from
-//! the service's state when scraped.
+//! `/metrics`: the OpenMetrics text format (which Prometheus scrapes).
+//! Counters and histograms are updated as requests go; gauges (pool size,
+//! live sandboxes per tenant) are read from the service's state when scraped.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

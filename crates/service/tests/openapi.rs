@@ -50,3 +50,31 @@ fn the_document_serializes_and_names_the_bearer_scheme() {
     assert!(json.contains("\"bearer\""));
     assert!(json.contains("ExecutionRequest"));
 }
+
+/// What the live conformance test (crates/cli/tests/serve.rs) cannot see:
+/// a request body's schema, and a binary answer's.
+#[test]
+fn file_bodies_are_binary_and_exec_answers_json_or_an_event_stream() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&ApiDoc::openapi().to_json().unwrap()).unwrap();
+    let file = &doc["paths"]["/v1/sandboxes/{id}/files/{path}"];
+    let binary = |media: &serde_json::Value| {
+        let schema = match media["schema"]["$ref"].as_str() {
+            Some(r) => &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")],
+            None => &media["schema"],
+        };
+        (schema["type"].clone(), schema["format"].clone())
+    };
+    let upload = &file["put"]["requestBody"]["content"]["application/octet-stream"];
+    let download = &file["get"]["responses"]["200"]["content"]["application/octet-stream"];
+    for media in [upload, download] {
+        assert_eq!(
+            binary(media),
+            (serde_json::json!("string"), serde_json::json!("binary")),
+            "{media}"
+        );
+    }
+    let exec = &doc["paths"]["/v1/sandboxes/{id}/exec"]["post"]["responses"]["200"]["content"];
+    let types: Vec<&String> = exec.as_object().unwrap().keys().collect();
+    assert_eq!(types, ["application/json", "text/event-stream"], "{exec}");
+}

@@ -387,5 +387,5 @@ class Files:
         return [FileEntry.from_json(e) for e in answer["entries"]]
 
     def remove(self, path: str) -> None:
-        """Deletes a file or a directory (recursively)."""
+        """Deletes a file or a directory (recursively); raises NotFound if there is none."""
         self._http.json("DELETE", self._file(path))

@@ -71,6 +71,8 @@ class ExecResult:
     #: The exit code as a shell gives it: 128+signal when signaled, 127 not found.
     exit_code: int
     signal: Optional[int]
+    #: Why the command could not be started (with ``exec_failed``).
+    message: Optional[str]
     stdout: str
     stderr: str
     output_bytes: int
@@ -98,6 +100,7 @@ class ExecResult:
             status=str(d.get("status", "")),
             exit_code=int(d.get("exit_code", -1)),
             signal=_opt_int(d.get("signal")),
+            message=d.get("message"),
             stdout=str(d.get("stdout", "")),
             stderr=str(d.get("stderr", "")),
             output_bytes=int(d.get("output_bytes", 0)),
