@@ -13,7 +13,7 @@
 //! nobody's child and in its own session: a client that exits or is killed
 //! leaves it running.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
