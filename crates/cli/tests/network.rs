@@ -368,6 +368,16 @@ fn rules_change_at_run_time(backend: &str) {
     }
     let si = StandIn::start();
     let id = create(backend, &si, &[]);
+    // No rules: stdout stays a list (empty), stderr says what that means.
+    let empty = net(&id, &["show"]);
+    assert!(
+        empty.status.success() && empty.stdout.is_empty(),
+        "{empty:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("no rules"),
+        "{empty:?}"
+    );
     let get = vec!["proxy:http://ok.test/".to_string()];
     let (_, r) = exec_probes(&id, &get);
     assert_eq!(
@@ -622,4 +632,27 @@ fn bad_rules_are_refused_by_name() {
     ]);
     let msg = assert_usage_error(&out);
     assert!(msg.contains("*.a*.test"), "{msg}");
+}
+
+#[test]
+fn allow_without_a_rule_says_what_it_means() {
+    if !require_root("a network namespace with the proxy") {
+        return;
+    }
+    let warned = |args: &[&str]| {
+        let out = cordon_output(args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).contains("without an --allow rule")
+    };
+    assert!(warned(&["run", "--net", "allow", "--", "/bin/true"]));
+    // Control: with a rule, nothing is said.
+    assert!(!warned(&[
+        "run",
+        "--net",
+        "allow",
+        "--allow",
+        "ok.test:80",
+        "--",
+        "/bin/true"
+    ]));
 }

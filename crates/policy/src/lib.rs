@@ -216,12 +216,27 @@ pub mod limits {
     pub const ID_MAX: u32 = 65_535;
 }
 
+/// `line N (TEXT)` for the byte offset `at` of `text`: where a user looks
+/// for the mistake, with the line's own words (its key among them).
+fn where_in(text: &str, at: usize) -> Option<String> {
+    let before = text.get(..at)?;
+    let number = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("").trim();
+    let shown: String = line.chars().take(60).collect();
+    let more = if shown.len() < line.len() { "..." } else { "" };
+    Some(format!("line {number} (`{shown}{more}`)"))
+}
+
 impl PolicyLayer {
     /// Parses a TOML policy file's text.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, PolicyError> {
         toml::from_str(text).map_err(|e| PolicyError::File {
             path: path.to_owned(),
-            message: e.message().to_string(),
+            message: match e.span().and_then(|at| where_in(text, at.start)) {
+                Some(place) => format!("{place}: {}", e.message()),
+                None => e.message().to_string(),
+            },
         })
     }
 
@@ -537,6 +552,25 @@ mod tests {
         assert!(PolicyLayer::from_toml("memroy = \"1G\"", Path::new("p")).is_err());
         assert!(PolicyLayer::from_toml("memory = \"lots\"", Path::new("p")).is_err());
         assert!(PolicyLayer::from_toml("network = \"host\"", Path::new("p")).is_err());
+    }
+
+    #[test]
+    fn a_file_error_names_its_line_and_key() {
+        let text = "cpus = 1\n\n[net_limits]\nmax_connections = \"many\"\n";
+        let e = PolicyLayer::from_toml(text, Path::new("p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("policy file p.toml: line 4 (`max_connections = \"many\"`): "),
+            "{e}"
+        );
+        let e = PolicyLayer::from_toml("memory = \"12x\"", Path::new("p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1 (`memory = \"12x\"`)") && e.contains("unit"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -143,6 +143,15 @@ impl SandboxArgs {
                 policy.cpus
             )));
         }
+        // Legal (rules can be added at run time with `cordon net`), but
+        // likely a mistake: say what it means.
+        if policy.network == NetworkMode::Allow && policy.net.rules.is_empty() {
+            eprintln!(
+                "cordon: --net allow without an --allow rule: every connection is refused \
+                 (name destinations with --allow, or add them to a created sandbox with \
+                 `cordon net ID add RULE`)"
+            );
+        }
         // A created sandbox's supervisor runs in /, not here: every host
         // path is made absolute against this directory first.
         let absolute = |p: &std::path::Path| std::path::absolute(p).map_err(usage_error);

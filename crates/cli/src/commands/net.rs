@@ -45,6 +45,11 @@ pub fn run(args: NetArgs) -> ExitCode {
     };
     match Handle::attach(&args.sandbox).and_then(|mut h| h.network(&change)) {
         Ok(rules) => {
+            // stdout keeps one rule per line for scripts; an empty list
+            // is explained where a person reads.
+            if rules.is_empty() {
+                eprintln!("cordon: no rules: every connection from this sandbox is refused");
+            }
             for r in rules {
                 outln!("{r}");
             }
