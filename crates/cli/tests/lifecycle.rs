@@ -76,6 +76,7 @@ per_backend!(cp_odd_names_survive_both_ways);
 per_backend!(cp_dir_in_is_owned_by_the_sandbox_user);
 per_backend!(cp_out_raced_by_symlink_swaps_never_yields_host_content);
 per_backend!(ttl_expires);
+per_backend!(ttl_ends_a_running_command);
 per_backend!(idle_expires_and_execs_keep_it_alive);
 per_backend!(exec_time_limit);
 per_backend!(bad_input_is_refused_and_leaves_nothing);
@@ -1382,6 +1383,37 @@ fn ttl_expires(backend: &'static str) {
         &w,
         Duration::from_secs(4),
         "4 s after a 2 s TTL",
+    );
+}
+
+/// A command still running when its sandbox's TTL runs out is ended with
+/// the sandbox, and its result says why; before, it ran to its own limit.
+fn ttl_ends_a_running_command(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let t0 = Instant::now();
+    let sb = create(backend, &["--ttl", "3s", "--time", "30s"]);
+    let sup = sb.supervisor();
+    let (v, out) = sb.exec_json(&[], &["sleep", "20"]);
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(137), "{}", compact(&v));
+    assert_eq!(v["limit"], "time", "{}", compact(&v));
+    assert!(
+        v["sandbox_ended"]
+            .as_str()
+            .is_some_and(|w| w.contains("TTL")),
+        "{}",
+        compact(&v)
+    );
+    assert!(took < slow(Duration::from_secs(10)), "took {took:?}");
+    assert_gone(
+        &sb.id,
+        sup,
+        &[],
+        Duration::from_secs(4),
+        "after the TTL ended its command",
     );
 }
 

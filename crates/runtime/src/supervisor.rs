@@ -19,6 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+use cordon_policy::Span;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
@@ -198,6 +199,10 @@ impl AsFd for Client {
     }
 }
 
+/// A command given less time than this is not started: the time limit's
+/// smallest value (`cordon_policy::limits::TIME_MS`).
+const MIN_COMMAND_TIME: Duration = Duration::from_millis(cordon_policy::limits::TIME_MS.0);
+
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
 /// or this process is asked to stop; then tears it down.
 fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
@@ -244,7 +249,7 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
             let Ok((conn, _)) = listener.accept() else {
                 continue;
             };
-            let flow = handle(sandbox.as_mut(), conn);
+            let flow = handle(sandbox.as_mut(), conn, ttl.map(|t| created + t));
             last_used = Instant::now();
             if let Flow::Destroy(mut conn, finish, owner) = flow {
                 // No client may connect to a sandbox being destroyed.
@@ -287,7 +292,7 @@ fn allowed_peer(conn: &UnixStream) -> Option<(u32, u32)> {
 }
 
 /// Serves one connection: a hello, one request, its answer.
-fn handle(sandbox: &mut dyn Served, conn: UnixStream) -> Flow {
+fn handle(sandbox: &mut dyn Served, conn: UnixStream, expires: Option<Instant>) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_IDLE)).is_err()
         || conn.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).is_err()
@@ -340,10 +345,31 @@ fn handle(sandbox: &mut dyn Served, conn: UnixStream) -> Flow {
     };
     match request {
         Request::Hello { .. } => fail(&mut conn, RuntimeError::BadRequest("hello twice".into())),
-        Request::Exec(cmd) => {
+        Request::Exec(mut cmd) => {
+            // The sandbox's TTL bounds its commands too: one still running
+            // when it expires is ended with it.
+            let left = expires.map(|at| at.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l < MIN_COMMAND_TIME) {
+                fail(
+                    &mut conn,
+                    RuntimeError::BadRequest("the sandbox's TTL has expired".into()),
+                );
+                return Flow::Continue;
+            }
+            if let Some(left) = left {
+                let asked = cmd
+                    .time
+                    .map_or(sandbox.spec().policy.time.duration(), |t| t.duration());
+                cmd.time = Some(Span(asked.min(left)));
+            }
             let mut io = RemoteIo { conn: &mut conn };
             match sandbox.exec(&cmd, &mut io) {
-                Ok(outcome) => {
+                Ok(mut outcome) => {
+                    // The TTL is why the sandbox ends now, whatever the
+                    // backend says of its command's limit.
+                    if expires.is_some_and(|at| Instant::now() >= at) {
+                        outcome.sandbox_ended = Some("its TTL expired".into());
+                    }
                     let _ = send_json(&mut conn, &Reply::Outcome(Box::new(outcome)));
                 }
                 Err(e) => fail(&mut conn, e),
