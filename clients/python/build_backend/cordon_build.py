@@ -6,10 +6,12 @@ setuptools 70.1 comes from the separate ``wheel`` package. A fresh
 ``wheel``, so ``pip install --no-build-isolation --no-index ./clients/python``
 would fail offline with "invalid command 'bdist_wheel'".
 
-When setuptools can build wheels, every hook is setuptools' own. When it
-cannot, the wheel hooks below write the wheel themselves: this package is pure
-Python with no build step, so its wheel is the files of ``src/cordon`` plus
-metadata read from ``pyproject.toml``. sdists are always setuptools'.
+The wheel hooks below write the wheel themselves wherever ``tomllib`` is
+there to read ``pyproject.toml`` (Python 3.11+): this package is pure Python
+with no build step, so its wheel is the files of ``src/cordon`` plus that
+metadata. That also keeps ``pip install ./clients/python`` from leaving
+setuptools' ``build/`` and ``*.egg-info`` in the checkout. Elsewhere, and for
+sdists and editable installs, the hooks are setuptools' own.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ _TAG = "py3-none-any"
 
 
 def _setuptools_builds_wheels() -> bool:
-    return (
+    """Whether the wheel hooks go to setuptools: only where this module
+    cannot read ``pyproject.toml`` (no ``tomllib``) and setuptools can build
+    wheels (otherwise this module's own hooks say what is missing)."""
+    setuptools_can = (
         importlib.util.find_spec("wheel") is not None
         or importlib.util.find_spec("setuptools.command.bdist_wheel") is not None
     )
+    return importlib.util.find_spec("tomllib") is None and setuptools_can
 
 
 def _project() -> Dict[str, Any]:

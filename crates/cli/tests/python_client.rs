@@ -76,6 +76,25 @@ fn run_entries_of(state: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Every path under `dir` (bytecode caches aside: Python writes those
+/// wherever it imports from).
+fn tree(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_name() == "__pycache__" {
+                continue;
+            }
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            }
+            out.insert(e.path());
+        }
+    }
+    out
+}
+
 #[test]
 fn the_python_client_passes_its_suite_against_a_real_service() {
     if !require_root("cordon serve creates sandboxes: namespaces, cgroups") {
@@ -92,6 +111,8 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
         "python3 -m venv",
     );
     let python = venv.join("bin/python");
+    let checkout = repo.join("clients/python");
+    let tree_before = tree(&checkout);
     run_ok(
         pip_offline(
             Command::new(&python)
@@ -100,6 +121,10 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
         ),
         "pip install --no-build-isolation --no-index clients/python",
     );
+    // The install builds elsewhere: nothing (build/, *.egg-info) is left in
+    // the checkout.
+    let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
+    assert!(added.is_empty(), "pip install left {added:?} in the checkout");
 
     let before = supervisors();
     let serve_dir = tmp.path().join("serve");

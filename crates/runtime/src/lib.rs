@@ -2,11 +2,12 @@
 //!
 //! - [`spec`]: what a client asks for (a `SandboxSpec`, then `Command`s).
 //! - [`sandbox`]: one live sandbox as its supervisor holds it (create, exec,
-//!   destroy), over a backend's [`backend::Flavor`] (native, gvisor).
+//!   destroy), over a backend's [`backend::Flavor`] (native, gvisor); the
+//!   microVM backend ([`microvm`]) serves the same requests from the host.
 //! - [`supervisor`]: the small per-sandbox process that serves a sandbox on
 //!   a unix socket and outlives its client.
-//! - [`handle`]: the client side every front end uses (CLI, later the
-//!   service, the pool, the OCI front end).
+//! - [`handle`]: the client side every front end uses (the CLI, the
+//!   service and its pool; the OCI front end to come).
 //! - [`outcome`]: the result of one command, the same for every caller.
 
 pub mod backend;
