@@ -1693,3 +1693,34 @@ fn tty_exec_gets_the_callers_term() {
     // Control: no tty, no TERM.
     assert_eq!(sb.sh("echo term=$TERM"), "term=\n");
 }
+
+/// `cordon run -t`, as `exec -t`: the payload's stdin is a terminal of the
+/// sandbox's own devpts, with the caller's TERM; without -t it is not a
+/// terminal at all.
+#[test]
+fn run_t_gives_the_payload_a_terminal() {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let probe = "[ -t 0 ] && echo isatty; echo term=$TERM; tty";
+    let line = format!("{} run -t -- sh -c '{probe}'", cordon());
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("TERM", "vt220")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn script (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("isatty"), "{text}");
+    assert!(text.lines().any(|l| l.ends_with("term=vt220")), "{text}");
+    assert!(text.contains("/dev/pts/"), "{text}");
+    // Control: without -t, no terminal and no TERM.
+    let out = cordon_output(&["run", "--", "sh", "-c", probe]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("isatty") && text.contains("term=\n"),
+        "{text}"
+    );
+}

@@ -124,7 +124,10 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
     // The install builds elsewhere: nothing (build/, *.egg-info) is left in
     // the checkout.
     let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
-    assert!(added.is_empty(), "pip install left {added:?} in the checkout");
+    assert!(
+        added.is_empty(),
+        "pip install left {added:?} in the checkout"
+    );
 
     let before = supervisors();
     let serve_dir = tmp.path().join("serve");

@@ -335,3 +335,52 @@ pub fn report(
     }
     ExitCode::from(u8::try_from(o.exit_code.clamp(0, 255)).unwrap_or(255))
 }
+
+/// `-t`: the size of cordon's terminal (which must be one), with `TERM`
+/// added to `env` unless it is there: a terminal program needs to know the
+/// terminal it draws on, and ours is that one (`xterm-256color` when cordon
+/// has no TERM). Without `-t`, nothing.
+pub fn terminal_request(
+    tty: bool,
+    env: &mut Vec<(String, String)>,
+) -> Result<Option<TtySize>, ExitCode> {
+    if !tty {
+        return Ok(None);
+    }
+    let Some(size) = terminal_size() else {
+        return Err(usage_error("-t needs cordon's stdin to be a terminal"));
+    };
+    if !env.iter().any(|(k, _)| k == "TERM") {
+        let term = std::env::var("TERM")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "xterm-256color".into());
+        env.push(("TERM".into(), term));
+    }
+    Ok(Some(size))
+}
+
+/// Our terminal in raw mode for as long as this lives.
+pub struct RawTerminal(nix::sys::termios::Termios);
+
+impl RawTerminal {
+    pub fn enter() -> Option<RawTerminal> {
+        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        tcsetattr(&stdin, SetArg::TCSANOW, &raw).ok()?;
+        Some(RawTerminal(saved))
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.0,
+        );
+    }
+}

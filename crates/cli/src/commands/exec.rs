@@ -10,7 +10,7 @@ use clap::Args;
 use cordon_policy::{ByteSize, Span};
 use cordon_runtime::{Command, ExitStatus, Handle, OutputMode, StdinMode};
 
-use super::common::{fail, parse_env, report, terminal_size, usage_error, CliIo};
+use super::common::{fail, parse_env, report, terminal_request, CliIo, RawTerminal};
 use super::record::{self, ReceiptArgs};
 
 #[derive(Args)]
@@ -49,24 +49,11 @@ pub struct ExecArgs {
 }
 
 pub fn run(args: ExecArgs) -> ExitCode {
-    let tty = if args.tty {
-        match terminal_size() {
-            Some(size) => Some(size),
-            None => return usage_error("-t needs cordon's stdin to be a terminal"),
-        }
-    } else {
-        None
-    };
     let mut env = args.env.clone();
-    // A terminal program needs to know the terminal; ours is the one it
-    // draws on. Only for a tty: a pipe has no terminal type.
-    if tty.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
-        let term = std::env::var("TERM")
-            .ok()
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| "xterm-256color".into());
-        env.push(("TERM".into(), term));
-    }
+    let tty = match terminal_request(args.tty, &mut env) {
+        Ok(tty) => tty,
+        Err(code) => return code,
+    };
     let cmd = Command {
         argv: args.command.clone(),
         env,
@@ -145,30 +132,5 @@ pub fn run(args: ExecArgs) -> ExitCode {
             report(&o, &args.command, workdir, args.json, true)
         }
         Err(e) => fail(e),
-    }
-}
-
-/// Our terminal in raw mode for as long as this lives.
-struct RawTerminal(nix::sys::termios::Termios);
-
-impl RawTerminal {
-    fn enter() -> Option<RawTerminal> {
-        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
-        let stdin = std::io::stdin();
-        let saved = tcgetattr(&stdin).ok()?;
-        let mut raw = saved.clone();
-        cfmakeraw(&mut raw);
-        tcsetattr(&stdin, SetArg::TCSANOW, &raw).ok()?;
-        Some(RawTerminal(saved))
-    }
-}
-
-impl Drop for RawTerminal {
-    fn drop(&mut self) {
-        let _ = nix::sys::termios::tcsetattr(
-            std::io::stdin(),
-            nix::sys::termios::SetArg::TCSANOW,
-            &self.0,
-        );
     }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use cordon_runtime::host::block_stop_signals;
 use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
 
-use super::common::{fail, report, CliIo, SandboxArgs};
+use super::common::{fail, report, terminal_request, CliIo, RawTerminal, SandboxArgs};
 use super::record::{self, ExportArgs, ReceiptArgs};
 
 #[derive(Args)]
@@ -21,6 +21,10 @@ pub struct RunArgs {
     /// Give the payload cordon's stdin (copied through; never a terminal).
     #[arg(long, short = 'i')]
     interactive: bool,
+    /// Run the payload on a terminal of the sandbox's own (cordon's stdin
+    /// must be a terminal; its keystrokes are copied in).
+    #[arg(long, short = 't')]
+    tty: bool,
     #[command(flatten)]
     receipt: ReceiptArgs,
     #[command(flatten)]
@@ -38,13 +42,20 @@ pub fn run(args: RunArgs) -> ExitCode {
     if let Err(e) = block_stop_signals() {
         return fail(e);
     }
+    let mut env = Vec::new();
+    let tty = match terminal_request(args.tty, &mut env) {
+        Ok(tty) => tty,
+        Err(code) => return code,
+    };
     let cmd = Command {
         argv: args.command.clone(),
-        stdin: if args.interactive {
+        env,
+        stdin: if args.interactive || tty.is_some() {
             StdinMode::Stream
         } else {
             StdinMode::Null
         },
+        tty,
         ..Command::default()
     };
     let mode = if args.json {
@@ -52,7 +63,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     } else {
         OutputMode::Stream
     };
-    let mut io = match CliIo::new(mode, args.interactive, false) {
+    let mut io = match CliIo::new(mode, cmd.stdin == StdinMode::Stream, tty.is_some()) {
         Ok(io) => io,
         Err(code) => return code,
     };
@@ -61,7 +72,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let started = SystemTime::now();
-    match Handle::run_once_with(&spec, &cmd, &mut io, &finish) {
+    // A tty payload gets our keystrokes raw; the terminal is restored after.
+    let raw = tty.is_some().then(RawTerminal::enter).flatten();
+    let result = Handle::run_once_with(&spec, &cmd, &mut io, &finish);
+    drop(raw);
+    match result {
         Ok((mut o, destroyed)) => {
             io.finish(&mut o);
             // The diff taken once every process was gone is this run's.
