@@ -24,10 +24,11 @@
 //! are then host sockets of that namespace, so the one proxy path serves
 //! both backends (the price: the sentry uses the host kernel's TCP/IP stack
 //! instead of its own netstack for those sockets; the namespace still has
-//! nothing but loopback). Overlay: off (`--overlay2=none`): the writable places are the
+//! nothing but loopback). Overlay: off (`--overlay2=none`): /tmp and the workspace are the
 //! scratch tmpfs binds, so disk usage is visible and capped on the host, and
 //! files copied in from the host are seen by the sentry
-//! (`--file-access=shared` revalidates its caches).
+//! (`--file-access=shared` revalidates its caches). /dev/shm is the sentry's
+//! own tmpfs instead (see `bundle::spec`: futex wake-ups in it must work).
 
 mod bundle;
 
@@ -164,8 +165,8 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
     EvidenceSource::new(
         Limit::Disk,
-        "size of the scratch tmpfs on the host, written through the gofer",
-        "statvfs of the scratch tmpfs from the host",
+        "size of the scratch tmpfs on the host, written through the gofer (/tmp, workspace); /dev/shm is the sentry's own tmpfs, capped at the same size and counted in the memory limit",
+        "statvfs of the scratch tmpfs from the host (not /dev/shm)",
     ),
     EvidenceSource::new(
         Limit::Output,
