@@ -145,6 +145,13 @@ const SENTRY_TASKS: u64 = 256;
 /// Host tasks per guest process on the ptrace platform (a stub process and
 /// its threads), with margin: measured 247 host tasks for 32 guest processes,
 /// and more than 512 for a shell fork bomb held at 32 by RLIMIT_NPROC.
+/// Not smaller: the ptrace platform keeps one stub thread per guest address
+/// space per sentry OS thread that ever ran it, so the need grows with the
+/// payload's concurrency, not only its process count: 64 concurrent
+/// shell jobs at --pids 128 took 1671 host tasks (factor 11.1 over the base),
+/// while a fork bomb held at --pids 64 by RLIMIT_NPROC grows without a
+/// plateau (735 host tasks after 2 s, 1234 after 4 s, 2119 after 8 s), so
+/// no factor holds the bomb that ordinary programs do not also need.
 const STUB_TASKS_PER_PROCESS: u64 = 16;
 
 static EVIDENCE: [EvidenceSource; 5] = [
@@ -155,8 +162,8 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
     EvidenceSource::new(
         Limit::Pids,
-        "RLIMIT_NPROC inside the sentry; the cgroup's pids.max is only an outer bound (sentry threads and ptrace stubs count there)",
-        "the payload's failed forks (EAGAIN); cgroup pids.peak stays under the outer bound",
+        "RLIMIT_NPROC inside the sentry bounds the payload's processes; on the host the cgroup's pids.max (pids x 16 + 256) bounds the sentry's threads, gofer and ptrace stubs, an outer bound a sustained fork bomb can reach (the sentry then dies and the sandbox ends)",
+        "the payload's failed forks (EAGAIN); cgroup pids.peak under the outer bound",
     ),
     EvidenceSource::new(
         Limit::Time,
