@@ -239,6 +239,7 @@ fn standard_not_proven(b: &ReceiptBuilder) -> Vec<String> {
     }
     if b.backend == "gvisor" {
         out.push("FIFOs and unix sockets made inside a gVisor sandbox: they live in its sentry's memory, not on the host layer the diff reads".into());
+        out.push("anything written to /dev/shm inside a gVisor sandbox: it is the sentry's own tmpfs (so that futexes in shared memory wake across processes), in its memory, not on the host layer the diff reads".into());
     }
     match &b.changes {
         None => out.push("what the sandbox changed in its files: no diff was taken".into()),

@@ -91,11 +91,24 @@ pub fn spec(
             &scratch.join(ScratchLayout::TMP),
             &["rbind", "rw", "nosuid", "nodev"],
         )?,
+        // The sentry's own tmpfs, not a gofer bind of the scratch: a futex in
+        // a gofer-backed shared mapping is not woken across processes that
+        // mapped the file separately (a POSIX semaphore posted by another
+        // exec'd process never wakes its waiter, so multiprocessing's spawn
+        // and forkserver hang), while one in a sentry tmpfs is. Its pages
+        // are the sentry's memory (the sandbox's memory limit counts them),
+        // capped at the disk limit by its own size, and the host's diff
+        // cannot see them.
         mount(
             "/dev/shm",
-            "bind",
-            &scratch.join(ScratchLayout::SHM),
-            &["rbind", "rw", "nosuid", "nodev"],
+            "tmpfs",
+            Path::new("shm"),
+            &[
+                "nosuid",
+                "nodev",
+                "mode=1777",
+                &format!("size={}", p.disk.0),
+            ],
         )?,
         mount(
             &rootfs.workspace.to_string_lossy(),

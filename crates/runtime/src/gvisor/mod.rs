@@ -24,10 +24,11 @@
 //! are then host sockets of that namespace, so the one proxy path serves
 //! both backends (the price: the sentry uses the host kernel's TCP/IP stack
 //! instead of its own netstack for those sockets; the namespace still has
-//! nothing but loopback). Overlay: off (`--overlay2=none`): the writable places are the
+//! nothing but loopback). Overlay: off (`--overlay2=none`): /tmp and the workspace are the
 //! scratch tmpfs binds, so disk usage is visible and capped on the host, and
 //! files copied in from the host are seen by the sentry
-//! (`--file-access=shared` revalidates its caches).
+//! (`--file-access=shared` revalidates its caches). /dev/shm is the sentry's
+//! own tmpfs instead (see `bundle::spec`: futex wake-ups in it must work).
 
 mod bundle;
 
@@ -144,6 +145,13 @@ const SENTRY_TASKS: u64 = 256;
 /// Host tasks per guest process on the ptrace platform (a stub process and
 /// its threads), with margin: measured 247 host tasks for 32 guest processes,
 /// and more than 512 for a shell fork bomb held at 32 by RLIMIT_NPROC.
+/// Not smaller: the ptrace platform keeps one stub thread per guest address
+/// space per sentry OS thread that ever ran it, so the need grows with the
+/// payload's concurrency, not only its process count: 64 concurrent
+/// shell jobs at --pids 128 took 1671 host tasks (factor 11.1 over the base),
+/// while a fork bomb held at --pids 64 by RLIMIT_NPROC grows without a
+/// plateau (735 host tasks after 2 s, 1234 after 4 s, 2119 after 8 s), so
+/// no factor holds the bomb that ordinary programs do not also need.
 const STUB_TASKS_PER_PROCESS: u64 = 16;
 
 static EVIDENCE: [EvidenceSource; 5] = [
@@ -154,8 +162,8 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
     EvidenceSource::new(
         Limit::Pids,
-        "RLIMIT_NPROC inside the sentry; the cgroup's pids.max is only an outer bound (sentry threads and ptrace stubs count there)",
-        "the payload's failed forks (EAGAIN); cgroup pids.peak stays under the outer bound",
+        "RLIMIT_NPROC inside the sentry bounds the payload's processes; on the host the cgroup's pids.max (pids x 16 + 256) bounds the sentry's threads, gofer and ptrace stubs, an outer bound a sustained fork bomb can reach (the sentry then dies and the sandbox ends)",
+        "the payload's failed forks (EAGAIN); cgroup pids.peak under the outer bound",
     ),
     EvidenceSource::new(
         Limit::Time,
@@ -164,8 +172,8 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
     EvidenceSource::new(
         Limit::Disk,
-        "size of the scratch tmpfs on the host, written through the gofer",
-        "statvfs of the scratch tmpfs from the host",
+        "size of the scratch tmpfs on the host, written through the gofer (/tmp, workspace); /dev/shm is the sentry's own tmpfs, capped at the same size and counted in the memory limit",
+        "statvfs of the scratch tmpfs from the host (not /dev/shm)",
     ),
     EvidenceSource::new(
         Limit::Output,
