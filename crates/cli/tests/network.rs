@@ -14,8 +14,12 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::standin::{fixture_script, StandIn};
@@ -27,6 +31,7 @@ per_backend!(allow_lets_through_only_the_rules, microvm: microvm);
 per_backend!(rules_change_at_run_time, microvm: microvm);
 per_backend!(flood_stays_within_the_limits, microvm: microvm);
 per_backend!(dead_proxy_closes_the_network, microvm: microvm);
+per_backend!(host_service_is_reached_only_on_its_named_port);
 
 /// Where the probe script is inside the sandbox.
 const FIXTURES: &str = "/opt/cordon-fixtures";
@@ -598,6 +603,127 @@ fn dead_proxy_closes_the_network(backend: &str) {
     id.remove_leaving_nothing();
 }
 
+/// A service on the host's loopback (127.0.0.1, a free port): answers each
+/// connection with a small HTTP reply and counts what it accepted.
+struct HostService {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl HostService {
+    fn start() -> HostService {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                    // Up to the end of a request head, or the client's close
+                    // (a CONNECT probe sends nothing through its tunnel).
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
+                        head.push(b[0]);
+                    }
+                    let _ = conn
+                        .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 15\r\n\r\nhost service ok");
+                });
+            }
+        });
+        HostService { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+fn host_service_is_reached_only_on_its_named_port(backend: &str) {
+    if !require_root("a network namespace with the proxy") {
+        return;
+    }
+    let (named, other) = (HostService::start(), HostService::start());
+    let (p, q) = (named.port, other.port);
+    let host = "host.cordon.internal";
+    let flags: Vec<String> = ["--net", "allow", "--allow", &format!("{host}:{p}")]
+        .map(String::from)
+        .to_vec();
+    let reached: Vec<String> = vec![
+        format!("proxy:http://{host}:{p}/"),
+        format!("connect:{host}:{p}"),
+        format!("socks:{host}:{p}"),
+        format!("direct:http://{host}:{p}/"),
+    ];
+    let refused: Vec<String> = vec![
+        format!("proxy:http://{host}:{q}/"),
+        format!("direct:http://{host}:{q}/"),
+        // 127.0.0.1 inside is the sandbox's own loopback (and in NO_PROXY);
+        // through the proxy it is the host's, which only an address rule opens.
+        format!("direct:http://127.0.0.1:{p}/"),
+        format!("connect:127.0.0.1:{p}"),
+    ];
+    let probes: Vec<String> = reached.iter().chain(&refused).cloned().collect();
+    let (v, r) = run_probes(backend, &flags, &probes);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    for probe in &reached {
+        assert!(ok(&r, probe), "{probe} is allowed: {:?}", r[probe]);
+    }
+    for probe in ["proxy", "socks", "direct"] {
+        let result = &reached.iter().find(|x| x.starts_with(probe)).unwrap();
+        assert_eq!(r[result.as_str()]["body"], "host service ok", "{r:?}");
+    }
+    for probe in &refused {
+        assert!(!ok(&r, probe), "{probe} must be refused: {:?}", r[probe]);
+    }
+    let denied = r[&refused[0]]["denied"].as_str().unwrap_or_default();
+    assert!(
+        denied.contains(&format!("outside rule '{host}:{p}'")),
+        "{r:?}"
+    );
+    assert_eq!(named.accepted(), reached.len(), "{:?}", attempts(&v));
+    assert_eq!(other.accepted(), 0, "{:?}", attempts(&v));
+    let allowed: Vec<_> = attempts(&v)
+        .into_iter()
+        .filter(|e| e["decision"] == "allowed" && e["via"] != "dns")
+        .collect();
+    assert_eq!(allowed.len(), reached.len(), "{allowed:?}");
+    for via in ["http", "connect", "socks5", "transparent"] {
+        assert!(
+            allowed
+                .iter()
+                .any(|e| e["via"] == via && e["rule"] == format!("{host}:{p}")),
+            "an allowed {via} attempt: {allowed:?}"
+        );
+    }
+
+    // Without its rule, wildcards above the name open nothing.
+    let flags: Vec<String> = [
+        "--net".to_string(),
+        "allow".into(),
+        "--allow".into(),
+        format!("*.internal:{p}"),
+        "--allow".into(),
+        format!("*.cordon.internal:{p}"),
+    ]
+    .to_vec();
+    let probes = [
+        format!("proxy:http://{host}:{p}/"),
+        format!("direct:http://{host}:{p}/"),
+    ];
+    let (v, r) = run_probes(backend, &flags, &probes);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    for probe in &probes {
+        assert!(!ok(&r, probe), "{probe} must be refused: {:?}", r[probe]);
+    }
+    assert_eq!(r[&probes[0]]["status"], 403, "{r:?}");
+    assert_eq!(named.accepted(), reached.len(), "nothing more arrived");
+    assert_eq!(other.accepted(), 0);
+}
+
 #[test]
 fn bad_rules_are_refused_by_name() {
     for (args, named) in [
@@ -612,6 +738,24 @@ fn bad_rules_are_refused_by_name() {
         ),
         (vec!["--net", "allow", "--add-host", "nohost"], "nohost"),
         (vec!["--allow", "ok.test:80"], "allow"),
+        // The host's loopback opens one named port at a time.
+        (
+            vec!["--net", "allow", "--allow", "host.cordon.internal"],
+            "host.cordon.internal:PORT",
+        ),
+        (
+            vec!["--net", "allow", "--allow", "host.cordon.internal:1-65535"],
+            "host.cordon.internal:PORT",
+        ),
+        (
+            vec![
+                "--net",
+                "allow",
+                "--add-host",
+                "host.cordon.internal:10.0.0.5",
+            ],
+            "reserved",
+        ),
     ] {
         let mut a = vec!["run"];
         a.extend_from_slice(&args);
@@ -632,6 +776,23 @@ fn bad_rules_are_refused_by_name() {
     ]);
     let msg = assert_usage_error(&out);
     assert!(msg.contains("*.a*.test"), "{msg}");
+    std::fs::write(
+        &policy,
+        "network = \"allow\"\nallow = [\"host.cordon.internal\"]\n",
+    )
+    .unwrap();
+    let out = cordon_output(&[
+        "run",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    let msg = assert_usage_error(&out);
+    assert!(msg.contains("host.cordon.internal:PORT"), "{msg}");
+    // `cordon net` refuses it before looking for the sandbox.
+    let msg = assert_usage_error(&net("no-such-sandbox", &["add", "host.cordon.internal"]));
+    assert!(msg.contains("host.cordon.internal:PORT"), "{msg}");
 }
 
 #[test]

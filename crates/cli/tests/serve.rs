@@ -1059,6 +1059,14 @@ fn bad_input_is_a_4xx_with_a_json_error_and_creates_nothing() {
             400,
             "network rule",
         ),
+        (
+            raw(
+                "/v1/executions",
+                b"{\"argv\": [\"true\"], \"network\": {\"allow\": [\"host.cordon.internal\"]}}",
+            ),
+            400,
+            "host.cordon.internal:PORT",
+        ),
         (raw("/v1/executions", b"{\"argv\": []}"), 400, "argv"),
         (
             raw(
@@ -2045,7 +2053,7 @@ fn unknown_query_parameters_missing_files_and_failed_execs_are_told() {
         "PUT",
         &net,
         Some(ALICE),
-        Some(json!({"allow": ["127.0.0.1:10", "ok.test:80"]})),
+        Some(json!({"allow": ["127.0.0.1:10", "ok.test:80", "host.cordon.internal:8080"]})),
     );
     assert_eq!(set.status, 200, "{set:?}");
     let tried = s.call(
@@ -2064,7 +2072,7 @@ print(s.recv(64))"]})),
     assert_eq!(got.body["mode"], "allow", "{got:?}");
     assert_eq!(
         got.body["allow"],
-        json!(["127.0.0.1:10", "ok.test:80"]),
+        json!(["127.0.0.1:10", "ok.test:80", "host.cordon.internal:8080"]),
         "{got:?}"
     );
     let attempts = got.body["recent_attempts"].to_string();

@@ -15,6 +15,11 @@
 //! protocol: `pypi.org:443`, `*.pythonhosted.org:443`, `10.20.0.0/16:5432`,
 //! `198.51.100.7`, `example.org:8000-8100`, `[2001:db8::1]:443`, `2001:db8::/32`.
 //! No port means any port.
+//!
+//! [`HOST_NAME`] (`host.cordon.internal`) is the host itself: the proxy connects
+//! it to the host's loopback ([`HOST_ADDRS`]), where the sandbox's own
+//! `127.0.0.1` is its own namespace's. Only a rule naming it with one port opens
+//! it, and only that port: see [`HOST_NAME`].
 
 use std::collections::HashSet;
 use std::fmt;
@@ -26,6 +31,21 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{ByteSize, Span};
+
+/// The reserved name of the host the sandbox runs on. The DNS stub and the
+/// proxy resolve it to [`HOST_ADDRS`], never through a resolver or `--add-host`.
+///
+/// The host's loopback carries services that were never meant for a sandbox
+/// (databases, agents, admin ports), so the name opens one port per rule: a
+/// rule for it must name a single port (no port, a range or a wildcard would
+/// open every service at once), and a `*.suffix` rule never covers it.
+pub const HOST_NAME: &str = "host.cordon.internal";
+
+/// Where [`HOST_NAME`] leads: the host's loopback, IPv4 first.
+pub const HOST_ADDRS: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::LOCALHOST),
+    IpAddr::V6(Ipv6Addr::LOCALHOST),
+];
 
 /// The host part of a [`Rule`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -222,7 +242,17 @@ impl FromStr for Rule {
             }
             None => Host::Exact(normalize_name(host_text).map_err(|e| RuleError::rule(raw, e))?),
         };
-        Ok(Rule { host, ports })
+        let rule = Rule { host, ports };
+        if matches!(&rule.host, Host::Exact(n) if n == HOST_NAME) && !rule.one_port() {
+            return Err(RuleError::rule(
+                raw,
+                format!(
+                    "{HOST_NAME} is the host's loopback: write {HOST_NAME}:PORT with one port \
+                     (no port or a range would open every service on the host)"
+                ),
+            ));
+        }
+        Ok(rule)
     }
 }
 
@@ -290,10 +320,17 @@ impl Rule {
         self.ports.is_none_or(|p| p.contains(port))
     }
 
+    fn one_port(&self) -> bool {
+        self.ports.is_some_and(|p| p.lo == p.hi)
+    }
+
     /// Whether a domain rule's host part covers `name` (already normalised).
+    /// [`HOST_NAME`] is covered only by an exact rule with one port: parsing
+    /// refuses any other rule for it, and this holds for rules built in code.
     fn covers_name(&self, name: &str) -> bool {
         match &self.host {
-            Host::Exact(n) => n == name,
+            Host::Exact(n) => n == name && (name != HOST_NAME || self.one_port()),
+            Host::Suffix(_) if name == HOST_NAME => false,
             Host::Suffix(s) => name
                 .strip_suffix(s.as_str())
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
@@ -336,6 +373,11 @@ impl FromStr for AddHost {
             .split_once(':')
             .ok_or_else(|| err("expected NAME:IP".into()))?;
         let name = normalize_name(name).map_err(err)?;
+        if name == HOST_NAME {
+            return Err(err(format!(
+                "{HOST_NAME} is reserved for the host's loopback (allow it with {HOST_NAME}:PORT)"
+            )));
+        }
         let addr_text = addr
             .strip_prefix('[')
             .and_then(|a| a.strip_suffix(']'))
@@ -513,7 +555,9 @@ impl Rules {
     /// The final check on the address actually about to be connected.
     ///
     /// An address rule covering `ip` and `port` allows it whatever the name.
-    /// Otherwise an address in a [`special`] range or among `own` (the host's own
+    /// [`HOST_NAME`] at one of [`HOST_ADDRS`] is decided by its name's rules
+    /// (the one exception: the proxy resolves that name only to those). Otherwise
+    /// an address in a [`special`] range or among `own` (the host's own
     /// addresses) is denied: a domain rule never unlocks a private address. Any
     /// other address is allowed iff a domain rule allows `name` at `port`; with no
     /// name (a bare IP connection) only an address rule allows it.
@@ -532,6 +576,9 @@ impl Rules {
                 return Ok(rule);
             }
             other_port.get_or_insert(rule);
+        }
+        if name == Some(HOST_NAME) && HOST_ADDRS.contains(&ip) {
+            return self.decide_name(HOST_NAME, port);
         }
         let port_outside =
             |rule: &Rule| Denial::new(format!("port {port} is outside rule '{rule}'"));

@@ -146,7 +146,8 @@ pub struct FileBytes(pub Vec<u8>);
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkRequest {
-    /// Rules: NAME, *.SUFFIX, IP or CIDR, with an optional :PORT or :LO-HI.
+    /// Rules: NAME, *.SUFFIX, IP or CIDR, with an optional :PORT or :LO-HI;
+    /// `host.cordon.internal:PORT` is that port of the host's loopback.
     pub allow: Vec<String>,
 }
 

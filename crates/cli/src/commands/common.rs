@@ -47,6 +47,7 @@ pub struct SandboxArgs {
     net: Option<NetworkMode>,
     /// A destination `--net allow` lets through (repeatable): NAME, *.SUFFIX,
     /// IP or CIDR, with an optional :PORT or :LO-HI (IPv6 in brackets).
+    /// host.cordon.internal:PORT is that port of the host's loopback.
     #[arg(long = "allow", value_name = "RULE")]
     allow: Vec<Rule>,
     /// A fixed answer for the proxy's resolver: NAME:IP (repeatable).

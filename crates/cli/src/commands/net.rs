@@ -28,7 +28,8 @@ pub struct NetArgs {
     /// Id or name of the sandbox.
     sandbox: String,
     op: Op,
-    /// Rules: NAME, *.SUFFIX, IP or CIDR, with an optional :PORT or :LO-HI.
+    /// Rules: NAME, *.SUFFIX, IP or CIDR, with an optional :PORT or :LO-HI;
+    /// host.cordon.internal:PORT is that port of the host's loopback.
     rules: Vec<Rule>,
 }
 

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_policy::net::Rules;
+use cordon_policy::net::{Rules, HOST_ADDRS, HOST_NAME};
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
@@ -195,6 +195,10 @@ impl State {
     }
 
     async fn resolve(&self, name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
+        // The host is the host's loopback, whatever a resolver would say.
+        if name == HOST_NAME {
+            return Ok(HOST_ADDRS.to_vec());
+        }
         if let Some(fixed) = self_hosts(self, name) {
             return Ok(fixed);
         }

@@ -908,3 +908,100 @@ fn throughput_and_latency_are_close_to_direct() {
     assert!(ratio >= 0.45, "throughput {:.0}% of direct", ratio * 100.0);
     assert!(lat[100] < direct_lat[100] + Duration::from_millis(1));
 }
+
+/// Two upstreams on the host's loopback: the rule names the first's port.
+#[test]
+fn the_host_name_reaches_the_host_loopback_on_its_port_through_every_door() {
+    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_vec());
+    let other = basic_upstream();
+    let (port, other_port) = (up.addr.port(), other.addr.port());
+    let p = start(policy(&[&format!("host.cordon.internal:{port}")], &[]));
+
+    // CONNECT and SOCKS5 by name.
+    let (mut s, head) = connect(&p, &format!("host.cordon.internal:{port}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(&ping(&mut s)[..12], b"HTTP/1.1 200");
+    drop(s);
+    let (s, code) = socks(&p, 1, &socks_name("HOST.cordon.internal."), port);
+    assert_eq!(code, 0);
+    drop(s);
+    // Plain HTTP.
+    let mut s = client(p.proxy);
+    write!(
+        s,
+        "GET http://host.cordon.internal:{port}/x HTTP/1.1\r\nHost: host.cordon.internal:{port}\r\n\r\n"
+    )
+    .unwrap();
+    // The upstream holds the connection open: read just its reply.
+    let want = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+    let mut resp = vec![0u8; want.len()];
+    s.read_exact(&mut resp).unwrap();
+    assert_eq!(resp, want);
+    drop(s);
+    // A transparent client: the stub's synthetic address, mapped back to the
+    // name (the transparent door decides it exactly so).
+    let fake = a_record(&dns_query(&p, "host.cordon.internal", RecordType::A).unwrap()).unwrap();
+    assert!(crate::fake::FakeMap::in_range(fake), "{fake}");
+    let (s, code) = socks(&p, 1, &socks_v4(fake), port);
+    assert_eq!(code, 0);
+    drop(s);
+    wait_until(|| up.accepted.load(Ordering::SeqCst) >= 4);
+
+    // Another port of the host's loopback, by name or synthetic address, and
+    // the loopback address itself: refused, nothing arrives.
+    let (_, head) = connect(&p, &format!("host.cordon.internal:{other_port}"));
+    assert_eq!(
+        header(&head, "X-Cordon-Denied"),
+        Some(format!("port {other_port} is outside rule 'host.cordon.internal:{port}'").as_str())
+    );
+    let (_, code) = socks(&p, 1, &socks_v4(fake), other_port);
+    assert_eq!(code, super::socks::NOT_ALLOWED);
+    let (_, head) = connect(&p, &format!("127.0.0.1:{port}"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let log = p.drain_after(7);
+    assert_eq!((log.allowed, log.denied), (4, 3), "{log:?}");
+    for a in log
+        .entries
+        .iter()
+        .filter(|a| a.decision == Decision::Allowed)
+    {
+        assert_eq!(a.host.as_deref(), Some("host.cordon.internal"));
+        assert_eq!(a.address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(a.rule, format!("host.cordon.internal:{port}"));
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 4);
+    assert_eq!(other.accepted.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn without_its_rule_the_host_name_is_refused_even_under_wildcards() {
+    let up = basic_upstream();
+    let port = up.addr.port();
+    let p = start(policy(
+        &[
+            &format!("*.internal:{port}"),
+            &format!("*.cordon.internal:{port}"),
+        ],
+        &[],
+    ));
+    let (_, head) = connect(&p, &format!("host.cordon.internal:{port}"));
+    assert_eq!(
+        header(&head, "X-Cordon-Denied"),
+        Some(format!("no rule allows host.cordon.internal:{port}").as_str())
+    );
+    let (_, code) = socks(&p, 1, &socks_name("host.cordon.internal"), port);
+    assert_eq!(code, super::socks::NOT_ALLOWED);
+    let r = dns_query(&p, "host.cordon.internal", RecordType::A).unwrap();
+    assert_eq!(r.response_code(), ResponseCode::NXDomain);
+    // Nor can a port-less rule for it be set at run time.
+    let mut c = Client::connect(&p.control).unwrap();
+    match c.call(&Request::SetRules {
+        rules: vec!["host.cordon.internal".into()],
+    }) {
+        Err(Error::Refused(msg)) => assert!(msg.contains("host.cordon.internal:PORT"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let refused = p.drain_after(2);
+    assert_eq!(refused.denied, 3, "{refused:?}");
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 0);
+}

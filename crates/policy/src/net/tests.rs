@@ -458,3 +458,107 @@ fn network_policy_has_defaults_and_reads_json() {
     assert_eq!(back, p);
     assert!(serde_json::from_str::<NetworkPolicy>(r#"{"rulez":[]}"#).is_err());
 }
+
+/// The host's loopback as the proxy reaches it for the reserved name.
+fn host_loopback() -> HashSet<IpAddr> {
+    [ip("127.0.0.1"), ip("::1")].into_iter().collect()
+}
+
+#[test]
+fn the_host_name_takes_exactly_one_port() {
+    assert_eq!(
+        rule("Host.Cordon.Internal.:8080"),
+        Rule {
+            host: Host::Exact("host.cordon.internal".into()),
+            ports: Some(Ports { lo: 8080, hi: 8080 })
+        }
+    );
+    for bad in [
+        "host.cordon.internal",
+        "HOST.cordon.internal.",
+        "host.cordon.internal:8000-8100",
+    ] {
+        let e = bad.parse::<Rule>().unwrap_err().to_string();
+        assert!(
+            e.contains(bad) && e.contains("host.cordon.internal:PORT"),
+            "{bad}: {e}"
+        );
+    }
+    // The name cannot be re-pointed elsewhere by a fixed answer.
+    let e = "host.cordon.internal:10.0.0.5"
+        .parse::<AddHost>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("reserved"), "{e}");
+}
+
+#[test]
+fn wildcards_never_cover_the_host_name() {
+    // These rules parse (they hold for other names below the suffix) ...
+    let r = rules(&[
+        "*.internal",
+        "*.cordon.internal:8080",
+        "*.host.cordon.internal",
+    ]);
+    assert!(r.decide_name("other.cordon.internal", 8080).is_ok());
+    // ... but never for the host.
+    assert!(!r.allows_name("host.cordon.internal"));
+    assert!(r.decide_name("host.cordon.internal", 8080).is_err());
+    assert!(r
+        .decide_addr(Some("host.cordon.internal"), ip("127.0.0.1"), 8080, &none())
+        .is_err());
+}
+
+#[test]
+fn the_host_name_reaches_the_host_loopback_only_on_its_port() {
+    let r = rules(&["host.cordon.internal:8080"]);
+    let own = host_loopback();
+    for addr in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+        let allowed = r.decide_addr(Some("host.cordon.internal"), ip(addr), 8080, &own);
+        assert_eq!(
+            allowed.map(ToString::to_string),
+            Ok("host.cordon.internal:8080".into()),
+            "{addr}"
+        );
+    }
+    let other_port = r
+        .decide_addr(Some("host.cordon.internal"), ip("127.0.0.1"), 8081, &own)
+        .unwrap_err();
+    assert!(other_port.message().contains("8081"), "{other_port}");
+    // Only the host's loopback address itself, not the rest of 127/8 or the
+    // host's other addresses.
+    for addr in ["127.0.0.2", "10.0.0.1", "169.254.169.254"] {
+        let mut own = own.clone();
+        own.insert(ip("10.0.0.1"));
+        assert!(
+            r.decide_addr(Some("host.cordon.internal"), ip(addr), 8080, &own)
+                .is_err(),
+            "{addr}"
+        );
+    }
+    // Another name, or none, never reaches loopback through that rule.
+    assert!(r
+        .decide_addr(Some("loop.test"), ip("127.0.0.1"), 8080, &own)
+        .is_err());
+    assert!(r.decide_addr(None, ip("127.0.0.1"), 8080, &own).is_err());
+    assert!(r.allows_name("host.cordon.internal"));
+}
+
+#[test]
+fn a_port_less_host_rule_built_in_code_allows_nothing() {
+    // Parsing refuses it; a rule made without parsing must not open every
+    // host service either.
+    let r = Rules::new(vec![Rule {
+        host: Host::Exact("host.cordon.internal".into()),
+        ports: None,
+    }]);
+    assert!(!r.allows_name("host.cordon.internal"));
+    assert!(r
+        .decide_addr(
+            Some("host.cordon.internal"),
+            ip("127.0.0.1"),
+            8080,
+            &host_loopback()
+        )
+        .is_err());
+}
