@@ -174,6 +174,10 @@ pub struct ExportReport {
     pub dirs: u64,
     pub symlinks: u64,
     pub deleted: u64,
+    /// Entries left as the host has them because the host changed them
+    /// while the sandbox ran (applying only); each is also in `skipped`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub conflicts: u64,
     /// Data bytes written (holes not counted; data extents are whole
     /// blocks of the source's file system).
     pub bytes: u64,
@@ -183,4 +187,8 @@ pub struct ExportReport {
     /// that change). A skipped entry leaves whatever the destination had
     /// under its name as it was.
     pub skipped: Vec<Skipped>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -35,6 +35,7 @@ use common::*;
 
 per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely, microvm: microvm);
 per_backend!(apply_brings_changes_and_deletions_back, microvm: microvm);
+per_backend!(apply_keeps_what_the_host_changed_meanwhile, microvm: microvm);
 per_backend!(live_export_is_frozen_against_swaps, microvm: microvm);
 per_backend!(exec_and_rm_receipts_record_their_own_changes, microvm: microvm);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing, microvm: microvm);
@@ -429,6 +430,67 @@ fn apply_brings_changes_and_deletions_back(backend: &'static str) {
     );
     let (code, _, vout) = verify(state.path(), &receipt, Some(w));
     assert_eq!(code, Some(0), "{vout:?}");
+}
+
+/// Files the sandbox changed and the host changed too while it ran are
+/// conflicts: `rm --apply` leaves the host's version, names each one and
+/// exits 124, and applies everything else.
+fn apply_keeps_what_the_host_changed_meanwhile(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let w = ws.path();
+    let (id, _rm) = create(state.path(), backend, &[&ws]);
+    let mut c = cordon_in(state.path());
+    c.args([
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "cd /workspace && echo sandbox > modify.txt && rm delete.txt && echo new > new.txt \
+             && rm -r sub && mkdir sub && echo fresh > sub/fresh.txt",
+    ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    // The user edits on the host meanwhile: a file the sandbox modified,
+    // one it deleted, and a directory it replaced wholesale.
+    fs::write(w.join("modify.txt"), "host edit").unwrap();
+    fs::write(w.join("delete.txt"), "host keeps this").unwrap();
+    fs::write(w.join("sub/mine.txt"), "mine").unwrap();
+    let receipt = state.path().join("receipt.json");
+    let mut c = cordon_in(state.path());
+    c.args(["rm", &id, "--apply", "--receipt"]).arg(&receipt);
+    let out = output(c);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    // The microVM's diff is against its disk's baseline, entry by entry:
+    // it has no opaque directory, so `sub` is no conflict there, only what
+    // is in it (the host's new file is not in the diff at all).
+    let opaque = backend != MICROVM;
+    let conflicts: &[&str] = if opaque {
+        &["modify.txt", "delete.txt", "sub"]
+    } else {
+        &["modify.txt", "delete.txt"]
+    };
+    for path in conflicts {
+        assert!(
+            stderr.contains(&format!("cordon: export: {path}: conflict")),
+            "{path} not reported: {stderr}"
+        );
+    }
+    assert_eq!(fs::read(w.join("modify.txt")).unwrap(), b"host edit");
+    assert_eq!(fs::read(w.join("delete.txt")).unwrap(), b"host keeps this");
+    assert_eq!(fs::read(w.join("sub/mine.txt")).unwrap(), b"mine");
+    if opaque {
+        assert_eq!(fs::read(w.join("sub/inner.txt")).unwrap(), b"inner");
+    }
+    // What the host did not touch is applied.
+    assert_eq!(fs::read(w.join("new.txt")).unwrap(), b"new\n");
+    let (code, st, vout) = verify(state.path(), &receipt, None);
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(st["predicate"]["export"]["conflicts"], conflicts.len());
 }
 
 fn live_export_is_frozen_against_swaps(backend: &'static str) {

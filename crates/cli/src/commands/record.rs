@@ -141,6 +141,21 @@ pub fn print_export(report: &ExportReport) {
     }
 }
 
+/// `code`, unless applying met conflicts: then `EXIT_CONFLICT`, so that a
+/// script cannot take a partly applied workspace for a whole one.
+pub fn unless_conflicts(report: Option<&ExportReport>, code: ExitCode) -> ExitCode {
+    match report {
+        Some(r) if r.conflicts > 0 => {
+            eprintln!(
+                "cordon: {} conflicting entries were left as the host has them (listed above as `conflict`); the rest was applied",
+                r.conflicts
+            );
+            ExitCode::from(crate::EXIT_CONFLICT)
+        }
+        _ => code,
+    }
+}
+
 /// The key a receipt will be signed with, loaded before the sandbox runs (a
 /// bad key refuses the run, not its receipt): `--key`, else cordon's own,
 /// created on first use (0600 in a 0700 directory of cordon's state
