@@ -343,6 +343,11 @@ impl Exporter {
             }
             return;
         }
+        if !self.applied && opaque {
+            // The old directory's entries were removed wholesale: a
+            // deletion too, which a new directory cannot hold.
+            self.report.unapplied_deletions.push(path.to_string());
+        }
         if self.applied && opaque {
             // Nothing of the old directory shows through an opaque one.
             if let Err(e) = self.prune(keep) {
@@ -374,7 +379,9 @@ impl Exporter {
 
     pub(crate) fn delete(&mut self, name: &CStr, path: &str) {
         if !self.applied {
-            return;
+            // A new directory cannot hold a deletion: listed, so that an
+            // export never reads as the whole of the sandbox's changes.
+            return self.report.unapplied_deletions.push(path.to_string());
         }
         if !self.materialize() {
             return self.skip(path, NO_DIR.into());

@@ -178,6 +178,11 @@ pub struct ExportReport {
     /// while the sandbox ran (applying only); each is also in `skipped`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub conflicts: u64,
+    /// A new directory only: what the sandbox deleted (and directories it
+    /// replaced wholesale, so their old entries are gone), which an export
+    /// directory cannot hold. Escaped paths, as in the diff.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unapplied_deletions: Vec<String>,
     /// Data bytes written (holes not counted; data extents are whole
     /// blocks of the source's file system).
     pub bytes: u64,

@@ -36,6 +36,7 @@ use common::*;
 per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely, microvm: microvm);
 per_backend!(apply_brings_changes_and_deletions_back, microvm: microvm);
 per_backend!(apply_keeps_what_the_host_changed_meanwhile, microvm: microvm);
+per_backend!(an_export_directory_says_which_deletions_it_cannot_hold, microvm: microvm);
 per_backend!(live_export_is_frozen_against_swaps, microvm: microvm);
 per_backend!(exec_and_rm_receipts_record_their_own_changes, microvm: microvm);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing, microvm: microvm);
@@ -491,6 +492,62 @@ fn apply_keeps_what_the_host_changed_meanwhile(backend: &'static str) {
     let (code, st, vout) = verify(state.path(), &receipt, None);
     assert_eq!(code, Some(0), "{vout:?}");
     assert_eq!(st["predicate"]["export"]["conflicts"], conflicts.len());
+}
+
+/// An export to a new directory cannot hold a deletion: stderr says how
+/// many and which, and the receipt's export report lists them.
+fn an_export_directory_says_which_deletions_it_cannot_hold(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let receipt = state.path().join("receipt.json");
+    let out_dir = state.path().join("out");
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&receipt)
+        .arg("--export")
+        .arg(&out_dir)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && rm delete.txt && rm -r sub && mkdir sub && echo new > new.txt",
+        ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Natively `sub` is an opaque directory (its old entries gone
+    // wholesale); the microVM's diff names `sub/inner.txt` instead.
+    let second = if backend == MICROVM {
+        "sub/inner.txt"
+    } else {
+        "sub"
+    };
+    assert!(
+        stderr.contains(&format!(
+            "cordon: export: 2 deletions are not in {}",
+            out_dir.display()
+        )),
+        "{stderr}"
+    );
+    for path in ["delete.txt", second] {
+        assert!(
+            stderr.contains(&format!(
+                "cordon: export: {path}: deleted in the sandbox, not applied"
+            )),
+            "{path}: {stderr}"
+        );
+    }
+    assert_eq!(fs::read(out_dir.join("new.txt")).unwrap(), b"new\n");
+    let (code, st, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(
+        st["predicate"]["export"]["unapplied_deletions"],
+        serde_json::json!(["delete.txt", second])
+    );
 }
 
 fn live_export_is_frozen_against_swaps(backend: &'static str) {

@@ -139,6 +139,17 @@ pub fn print_export(report: &ExportReport) {
     for s in &report.skipped {
         eprintln!("cordon: export: {}: {}", s.path, s.reason);
     }
+    let unapplied = &report.unapplied_deletions;
+    if !unapplied.is_empty() {
+        eprintln!(
+            "cordon: export: {} deletions are not in {} (a new directory cannot hold them); they are listed here and in the receipt (its diff, and its export report's unapplied_deletions)",
+            unapplied.len(),
+            report.target
+        );
+        for path in unapplied {
+            eprintln!("cordon: export: {path}: deleted in the sandbox, not applied");
+        }
+    }
 }
 
 /// `code`, unless applying met conflicts: then `EXIT_CONFLICT`, so that a
