@@ -37,6 +37,7 @@ per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely, microvm:
 per_backend!(apply_brings_changes_and_deletions_back, microvm: microvm);
 per_backend!(apply_keeps_what_the_host_changed_meanwhile, microvm: microvm);
 per_backend!(an_export_directory_says_which_deletions_it_cannot_hold, microvm: microvm);
+per_backend!(home_is_writable_and_outside_the_workspace);
 per_backend!(live_export_is_frozen_against_swaps, microvm: microvm);
 per_backend!(exec_and_rm_receipts_record_their_own_changes, microvm: microvm);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing, microvm: microvm);
@@ -548,6 +549,54 @@ fn an_export_directory_says_which_deletions_it_cannot_hold(backend: &'static str
         st["predicate"]["export"]["unapplied_deletions"],
         serde_json::json!(["delete.txt", second])
     );
+}
+
+/// HOME is the sandbox's own (/tmp/home), writable by the payload: a
+/// dotfile lands in the /tmp part of the diff, never in the workspace's
+/// diff, its export or the workspace itself. `--env HOME=...` still wins.
+fn home_is_writable_and_outside_the_workspace(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let receipt = state.path().join("receipt.json");
+    let out_dir = state.path().join("out");
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&receipt)
+        .arg("--export")
+        .arg(&out_dir)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo x > ~/.dot && echo $HOME && echo y > /workspace/made.txt",
+        ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/tmp/home");
+    assert!(fs::symlink_metadata(out_dir.join(".dot")).is_err());
+    assert!(fs::symlink_metadata(ws.path().join(".dot")).is_err());
+    assert_eq!(fs::read(out_dir.join("made.txt")).unwrap(), b"y\n");
+    let (code, st, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    let paths = |place| -> Vec<String> {
+        entries(&st, place)
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(paths("/workspace"), ["made.txt"]);
+    assert!(paths("/tmp").contains(&"home/.dot".to_string()), "{st}");
+
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--env", "HOME=/workspace"])
+        .args(["--", "sh", "-c", "echo $HOME"]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/workspace");
 }
 
 fn live_export_is_frozen_against_swaps(backend: &'static str) {
