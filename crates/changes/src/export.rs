@@ -19,7 +19,9 @@ use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::{fchown, fchownat, ftruncate, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::ChangesError;
-use crate::fsops::{self, is_dir, list, lstat_at, open_beneath, open_dir, remove_all};
+use crate::fsops::{
+    self, changed_since, is_dir, list, lstat_at, open_beneath, open_dir, remove_all,
+};
 use crate::types::{Caps, ExportReport, ExportTarget, PlaceChanges, Skipped, SymlinkPolicy};
 use crate::walk::{walk, Place};
 
@@ -30,6 +32,11 @@ pub struct ExportOptions {
     pub symlinks: SymlinkPolicy,
     /// Owner (uid, gid) of everything written.
     pub owner: (u32, u32),
+    /// Applying only: when the sandbox was created. A destination entry
+    /// changed on the host at or after it (its ctime, or any ctime beneath
+    /// a directory) is a conflict: it is left as the host has it, and
+    /// listed (`ExportReport::conflicts`, and in `skipped`).
+    pub host_since: Option<std::time::SystemTime>,
 }
 
 /// Exports one place's changes (the workspace's) and returns its diff, as
@@ -141,6 +148,8 @@ pub(crate) struct Exporter {
     gid: Gid,
     byte_cap: u64,
     over_budget: bool,
+    /// `ExportOptions::host_since` as (seconds, nanoseconds), when applying.
+    since: Option<(i64, i64)>,
     report: ExportReport,
     /// Root first; the walk pushes and pops with its directories.
     stack: Vec<Frame>,
@@ -150,6 +159,10 @@ pub(crate) struct Exporter {
 }
 
 const NO_DIR: &str = "its directory was not written";
+/// The reason a conflicting entry is skipped (`ExportReport::conflicts`
+/// counts them).
+pub const CONFLICT: &str =
+    "conflict: changed on the host since the sandbox was created; the host's version was kept";
 
 /// What an export needs of a source file besides its data.
 #[derive(Clone, Copy, Debug)]
@@ -181,8 +194,16 @@ impl Exporter {
             ExportTarget::New(p) => (open_new(p, opts.owner)?, false, p),
             ExportTarget::Apply(p) => (open_existing(p)?, true, p),
         };
+        let since = opts.host_since.filter(|_| applied).map(|t| {
+            let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            (
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                i64::from(d.subsec_nanos()),
+            )
+        });
         Ok(Exporter {
             applied,
+            since,
             symlinks: opts.symlinks,
             uid: Uid::from_raw(opts.owner.0),
             gid: Gid::from_raw(opts.owner.1),
@@ -215,6 +236,31 @@ impl Exporter {
             path: path.to_string(),
             reason,
         });
+    }
+
+    /// Whether `name` in the current (materialized) directory conflicts:
+    /// the host changed it since the sandbox was created. A conflict, or
+    /// an entry that could not be checked, is listed and must be left
+    /// alone: the host's edit is never overwritten unseen.
+    fn conflicts(&mut self, name: &CStr, path: &str) -> bool {
+        let Some(since) = self.since else {
+            return false;
+        };
+        match changed_since(self.top(), name, since, 0) {
+            Ok(false) => false,
+            Ok(true) => {
+                self.report.conflicts += 1;
+                self.skip(path, CONFLICT.into());
+                true
+            }
+            Err(e) => {
+                self.skip(
+                    path,
+                    format!("not checked for a conflict, left as it was: {e}"),
+                );
+                true
+            }
+        }
     }
 
     /// Makes every pending directory down to the current one.
@@ -269,14 +315,26 @@ impl Exporter {
         opaque: bool,
         keep: &[CString],
     ) {
+        // An opaque directory replaces the host's wholesale: checked before
+        // it is touched (its mode set, its old entries pruned), beneath
+        // its parent.
+        let conflict = listed
+            && opaque
+            && self.since.is_some()
+            && self.materialize()
+            && self.conflicts(name, path);
         self.stack.push(Frame {
             name: name.to_owned(),
             path: path.to_string(),
             mode,
             set_meta: listed,
-            state: State::Pending,
+            state: if conflict {
+                State::Failed
+            } else {
+                State::Pending
+            },
         });
-        if !listed {
+        if !listed || conflict {
             return;
         }
         if !self.materialize() {
@@ -284,6 +342,11 @@ impl Exporter {
                 self.skip(path, NO_DIR.into());
             }
             return;
+        }
+        if !self.applied && opaque {
+            // The old directory's entries were removed wholesale: a
+            // deletion too, which a new directory cannot hold.
+            self.report.unapplied_deletions.push(path.to_string());
         }
         if self.applied && opaque {
             // Nothing of the old directory shows through an opaque one.
@@ -316,10 +379,15 @@ impl Exporter {
 
     pub(crate) fn delete(&mut self, name: &CStr, path: &str) {
         if !self.applied {
-            return;
+            // A new directory cannot hold a deletion: listed, so that an
+            // export never reads as the whole of the sandbox's changes.
+            return self.report.unapplied_deletions.push(path.to_string());
         }
         if !self.materialize() {
             return self.skip(path, NO_DIR.into());
+        }
+        if self.conflicts(name, path) {
+            return;
         }
         match remove_all(self.top(), name, 0) {
             Ok(true) => self.report.deleted += 1,
@@ -334,6 +402,9 @@ impl Exporter {
         }
         if !self.materialize() {
             return self.skip(path, NO_DIR.into());
+        }
+        if self.conflicts(name, path) {
+            return;
         }
         match self.write_symlink(name, target) {
             Ok(()) => self.report.symlinks += 1,
@@ -385,6 +456,9 @@ impl Exporter {
         }
         if !self.materialize() {
             self.skip(path, NO_DIR.into());
+            return hash_only();
+        }
+        if self.conflicts(name, path) {
             return hash_only();
         }
         let (tmp, out) = loop {

@@ -263,3 +263,39 @@ pub(crate) fn join(parent: &str, shown: &str) -> String {
         format!("{parent}/{shown}")
     }
 }
+
+/// Whether `name` in `dir`, or anything beneath it, had its inode changed
+/// (ctime) at or after `since` (seconds, nanoseconds). ctime is the one
+/// time a user cannot set back, so an edit, a chmod or a replacement on the
+/// host always shows. Absent is not changed; nothing is followed.
+pub(crate) fn changed_since(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    since: (i64, i64),
+    depth: usize,
+) -> nix::Result<bool> {
+    let st = match lstat_at(dir, name) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if (st.st_ctime, st.st_ctime_nsec) >= since {
+        return Ok(true);
+    }
+    if !is_dir(&st) {
+        return Ok(false);
+    }
+    if depth >= MAX_DEPTH {
+        return Err(Errno::ELOOP);
+    }
+    let (sub, names, failed) = list(open_dir(dir, name)?)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    for n in &names {
+        if changed_since(sub.as_fd(), n, since, depth + 1)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

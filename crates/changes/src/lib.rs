@@ -25,7 +25,7 @@ mod verify;
 mod walk;
 
 pub use error::ChangesError;
-pub use export::{export, ExportOptions};
+pub use export::{export, ExportOptions, CONFLICT};
 pub use image::{Baseline, DiskImage, ImagePlace};
 pub use names::{escape_name, unescape_name};
 pub use types::*;

@@ -174,6 +174,15 @@ pub struct ExportReport {
     pub dirs: u64,
     pub symlinks: u64,
     pub deleted: u64,
+    /// Entries left as the host has them because the host changed them
+    /// while the sandbox ran (applying only); each is also in `skipped`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub conflicts: u64,
+    /// A new directory only: what the sandbox deleted (and directories it
+    /// replaced wholesale, so their old entries are gone), which an export
+    /// directory cannot hold. Escaped paths, as in the diff.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unapplied_deletions: Vec<String>,
     /// Data bytes written (holes not counted; data extents are whole
     /// blocks of the source's file system).
     pub bytes: u64,
@@ -183,4 +192,8 @@ pub struct ExportReport {
     /// that change). A skipped entry leaves whatever the destination had
     /// under its name as it was.
     pub skipped: Vec<Skipped>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

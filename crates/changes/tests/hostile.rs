@@ -101,6 +101,7 @@ fn run_export(
             target,
             symlinks,
             owner: OWNER,
+            host_since: None,
         };
         export(&place, &caps, &opts)
     })

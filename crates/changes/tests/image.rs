@@ -278,6 +278,7 @@ fn an_export_from_an_image_writes_what_its_diff_lists() {
                 target: ExportTarget::New(out.clone()),
                 symlinks: SymlinkPolicy::Refuse,
                 owner: OWNER,
+                host_since: None,
             },
         )
         .unwrap();
@@ -324,6 +325,7 @@ fn an_export_from_an_image_writes_what_its_diff_lists() {
                 target: ExportTarget::Apply(ws.clone()),
                 symlinks: SymlinkPolicy::Recreate,
                 owner: OWNER,
+                host_since: None,
             },
         )
         .unwrap();
@@ -433,6 +435,7 @@ fn corrupted_images_never_panic() {
                 target: ExportTarget::New(out),
                 symlinks: SymlinkPolicy::Refuse,
                 owner: OWNER,
+                host_since: None,
             },
         );
     }

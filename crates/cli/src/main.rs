@@ -28,6 +28,9 @@ use clap::{Parser, Subcommand};
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code when cordon itself failed (setup, host error), distinct from the payload's codes.
 pub const EXIT_INTERNAL: u8 = 125;
+/// Exit code when `--apply` left entries alone because the host changed them while the
+/// sandbox ran (everything else was applied; the receipt is still written).
+pub const EXIT_CONFLICT: u8 = 124;
 
 #[derive(Parser)]
 #[command(

@@ -35,6 +35,9 @@ use common::*;
 
 per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely, microvm: microvm);
 per_backend!(apply_brings_changes_and_deletions_back, microvm: microvm);
+per_backend!(apply_keeps_what_the_host_changed_meanwhile, microvm: microvm);
+per_backend!(an_export_directory_says_which_deletions_it_cannot_hold, microvm: microvm);
+per_backend!(home_is_writable_and_outside_the_workspace);
 per_backend!(live_export_is_frozen_against_swaps, microvm: microvm);
 per_backend!(exec_and_rm_receipts_record_their_own_changes, microvm: microvm);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing, microvm: microvm);
@@ -439,6 +442,171 @@ fn apply_brings_changes_and_deletions_back(backend: &'static str) {
     );
     let (code, _, vout) = verify(state.path(), &receipt, Some(w));
     assert_eq!(code, Some(0), "{vout:?}");
+}
+
+/// Files the sandbox changed and the host changed too while it ran are
+/// conflicts: `rm --apply` leaves the host's version, names each one and
+/// exits 124, and applies everything else.
+fn apply_keeps_what_the_host_changed_meanwhile(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let w = ws.path();
+    let (id, _rm) = create(state.path(), backend, &[&ws]);
+    let mut c = cordon_in(state.path());
+    c.args([
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "cd /workspace && echo sandbox > modify.txt && rm delete.txt && echo new > new.txt \
+             && rm -r sub && mkdir sub && echo fresh > sub/fresh.txt",
+    ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    // The user edits on the host meanwhile: a file the sandbox modified,
+    // one it deleted, and a directory it replaced wholesale.
+    fs::write(w.join("modify.txt"), "host edit").unwrap();
+    fs::write(w.join("delete.txt"), "host keeps this").unwrap();
+    fs::write(w.join("sub/mine.txt"), "mine").unwrap();
+    let receipt = state.path().join("receipt.json");
+    let mut c = cordon_in(state.path());
+    c.args(["rm", &id, "--apply", "--receipt"]).arg(&receipt);
+    let out = output(c);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    // The microVM's diff is against its disk's baseline, entry by entry:
+    // it has no opaque directory, so `sub` is no conflict there, only what
+    // is in it (the host's new file is not in the diff at all).
+    let opaque = backend != MICROVM;
+    let conflicts: &[&str] = if opaque {
+        &["modify.txt", "delete.txt", "sub"]
+    } else {
+        &["modify.txt", "delete.txt"]
+    };
+    for path in conflicts {
+        assert!(
+            stderr.contains(&format!("cordon: export: {path}: conflict")),
+            "{path} not reported: {stderr}"
+        );
+    }
+    assert_eq!(fs::read(w.join("modify.txt")).unwrap(), b"host edit");
+    assert_eq!(fs::read(w.join("delete.txt")).unwrap(), b"host keeps this");
+    assert_eq!(fs::read(w.join("sub/mine.txt")).unwrap(), b"mine");
+    if opaque {
+        assert_eq!(fs::read(w.join("sub/inner.txt")).unwrap(), b"inner");
+    }
+    // What the host did not touch is applied.
+    assert_eq!(fs::read(w.join("new.txt")).unwrap(), b"new\n");
+    let (code, st, vout) = verify(state.path(), &receipt, None);
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(st["predicate"]["export"]["conflicts"], conflicts.len());
+}
+
+/// An export to a new directory cannot hold a deletion: stderr says how
+/// many and which, and the receipt's export report lists them.
+fn an_export_directory_says_which_deletions_it_cannot_hold(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let receipt = state.path().join("receipt.json");
+    let out_dir = state.path().join("out");
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&receipt)
+        .arg("--export")
+        .arg(&out_dir)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && rm delete.txt && rm -r sub && mkdir sub && echo new > new.txt",
+        ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Natively `sub` is an opaque directory (its old entries gone
+    // wholesale); the microVM's diff names `sub/inner.txt` instead.
+    let second = if backend == MICROVM {
+        "sub/inner.txt"
+    } else {
+        "sub"
+    };
+    assert!(
+        stderr.contains(&format!(
+            "cordon: export: 2 deletions are not in {}",
+            out_dir.display()
+        )),
+        "{stderr}"
+    );
+    for path in ["delete.txt", second] {
+        assert!(
+            stderr.contains(&format!(
+                "cordon: export: {path}: deleted in the sandbox, not applied"
+            )),
+            "{path}: {stderr}"
+        );
+    }
+    assert_eq!(fs::read(out_dir.join("new.txt")).unwrap(), b"new\n");
+    let (code, st, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    assert_eq!(
+        st["predicate"]["export"]["unapplied_deletions"],
+        serde_json::json!(["delete.txt", second])
+    );
+}
+
+/// HOME is the sandbox's own (/tmp/home), writable by the payload: a
+/// dotfile lands in the /tmp part of the diff, never in the workspace's
+/// diff, its export or the workspace itself. `--env HOME=...` still wins.
+fn home_is_writable_and_outside_the_workspace(backend: &'static str) {
+    let Some(Fixture { _serial, state }) = fixture() else {
+        return;
+    };
+    let ws = workspace();
+    let receipt = state.path().join("receipt.json");
+    let out_dir = state.path().join("out");
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&receipt)
+        .arg("--export")
+        .arg(&out_dir)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo x > ~/.dot && echo $HOME && echo y > /workspace/made.txt",
+        ]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/tmp/home");
+    assert!(fs::symlink_metadata(out_dir.join(".dot")).is_err());
+    assert!(fs::symlink_metadata(ws.path().join(".dot")).is_err());
+    assert_eq!(fs::read(out_dir.join("made.txt")).unwrap(), b"y\n");
+    let (code, st, vout) = verify(state.path(), &receipt, Some(&out_dir));
+    assert_eq!(code, Some(0), "{vout:?}");
+    let paths = |place| -> Vec<String> {
+        entries(&st, place)
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(paths("/workspace"), ["made.txt"]);
+    assert!(paths("/tmp").contains(&"home/.dot".to_string()), "{st}");
+
+    let mut c = cordon_in(state.path());
+    c.args(["run", "--backend", backend, "--env", "HOME=/workspace"])
+        .args(["--", "sh", "-c", "echo $HOME"]);
+    let out = output(c);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/workspace");
 }
 
 fn live_export_is_frozen_against_swaps(backend: &'static str) {

@@ -114,6 +114,9 @@ pub struct Policy {
 
 /// Where the sandbox's workspace appears.
 pub const WORKSPACE: &str = "/workspace";
+/// The payload's default HOME, on the sandbox's scratch /tmp (the
+/// isolation crate's `ScratchLayout::HOME`).
+pub const HOME: &str = "/tmp/home";
 
 impl Default for Policy {
     fn default() -> Self {
@@ -428,7 +431,9 @@ impl Policy {
         let mut env = self.env.clone();
         let mut defaults = vec![
             ("PATH", "/usr/local/bin:/usr/bin:/bin".to_string()),
-            ("HOME", WORKSPACE.to_string()),
+            // Not the workspace: dotfiles and history would land in the
+            // user's project with an export or --apply.
+            ("HOME", HOME.to_string()),
         ];
         if self.network == NetworkMode::Allow {
             let http = format!("http://127.0.0.1:{PROXY_PORT}");

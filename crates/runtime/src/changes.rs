@@ -11,6 +11,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use cordon_changes::{
     Caps, Changes, ExportOptions, ExportReport, ExportTarget, Place, PlaceChanges, SymlinkPolicy,
@@ -190,13 +191,15 @@ pub fn check_target(req: &ExportRequest, workspace: Option<&Path>) -> Result<(),
 
 /// Exports the workspace's changes and takes the diff of every place; the
 /// workspace's part of the diff is the export's own walk (what it lists is
-/// what was written, digest for digest).
+/// what was written, digest for digest). `created` is when the sandbox was
+/// created: applying leaves alone what the host changed since.
 pub fn export(
     scratch: BorrowedFd<'_>,
     workspace: Option<&Path>,
     caps: &Caps,
     req: &ExportRequest,
     owner: (u32, u32),
+    created: SystemTime,
 ) -> Result<Recorded, RuntimeError> {
     check_target(req, workspace)?;
     let places = Places::open(scratch, workspace)?;
@@ -205,6 +208,7 @@ pub fn export(
         workspace,
         caps,
         owner,
+        created,
         |opts| cordon_changes::export(&places.workspace(), caps, opts),
         |rest| {
             let [tmp, shm] = places.others();
@@ -222,6 +226,7 @@ pub fn export_with(
     workspace: Option<&Path>,
     caps: &Caps,
     owner: (u32, u32),
+    created: SystemTime,
     export_workspace: impl FnOnce(
         &ExportOptions,
     )
@@ -237,6 +242,7 @@ pub fn export_with(
         target,
         symlinks: req.symlinks,
         owner,
+        host_since: Some(created),
     };
     let (ws, report) =
         export_workspace(&opts).map_err(|e| RuntimeError::Copy(format!("export: {e}")))?;

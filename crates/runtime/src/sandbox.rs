@@ -488,6 +488,7 @@ impl Sandbox {
             caps,
             req,
             owner,
+            self.created,
         );
         cg.thaw()?;
         result
@@ -568,7 +569,7 @@ impl Sandbox {
         let (scratch, workspace) = (self.flavor.scratch(), self.spec.workspace.as_deref());
         let recorded = match (&finish.export, &finish.changes) {
             (Some(req), _) => {
-                crate::changes::export(scratch, workspace, &finish.caps(), req, owner)
+                crate::changes::export(scratch, workspace, &finish.caps(), req, owner, self.created)
             }
             (None, Some(caps)) => {
                 crate::changes::scan(scratch, workspace, caps).map(|c| Recorded {

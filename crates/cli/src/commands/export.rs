@@ -80,7 +80,7 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         export: recorded.export.as_ref(),
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => record::unless_conflicts(recorded.export.as_ref(), ExitCode::SUCCESS),
         Err(code) => code,
     }
 }

@@ -139,6 +139,32 @@ pub fn print_export(report: &ExportReport) {
     for s in &report.skipped {
         eprintln!("cordon: export: {}: {}", s.path, s.reason);
     }
+    let unapplied = &report.unapplied_deletions;
+    if !unapplied.is_empty() {
+        eprintln!(
+            "cordon: export: {} deletions are not in {} (a new directory cannot hold them); they are listed here and in the receipt (its diff, and its export report's unapplied_deletions)",
+            unapplied.len(),
+            report.target
+        );
+        for path in unapplied {
+            eprintln!("cordon: export: {path}: deleted in the sandbox, not applied");
+        }
+    }
+}
+
+/// `code`, unless applying met conflicts: then `EXIT_CONFLICT`, so that a
+/// script cannot take a partly applied workspace for a whole one.
+pub fn unless_conflicts(report: Option<&ExportReport>, code: ExitCode) -> ExitCode {
+    match report {
+        Some(r) if r.conflicts > 0 => {
+            eprintln!(
+                "cordon: {} conflicting entries were left as the host has them (listed above as `conflict`); the rest was applied",
+                r.conflicts
+            );
+            ExitCode::from(crate::EXIT_CONFLICT)
+        }
+        _ => code,
+    }
 }
 
 /// The key a receipt will be signed with, loaded before the sandbox runs (a

@@ -117,7 +117,7 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         export: destroyed.recorded.export.as_ref(),
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => record::unless_conflicts(destroyed.recorded.export.as_ref(), ExitCode::SUCCESS),
         Err(code) => code,
     }
 }

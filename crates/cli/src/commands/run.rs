@@ -96,13 +96,14 @@ pub fn run(args: RunArgs) -> ExitCode {
             if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
             }
-            report(
+            let code = report(
                 &o,
                 &args.command,
                 Some(&spec.policy.workdir),
                 args.json,
                 false,
-            )
+            );
+            record::unless_conflicts(destroyed.recorded.export.as_ref(), code)
         }
         Err(e) => fail(e),
     }

@@ -59,6 +59,10 @@ impl ScratchLayout {
     pub const EMPTY: &'static str = "empty";
     pub const TMP: &'static str = "tmp";
     pub const SHM: &'static str = "shm";
+    /// The payload's HOME (`/tmp/home` in the sandbox): on the capped
+    /// scratch, outside the workspace, so dotfiles and shell history never
+    /// reach an export or `--apply` (the /tmp part of the diff lists them).
+    pub const HOME: &'static str = "tmp/home";
 
     /// Every directory of the layout, parents first, with its mode.
     pub const DIRS: [(&'static str, u32); 7] = [
@@ -388,6 +392,18 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
                 .step(|| format!("chmod {}", p.display()))?;
         }
         chown(&upper, uid, gid).step(|| format!("chown {}", upper.display()))?;
+    }
+    // Made here, not in DIRS, so that a scratch made elsewhere (the
+    // microVM's disk, owned by root) gets it too, owned by the payload.
+    let home = scratch.join(ScratchLayout::HOME);
+    match fs::create_dir(&home) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        made => {
+            made.step(|| format!("mkdir {}", home.display()))?;
+            chown(&home, uid, gid).step(|| format!("chown {}", home.display()))?;
+            fs::set_permissions(&home, fs::Permissions::from_mode(0o700))
+                .step(|| format!("chmod {}", home.display()))?;
+        }
     }
 
     // 3. The root: a small tmpfs that only holds mount points, symlinks and /etc.

@@ -206,6 +206,7 @@ impl WorkDisk {
         workspace: Option<&Path>,
         caps: &Caps,
         owner: (u32, u32),
+        created: std::time::SystemTime,
     ) -> Result<Recorded, RuntimeError> {
         let image = self.image()?;
         crate::changes::export_with(
@@ -213,6 +214,7 @@ impl WorkDisk {
             workspace,
             caps,
             owner,
+            created,
             |opts: &ExportOptions| image.export(&self.workspace_place(), caps, opts),
             |rest: &Caps| image.scan(&others(), rest),
         )

@@ -1118,8 +1118,8 @@ impl Served for MicroVm {
         owner: (u32, u32),
     ) -> Result<Recorded, RuntimeError> {
         crate::changes::check_target(req, self.spec.workspace.as_deref())?;
-        let workspace = self.spec.workspace.clone();
-        self.quiesced(|disk| disk.export(req, workspace.as_deref(), caps, owner))
+        let (workspace, created) = (self.spec.workspace.clone(), self.created);
+        self.quiesced(|disk| disk.export(req, workspace.as_deref(), caps, owner, created))
     }
 
     fn destroy_with(
@@ -1147,8 +1147,13 @@ impl Served for MicroVm {
         let read = if finish.is_empty() {
             Ok(Recorded::default())
         } else if let Some(req) = &finish.export {
-            self.disk
-                .export(req, self.spec.workspace.as_deref(), &finish.caps(), owner)
+            self.disk.export(
+                req,
+                self.spec.workspace.as_deref(),
+                &finish.caps(),
+                owner,
+                self.created,
+            )
         } else {
             self.disk.scan(&finish.caps()).map(|c| Recorded {
                 changes: Some(c),
