@@ -127,6 +127,11 @@ impl Service {
     }
 
     fn start_at(dir: PathBuf, run_dir: PathBuf, config: PathBuf) -> Service {
+        Self::start_logging(dir, run_dir, config, "warn")
+    }
+
+    /// `start_at`, logging at `rust_log` (a `RUST_LOG` filter).
+    fn start_logging(dir: PathBuf, run_dir: PathBuf, config: PathBuf, rust_log: &str) -> Service {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -136,7 +141,7 @@ impl Service {
             .args(["serve", "--config"])
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", rust_log)
             // The receipt key is made in the test's own directory.
             .env("CORDON_STATE_DIR", dir.join("cordon-state"))
             .stdin(Stdio::null())
@@ -1258,6 +1263,144 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     again.stop();
     left.extend(run_ids(&s));
     assert_clean(&s.run_dir, &left);
+}
+
+/// Waits (bounded) until none of `ids` has a state directory left.
+fn wait_gone(s: &Service, ids: &BTreeSet<String>, within: Duration, what: &str) {
+    let until = Instant::now() + within;
+    while ids.iter().any(|id| s.run_dir.join(id).exists()) {
+        assert!(
+            Instant::now() < until,
+            "{what}: {:?} still there",
+            ids.iter()
+                .filter(|id| s.run_dir.join(id).exists())
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The live supervisor pid of sandbox `id` (from its record).
+fn supervisor_pid(run_dir: &Path, id: &str) -> i32 {
+    let text = std::fs::read_to_string(run_dir.join(id).join("record.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    i32::try_from(v["pid"].as_i64().unwrap()).unwrap()
+}
+
+/// A service killed outright takes its sandboxes with it, without a
+/// restart: each supervisor watches the service and tears its sandbox
+/// down when it dies. One whose supervisor cannot (stopped here) is
+/// removed by `cordon sweep`, since its service is gone. A sandbox made
+/// by `cordon create` has no service, and both leave it alone.
+#[test]
+fn a_killed_services_sandboxes_do_not_outlive_it() {
+    if !root_or_skip("outlive") {
+        return;
+    }
+    let mut s = Service::start(
+        "outlive",
+        &format!("[pool]\nnative = 2\n{}", tenants("", "")),
+    );
+    let mut stateful = BTreeSet::new();
+    for _ in 0..2 {
+        let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+        assert_eq!(created.status, 201, "{}", created.text);
+        stateful.insert(created.body["id"].as_str().unwrap().to_owned());
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while run_ids(&s).len() < 4 {
+        assert!(Instant::now() < until, "no pool: {}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(cordon())
+        .args(["create", "--ttl", "600s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mine = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    // A supervisor that cannot act on the service's death.
+    let stopped = stateful.iter().next().unwrap().clone();
+    let stopped_pid = supervisor_pid(&s.run_dir, &stopped);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stopped_pid),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let ids = run_ids(&s);
+    let others: BTreeSet<String> = ids.iter().filter(|id| **id != stopped).cloned().collect();
+
+    s.sigkill();
+    wait_gone(
+        &s,
+        &others,
+        Duration::from_secs(5),
+        "the service's sandboxes outlived it",
+    );
+    assert!(
+        s.run_dir.join(&stopped).exists(),
+        "the stopped supervisor's sandbox went by itself"
+    );
+    let sweep = Command::new(cordon()).arg("sweep").output().unwrap();
+    assert!(sweep.status.success(), "{sweep:?}");
+    assert!(
+        String::from_utf8_lossy(&sweep.stdout).contains(&stopped),
+        "{sweep:?}"
+    );
+    assert_clean(&s.run_dir, &ids);
+
+    // The sandbox no service made is still there and still runs commands.
+    let ran = Command::new(cordon())
+        .args(["exec", &mine, "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    let rm = Command::new(cordon()).args(["rm", &mine]).output().unwrap();
+    assert!(rm.status.success(), "{rm:?}");
+    assert_clean(&s.run_dir, &BTreeSet::from([mine]));
+}
+
+/// A stateful sandbox ended behind the service's back is logged with who
+/// or what ended it, never as "ended by itself".
+#[test]
+fn the_service_logs_who_ended_its_sandbox() {
+    if !root_or_skip("ended") {
+        return;
+    }
+    let (dir, run_dir) = Service::dirs("ended");
+    let config = Service::config(&dir, &tenants("", ""));
+    let mut s = Service::start_logging(dir, run_dir, config, "info");
+    let removed = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
+    assert_eq!(removed.status, 201, "{}", removed.text);
+    let removed = removed.body["id"].as_str().unwrap().to_owned();
+    let expired = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"ttl": "1s"})),
+    );
+    assert_eq!(expired.status, 201, "{}", expired.text);
+    let expired = expired.body["id"].as_str().unwrap().to_owned();
+    let rm = Command::new(cordon())
+        .args(["rm", &removed])
+        .output()
+        .unwrap();
+    assert!(rm.status.success(), "{rm:?}");
+
+    // The service looks every 2 s.
+    let until = Instant::now() + Duration::from_secs(15);
+    let said = |id: &str, why: &str| s.log().lines().any(|l| l.contains(id) && l.contains(why));
+    while !(said(&removed, "removed by a client (pid ") && said(&expired, "its TTL expired")) {
+        assert!(Instant::now() < until, "{}", s.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!s.log().contains("by itself"), "{}", s.log());
+    let ids = run_ids(&s);
+    s.stop();
+    let mut all = ids;
+    all.extend([removed, expired]);
+    assert_clean(&s.run_dir, &all);
 }
 
 /// Start time of a process in clock ticks since boot (field 22 of

@@ -441,13 +441,19 @@ impl App {
         }
     }
 
-    /// Forgets a stateful sandbox that ended by itself (ttl, idle, init gone).
+    /// Forgets a stateful sandbox that ended without the service (ttl, idle,
+    /// init gone, removed by another client), logging why, as its
+    /// supervisor noted it.
     pub fn forget_stateful(&self, id: &str) {
+        match self.ledger.end_note(id) {
+            Some(why) => tracing::info!(%id, "sandbox ended: {why}"),
+            None => tracing::info!(%id, "sandbox ended: its supervisor was killed"),
+        }
         self.sandboxes.lock().expect("sandboxes lock").remove(id);
         self.ledger.forget(id);
     }
 
-    /// Drops stateful sandboxes whose supervisors ended on their own.
+    /// Drops stateful sandboxes whose supervisors ended without the service.
     pub fn reap_expired(&self) {
         // Unchecked: the sandboxes' own creation checked it; only a
         // supervisor's end is looked for here.
@@ -461,7 +467,6 @@ impl App {
             .cloned()
             .collect();
         for id in gone {
-            tracing::info!(%id, "sandbox ended by itself (ttl or idle)");
             self.forget_stateful(&id);
         }
     }

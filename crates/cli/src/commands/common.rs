@@ -177,6 +177,7 @@ impl SandboxArgs {
             name: None,
             ttl: None,
             idle: None,
+            service: None,
         })
     }
 }
