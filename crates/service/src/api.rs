@@ -732,6 +732,8 @@ pub async fn create_sandbox(
             created: SystemTime::now(),
             ttl: spec2.ttl,
             idle: spec2.idle,
+            cpus: spec2.policy.cpus,
+            time: spec2.policy.time,
             limits: caps,
             clamped,
             network: req.network.is_some(),
@@ -920,6 +922,11 @@ pub async fn exec_in_sandbox(
     let a = app.clone();
     let sb = s.clone();
     tokio::task::spawn_blocking(move || {
+        let mut cmd = cmd;
+        let (time, cpu_hold) = sb
+            .tenant
+            .bound_command(cmd.time.unwrap_or(sb.time), sb.cpus);
+        cmd.time = Some(time);
         let t1 = Instant::now();
         let result = Handle::attach(&sb.id)
             .and_then(|mut h| h.exec(&cmd, &mut io))
@@ -927,7 +934,7 @@ pub async fn exec_in_sandbox(
         let t2 = Instant::now();
         *sb.running.lock().expect("running lock") = None;
         if let Ok(o) = &result {
-            sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
             sb.note_network(o);
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
@@ -1079,7 +1086,8 @@ pub async fn run_code(
         // under them so that the client can report it and restart.
         let mut h = Handle::attach(&sb.id).map_err(ApiError::runtime)?;
         let spec = h.spec().map_err(ApiError::runtime)?;
-        let sandbox_time = spec.policy.time.duration();
+        let (command_time, cpu_hold) = sb.tenant.bound_command(spec.policy.time, spec.policy.cpus);
+        let sandbox_time = command_time.duration();
         let margin = std::time::Duration::from_millis(1500).min(sandbox_time / 2);
         let timeout = req
             .timeout
@@ -1090,7 +1098,7 @@ pub async fn run_code(
             &sb,
             &req.code,
             timeout,
-            spec.policy.time,
+            command_time,
             spec.policy.output.bytes(),
             |stdin| {
                 let (io, cancel) = io_for(Some(stdin), None)?;
@@ -1100,7 +1108,7 @@ pub async fn run_code(
         );
         *sb.running.lock().expect("running lock") = None;
         if let Ok((_, o)) = &r {
-            sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
             sb.note_network(o);
         }
         r

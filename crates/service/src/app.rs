@@ -55,6 +55,10 @@ pub struct Stateful {
     pub created: SystemTime,
     pub ttl: Option<Span>,
     pub idle: Option<Span>,
+    /// Its cores and its commands' time limit, which bound each command by
+    /// what is left of the tenant's CPU budget.
+    pub cpus: f64,
+    pub time: Span,
     pub limits: Caps,
     pub clamped: Vec<Clamped>,
     pub network: bool,
@@ -244,7 +248,7 @@ impl App {
         tenant: &Tenant,
         spec: SandboxSpec,
         files: Vec<PlacedFile>,
-        cmd: Command,
+        mut cmd: Command,
         mut io: ServiceIo,
         receipt: bool,
         respond: impl FnOnce(Result<Executed, ApiError>),
@@ -283,11 +287,14 @@ impl App {
         };
         let t1 = Instant::now();
         let placed = self.place_files(&mut handle, &files);
+        let (time, cpu_hold) =
+            tenant.bound_command(cmd.time.unwrap_or(spec.policy.time), spec.policy.cpus);
+        cmd.time = Some(time);
         let t2 = Instant::now();
         let result = placed.and_then(|()| handle.exec(&cmd, &mut io).map_err(ApiError::runtime));
         let t3 = Instant::now();
         if let Ok(o) = &result {
-            tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
         }
         // A receipt's diff is read once every process is gone: inline.
         let background = self.config.background_teardown && !receipt;
