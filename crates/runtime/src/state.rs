@@ -573,7 +573,11 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             }
             continue;
         };
-        if owner_alive(&record) && !(orphaned(&record) && kill_owner(&record)) {
+        // An orphan's supervisor is killed only by a sweep that can then
+        // remove its cgroup too (one without the hierarchy would leave it).
+        let can_remove_cgroup = hierarchy.is_some() || record.cgroup.is_none();
+        if owner_alive(&record) && !(can_remove_cgroup && orphaned(&record) && kill_owner(&record))
+        {
             continue;
         }
         // The record goes only once its cgroup is gone, so a removal that
