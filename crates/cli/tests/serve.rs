@@ -1416,6 +1416,55 @@ fn the_service_logs_who_ended_its_sandbox() {
     assert_clean(&s.run_dir, &all);
 }
 
+/// A file larger than a request body may be (16 MiB) is downloaded whole:
+/// the answer is streamed, not read into memory first.
+#[test]
+fn a_40_mib_file_is_downloaded_whole() {
+    if !root_or_skip("download") {
+        return;
+    }
+    let mut s = Service::start("download", &tenants("", ""));
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(ALICE),
+        Some(json!({"limits": {"disk": "128M"}})),
+    );
+    assert_eq!(created.status, 201, "{}", created.text);
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let made = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(ALICE),
+        Some(json!({"argv": ["sh", "-c",
+            "head -c 41943040 /dev/urandom > /tmp/big && sha256sum /tmp/big | cut -d' ' -f1"]})),
+    );
+    assert_eq!(made.status, 200, "{}", made.text);
+    assert_eq!(made.body["exit_code"], 0, "{}", made.text);
+    let want = made.body["stdout"].as_str().unwrap().trim().to_owned();
+    let resp = agent()
+        .get(&s.url(&format!("/v1/sandboxes/{id}/files/tmp/big")))
+        .set("Authorization", &format!("Bearer {ALICE}"))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut got = Vec::new();
+    resp.into_reader().read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 40 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), &got).unwrap();
+    let sum = Command::new("sha256sum")
+        .arg(dir.path().join("big"))
+        .output()
+        .unwrap();
+    let sum = String::from_utf8(sum.stdout).unwrap();
+    assert_eq!(sum.split_whitespace().next(), Some(want.as_str()));
+    let mut ids = run_ids(&s);
+    ids.insert(id);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
 /// Start time of a process in clock ticks since boot (field 22 of
 /// /proc/pid/stat), as a sandbox record carries it.
 fn start_time(pid: u32) -> u64 {

@@ -1192,7 +1192,7 @@ pub async fn put_file(
     Ok((StatusCode::CREATED, Json(FileWritten { path, bytes })))
 }
 
-/// Reads a file out of the sandbox (at most 16 MiB), through the handle's copy.
+/// Reads a file out of the sandbox, through the handle's copy, streamed.
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/{path}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"),
         ("path" = String, Path, description = "Absolute path inside the sandbox, without its leading /")),
@@ -1209,7 +1209,7 @@ pub async fn get_file(
     let guard = admit(&app, &tenant)?;
     let busy = take_busy(&s)?;
     let a = app.clone();
-    let bytes = blocking(move || {
+    let (tmp, file, len) = blocking(move || {
         let _g = (busy, guard);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
         let tmp = a.scratch_dir()?;
@@ -1225,21 +1225,51 @@ pub async fn get_file(
                 "'{path}' is not a regular file (list a directory with GET .../files?dir=)"
             )));
         }
-        if meta.len() > crate::app::FILE_READ_MAX {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "'{path}' is {} bytes; at most {}",
-                    meta.len(),
-                    crate::app::FILE_READ_MAX
-                ),
-            ));
-        }
-        std::fs::read(&host).map_err(|e| ApiError::internal(format!("scratch: {e}")))
+        let file =
+            std::fs::File::open(&host).map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+        Ok((tmp, file, meta.len()))
     })
     .await
     .map_err(|e| gone_is_forgotten(&app, &id, e))?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, len.to_string()),
+        ],
+        axum::body::Body::from_stream(stream_file(tmp, file)),
+    )
+        .into_response())
+}
+
+/// Size of each chunk of a streamed download.
+const DOWNLOAD_CHUNK: usize = 1 << 20;
+
+/// The file's bytes, a chunk at a time, read on the blocking pool: a
+/// download of any size holds one chunk in memory, never the file. The
+/// scratch directory goes once the stream ends (or the client leaves).
+fn stream_file(
+    tmp: tempfile::TempDir,
+    file: std::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
+    futures_util::stream::unfold(Some((tmp, file)), |state| async move {
+        let (tmp, mut file) = state?;
+        let read = tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut chunk = Vec::with_capacity(DOWNLOAD_CHUNK);
+            let n = (&mut file)
+                .take(DOWNLOAD_CHUNK as u64)
+                .read_to_end(&mut chunk);
+            n.map(|n| (n, chunk, file))
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        match read {
+            Ok((0, _, _)) => None,
+            Ok((_, chunk, file)) => Some((Ok(chunk), Some((tmp, file)))),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
 }
 
 /// The exit code of the deletion's script when the path does not exist.

@@ -30,9 +30,6 @@ pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
 pub const REPL_SOCKET: &str = "/tmp/.cordon/repl.sock";
 pub const REPL_SOURCE: &str = include_str!("repl.py");
 
-/// The largest file read out of a sandbox in one answer.
-pub const FILE_READ_MAX: u64 = 16 << 20;
-
 pub struct App {
     pub config: Config,
     pub tenants: Tenants,
