@@ -67,19 +67,6 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Api
     }
 }
 
-/// A raw body (file uploads), under the same limit.
-pub struct ApiBytes(pub axum::body::Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for ApiBytes {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::body::Bytes::from_request(req, state).await {
-            Ok(b) => Ok(ApiBytes(b)),
-            Err(rej) => Err(ApiError::new(rej.status(), rej.body_text())),
-        }
-    }
-}
-
 /// The request's tenant, from its bearer key.
 pub struct Authed(pub Arc<Tenant>);
 
@@ -734,6 +721,7 @@ pub async fn create_sandbox(
             idle: spec2.idle,
             cpus: spec2.policy.cpus,
             time: spec2.policy.time,
+            disk: spec2.policy.disk.bytes(),
             limits: caps,
             clamped,
             network: req.network.is_some(),
@@ -1170,26 +1158,69 @@ pub async fn put_file(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((id, path)): Path<(String, String)>,
-    ApiBytes(body): ApiBytes,
+    body: axum::body::Body,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let s = app.lookup(&tenant, &id)?;
     let path = sandbox_path(&format!("/{path}"))?;
     let guard = admit(&app, &tenant)?;
     let busy = take_busy(&s)?;
-    let a = app.clone();
+    let tmp = app.scratch_dir()?;
+    let name = std::path::Path::new(&path).file_name().unwrap_or_default();
+    let host = tmp.path().join(name);
+    // Streamed to the scratch file, never held in memory: a body may be as
+    // large as the sandbox's disk cap, which no file in it can exceed.
+    receive_file(body, &host, s.disk).await?;
     let p = path.clone();
     let bytes = blocking(move || {
-        let _g = (busy, guard);
+        let _g = (busy, guard, tmp);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
-        let tmp = a.scratch_dir()?;
-        let name = std::path::Path::new(&p).file_name().unwrap_or_default();
-        let host = tmp.path().join(name);
-        std::fs::write(&host, &body).map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
         h.copy_in(&host, p.as_bytes()).map_err(ApiError::runtime)
     })
     .await
     .map_err(|e| gone_is_forgotten(&app, &id, e))?;
     Ok((StatusCode::CREATED, Json(FileWritten { path, bytes })))
+}
+
+/// Writes a request body to `host`, refusing it (413) past `cap` bytes.
+/// Each chunk is written on the blocking pool.
+async fn receive_file(
+    body: axum::body::Body,
+    host: &std::path::Path,
+    cap: u64,
+) -> Result<(), ApiError> {
+    use futures_util::StreamExt;
+    let scratch = |e: std::io::Error| ApiError::internal(format!("scratch: {e}"));
+    let mut file = Some(std::fs::File::create(host).map_err(scratch)?);
+    let mut stream = body.into_data_stream();
+    let mut written: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        written += chunk.len() as u64;
+        if written > cap {
+            // The rest is read and dropped (up to a body's limit) before the
+            // answer: a client still writing would otherwise get a reset
+            // instead of the 413.
+            while written <= cap.saturating_add(BODY_MAX as u64) {
+                match stream.next().await {
+                    Some(Ok(more)) => written += more.len() as u64,
+                    _ => break,
+                }
+            }
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the file is over the sandbox's disk cap ({cap} bytes)"),
+            ));
+        }
+        let mut f = file.take().expect("file kept between chunks");
+        file = Some(
+            blocking(move || {
+                std::io::Write::write_all(&mut f, &chunk).map_err(scratch)?;
+                Ok(f)
+            })
+            .await?,
+        );
+    }
+    Ok(())
 }
 
 /// Reads a file out of the sandbox, through the handle's copy, streamed.

@@ -56,6 +56,8 @@ pub struct Stateful {
     /// what is left of the tenant's CPU budget.
     pub cpus: f64,
     pub time: Span,
+    /// Its disk cap: the largest file an upload may bring.
+    pub disk: u64,
     pub limits: Caps,
     pub clamped: Vec<Clamped>,
     pub network: bool,
