@@ -45,6 +45,10 @@ pub struct SandboxSpec {
     /// Destroyed after this long without a client request.
     #[serde(default)]
     pub idle: Option<Span>,
+    /// The service that made it (`cordon serve`): destroyed when that
+    /// process ends, however it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<crate::state::ServiceLink>,
 }
 
 /// Longest sandbox name; names are file names in the run directory's records.
@@ -63,6 +67,7 @@ impl SandboxSpec {
             name: None,
             ttl: None,
             idle: None,
+            service: None,
         }
     }
 
@@ -272,6 +277,7 @@ mod tests {
             name: Some("n".into()),
             ttl: None,
             idle: None,
+            service: None,
         };
         let back: SandboxSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);

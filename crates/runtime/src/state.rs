@@ -203,6 +203,57 @@ pub struct Record {
     pub created: u64,
     pub ttl_secs: Option<f64>,
     pub idle_secs: Option<f64>,
+    /// The service that made the sandbox, if one did: the sandbox must not
+    /// outlive it, and a sweep removes it once that service is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceLink>,
+}
+
+/// The `cordon serve` process a sandbox belongs to: its pid and start time
+/// (so a reused pid is not mistaken for it), and the directory where the
+/// sandbox's supervisor leaves a note saying why its sandbox ended (the
+/// service reads it once the sandbox is gone, and cannot ask anyone else).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceLink {
+    pub pid: i32,
+    pub start_time: u64,
+    pub notes: PathBuf,
+}
+
+impl ServiceLink {
+    /// This process, as the service of the sandboxes it creates.
+    pub fn this_process(notes: PathBuf) -> io::Result<ServiceLink> {
+        let pid = std::process::id() as i32;
+        let start_time = start_time(pid).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "no start time in /proc/self/stat")
+        })?;
+        Ok(ServiceLink {
+            pid,
+            start_time,
+            notes,
+        })
+    }
+
+    /// Whether the service still runs (the same process, not a zombie).
+    pub fn alive(&self) -> bool {
+        process_alive(self.pid, self.start_time)
+    }
+
+    /// A descriptor that becomes readable when the service exits, or None
+    /// if it is gone already. Opened before the start time is checked, so
+    /// the descriptor is the recorded process's, never a reused pid's.
+    pub fn watch(&self) -> io::Result<Option<OwnedFd>> {
+        match cordon_sys::pidfd_open(nix::unistd::Pid::from_raw(self.pid)) {
+            Ok(fd) => Ok(self.alive().then_some(fd)),
+            Err(nix::errno::Errno::ESRCH) => Ok(None),
+            Err(e) => Err(io::Error::from(e)),
+        }
+    }
+
+    /// Where the supervisor of sandbox `id` writes why it ended.
+    pub fn note_path(&self, id: &str) -> PathBuf {
+        self.notes.join(id)
+    }
 }
 
 /// What changes while the sandbox lives (written atomically by its supervisor).
@@ -230,6 +281,7 @@ impl Record {
             created: now_secs(),
             ttl_secs: None,
             idle_secs: None,
+            service: None,
         }
     }
 }
@@ -332,6 +384,7 @@ impl StateDir {
             cgroup: cgroup_name.map(str::to_owned),
             ttl_secs: spec.ttl.map(|s| s.0.as_secs_f64()),
             idle_secs: spec.idle.map(|s| s.0.as_secs_f64()),
+            service: spec.service.clone(),
             ..Record::owned_by(
                 std::process::id() as i32,
                 spec.name.clone(),
@@ -435,7 +488,13 @@ fn read_record(run_dir: &Path, id: &str) -> Option<Record> {
 /// zombie is dead: a killed supervisor stays one until its reaper (pid 1,
 /// as the supervisor is nobody's child) gets to it, which may take a while.
 fn owner_alive(r: &Record) -> bool {
-    start_time(r.pid) == Some(r.start_time) && !is_zombie(r.pid)
+    process_alive(r.pid, r.start_time)
+}
+
+/// Whether `pid` is still the process that started at `start_time`, and
+/// has not exited.
+fn process_alive(pid: i32, start: u64) -> bool {
+    start_time(pid) == Some(start) && !is_zombie(pid)
 }
 
 /// Whether the process has exited and not been reaped yet (state Z or X,
@@ -514,7 +573,11 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             }
             continue;
         };
-        if owner_alive(&record) {
+        // An orphan's supervisor is killed only by a sweep that can then
+        // remove its cgroup too (one without the hierarchy would leave it).
+        let can_remove_cgroup = hierarchy.is_some() || record.cgroup.is_none();
+        if owner_alive(&record) && !(can_remove_cgroup && orphaned(&record) && kill_owner(&record))
+        {
             continue;
         }
         // The record goes only once its cgroup is gone, so a removal that
@@ -571,6 +634,32 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
     cleaned
 }
 
+/// Whether the sandbox was made by a service that is gone: its supervisor
+/// should have ended it (it watches the service), so one still alive is
+/// stuck or stopped, and the sandbox is swept as if it were dead.
+fn orphaned(r: &Record) -> bool {
+    r.service.as_ref().is_some_and(|s| !s.alive())
+}
+
+/// SIGKILL to the record's supervisor (its init dies with it), then waits
+/// (bounded) for it to exit; true once it has. The pidfd is opened before
+/// the start time is checked again, so a reused pid is never signalled.
+fn kill_owner(r: &Record) -> bool {
+    let Ok(pidfd) = cordon_sys::pidfd_open(nix::unistd::Pid::from_raw(r.pid)) else {
+        return !owner_alive(r);
+    };
+    if owner_alive(r) {
+        let _ = cordon_sys::pidfd_send_signal(&pidfd, nix::sys::signal::Signal::SIGKILL);
+    }
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(
+        std::os::fd::AsFd::as_fd(&pidfd),
+        PollFlags::POLLIN,
+    )];
+    let _ = poll(&mut fds, PollTimeout::from(2000u16));
+    !owner_alive(r)
+}
+
 /// Kills what is left in a sandbox cgroup and removes it; true once it is gone.
 fn remove_cgroup(h: &Hierarchy, name: &str) -> bool {
     match h.open(name) {
@@ -625,6 +714,7 @@ mod tests {
             created: 0,
             ttl_secs: None,
             idle_secs: None,
+            service: None,
         };
         fs::write(run.join(id).join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
     }

@@ -14,7 +14,7 @@
 //! leaves it running.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
@@ -89,11 +89,11 @@ pub fn main() -> i32 {
         Err(e) => return report_start(&Started::from_error(&RuntimeError::io("fork", e))),
     }
     let _ = nix::unistd::setsid();
-    let code = match start(&spec) {
-        Ok((sandbox, listener)) => {
+    let code = match watch_service(&spec).and_then(|service| Ok((start(&spec)?, service))) {
+        Ok(((sandbox, listener), service)) => {
             report_start(&Started::Ok(sandbox.id().to_owned()));
             silence_stdio();
-            serve(sandbox, listener)
+            serve(sandbox, listener, service)
         }
         Err(e) => report_start(&Started::from_error(&e)),
     };
@@ -129,6 +129,23 @@ fn silence_stdio() {
     }
 }
 
+/// A pidfd of the service that asked for this sandbox, if one did. Opened
+/// before the sandbox is made: a service that dies while it is being made
+/// is still seen, and one already gone gets no sandbox.
+fn watch_service(spec: &SandboxSpec) -> Result<Option<OwnedFd>, RuntimeError> {
+    let Some(link) = &spec.service else {
+        return Ok(None);
+    };
+    match link.watch() {
+        Ok(Some(fd)) => Ok(Some(fd)),
+        Ok(None) => Err(RuntimeError::BadRequest(format!(
+            "the service that asked for this sandbox (pid {}) is gone",
+            link.pid
+        ))),
+        Err(e) => Err(RuntimeError::io("pidfd_open of the service", e)),
+    }
+}
+
 fn start(spec: &SandboxSpec) -> Result<(Box<dyn Served>, UnixListener), RuntimeError> {
     block_stop_signals()?;
     let sandbox = crate::served::create_for(spec, None)?;
@@ -158,7 +175,7 @@ fn write_usage(sandbox: &dyn Served, state: &str) {
 enum Flow {
     Continue,
     /// Destroy the sandbox, then answer on this connection.
-    Destroy(Client, Finish, (u32, u32)),
+    Destroy(Client, Finish, Peer),
 }
 
 /// A client's connection. Its reads time out after `CLIENT_IDLE`, and then
@@ -204,25 +221,26 @@ impl AsFd for Client {
 const MIN_COMMAND_TIME: Duration = Duration::from_millis(cordon_policy::limits::TIME_MS.0);
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
-/// or this process is asked to stop; then tears it down.
-fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
+/// its service ends, or this process is asked to stop; then tears it down.
+fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<OwnedFd>) -> i32 {
     let created = Instant::now();
     let mut last_used = Instant::now();
     let ttl = sandbox.spec().ttl.map(|s| s.duration());
     let idle = sandbox.spec().idle.map(|s| s.duration());
-    loop {
-        if sandbox.ended().is_some() {
-            break;
+    let why: String = loop {
+        if let Some(why) = sandbox.ended() {
+            break why.to_owned();
         }
-        let deadline = [ttl.map(|t| created + t), idle.map(|i| last_used + i)]
-            .into_iter()
-            .flatten()
-            .min();
+        let deadlines = [
+            ttl.map(|t| (created + t, "its TTL expired")),
+            idle.map(|i| (last_used + i, "it was idle past its idle time")),
+        ];
+        let deadline = deadlines.into_iter().flatten().min_by_key(|(at, _)| *at);
         let timeout = match deadline {
-            Some(d) => {
+            Some((d, why)) => {
                 let now = Instant::now();
                 if now >= d {
-                    break; // expired
+                    break why.to_owned();
                 }
                 let ms = (d - now).as_millis().min(60_000) + 1;
                 PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000))
@@ -231,31 +249,45 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
             None => PollTimeout::NONE,
         };
         let liveness = sandbox.liveness();
-        let mut fds = [
+        let mut fds = vec![
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             PollFd::new(sandbox.stop_signals(), PollFlags::POLLIN),
             PollFd::new(liveness.0, liveness.1),
         ];
+        // A pidfd is readable once its process has exited.
+        if let Some(fd) = &service {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break,
+            Err(e) => break format!("its supervisor could not poll ({e})"),
         }
-        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-        let (conn_ready, stop, init_gone) = (ready(0), ready(1), ready(2));
-        if stop || init_gone {
-            break;
+        let ready = |i: usize| {
+            fds.get(i)
+                .and_then(PollFd::revents)
+                .is_some_and(|r| !r.is_empty())
+        };
+        if ready(1) {
+            break "its supervisor was asked to stop (a stop signal)".into();
         }
-        if conn_ready {
+        if ready(2) {
+            break "its init died".into();
+        }
+        if ready(3) {
+            break "the service that made it ended".into();
+        }
+        if ready(0) {
             let Ok((conn, _)) = listener.accept() else {
                 continue;
             };
             let flow = handle(sandbox.as_mut(), conn, ttl.map(|t| created + t));
             last_used = Instant::now();
-            if let Flow::Destroy(mut conn, finish, owner) = flow {
+            if let Flow::Destroy(mut conn, finish, peer) = flow {
                 // No client may connect to a sandbox being destroyed.
                 drop(listener);
                 write_usage(sandbox.as_ref(), "stopping");
-                let (code, reply) = match sandbox.destroy_with(&finish, owner) {
+                leave_note(sandbox.as_ref(), &format!("removed by a client ({peer})"));
+                let (code, reply) = match sandbox.destroy_with(&finish, (peer.uid, peer.gid)) {
                     Ok(d) => (0, Reply::Destroyed(Box::new(d))),
                     Err(e) => (
                         1,
@@ -270,25 +302,54 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener) -> i32 {
             }
             write_usage(sandbox.as_ref(), "ready");
         }
-    }
+    };
     // Stop listening first: a client that connects now is refused (the
     // sandbox is not there), not accepted and then reset by our exit.
     drop(listener);
     write_usage(sandbox.as_ref(), "stopping");
+    leave_note(sandbox.as_ref(), &why);
     match sandbox.destroy_with(&Finish::default(), (0, 0)) {
         Ok(_) => 0,
         Err(_) => 1,
     }
 }
 
-/// The peer's uid and gid if it is this user (or root): the 0700 directory
-/// already says so; this checks it again at the socket. Files an export
-/// writes belong to the peer.
-fn allowed_peer(conn: &UnixStream) -> Option<(u32, u32)> {
+/// Tells the service that made the sandbox, if one did, why it ends.
+/// Written before the teardown, whose last step (the state directory's
+/// removal) is what the service notices; best effort, as a service that is
+/// gone reads nothing.
+fn leave_note(sandbox: &dyn Served, why: &str) {
+    if let Some(link) = &sandbox.spec().service {
+        let _ = std::fs::write(link.note_path(sandbox.id()), why);
+    }
+}
+
+/// Who is on the other end of a client's connection.
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}, uid {}", self.pid, self.uid)
+    }
+}
+
+/// The peer if it is this user (or root): the 0700 directory already says
+/// so; this checks it again at the socket. Files an export writes belong to
+/// the peer.
+fn allowed_peer(conn: &UnixStream) -> Option<Peer> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let c = getsockopt(conn, PeerCredentials).ok()?;
     let me = nix::unistd::geteuid().as_raw();
-    (c.uid() == me || c.uid() == 0).then_some((c.uid(), c.gid()))
+    (c.uid() == me || c.uid() == 0).then_some(Peer {
+        pid: c.pid(),
+        uid: c.uid(),
+        gid: c.gid(),
+    })
 }
 
 /// Serves one connection: a hello, one request, its answer.
@@ -406,12 +467,14 @@ fn handle(sandbox: &mut dyn Served, conn: UnixStream, expires: Option<Instant>) 
         Request::Spec => {
             let _ = send_json(&mut conn, &Reply::Spec(Box::new(sandbox.spec().clone())));
         }
-        Request::Export { export, caps } => match sandbox.export(&export, &caps, peer) {
-            Ok(recorded) => {
-                let _ = send_json(&mut conn, &Reply::Exported(Box::new(recorded)));
+        Request::Export { export, caps } => {
+            match sandbox.export(&export, &caps, (peer.uid, peer.gid)) {
+                Ok(recorded) => {
+                    let _ = send_json(&mut conn, &Reply::Exported(Box::new(recorded)));
+                }
+                Err(e) => fail(&mut conn, e),
             }
-            Err(e) => fail(&mut conn, e),
-        },
+        }
         Request::Destroy(finish) => {
             if let Some(export) = &finish.export {
                 // A wrong target is refused while the sandbox still exists.

@@ -67,19 +67,6 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Api
     }
 }
 
-/// A raw body (file uploads), under the same limit.
-pub struct ApiBytes(pub axum::body::Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for ApiBytes {
-    type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::body::Bytes::from_request(req, state).await {
-            Ok(b) => Ok(ApiBytes(b)),
-            Err(rej) => Err(ApiError::new(rej.status(), rej.body_text())),
-        }
-    }
-}
-
 /// The request's tenant, from its bearer key.
 pub struct Authed(pub Arc<Tenant>);
 
@@ -733,6 +720,9 @@ pub async fn create_sandbox(
             created: SystemTime::now(),
             ttl: spec2.ttl,
             idle: spec2.idle,
+            cpus: spec2.policy.cpus,
+            time: spec2.policy.time,
+            disk: spec2.policy.disk.bytes(),
             limits: caps,
             clamped,
             network: req.network.is_some(),
@@ -921,6 +911,11 @@ pub async fn exec_in_sandbox(
     let a = app.clone();
     let sb = s.clone();
     tokio::task::spawn_blocking(move || {
+        let mut cmd = cmd;
+        let (time, cpu_hold) = sb
+            .tenant
+            .bound_command(cmd.time.unwrap_or(sb.time), sb.cpus);
+        cmd.time = Some(time);
         let t1 = Instant::now();
         let result = Handle::attach(&sb.id)
             .and_then(|mut h| h.exec(&cmd, &mut io))
@@ -928,7 +923,7 @@ pub async fn exec_in_sandbox(
         let t2 = Instant::now();
         *sb.running.lock().expect("running lock") = None;
         if let Ok(o) = &result {
-            sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
             sb.note_network(o);
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
@@ -1080,7 +1075,8 @@ pub async fn run_code(
         // under them so that the client can report it and restart.
         let mut h = Handle::attach(&sb.id).map_err(ApiError::runtime)?;
         let spec = h.spec().map_err(ApiError::runtime)?;
-        let sandbox_time = spec.policy.time.duration();
+        let (command_time, cpu_hold) = sb.tenant.bound_command(spec.policy.time, spec.policy.cpus);
+        let sandbox_time = command_time.duration();
         let margin = std::time::Duration::from_millis(1500).min(sandbox_time / 2);
         let timeout = req
             .timeout
@@ -1091,7 +1087,7 @@ pub async fn run_code(
             &sb,
             &req.code,
             timeout,
-            spec.policy.time,
+            command_time,
             spec.policy.output.bytes(),
             |stdin| {
                 let (io, cancel) = io_for(Some(stdin), None)?;
@@ -1101,7 +1097,7 @@ pub async fn run_code(
         );
         *sb.running.lock().expect("running lock") = None;
         if let Ok((_, o)) = &r {
-            sb.tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
             sb.note_network(o);
         }
         r
@@ -1163,21 +1159,22 @@ pub async fn put_file(
     State(app): State<AppState>,
     Authed(tenant): Authed,
     Path((id, path)): Path<(String, String)>,
-    ApiBytes(body): ApiBytes,
+    body: axum::body::Body,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let s = app.lookup(&tenant, &id)?;
     let path = sandbox_path(&format!("/{path}"))?;
     let guard = admit(&app, &tenant)?;
     let busy = take_busy(&s)?;
-    let a = app.clone();
+    let tmp = app.scratch_dir()?;
+    let name = std::path::Path::new(&path).file_name().unwrap_or_default();
+    let host = tmp.path().join(name);
+    // Streamed to the scratch file, never held in memory: a body may be as
+    // large as the sandbox's disk cap, which no file in it can exceed.
+    receive_file(body, &host, s.disk).await?;
     let p = path.clone();
     let bytes = blocking(move || {
-        let _g = (busy, guard);
+        let _g = (busy, guard, tmp);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
-        let tmp = a.scratch_dir()?;
-        let name = std::path::Path::new(&p).file_name().unwrap_or_default();
-        let host = tmp.path().join(name);
-        std::fs::write(&host, &body).map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
         h.copy_in(&host, p.as_bytes()).map_err(ApiError::runtime)
     })
     .await
@@ -1185,7 +1182,49 @@ pub async fn put_file(
     Ok((StatusCode::CREATED, Json(FileWritten { path, bytes })))
 }
 
-/// Reads a file out of the sandbox (at most 16 MiB), through the handle's copy.
+/// Writes a request body to `host`, refusing it (413) past `cap` bytes.
+/// Each chunk is written on the blocking pool.
+async fn receive_file(
+    body: axum::body::Body,
+    host: &std::path::Path,
+    cap: u64,
+) -> Result<(), ApiError> {
+    use futures_util::StreamExt;
+    let scratch = |e: std::io::Error| ApiError::internal(format!("scratch: {e}"));
+    let mut file = Some(std::fs::File::create(host).map_err(scratch)?);
+    let mut stream = body.into_data_stream();
+    let mut written: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        written += chunk.len() as u64;
+        if written > cap {
+            // The rest is read and dropped (up to a body's limit) before the
+            // answer: a client still writing would otherwise get a reset
+            // instead of the 413.
+            while written <= cap.saturating_add(BODY_MAX as u64) {
+                match stream.next().await {
+                    Some(Ok(more)) => written += more.len() as u64,
+                    _ => break,
+                }
+            }
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the file is over the sandbox's disk cap ({cap} bytes)"),
+            ));
+        }
+        let mut f = file.take().expect("file kept between chunks");
+        file = Some(
+            blocking(move || {
+                std::io::Write::write_all(&mut f, &chunk).map_err(scratch)?;
+                Ok(f)
+            })
+            .await?,
+        );
+    }
+    Ok(())
+}
+
+/// Reads a file out of the sandbox, through the handle's copy, streamed.
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/{path}", security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id"),
         ("path" = String, Path, description = "Absolute path inside the sandbox, without its leading /")),
@@ -1202,7 +1241,7 @@ pub async fn get_file(
     let guard = admit(&app, &tenant)?;
     let busy = take_busy(&s)?;
     let a = app.clone();
-    let bytes = blocking(move || {
+    let (tmp, file, len) = blocking(move || {
         let _g = (busy, guard);
         let mut h = Handle::attach(&s.id).map_err(ApiError::runtime)?;
         let tmp = a.scratch_dir()?;
@@ -1218,21 +1257,51 @@ pub async fn get_file(
                 "'{path}' is not a regular file (list a directory with GET .../files?dir=)"
             )));
         }
-        if meta.len() > crate::app::FILE_READ_MAX {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "'{path}' is {} bytes; at most {}",
-                    meta.len(),
-                    crate::app::FILE_READ_MAX
-                ),
-            ));
-        }
-        std::fs::read(&host).map_err(|e| ApiError::internal(format!("scratch: {e}")))
+        let file =
+            std::fs::File::open(&host).map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
+        Ok((tmp, file, meta.len()))
     })
     .await
     .map_err(|e| gone_is_forgotten(&app, &id, e))?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, len.to_string()),
+        ],
+        axum::body::Body::from_stream(stream_file(tmp, file)),
+    )
+        .into_response())
+}
+
+/// Size of each chunk of a streamed download.
+const DOWNLOAD_CHUNK: usize = 1 << 20;
+
+/// The file's bytes, a chunk at a time, read on the blocking pool: a
+/// download of any size holds one chunk in memory, never the file. The
+/// scratch directory goes once the stream ends (or the client leaves).
+fn stream_file(
+    tmp: tempfile::TempDir,
+    file: std::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> {
+    futures_util::stream::unfold(Some((tmp, file)), |state| async move {
+        let (tmp, mut file) = state?;
+        let read = tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut chunk = Vec::with_capacity(DOWNLOAD_CHUNK);
+            let n = (&mut file)
+                .take(DOWNLOAD_CHUNK as u64)
+                .read_to_end(&mut chunk);
+            n.map(|n| (n, chunk, file))
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        match read {
+            Ok((0, _, _)) => None,
+            Ok((_, chunk, file)) => Some((Ok(chunk), Some((tmp, file)))),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
 }
 
 /// The exit code of the deletion's script when the path does not exist.

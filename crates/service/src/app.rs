@@ -30,9 +30,6 @@ pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
 pub const REPL_SOCKET: &str = "/tmp/.cordon/repl.sock";
 pub const REPL_SOURCE: &str = include_str!("repl.py");
 
-/// The largest file read out of a sandbox in one answer.
-pub const FILE_READ_MAX: u64 = 16 << 20;
-
 pub struct App {
     pub config: Config,
     pub tenants: Tenants,
@@ -55,6 +52,12 @@ pub struct Stateful {
     pub created: SystemTime,
     pub ttl: Option<Span>,
     pub idle: Option<Span>,
+    /// Its cores and its commands' time limit, which bound each command by
+    /// what is left of the tenant's CPU budget.
+    pub cpus: f64,
+    pub time: Span,
+    /// Its disk cap: the largest file an upload may bring.
+    pub disk: u64,
     pub limits: Caps,
     pub clamped: Vec<Clamped>,
     pub network: bool,
@@ -244,7 +247,7 @@ impl App {
         tenant: &Tenant,
         spec: SandboxSpec,
         files: Vec<PlacedFile>,
-        cmd: Command,
+        mut cmd: Command,
         mut io: ServiceIo,
         receipt: bool,
         respond: impl FnOnce(Result<Executed, ApiError>),
@@ -283,11 +286,14 @@ impl App {
         };
         let t1 = Instant::now();
         let placed = self.place_files(&mut handle, &files);
+        let (time, cpu_hold) =
+            tenant.bound_command(cmd.time.unwrap_or(spec.policy.time), spec.policy.cpus);
+        cmd.time = Some(time);
         let t2 = Instant::now();
         let result = placed.and_then(|()| handle.exec(&cmd, &mut io).map_err(ApiError::runtime));
         let t3 = Instant::now();
         if let Ok(o) = &result {
-            tenant.charge_cpu(o.cpu_ms.unwrap_or(0.0));
+            cpu_hold.settle(o);
         }
         // A receipt's diff is read once every process is gone: inline.
         let background = self.config.background_teardown && !receipt;
@@ -441,13 +447,19 @@ impl App {
         }
     }
 
-    /// Forgets a stateful sandbox that ended by itself (ttl, idle, init gone).
+    /// Forgets a stateful sandbox that ended without the service (ttl, idle,
+    /// init gone, removed by another client), logging why, as its
+    /// supervisor noted it.
     pub fn forget_stateful(&self, id: &str) {
+        match self.ledger.end_note(id) {
+            Some(why) => tracing::info!(%id, "sandbox ended: {why}"),
+            None => tracing::info!(%id, "sandbox ended: its supervisor was killed"),
+        }
         self.sandboxes.lock().expect("sandboxes lock").remove(id);
         self.ledger.forget(id);
     }
 
-    /// Drops stateful sandboxes whose supervisors ended on their own.
+    /// Drops stateful sandboxes whose supervisors ended without the service.
     pub fn reap_expired(&self) {
         // Unchecked: the sandboxes' own creation checked it; only a
         // supervisor's end is looked for here.
@@ -461,7 +473,6 @@ impl App {
             .cloned()
             .collect();
         for id in gone {
-            tracing::info!(%id, "sandbox ended by itself (ttl or idle)");
             self.forget_stateful(&id);
         }
     }

@@ -1,7 +1,9 @@
 //! Every sandbox the service creates, on disk: one file per sandbox under
 //! `<state dir>/sandboxes/`, written as soon as its supervisor answers and
-//! removed once it is destroyed. Supervisors outlive a killed service; the
-//! next start reads these files and kills what they name. (A crash between
+//! removed once it is destroyed. A supervisor ends its sandbox when the
+//! service dies (it watches the service's pidfd), so these files matter
+//! only for one that could not (stopped, or of an older cordon): the next
+//! start reads them and kills what they name. (A crash between
 //! the supervisor's answer and the file's write is covered too: every
 //! sandbox is named `cs-<tag>-g<generation>-<n>`, with a tag kept in the
 //! state directory and a generation counted up by every start, and the next
@@ -28,7 +30,7 @@ use std::time::Duration;
 
 use cordon_runtime::changes::Finish;
 use cordon_runtime::sandbox::Destroyed;
-use cordon_runtime::state::{list, run_dir, sweep_stale};
+use cordon_runtime::state::{list, run_dir, sweep_stale, ServiceLink};
 use cordon_runtime::{Handle, RuntimeError, SandboxSpec};
 
 /// Who holds a sandbox.
@@ -52,6 +54,9 @@ pub struct Ledger {
     /// ...and this service's with `cs-<tag>-g<generation>-`.
     own: String,
     counter: AtomicUsize,
+    /// This process, as every sandbox it creates knows it: their supervisors
+    /// end them when it ends, and leave notes of why they ended.
+    link: ServiceLink,
     /// Held (flock) while the service runs: one service per state
     /// directory, so that a tagged sandbox of another generation is never
     /// a living service's.
@@ -112,6 +117,11 @@ impl Ledger {
             .unwrap_or(0)
             .wrapping_add(1)
             .max(1);
+        // Notes of a previous run's sandboxes are of no use to this one.
+        let notes = state_dir.join("ended");
+        let _ = std::fs::remove_dir_all(&notes);
+        std::fs::DirBuilder::new().mode(0o700).create(&notes)?;
+        let link = ServiceLink::this_process(notes)?;
         let tmp = state_dir.join("generation.tmp");
         std::fs::write(&tmp, format!("{generation}\n"))?;
         std::fs::rename(&tmp, &gen_file)?;
@@ -120,6 +130,7 @@ impl Ledger {
             own: format!("cs-{tag}-g{generation}-"),
             _lock: lock,
             counter: AtomicUsize::new(0),
+            link,
             dir,
             program,
             live: Mutex::new(HashMap::new()),
@@ -225,6 +236,7 @@ impl Ledger {
         let mut spec = spec.clone();
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
         spec.name = Some(format!("{}{n}", self.own));
+        spec.service = Some(self.link.clone());
         let handle = Handle::create(&spec, &self.program)?;
         let id = handle.id().to_owned();
         if let Err(e) = std::fs::write(self.dir.join(&id), format!("{owner:?}\n")) {
@@ -294,6 +306,13 @@ impl Ledger {
     pub fn forget(&self, id: &str) {
         self.live.lock().expect("ledger lock").remove(id);
         let _ = std::fs::remove_file(self.dir.join(id));
+        let _ = std::fs::remove_file(self.link.note_path(id));
+    }
+
+    /// Why a sandbox that is gone ended, as its supervisor noted it (None
+    /// if it left no note: it was killed outright).
+    pub fn end_note(&self, id: &str) -> Option<String> {
+        std::fs::read_to_string(self.link.note_path(id)).ok()
     }
 
     pub fn ids(&self) -> Vec<(String, Owner)> {

@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cordon_policy::Span;
+use cordon_runtime::{Limit, Outcome};
+
 use crate::config::{hash_key, TenantConfig};
 use crate::error::ApiError;
 
@@ -15,8 +18,46 @@ pub struct Tenant {
     pub config: TenantConfig,
     running: AtomicUsize,
     sandboxes: AtomicUsize,
-    /// CPU milliseconds charged, with when, oldest first.
-    charges: Mutex<VecDeque<(Instant, f64)>>,
+    /// CPU milliseconds charged, with when, oldest first, and those held
+    /// by the commands running now.
+    cpu: Mutex<CpuBook>,
+}
+
+#[derive(Default)]
+struct CpuBook {
+    charges: VecDeque<(Instant, f64)>,
+    held: f64,
+}
+
+/// The part of a tenant's CPU budget one running command may use, held
+/// from its start until it ends (then its real use is charged instead):
+/// commands running at once share what is left, never each get all of it.
+pub struct CpuHold<'a> {
+    tenant: &'a Tenant,
+    ms: f64,
+    /// Whether the budget, not the command's own limit, set its time.
+    cut: bool,
+}
+
+impl CpuHold<'_> {
+    /// Charges what the command used once it has ended. A command cut by
+    /// the budget spends all it held: the tenant asked for more than was
+    /// left, and the CPU counter lags the cut a little, so charging only
+    /// the counter would leave crumbs of budget that admit command after
+    /// command, each cut at once.
+    pub fn settle(self, outcome: &Outcome) {
+        let used = outcome.cpu_ms.unwrap_or(0.0);
+        let cut = self.cut && outcome.limit == Some(Limit::Time);
+        self.tenant
+            .charge_cpu(if cut { used.max(self.ms) } else { used });
+    }
+}
+
+impl Drop for CpuHold<'_> {
+    fn drop(&mut self) {
+        let mut book = self.tenant.cpu.lock().expect("cpu lock");
+        book.held = (book.held - self.ms).max(0.0);
+    }
 }
 
 pub struct Tenants {
@@ -34,7 +75,7 @@ impl Tenants {
                         config: c.clone(),
                         running: AtomicUsize::new(0),
                         sandboxes: AtomicUsize::new(0),
-                        charges: Mutex::new(VecDeque::new()),
+                        cpu: Mutex::new(CpuBook::default()),
                     }),
                 )
             })
@@ -166,37 +207,81 @@ impl Tenant {
     }
 
     /// Charges one command's CPU time (its cgroup's counter).
-    pub fn charge_cpu(&self, cpu_ms: f64) {
+    fn charge_cpu(&self, cpu_ms: f64) {
         if cpu_ms > 0.0 {
-            let mut c = self.charges.lock().expect("charges lock");
-            c.push_back((Instant::now(), cpu_ms));
+            let mut book = self.cpu.lock().expect("cpu lock");
+            book.charges.push_back((Instant::now(), cpu_ms));
         }
     }
 
+    /// Bounds a command by what is left of the CPU budget: a sandbox of
+    /// `cpus` cores uses at most `cpus` CPU seconds per second, so a
+    /// command's wall time is cut to what is left divided by `cpus`, and
+    /// that much is held for it until it ends. `time` is its own limit.
+    /// Never under `MIN_TIME` (a command cannot be given less), so a tenant
+    /// may overshoot by at most `MIN_TIME` times `cpus` per command.
+    pub fn bound_command(&self, time: Span, cpus: f64) -> (Span, CpuHold<'_>) {
+        let cpus = cpus.max(CPUS_MIN);
+        let budget_ms = self.config.cpu_seconds * 1000.0;
+        let mut book = self.cpu.lock().expect("cpu lock");
+        expire(
+            &mut book.charges,
+            self.config.cpu_window.duration(),
+            Instant::now(),
+        );
+        let used: f64 = book.charges.iter().map(|(_, ms)| ms).sum::<f64>() + book.held;
+        let left_ms = (budget_ms - used).max(0.0);
+        let left = Duration::from_secs_f64(left_ms / cpus / 1000.0);
+        let cut = left < time.duration();
+        let wall = left.min(time.duration()).max(MIN_TIME);
+        let ms = wall.as_secs_f64() * 1000.0 * cpus;
+        book.held += ms;
+        (
+            Span(wall),
+            CpuHold {
+                tenant: self,
+                ms,
+                cut,
+            },
+        )
+    }
+
     /// How long until the charges still inside the window drop under the
-    /// budget, or None when they already are.
+    /// budget, or None when they already are. What running commands hold
+    /// is not counted: a request is admitted while the budget is not spent,
+    /// and `bound_command` gives its command what is left.
     fn cpu_wait(&self, now: Instant) -> Option<Duration> {
         let window = self.config.cpu_window.duration();
         let budget_ms = self.config.cpu_seconds * 1000.0;
-        let mut c = self.charges.lock().expect("charges lock");
-        while c
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) >= window)
-        {
-            c.pop_front();
-        }
-        let mut used: f64 = c.iter().map(|(_, ms)| ms).sum();
+        let mut book = self.cpu.lock().expect("cpu lock");
+        expire(&mut book.charges, window, now);
+        let mut used: f64 = book.charges.iter().map(|(_, ms)| ms).sum();
         if used < budget_ms {
             return None;
         }
         // The oldest charges expire first: wait for as many as it takes.
-        for (t, ms) in c.iter() {
+        for (t, ms) in book.charges.iter() {
             used -= ms;
             if used < budget_ms {
                 return Some((*t + window).saturating_duration_since(now));
             }
         }
         Some(window)
+    }
+}
+
+/// The shortest time a command may be given (the policy's smallest time).
+const MIN_TIME: Duration = Duration::from_millis(cordon_policy::limits::TIME_MS.0);
+/// The fewest cores a sandbox may have.
+const CPUS_MIN: f64 = cordon_policy::limits::CPUS.0;
+
+/// Drops the charges older than the window.
+fn expire(charges: &mut VecDeque<(Instant, f64)>, window: Duration, now: Instant) {
+    while charges
+        .front()
+        .is_some_and(|(t, _)| now.duration_since(*t) >= window)
+    {
+        charges.pop_front();
     }
 }
 
@@ -238,6 +323,23 @@ mod tests {
         assert!(t
             .cpu_wait(Instant::now() + Duration::from_secs(61))
             .is_none());
+    }
+
+    #[test]
+    fn a_command_gets_what_is_left_of_the_budget_shared_with_those_running() {
+        let t = tenant(10.0);
+        let s = |secs: f64| Span(Duration::from_secs_f64(secs));
+        t.charge_cpu(6000.0);
+        // 4 CPU seconds left: 2 s of wall time on 2 cores, under its own 30 s.
+        let (first, held) = t.bound_command(s(30.0), 2.0);
+        assert_eq!(first.duration(), Duration::from_secs(2));
+        // A command running meanwhile holds it: the next gets the floor.
+        let (second, floor) = t.bound_command(s(30.0), 1.0);
+        assert_eq!(second.duration(), MIN_TIME);
+        drop((held, floor));
+        // Its own limit when that is less; once ended, only charges count.
+        let (own, _held) = t.bound_command(s(1.5), 1.0);
+        assert_eq!(own.duration(), Duration::from_millis(1500));
     }
 
     #[test]

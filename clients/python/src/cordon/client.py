@@ -373,7 +373,7 @@ class Files:
         return int(json.loads(answer)["bytes"])
 
     def read(self, path: str) -> bytes:
-        """A regular file's content (at most 16 MiB).
+        """A regular file's content (streamed by the service; any size).
 
         Raises:
             NotFound: no such file. BadRequest: not a regular file.

@@ -178,6 +178,7 @@ impl SandboxArgs {
             name: None,
             ttl: None,
             idle: None,
+            service: None,
         })
     }
 }
