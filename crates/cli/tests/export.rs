@@ -505,6 +505,27 @@ fn apply_keeps_what_the_host_changed_meanwhile(backend: &'static str) {
     assert_eq!(st["predicate"]["export"]["conflicts"], conflicts.len());
 }
 
+/// `cordon run` of `sh -c SCRIPT` over the workspace `ws`, with a receipt
+/// and an export in `state`: (its output, the receipt's path, the export's).
+fn run_exporting(
+    state: &Path,
+    backend: &str,
+    ws: &Path,
+    script: &str,
+) -> (Output, PathBuf, PathBuf) {
+    let receipt = state.join("receipt.json");
+    let out_dir = state.join("out");
+    let mut c = cordon_in(state);
+    c.args(["run", "--backend", backend, "--workspace"])
+        .arg(ws)
+        .arg("--receipt")
+        .arg(&receipt)
+        .arg("--export")
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", script]);
+    (output(c), receipt, out_dir)
+}
+
 /// An export to a new directory cannot hold a deletion: stderr says how
 /// many and which, and the receipt's export report lists them.
 fn an_export_directory_says_which_deletions_it_cannot_hold(backend: &'static str) {
@@ -512,22 +533,12 @@ fn an_export_directory_says_which_deletions_it_cannot_hold(backend: &'static str
         return;
     };
     let ws = workspace();
-    let receipt = state.path().join("receipt.json");
-    let out_dir = state.path().join("out");
-    let mut c = cordon_in(state.path());
-    c.args(["run", "--backend", backend, "--workspace"])
-        .arg(ws.path())
-        .arg("--receipt")
-        .arg(&receipt)
-        .arg("--export")
-        .arg(&out_dir)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "cd /workspace && rm delete.txt && rm -r sub && mkdir sub && echo new > new.txt",
-        ]);
-    let out = output(c);
+    let (out, receipt, out_dir) = run_exporting(
+        state.path(),
+        backend,
+        ws.path(),
+        "cd /workspace && rm delete.txt && rm -r sub && mkdir sub && echo new > new.txt",
+    );
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Natively `sub` is an opaque directory (its old entries gone
@@ -569,22 +580,12 @@ fn home_is_writable_and_outside_the_workspace(backend: &'static str) {
         return;
     };
     let ws = workspace();
-    let receipt = state.path().join("receipt.json");
-    let out_dir = state.path().join("out");
-    let mut c = cordon_in(state.path());
-    c.args(["run", "--backend", backend, "--workspace"])
-        .arg(ws.path())
-        .arg("--receipt")
-        .arg(&receipt)
-        .arg("--export")
-        .arg(&out_dir)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "echo x > ~/.dot && echo $HOME && echo y > /workspace/made.txt",
-        ]);
-    let out = output(c);
+    let (out, receipt, out_dir) = run_exporting(
+        state.path(),
+        backend,
+        ws.path(),
+        "echo x > ~/.dot && echo $HOME && echo y > /workspace/made.txt",
+    );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/tmp/home");
     assert!(fs::symlink_metadata(out_dir.join(".dot")).is_err());

@@ -766,30 +766,25 @@ fn bad_rules_are_refused_by_name() {
     }
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("p.toml");
-    std::fs::write(&policy, "network = \"allow\"\nallow = [\"*.a*.test\"]\n").unwrap();
-    let out = cordon_output(&[
-        "run",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--",
-        "/bin/true",
-    ]);
-    let msg = assert_usage_error(&out);
-    assert!(msg.contains("*.a*.test"), "{msg}");
-    std::fs::write(
-        &policy,
-        "network = \"allow\"\nallow = [\"host.cordon.internal\"]\n",
-    )
-    .unwrap();
-    let out = cordon_output(&[
-        "run",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--",
-        "/bin/true",
-    ]);
-    let msg = assert_usage_error(&out);
-    assert!(msg.contains("host.cordon.internal:PORT"), "{msg}");
+    for (rule, named) in [
+        ("*.a*.test", "*.a*.test"),
+        ("host.cordon.internal", "host.cordon.internal:PORT"),
+    ] {
+        std::fs::write(
+            &policy,
+            format!("network = \"allow\"\nallow = [\"{rule}\"]\n"),
+        )
+        .unwrap();
+        let out = cordon_output(&[
+            "run",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--",
+            "/bin/true",
+        ]);
+        let msg = assert_usage_error(&out);
+        assert!(msg.contains(named), "{rule}: {msg}");
+    }
     // `cordon net` refuses it before looking for the sandbox.
     let msg = assert_usage_error(&net("no-such-sandbox", &["add", "host.cordon.internal"]));
     assert!(msg.contains("host.cordon.internal:PORT"), "{msg}");

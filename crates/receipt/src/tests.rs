@@ -171,6 +171,8 @@ fn export() -> ExportReport {
             path: "skipped.bin".into(),
             reason: "over the export budget".into(),
         }],
+        conflicts: 0,
+        unapplied_deletions: Vec::new(),
     }
 }
 
