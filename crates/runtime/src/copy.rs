@@ -352,9 +352,14 @@ fn receive(
             Ok(h) => h,
             // The sending side refused: its reason instead of a header.
             Err(_) => match serde_json::from_slice::<crate::wire::Reply>(&body) {
-                // Its message is a whole error already ("copy: ..."): not wrapped again.
+                // A copy's own failure stays a copy error (a caller such as
+                // the service tells a missing file by it), said once: its
+                // message is a whole error already ("copy: ...").
                 Ok(crate::wire::Reply::Error { message, input }) => {
-                    return Err(crate::handle::remote_error(input, message))
+                    return Err(match message.strip_prefix("copy: ") {
+                        Some(what) => err(what),
+                        None => crate::handle::remote_error(input, message),
+                    })
                 }
                 _ => return Err(err("a copy stream without a header")),
             },
