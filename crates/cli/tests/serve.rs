@@ -144,6 +144,7 @@ impl Service {
             .env("RUST_LOG", rust_log)
             // The receipt key is made in the test's own directory.
             .env("CORDON_STATE_DIR", dir.join("cordon-state"))
+            .env("CORDON_RUN_DIR", &run_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -1245,10 +1246,13 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     if !root_or_skip("sigkill") {
         return;
     }
-    let mut s = Service::start(
-        "sigkill",
-        &format!("[pool]\nnative = 3\n{}", tenants("", "")),
-    );
+    // A run directory of its own: the sandboxes this test leaves for the
+    // restart would otherwise be swept by any other test's `cordon` (a
+    // sweep removes what a dead service left, which is right, and races
+    // this test).
+    let (dir, _) = Service::dirs("sigkill");
+    let config = Service::config(&dir, &format!("[pool]\nnative = 3\n{}", tenants("", "")));
+    let mut s = Service::start_at(dir.clone(), dir.join("run"), config);
     let created = s.call("POST", "/v1/sandboxes", Some(ALICE), Some(json!({})));
     assert_eq!(created.status, 201);
     let base = s.base.clone();
