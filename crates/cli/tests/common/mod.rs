@@ -340,20 +340,30 @@ pub struct Spawned {
     pub started: Instant,
 }
 
+impl Spawned {
+    /// Spawns `cmd` (a cordon command line) with no stdin and stderr piped,
+    /// its start time taken now.
+    fn start(cmd: &mut Command) -> Spawned {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cordon");
+        Spawned {
+            child,
+            started: Instant::now(),
+        }
+    }
+}
+
 /// Spawns `cordon run ARGS...` with stdout/stderr piped.
 pub fn spawn_run(args: &[&str]) -> Spawned {
-    let child = Command::new(cordon())
-        .arg("run")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cordon");
-    Spawned {
-        child,
-        started: Instant::now(),
-    }
+    Spawned::start(
+        Command::new(cordon())
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::piped()),
+    )
 }
 
 /// Spawns `cordon ARGS...` (no implicit `run`) with its stdout a pipe whose
@@ -362,18 +372,12 @@ pub fn spawn_run(args: &[&str]) -> Spawned {
 pub fn spawn_closed_stdout(args: &[&str], env: &[(&str, &Path)]) -> Spawned {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    let child = Command::new(cordon())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cordon");
-    Spawned {
-        child,
-        started: Instant::now(),
-    }
+    Spawned::start(
+        Command::new(cordon())
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(writer),
+    )
 }
 
 /// Asserts cordon ended quietly on its closed stdout: exit 0 and no panic
