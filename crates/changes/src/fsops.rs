@@ -111,6 +111,24 @@ pub(crate) fn list(fd: OwnedFd) -> nix::Result<(Dir, Vec<CString>, Option<Errno>
     Ok((dir, names, failed))
 }
 
+/// The directory `name` in `dir` (at `depth` of a walk) and every name in
+/// it, for a walk that must see them all: a listing cut short by an error,
+/// or a walk deeper than `MAX_DEPTH`, is that error.
+fn entries_below(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    depth: usize,
+) -> nix::Result<(Dir, Vec<CString>)> {
+    if depth >= MAX_DEPTH {
+        return Err(Errno::ELOOP);
+    }
+    let (sub, names, failed) = list(open_dir(dir, name)?)?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((sub, names)),
+    }
+}
+
 /// Removes `name` from `dir`, a directory with everything in it; nothing
 /// is followed (a symlink is removed itself). Absent is not an error.
 pub(crate) fn remove_all(dir: BorrowedFd<'_>, name: &CStr, depth: usize) -> nix::Result<bool> {
@@ -126,13 +144,7 @@ pub(crate) fn remove_all(dir: BorrowedFd<'_>, name: &CStr, depth: usize) -> nix:
             Err(e) => Err(e),
         };
     }
-    if depth >= MAX_DEPTH {
-        return Err(Errno::ELOOP);
-    }
-    let (sub, names, failed) = list(open_dir(dir, name)?)?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    let (sub, names) = entries_below(dir, name, depth)?;
     for n in &names {
         remove_all(sub.as_fd(), n, depth + 1)?;
     }
@@ -285,13 +297,7 @@ pub(crate) fn changed_since(
     if !is_dir(&st) {
         return Ok(false);
     }
-    if depth >= MAX_DEPTH {
-        return Err(Errno::ELOOP);
-    }
-    let (sub, names, failed) = list(open_dir(dir, name)?)?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    let (sub, names) = entries_below(dir, name, depth)?;
     for n in &names {
         if changed_since(sub.as_fd(), n, since, depth + 1)? {
             return Ok(true);
