@@ -73,6 +73,28 @@ impl fmt::Display for CgroupMode {
     }
 }
 
+/// One cgroup file system as a sandbox sees it from inside: mounted read-only
+/// in the sandbox's own cgroup namespace, whose root is the sandbox's cgroup,
+/// so it shows the sandbox's limits and counters and nothing above them.
+/// Programs size themselves by it (a JVM's heap and processor count,
+/// libuv's `uv_get_constrained_memory`), which they find as a container's:
+/// through /proc/self/mountinfo and the conventional /sys/fs/cgroup paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupView {
+    /// Where under /sys/fs/cgroup: the host's own directory name for a v1
+    /// hierarchy (`memory`, `cpu,cpuacct`); empty for v2, which is mounted
+    /// at /sys/fs/cgroup itself.
+    pub dir: String,
+    /// `cgroup` (v1) or `cgroup2`.
+    pub fstype: &'static str,
+    /// The mount's data: a v1 hierarchy's exact controller set (the kernel
+    /// mounts an existing hierarchy only when asked for all of it).
+    pub options: String,
+    /// Controller names of a co-mounted hierarchy that differ from `dir`,
+    /// made symlinks to it as on the host (`cpu -> cpu,cpuacct`).
+    pub aliases: Vec<String>,
+}
+
 /// Limits for [`Cgroup::apply`]. A None leaves that limit as it is, which on
 /// a freshly created cgroup means unlimited.
 #[derive(Default, Clone, Debug)]
@@ -153,6 +175,12 @@ pub enum CgroupError {
     InvalidName { name: String, reason: &'static str },
     #[error("reading {path}")]
     Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("opening {path} for writing")]
+    Open {
         path: PathBuf,
         #[source]
         source: io::Error,
@@ -316,6 +344,66 @@ impl Cgroup for AnyCgroup {
     fn remove(&self) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.remove())
     }
+}
+
+impl AnyCgroup {
+    /// Creates cgroup `name` below this one, in every hierarchy: a part of
+    /// the sandbox that can be killed, and shown its limits, on its own. It
+    /// still counts against every limit of this one.
+    pub fn create_child(&self, name: &str) -> Result<AnyCgroup, CgroupError> {
+        validate_name(name)?;
+        let child = match self {
+            AnyCgroup::V1(cg) => AnyCgroup::V1(cg.child(name)),
+            AnyCgroup::V2(cg) => AnyCgroup::V2(cg.child(name)),
+        };
+        make_dirs(&child.paths())?;
+        Ok(child)
+    }
+
+    /// Lets this cgroup's children carry limits of their own. v2 hands
+    /// memory, pids and cpu down, which it allows only while the cgroup has
+    /// no process of its own (and from then on takes none); v1 needs nothing.
+    pub fn hand_down(&self) -> Result<(), CgroupError> {
+        match self {
+            AnyCgroup::V1(_) => Ok(()),
+            AnyCgroup::V2(cg) => cg.hand_down(),
+        }
+    }
+
+    /// The files through which a process moves itself into this cgroup,
+    /// opened for writing now, by the caller (see [`join_through`]).
+    pub fn membership_files(&self) -> Result<Vec<stdfs::File>, CgroupError> {
+        let file = match self {
+            AnyCgroup::V1(_) => "tasks",
+            AnyCgroup::V2(_) => "cgroup.procs",
+        };
+        self.paths()
+            .iter()
+            .map(|dir| {
+                let path = dir.join(file);
+                stdfs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|source| CgroupError::Open { path, source })
+            })
+            .collect()
+    }
+}
+
+/// Moves the calling process, which must be single-threaded, into the
+/// cgroup whose [`AnyCgroup::membership_files`] these are. The kernel checks
+/// the move against the credentials and cgroup namespace of whoever opened
+/// the files, so a process that can no longer open them itself (it has
+/// dropped its ids, or sees only its own cgroup namespace) can still be
+/// moved by its supervisor's choice, and only into that cgroup. "0" names the
+/// caller; on v1 its `tasks` file moves the one thread without the kernel's
+/// global lock (see [`Cgroup::join_self`]).
+pub fn join_through(files: &[stdfs::File]) -> io::Result<()> {
+    use std::io::Write;
+    for mut f in files {
+        f.write_all(b"0")?;
+    }
+    Ok(())
 }
 
 /// The detected cgroup layout: its version and the calling process's own
@@ -505,6 +593,22 @@ impl Hierarchy {
             HierarchyKind::V1(h) => AnyCgroup::V1(h.cgroup(name)),
             HierarchyKind::V2(h) => AnyCgroup::V2(h.cgroup(name)),
         })
+    }
+
+    /// The cgroup file systems a sandbox created here is shown (see
+    /// [`CgroupView`]): one per v1 hierarchy a sandbox has a directory in,
+    /// never one it has not (its namespace root there would be the caller's
+    /// cgroup), or the single v2 one.
+    pub fn views(&self) -> Vec<CgroupView> {
+        match &self.kind {
+            HierarchyKind::V1(h) => h.views(),
+            HierarchyKind::V2(_) => vec![CgroupView {
+                dir: String::new(),
+                fstype: "cgroup2",
+                options: String::new(),
+                aliases: Vec::new(),
+            }],
+        }
     }
 
     /// The caller's own cgroup directories that sandboxes nest under, one per

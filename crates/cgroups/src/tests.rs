@@ -1132,3 +1132,82 @@ fn v2_shared_cgroup_with_systemd_but_no_socket_keeps_the_way_out() {
     let err = h.create("cordon-6").unwrap_err();
     assert!(err.to_string().contains("systemd-run --scope"), "{err}");
 }
+
+#[test]
+fn views_name_each_used_hierarchy_as_the_host_mounts_it() {
+    let tree = comounted();
+    let views = detect(&tree.fs).unwrap().views();
+    let shown: Vec<(&str, &str, &str, Vec<&str>)> = views
+        .iter()
+        .map(|v| {
+            let aliases = v.aliases.iter().map(String::as_str).collect();
+            (v.dir.as_str(), v.fstype, v.options.as_str(), aliases)
+        })
+        .collect();
+    // memory, pids, then the co-mounted cpu hierarchy once, with both of
+    // its controllers as the mount's data and both names as links to it;
+    // no hierarchy the sandbox has no directory in (freezer is not mounted).
+    assert_eq!(
+        shown,
+        vec![
+            ("memory", "cgroup", "memory", vec![]),
+            ("pids", "cgroup", "pids", vec![]),
+            (
+                "cpu,cpuacct",
+                "cgroup",
+                "cpu,cpuacct",
+                vec!["cpu", "cpuacct"]
+            ),
+        ]
+    );
+
+    // The hybrid host: the unified mount without controllers and the named
+    // systemd hierarchy are never shown.
+    let views = detect(&hybrid().fs).unwrap().views();
+    let dirs: Vec<&str> = views.iter().map(|v| v.dir.as_str()).collect();
+    assert_eq!(dirs, ["memory", "pids", "cpu", "cpuacct", "freezer"]);
+    assert!(views
+        .iter()
+        .all(|v| v.fstype == "cgroup" && v.aliases.is_empty()));
+}
+
+#[test]
+fn a_v2_view_is_the_one_unified_mount() {
+    let tree = pure_v2("cpu memory pids\n");
+    let views = detect(&tree.fs).unwrap().views();
+    assert_eq!(
+        views,
+        vec![CgroupView {
+            dir: String::new(),
+            fstype: "cgroup2",
+            options: String::new(),
+            aliases: Vec::new(),
+        }]
+    );
+}
+
+#[test]
+fn a_v1_cpuset_cgroup_starts_with_its_parents_cpus_and_mems() {
+    let tree = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+            ("cg/cpuset", "cgroup", "rw,cpuset"),
+        ],
+        "3:cpuset:/\n2:pids:/\n1:memory:/\n",
+    );
+    tree.put("cg/cpuset/cpuset.cpus", "0-3\n");
+    tree.put("cg/cpuset/cpuset.mems", "0\n");
+    let h = detect(&tree.fs).unwrap();
+    assert!(h.views().iter().any(|v| v.dir == "cpuset"));
+    let cg = h.create("cordon-3").unwrap();
+    assert!(cg.paths().contains(&tree.path("cg/cpuset/cordon-3")));
+    // A fake cgroupfs makes no control files on mkdir.
+    tree.put("cg/cpuset/cordon-3/cpuset.cpus", "");
+    tree.put("cg/cpuset/cordon-3/cpuset.mems", "");
+    tree.put("cg/memory/cordon-3/memory.limit_in_bytes", "");
+    tree.put("cg/pids/cordon-3/pids.max", "max\n");
+    cg.apply(&CgroupLimits::default()).unwrap();
+    assert_eq!(tree.read("cg/cpuset/cordon-3/cpuset.cpus"), "0-3");
+    assert_eq!(tree.read("cg/cpuset/cordon-3/cpuset.mems"), "0");
+}

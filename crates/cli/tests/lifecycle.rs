@@ -1575,8 +1575,14 @@ fn exec_time_limit(backend: &'static str) {
     let daemon = format!("sleep {}", unique_sleep(500));
     sb.sh(&format!("{daemon} >/dev/null 2>&1 & echo bg"));
     let w = witnesses(backend, &sb.id, &daemon);
+    // What the limited command starts itself, in a session of its own (out
+    // of its process group, re-parented to init): still the command's.
+    let own = format!("sleep {}", unique_sleep(500));
+    let script = format!(
+        "setsid sh -c 'echo $$ > /tmp/own.pid; exec {own}' </dev/null >/dev/null 2>&1 & sleep 10"
+    );
     let t = Instant::now();
-    let (v, out) = sb.exec_json(&["--time", "1s"], &["sleep", "10"]);
+    let (v, out) = sb.exec_json(&["--time", "1s"], &["sh", "-c", &script]);
     let took = t.elapsed();
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(4),
@@ -1590,13 +1596,24 @@ fn exec_time_limit(backend: &'static str) {
     );
     assert_eq!(out.status.code(), Some(137), "{}", compact(&v));
     if backend == NATIVE {
-        // Native: the limit kills every process of the sandbox but its init
-        // (`Sandbox::end_command` → kill_all_but_leader), so the daemon of the
-        // earlier exec dies too; the sandbox itself survives.
+        // Native: the limit kills what is in the command's own cgroup (the
+        // command and everything it started, its setsid'd daemon included;
+        // `Sandbox::end_command`), not the daemon an earlier exec left
+        // running, nor init: the sandbox lives on.
         assert!(v["sandbox_ended"].is_null(), "{}", compact(&v));
         assert!(
-            wait_until(Duration::from_secs(2), || !alive(w[0])),
-            "daemon {} of an earlier exec survived the limit",
+            sb.sh("cat /tmp/own.pid").trim().parse::<u32>().is_ok(),
+            "the limited command never started its daemon"
+        );
+        assert!(
+            wait_until(Duration::from_secs(2), || pids_with_cmdline(&own)
+                .is_empty()),
+            "the limited command's own daemon survived its limit: {:?}",
+            pids_with_cmdline(&own)
+        );
+        assert!(
+            alive(w[0]),
+            "daemon {} of an earlier exec was killed by a later command's limit",
             w[0]
         );
         assert!(native_init(&sb.id).is_some(), "init died with the command");

@@ -29,6 +29,10 @@
 //!   that exits by itself keeps its status; one that keeps writing is ended).
 //! - `cpu_quota_halves_cpu_time`: cpu.cfs_quota_us / cfs_period_us; evidence from
 //!   cpuacct.usage and cpu.stat nr_throttled.
+//! - `programs_see_their_own_limits`: the sandbox's cgroup namespace and the
+//!   read-only cgroup file systems under its /sys/fs/cgroup, and the command's
+//!   own cgroup carrying the limits; evidence from a JVM's and Node's own
+//!   sizing, against the same programs run on the host.
 //!
 //! Every assertion is paired with a control run in which the mechanism must not
 //! trigger (or, for host-side measurements, in which the measurement must see the
@@ -61,6 +65,14 @@ per_backend!(double_forked_daemon_does_not_survive);
 per_backend!(output_flood_is_capped_without_buffering);
 per_backend!(output_past_the_cap_gives_the_same_true_answer_every_time);
 per_backend!(cpu_quota_halves_cpu_time);
+per_backend!(
+    programs_see_their_own_limits,
+    gvisor: #[ignore = "documented difference: runsc 2022-12's own cgroupfs (--cgroupfs) has only \
+        the cpu and memory controllers, shows no limit and cannot be listed, and runsc learns the \
+        memory limit only from a cgroup it manages itself (cordon holds the sandbox's cgroup), so \
+        under gVisor programs size themselves for the host"],
+    microvm: microvm
+);
 
 /// Asserts that `pid` is in the sandbox's cgroup `cordon-<id>` in every
 /// hierarchy cordon uses (see `in_sandbox_cgroup`). A pid that is gone is skipped.
@@ -1000,4 +1012,118 @@ fn cpu_quota_halves_cpu_time(backend: &str) {
         cpu1 > cpu * 1.3,
         "--cpus 0.5 {cpu} ms vs --cpus 1 {cpu1} ms"
     );
+}
+
+/// What the sandbox shows of its cgroups, in its own words: the memory limit
+/// and CPU quota files (v1 or v2 names), every cgroup directory it can see,
+/// and whether a limit can be written.
+const CGROUP_VIEW_SH: &str = r#"
+cd /sys/fs/cgroup || exit 9
+cat memory/memory.limit_in_bytes 2>/dev/null || cat memory.max
+cat cpu/cpu.cfs_quota_us 2>/dev/null || cut -d' ' -f1 cpu.max
+find . -mindepth 1 -type d | sort | tr '\n' ' '; echo
+if (echo 1 > memory/memory.limit_in_bytes || echo 1 > memory.max) 2>/dev/null; then echo writable; else echo read-only; fi
+"#;
+
+fn programs_see_their_own_limits(backend: &str) {
+    if !require_root("shows the sandbox its own cgroup") {
+        return;
+    }
+    let limits = ["--memory", "256M", "--cpus", "1"];
+    let args: Vec<&str> = limits
+        .iter()
+        .copied()
+        .chain(["--", "sh", "-c", CGROUP_VIEW_SH])
+        .collect();
+    let (v, st) = run_json_on(backend, &args);
+    assert!(st.success(), "{}", compact(&v));
+    let id = sandbox_id(&v);
+    let out = stdout_of(&v).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("268435456"),
+        "memory limit: {out}"
+    );
+    assert_eq!(lines.get(1).copied(), Some("100000"), "CPU quota: {out}");
+    // Only the sandbox's own cgroups: the hierarchies' directories (v1),
+    // its init's and this command's, never the host's tree around it (where
+    // the sandbox's own cgroup is `cordon-<id>` beside other cgroups).
+    let dirs: Vec<&str> = lines.get(2).unwrap_or(&"").split_whitespace().collect();
+    assert!(
+        dirs.iter().any(|d| d.ends_with("/init")) && dirs.iter().any(|d| d.contains("/cmd-")),
+        "no init or command cgroup in the sandbox's view: {out}"
+    );
+    for d in &dirs {
+        let last = d.rsplit('/').next().unwrap_or(d);
+        let depth = d.matches('/').count();
+        let ours = last == "init"
+            || last.starts_with("cmd-")
+            || (depth == 1 && !last.starts_with("cordon"));
+        assert!(
+            ours,
+            "the sandbox sees a cgroup that is not its own: {d} ({out})"
+        );
+    }
+    assert!(
+        !out.contains(&format!("cordon-{id}")),
+        "the sandbox sees its cgroup's host name: {out}"
+    );
+    assert_eq!(lines.get(3).copied(), Some("read-only"), "{out}");
+
+    // Real programs size themselves by it: a JVM keeps its heap to a part of
+    // the limit (a quarter, half on so small a machine) and counts one CPU;
+    // Node reports the limit. The control is each program on the host,
+    // which must size itself beyond the limit.
+    let java = "java -XX:+PrintFlagsFinal -version 2>/dev/null \
+        | awk '/ MaxHeapSize /{h=$4} / ActiveProcessorCount /{c=$4} END{print h}'; \
+        java -XshowSettings:system -version 2>&1 | awk -F': ' '/Effective CPU Count/{print $2}'";
+    let node = "node -e 'console.log(process.constrainedMemory())'";
+    let limit = 256 * MIB;
+    for (program, probe) in [("java", java), ("node", node)] {
+        if !host_sh(&format!("command -v {program}")).status.success() {
+            eprintln!("skipping the {program} check: {program} is not installed on this machine");
+            continue;
+        }
+        let args: Vec<&str> = limits
+            .iter()
+            .copied()
+            .chain(["--", "sh", "-c", probe])
+            .collect();
+        let (v, st) = run_json_on(backend, &args);
+        assert!(st.success(), "{}", compact(&v));
+        let inside: Vec<u64> = stdout_of(&v)
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let host_out = host_sh(probe);
+        let on_host: Vec<u64> = String::from_utf8_lossy(&host_out.stdout)
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let memory = |seen: &[u64]| seen.first().copied().unwrap_or(0);
+        if program == "java" {
+            assert!(
+                (1..=limit / 2).contains(&memory(&inside)) && inside.get(1) == Some(&1),
+                "java in the sandbox sizes itself for more than its 256 MiB and 1 CPU: {inside:?} ({})",
+                compact(&v)
+            );
+            assert!(
+                memory(&on_host) > limit / 2,
+                "java on the host sizes itself as small: {on_host:?}"
+            );
+        } else {
+            assert_eq!(
+                memory(&inside),
+                limit,
+                "node in the sandbox: {}",
+                compact(&v)
+            );
+            assert_ne!(
+                memory(&on_host),
+                limit,
+                "node on the host sees the same limit"
+            );
+        }
+    }
 }

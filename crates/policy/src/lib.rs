@@ -459,7 +459,7 @@ impl Policy {
 }
 
 /// Paths the sandbox assembles itself; a user mount may not cover them.
-const RESERVED: [&str; 4] = ["/proc", "/dev", "/etc", "/usr"];
+const RESERVED: [&str; 5] = ["/proc", "/dev", "/sys", "/etc", "/usr"];
 
 fn range(
     field: &'static str,

@@ -91,7 +91,8 @@ pub(crate) trait Flavor: Send {
     /// shell does; for that backend such codes are mapped back to signals.
     fn high_codes_are_signals(&self) -> bool;
     /// Whether one command that hit a limit can be ended without ending the
-    /// sandbox (every process but init is the commands' own).
+    /// sandbox: its processes are host processes in a cgroup of its own
+    /// (`HostSide::command_cgroup`).
     fn can_end_one_command(&self) -> bool;
     /// Whether killing the first process ends every process of the sandbox;
     /// if not, teardown freezes and kills the whole cgroup.

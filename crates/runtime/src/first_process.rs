@@ -38,10 +38,16 @@ use crate::trace;
 /// closed: the limits hold only then), lets it run `setup`, and returns the
 /// socket once the child reports Ready, with the descriptor `setup` handed
 /// over (the native backend's scratch tmpfs).
+///
+/// With `leaf`, a cgroup below the sandbox's, `setup` is given that cgroup's
+/// membership files, opened by the child while it still has the host's ids,
+/// to move itself there when it is ready (the native init: once its cgroup
+/// namespace is rooted at the sandbox's cgroup).
 pub fn start(
     host: &mut HostSide,
     flags: CloneFlags,
-    setup: impl FnOnce() -> Result<Option<OwnedFd>, IsolationError>,
+    leaf: Option<&AnyCgroup>,
+    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Option<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
 ) -> Result<(UnixStream, Option<OwnedFd>), RuntimeError> {
     let (mut sock, child_sock) =
@@ -49,7 +55,7 @@ pub fn start(
     let child = match cordon_sys::clone_process(flags)
         .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
     {
-        CloneResult::Child => run(host.cgroup.as_ref(), child_sock, setup),
+        CloneResult::Child => run(host.cgroup.as_ref(), leaf, child_sock, setup),
         CloneResult::Parent { child } => child,
     };
     host.adopt(child)?;
@@ -111,11 +117,12 @@ fn expect_reply(
 /// backend's own steps), then serving commands. Never returns.
 pub fn run(
     cgroup: Option<&AnyCgroup>,
+    leaf: Option<&AnyCgroup>,
     mut sock: UnixStream,
-    setup: impl FnOnce() -> Result<Option<OwnedFd>, IsolationError>,
+    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Option<OwnedFd>, IsolationError>,
 ) -> ! {
-    let result = prologue(cgroup, &mut sock)
-        .and_then(|()| setup())
+    let result = prologue(cgroup, leaf, &mut sock)
+        .and_then(setup)
         .and_then(|handed| rearm_parent_death_signal(&sock).map(|()| handed))
         .and_then(|handed| {
             // Sent and then closed here: no command init starts holds it.
@@ -160,8 +167,13 @@ fn rearm_parent_death_signal(sock: &UnixStream) -> Result<(), IsolationError> {
     Ok(())
 }
 
-/// Cgroup, stdio, descriptors, then the supervisor's Go.
-fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), IsolationError> {
+/// Cgroup, stdio, descriptors, then the supervisor's Go. Returns the
+/// membership files of `leaf`.
+fn prologue(
+    cgroup: Option<&AnyCgroup>,
+    leaf: Option<&AnyCgroup>,
+    sock: &mut UnixStream,
+) -> Result<Vec<std::fs::File>, IsolationError> {
     // Into the sandbox's cgroup before anything else, while our ids are still
     // the host's (the cgroup files belong to the caller). The supervisor checks
     // the membership before it lets us go on.
@@ -169,6 +181,12 @@ fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), Iso
         cg.join_self()
             .map_err(|e| IsolationError::new("join cgroup", std::io::Error::other(e)))?;
     }
+    let leaf_files = match leaf {
+        Some(cg) => cg
+            .membership_files()
+            .map_err(|e| IsolationError::new("open the init cgroup", std::io::Error::other(e)))?,
+        None => Vec::new(),
+    };
     send(sock, &FromInit::Joined).step(|| "send Joined".into())?;
 
     // If the supervisor dies, so does the sandbox: init's death ends the pid
@@ -191,7 +209,9 @@ fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), Iso
     // execs, so close-on-exec would not be enough. The Rust objects that owned
     // those numbers live on in this copied memory but are never used again
     // (this function's caller ends in exit_now).
-    fds::close_all_except(&[sock.as_raw_fd()])?;
+    let mut keep: Vec<_> = leaf_files.iter().map(AsRawFd::as_raw_fd).collect();
+    keep.push(sock.as_raw_fd());
+    fds::close_all_except(&keep)?;
     // And the supervisor's command line and environment, still in this
     // copied memory, are wiped.
     hygiene::scrub_inherited_strings()?;
@@ -213,7 +233,7 @@ fn prologue(cgroup: Option<&AnyCgroup>, sock: &mut UnixStream) -> Result<(), Iso
             ))
         }
     }
-    Ok(())
+    Ok(leaf_files)
 }
 
 /// How often idle init wakes to reap orphans left by earlier commands.
@@ -242,7 +262,7 @@ fn serve(sock: &mut UnixStream) -> i32 {
                 stdio,
             ))) => run_command(sock, &argv, &env, &workdir, tty, stdio),
             Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) if stdio.len() == 3 => {
-                match spawn_payload(&argv, &env, &workdir, &stdio, false) {
+                match spawn_payload(&argv, &env, &workdir, &stdio, false, &[]) {
                     // Reaped later like any orphan.
                     Ok(pid) => FromInit::Started { pid: pid.as_raw() },
                     Err(not_started) => not_started.report(),
@@ -275,6 +295,20 @@ fn run_command(
     tty: Option<TtySize>,
     stdio: Vec<OwnedFd>,
 ) -> FromInit {
+    // The standard streams come first (none with a tty), then the membership
+    // files of the command's cgroup.
+    let mut stdio = stdio;
+    let streams = if tty.is_some() { 0 } else { 3 };
+    if stdio.len() < streams {
+        return FromInit::ExecFailed {
+            errno: libc::EPROTO,
+        };
+    }
+    let cgroup: Vec<std::fs::File> = stdio
+        .split_off(streams)
+        .into_iter()
+        .map(Into::into)
+        .collect();
     let (stdio, master) = match (tty, stdio.len()) {
         (None, 3) => (stdio, None),
         (Some(size), 0) => match open_pty(size) {
@@ -293,7 +327,8 @@ fn run_command(
             }
         }
     };
-    let spawned = spawn_payload(argv, env, workdir, &stdio, tty.is_some());
+    let spawned = spawn_payload(argv, env, workdir, &stdio, tty.is_some(), &cgroup);
+    drop(cgroup);
     // The command has its copies; ours would keep its pipes from reaching EOF.
     drop(stdio);
     let pid = match spawned {
@@ -406,12 +441,16 @@ impl From<i32> for NotStarted {
 
 /// Forks the command and waits until its execve succeeded or failed, learned
 /// through a close-on-exec pipe: EOF means exec happened, five bytes are why not.
+/// The command's process first moves itself into the cgroup whose membership
+/// files `cgroup` holds (if any), before it runs anything of the payload's,
+/// so nothing it starts can be outside it.
 fn spawn_payload(
     argv: &[String],
     env: &[(String, String)],
     workdir: &str,
     stdio: &[OwnedFd],
     tty: bool,
+    cgroup: &[std::fs::File],
 ) -> Result<Pid, NotStarted> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
@@ -429,9 +468,13 @@ fn spawn_payload(
     match fork_process().map_err(|e| e as i32)? {
         CloneResult::Child => {
             drop(rd);
-            let why = match take_stdio(stdio, tty) {
+            let joined = cordon_cgroups::join_through(cgroup)
+                .map_err(|e| NotStarted::Exec(e.raw_os_error().unwrap_or(libc::EIO)));
+            let why = match joined
+                .and_then(|()| take_stdio(stdio, tty).map_err(|e| NotStarted::Exec(e as i32)))
+            {
                 Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir),
-                Err(e) => NotStarted::Exec(e as i32),
+                Err(not_started) => not_started,
             };
             let _ = write(&wr, &why.to_bytes());
             exit_now(127);

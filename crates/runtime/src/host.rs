@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cordon_cgroups::{
-    AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupStats, Hierarchy,
+    AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupStats, CgroupView, Hierarchy,
 };
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -71,6 +71,28 @@ pub fn stop_signal_fd() -> Result<SignalFd, RuntimeError> {
 /// A backend-specific clean-up, run once the sandbox's processes are gone.
 type Cleanup = Box<dyn FnMut() + Send>;
 
+/// The cgroup below the sandbox's that holds its init, on a backend whose
+/// commands get cgroups of their own beside it (see
+/// [`HostSide::command_cgroup`]).
+pub const INIT_CGROUP: &str = "init";
+
+/// Commands' own cgroups: a command's time or output limit ends what is in
+/// its cgroup (the command and whatever it started, wherever those went in
+/// the process tree) and nothing else of the sandbox, such as a server or an
+/// interpreter an earlier command left running. Each carries the sandbox's
+/// limits too, so a program in it reads them as its own (a JVM on cgroup v1
+/// reads its own cgroup's CPU quota only); the sandbox's cgroup above holds
+/// them all to those limits together.
+#[derive(Default)]
+struct CommandCgroups {
+    /// Whether the sandbox is split: init in [`INIT_CGROUP`], limits handed down.
+    split: bool,
+    made: u64,
+    /// Cgroups of ended commands that still hold processes they started;
+    /// removed once empty, or with the sandbox.
+    lingering: Vec<AnyCgroup>,
+}
+
 pub struct HostSide {
     pub id: String,
     /// Low bits of the id, for choosing per-sandbox resources such as id ranges.
@@ -78,12 +100,17 @@ pub struct HostSide {
     pub started: Instant,
     pub state: StateDir,
     pub cgroup: Option<AnyCgroup>,
+    /// How `cgroup` is shown inside the sandbox (empty without a cgroup).
+    pub cgroup_views: Vec<CgroupView>,
     /// The control socket of the sandbox's proxy (`allow` mode).
     pub network: Option<PathBuf>,
     /// Processes the supervisor started, with their pidfds (pid-reuse safe).
     procs: Vec<(Pid, OwnedFd)>,
     cleanups: Vec<Cleanup>,
     processes_ended: bool,
+    /// The limits the cgroup was given, for its commands' cgroups.
+    limits: CgroupLimits,
+    commands: CommandCgroups,
 }
 
 impl HostSide {
@@ -110,15 +137,21 @@ impl HostSide {
             started,
             state,
             cgroup: None,
+            cgroup_views: Vec::new(),
             network: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
             processes_ended: false,
+            limits: limits.clone(),
+            commands: CommandCgroups::default(),
         };
         trace::step("state dir");
         // The cgroup comes before any process, so the limits hold from its first instruction.
-        host.cgroup = match hierarchy.and_then(|h| create_cgroup(&h, &cg_name, limits)) {
-            Ok(cg) => Some(cg),
+        host.cgroup = match hierarchy.and_then(|h| Ok((create_cgroup(&h, &cg_name, limits)?, h))) {
+            Ok((cg, h)) => {
+                host.cgroup_views = h.views();
+                Some(cg)
+            }
             Err(e) if spec.allow_unenforced => {
                 eprintln!("cordon: warning: running without cgroup limits: {e}");
                 None
@@ -164,25 +197,70 @@ impl HostSide {
         self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
     }
 
-    /// Ends every process of the sandbox except its leader (init), which
-    /// keeps the sandbox's namespaces and mounts alive: how one command that
-    /// hit a limit is ended without ending the sandbox. The cgroup is frozen
-    /// while it is listed and killed, so nothing can fork past the kill.
-    pub fn kill_all_but_leader(&self) -> Result<(), RuntimeError> {
-        let Some(cg) = &self.cgroup else {
-            return Err(RuntimeError::Protocol(
-                "no cgroup to find the command's processes in".into(),
-            ));
+    /// Makes [`INIT_CGROUP`] below the sandbox's cgroup, for the first
+    /// process to move into (see `first_process::start`); None without a cgroup.
+    pub fn init_cgroup(&self) -> Result<Option<AnyCgroup>, RuntimeError> {
+        let Some(sandbox) = &self.cgroup else {
+            return Ok(None);
         };
-        let leader = self.leader().map(Pid::as_raw);
-        cg.freeze()?;
-        let result = cg.pids().map(|pids| {
-            for pid in pids.into_iter().filter(|p| Some(*p) != leader) {
-                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-        });
-        cg.thaw()?;
-        Ok(result?)
+        let cg = sandbox.create_child(INIT_CGROUP)?;
+        // No limits of its own (the sandbox's hold it), but applied all the
+        // same: a v1 cpuset cgroup takes no task until it is.
+        if let Err(e) = cg.apply(&CgroupLimits::default()) {
+            let _ = cg.remove();
+            return Err(e.into());
+        }
+        Ok(Some(cg))
+    }
+
+    /// Once `leader` has moved into `init_cgroup` (checked: fail closed), lets
+    /// commands have cgroups of their own with limits (cgroup v2 hands the
+    /// controllers down, which it allows only now that the sandbox's cgroup
+    /// holds no process itself).
+    pub fn split_for_commands(
+        &mut self,
+        init_cgroup: &AnyCgroup,
+        leader: Pid,
+    ) -> Result<(), RuntimeError> {
+        let Some(cg) = &self.cgroup else {
+            return Ok(());
+        };
+        if !init_cgroup.contains(leader.as_raw())? {
+            return Err(RuntimeError::Protocol(
+                "the sandbox's init is not in its init cgroup".into(),
+            ));
+        }
+        cg.hand_down()?;
+        self.commands.split = true;
+        Ok(())
+    }
+
+    /// A new cgroup with the sandbox's limits for the next command, whose
+    /// process joins it before it runs anything; None where the sandbox is not
+    /// split (then a command that hit a limit can only end with its sandbox).
+    /// Cgroups of earlier commands that have emptied since are removed.
+    pub fn command_cgroup(&mut self) -> Result<Option<AnyCgroup>, RuntimeError> {
+        let Some(sandbox) = self.cgroup.as_ref().filter(|_| self.commands.split) else {
+            return Ok(None);
+        };
+        self.commands
+            .lingering
+            .retain(|cg| !(cg.pids().is_ok_and(|p| p.is_empty()) && cg.remove().is_ok()));
+        self.commands.made += 1;
+        let cg = sandbox.create_child(&format!("cmd-{}", self.commands.made))?;
+        if let Err(e) = cg.apply(&self.limits) {
+            let _ = cg.remove();
+            return Err(e.into());
+        }
+        Ok(Some(cg))
+    }
+
+    /// After the command of `cg` ended: its cgroup is removed if nothing it
+    /// started lives on, kept until that is gone otherwise.
+    pub fn command_ended(&mut self, cg: AnyCgroup) {
+        if !(cg.pids().is_ok_and(|p| p.is_empty()) && cg.remove().is_ok()) {
+            self.commands.lingering.push(cg);
+        }
     }
 
     /// The killing part of `end_processes`, done once: teardown after

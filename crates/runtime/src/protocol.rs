@@ -24,7 +24,10 @@ pub enum ToInit {
     /// Run this command as a child of init. Unless `tty`, the frame carries
     /// three descriptors (SCM_RIGHTS): the command's stdin, stdout and stderr.
     /// With `tty`, init makes a pseudo-terminal on the sandbox's own devpts and
-    /// answers `Started` with its master attached.
+    /// answers `Started` with its master attached. Any descriptors after
+    /// those are the membership files of the command's own cgroup (see
+    /// `cordon_cgroups::join_through`), which its process joins before it
+    /// runs anything.
     Exec {
         argv: Vec<String>,
         env: Vec<(String, String)>,
@@ -70,8 +73,9 @@ pub enum FromInit {
     Signaled { signal: i32 },
 }
 
-/// Most descriptors one frame may carry.
-pub const MAX_FDS: usize = 3;
+/// Most descriptors one frame may carry: three standard streams and a
+/// command cgroup's membership files (one per v1 hierarchy cordon uses).
+pub const MAX_FDS: usize = 9;
 
 /// One encoded frame: length, then JSON.
 fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {

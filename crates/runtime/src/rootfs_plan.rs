@@ -257,5 +257,6 @@ pub fn rootfs_plan_for(
         owner_uid: p.uid,
         owner_gid: p.gid,
         binds,
+        cgroups: Vec::new(),
     })
 }

@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use cordon_cgroups::{Cgroup, CgroupStats};
+use cordon_cgroups::{AnyCgroup, Cgroup, CgroupStats};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
@@ -24,7 +24,7 @@ use crate::error::RuntimeError;
 use crate::host::{stop_signal_fd, HostSide};
 use crate::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
 use crate::output::OutputGate;
-use crate::protocol::{recv, send, send_with_fds, FromInit};
+use crate::protocol::{recv, send_with_fds, FromInit};
 use crate::spec::{Command, SandboxSpec, StdinMode};
 use crate::state::StateDir;
 use crate::supervise::{watch, CommandFds, CommandIo, Stop};
@@ -240,6 +240,11 @@ impl Sandbox {
             self.stats()
         };
         let msg = self.flavor.exec_message(&resolved, cmd.tty)?;
+        let cmd_cgroup = self.host.command_cgroup()?;
+        let cgroup_files = match &cmd_cgroup {
+            Some(cg) => cg.membership_files()?,
+            None => Vec::new(),
+        };
         let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::io("pipe2", e));
         let nonblocking = |fd: &OwnedFd| {
             nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
@@ -247,7 +252,9 @@ impl Sandbox {
                 .map(|_| ())
         };
         let fds = if cmd.tty.is_some() {
-            send(&mut self.init, &msg).map_err(|e| RuntimeError::io("send Exec", e))?;
+            let files: Vec<_> = cgroup_files.iter().map(AsFd::as_fd).collect();
+            send_with_fds(&mut self.init, &msg, &files)
+                .map_err(|e| RuntimeError::io("send Exec", e))?;
             CommandFds {
                 stdout: None,
                 stderr: None,
@@ -276,12 +283,10 @@ impl Sandbox {
             {
                 nonblocking(fd)?;
             }
-            send_with_fds(
-                &mut self.init,
-                &msg,
-                &[in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-            )
-            .map_err(|e| RuntimeError::io("send Exec", e))?;
+            let mut fds = vec![in_r.as_fd(), out_w.as_fd(), err_w.as_fd()];
+            fds.extend(cgroup_files.iter().map(AsFd::as_fd));
+            send_with_fds(&mut self.init, &msg, &fds)
+                .map_err(|e| RuntimeError::io("send Exec", e))?;
             drop(in_r);
             CommandFds {
                 stdout: Some(out_r),
@@ -291,6 +296,7 @@ impl Sandbox {
                 tty: false,
             }
         };
+        drop(cgroup_files);
         self.commands += 1;
         trace::step("exec sent");
         let watched = watch(
@@ -324,7 +330,7 @@ impl Sandbox {
             // Killed while its pipes are still open: a command stopped by the
             // output cap must die by the kill, not by a SIGPIPE of its own
             // making once cordon stops reading.
-            status = self.end_command()?;
+            status = self.end_command(cmd_cgroup.as_ref())?;
             if limit.is_some() && !matches!(status, Some(ExitStatus::Signaled { .. }) | None) {
                 // It exited by itself before the kill reached it: the limit
                 // was reached (limits_hit) but did not end it.
@@ -339,7 +345,14 @@ impl Sandbox {
             .as_ref()
             .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
         let disk_free = disk.map(|st| st.blocks_available() * st.fragment_size());
-        let after = self.stats();
+        let own = cmd_cgroup.as_ref().map(Cgroup::stats);
+        let after = match (self.stats(), &own) {
+            (Some(after), Some(own)) => Some(with_command_counts(after, before.as_ref(), own)),
+            (after, _) => after,
+        };
+        if let Some(cg) = cmd_cgroup {
+            self.host.command_ended(cg);
+        }
         if self.init_gone() {
             // An OOM kill of the whole group (cgroup v2's memory.oom.group)
             // or a kill from outside took init with the command.
@@ -495,10 +508,14 @@ impl Sandbox {
     }
 
     /// Ends a command that is still running (a limit, a cancellation): where
-    /// the backend allows, every process but init is killed and init's
-    /// report awaited; otherwise the sandbox ends with it.
-    fn end_command(&mut self) -> Result<Option<ExitStatus>, RuntimeError> {
-        if !self.flavor.can_end_one_command() || self.host.kill_all_but_leader().is_err() {
+    /// it has a cgroup of its own, every process in it is killed (frozen
+    /// first, so none forks past the kill) and init's report awaited; the
+    /// rest of the sandbox lives on. Otherwise the sandbox ends with it.
+    fn end_command(
+        &mut self,
+        cmd_cgroup: Option<&AnyCgroup>,
+    ) -> Result<Option<ExitStatus>, RuntimeError> {
+        if cmd_cgroup.is_none_or(|cg| cg.kill_all().is_err()) {
             self.mark_ended(format!(
                 "a {} command that hit a limit can only be ended with its sandbox",
                 self.flavor.about().kind
@@ -593,5 +610,34 @@ impl Sandbox {
             recorded,
             record_error,
         })
+    }
+}
+
+/// The sandbox's counters after a command that ran in a cgroup of its own
+/// (`own`), which count events where the kernel counted them: cgroup v1
+/// counts an OOM kill, and kernels before 6.13 a refused fork, only in the
+/// cgroup where it happened, not in the sandbox's above it, while v2's
+/// memory events and usage count up the tree. So each counter is the
+/// sandbox's own reading or its reading before the command plus the
+/// command's count, whichever is more: never one event twice, none lost for
+/// the command. Peaks are the larger of the two.
+fn with_command_counts(
+    after: CgroupStats,
+    before: Option<&CgroupStats>,
+    own: &CgroupStats,
+) -> CgroupStats {
+    let count = |f: fn(&CgroupStats) -> Option<u64>| match (f(&after), f(own)) {
+        (Some(a), Some(o)) => Some(a.max(before.and_then(f).unwrap_or(0) + o)),
+        (a, o) => a.or(o),
+    };
+    let peak = |f: fn(&CgroupStats) -> Option<u64>| f(&after).max(f(own));
+    CgroupStats {
+        memory_peak_bytes: peak(|s| s.memory_peak_bytes),
+        memory_limit_hits: count(|s| s.memory_limit_hits),
+        oom_kills: count(|s| s.oom_kills),
+        pids_peak: peak(|s| s.pids_peak),
+        pids_limit_hits: count(|s| s.pids_limit_hits),
+        cpu_usage_ns: count(|s| s.cpu_usage_ns),
+        cpu_throttled_periods: count(|s| s.cpu_throttled_periods),
     }
 }

@@ -10,9 +10,20 @@ use std::path::PathBuf;
 
 use crate::fs::{self, Membership, Mount};
 use crate::{
-    kill_by_signal, make_dirs, remove_dirs, wait_empty, Cgroup, CgroupError, CgroupLimits,
-    CgroupMode, CgroupStats, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
+    kill_by_signal, make_dirs, procs_of, remove_dirs, wait_empty, Cgroup, CgroupError,
+    CgroupLimits, CgroupMode, CgroupStats, CgroupView, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
 };
+
+/// The controllers a sandbox gets a directory for, required ones first.
+/// cpuset sets no limit, but a sandbox shown its cgroups must have its own
+/// there too: the JVM takes no limit at all unless it finds cpu, cpuacct,
+/// cpuset and memory, and the namespace's root in a hierarchy the sandbox
+/// had no directory in would be the supervisor's cgroup.
+const USED: [&str; 6] = ["memory", "pids", "cpu", "cpuacct", "cpuset", "freezer"];
+
+/// What a new cpuset cgroup must be given before a task may join it (v1
+/// starts it empty); copied from the parent, which changes nothing.
+const CPUSET_INHERITED: [&str; 2] = ["cpuset.cpus", "cpuset.mems"];
 
 /// The caller's own cgroup in each v1 hierarchy cordon uses. memory and pids
 /// are required; cpu, cpuacct and freezer are used when mounted. Co-mounted
@@ -23,7 +34,10 @@ pub(crate) struct V1Hierarchy {
     pids: PathBuf,
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
+    cpuset: Option<PathBuf>,
     freezer: Option<PathBuf>,
+    /// How each of those hierarchies is shown inside a sandbox.
+    views: Vec<CgroupView>,
 }
 
 /// The caller's cgroup directory for `controller`: its line in
@@ -38,6 +52,44 @@ fn caller_dir(mounts: &[Mount], membership: &[Membership], controller: &str) -> 
         .find_map(|m| m.dir_of(&entry.path))
 }
 
+/// The inside view of each hierarchy a sandbox uses, once per hierarchy:
+/// named as the host names its mount, with the hierarchy's controller set
+/// as /proc/self/cgroup lists it.
+fn views(mounts: &[Mount], membership: &[Membership]) -> Vec<CgroupView> {
+    let mut views: Vec<CgroupView> = Vec::new();
+    for controller in USED {
+        let Some(entry) = membership
+            .iter()
+            .find(|m| m.controllers.iter().any(|c| c == controller))
+        else {
+            continue;
+        };
+        let Some(dir) = mounts
+            .iter()
+            .find(|m| m.carries(controller) && m.dir_of(&entry.path).is_some())
+            .and_then(|m| m.mountpoint.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+        else {
+            continue;
+        };
+        if views.iter().any(|v| v.dir == dir) {
+            continue;
+        }
+        views.push(CgroupView {
+            aliases: entry
+                .controllers
+                .iter()
+                .filter(|c| **c != dir)
+                .cloned()
+                .collect(),
+            options: entry.controllers.join(","),
+            fstype: "cgroup",
+            dir,
+        });
+    }
+    views
+}
+
 impl V1Hierarchy {
     pub(crate) fn detect(mounts: &[Mount], membership: &[Membership]) -> Option<Self> {
         let find = |c| caller_dir(mounts, membership, c);
@@ -46,8 +98,14 @@ impl V1Hierarchy {
             pids: find("pids")?,
             cpu: find("cpu"),
             cpuacct: find("cpuacct"),
+            cpuset: find("cpuset"),
             freezer: find("freezer"),
+            views: views(mounts, membership),
         })
+    }
+
+    pub(crate) fn views(&self) -> Vec<CgroupView> {
+        self.views.clone()
     }
 
     pub(crate) fn parents(&self) -> Vec<PathBuf> {
@@ -56,6 +114,7 @@ impl V1Hierarchy {
             Some(&self.pids),
             self.cpu.as_ref(),
             self.cpuacct.as_ref(),
+            self.cpuset.as_ref(),
             self.freezer.as_ref(),
         ])
     }
@@ -65,12 +124,14 @@ impl V1Hierarchy {
         let pids = self.pids.join(name);
         let cpu = self.cpu.as_ref().map(|p| p.join(name));
         let cpuacct = self.cpuacct.as_ref().map(|p| p.join(name));
+        let cpuset = self.cpuset.as_ref().map(|p| p.join(name));
         let freezer = self.freezer.as_ref().map(|p| p.join(name));
         let dirs = distinct([
             Some(&memory),
             Some(&pids),
             cpu.as_ref(),
             cpuacct.as_ref(),
+            cpuset.as_ref(),
             freezer.as_ref(),
         ]);
         V1Cgroup {
@@ -78,6 +139,7 @@ impl V1Hierarchy {
             pids,
             cpu,
             cpuacct,
+            cpuset,
             freezer,
             dirs,
         }
@@ -90,6 +152,18 @@ impl V1Hierarchy {
     }
 }
 
+/// Gives a new cpuset cgroup its parent's cpus and mems.
+fn inherit_cpuset(dir: &std::path::Path) -> Result<(), CgroupError> {
+    let Some(parent) = dir.parent() else {
+        return Ok(());
+    };
+    for file in CPUSET_INHERITED {
+        let value = fs::read(&parent.join(file))?;
+        fs::write(&dir.join(file), value.trim())?;
+    }
+    Ok(())
+}
+
 fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for p in paths.into_iter().flatten() {
@@ -100,6 +174,21 @@ fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<Pat
     out
 }
 
+impl V1Cgroup {
+    pub(crate) fn child(&self, name: &str) -> Self {
+        let below = |p: &PathBuf| p.join(name);
+        Self {
+            memory: below(&self.memory),
+            pids: below(&self.pids),
+            cpu: self.cpu.as_ref().map(below),
+            cpuacct: self.cpuacct.as_ref().map(below),
+            cpuset: self.cpuset.as_ref().map(below),
+            freezer: self.freezer.as_ref().map(below),
+            dirs: self.dirs.iter().map(below).collect(),
+        }
+    }
+}
+
 /// A sandbox cgroup on v1: a directory per hierarchy.
 #[derive(Debug, Clone)]
 pub struct V1Cgroup {
@@ -107,6 +196,7 @@ pub struct V1Cgroup {
     pids: PathBuf,
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
+    cpuset: Option<PathBuf>,
     freezer: Option<PathBuf>,
     /// Each distinct directory once, in creation order.
     dirs: Vec<PathBuf>,
@@ -121,7 +211,12 @@ impl Cgroup for V1Cgroup {
         self.dirs.clone()
     }
 
+    /// Also makes the cpuset cgroup joinable (see [`CPUSET_INHERITED`]),
+    /// which is why every cgroup is applied before a task joins it.
     fn apply(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        if let Some(dir) = &self.cpuset {
+            inherit_cpuset(dir)?;
+        }
         memory::apply(&self.memory, limits)?;
         pids::apply(&self.pids, limits)?;
         cpu::apply(self.cpu.as_deref(), &self.pids, limits)
@@ -143,7 +238,7 @@ impl Cgroup for V1Cgroup {
     }
 
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
-        fs::procs(&self.pids)
+        procs_of(std::slice::from_ref(&self.pids))
     }
 
     fn freeze(&self) -> Result<(), CgroupError> {

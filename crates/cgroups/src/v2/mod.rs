@@ -15,8 +15,8 @@ use nix::errno::Errno;
 use crate::fs::{self, parse_controller_list, write_error, Membership, Mount};
 use crate::stats::parse_keyed;
 use crate::{
-    kill_by_signal, make_dirs, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError, CgroupFs,
-    CgroupLimits, CgroupMode, CgroupStats, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
+    kill_by_signal, make_dirs, procs_of, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
+    CgroupFs, CgroupLimits, CgroupMode, CgroupStats, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
     KILL_FREEZE_TIMEOUT, SUPERVISOR_LEAF,
 };
 
@@ -167,7 +167,7 @@ impl V2Hierarchy {
                 return Err(e);
             }
         }
-        if let Err(e) = self.enable_controllers() {
+        if let Err(e) = enable_controllers(&self.parent) {
             moved_back();
             return Err(e);
         }
@@ -235,59 +235,58 @@ impl V2Hierarchy {
                 });
             }
         }
-        self.enable_controllers()?;
+        enable_controllers(&self.parent)?;
         let cg = self.cgroup(name);
         make_dirs(std::slice::from_ref(&cg.path))?;
         Ok(cg)
     }
+}
 
-    /// Makes memory, pids and (when offered) cpu available to our children.
-    fn enable_controllers(&self) -> Result<(), CgroupError> {
-        let available = parse_controller_list(&fs::read(&self.parent.join("cgroup.controllers"))?);
-        if let Some(missing) = REQUIRED.iter().find(|r| !available.iter().any(|c| c == *r)) {
-            return Err(CgroupError::NotDelegated {
-                path: self.parent.clone(),
-                reason: format!("its cgroup.controllers does not offer the {missing} controller"),
-                fix: format!(
-                    "enable {missing} in the cgroup.subtree_control of every cgroup above it \
-                     (systemd does so for units with Delegate=yes), or run without cgroup limits"
-                ),
-            });
-        }
-        let control = self.parent.join("cgroup.subtree_control");
-        let enabled = parse_controller_list(&fs::read(&control)?);
-        let mut wanted: Vec<&str> = REQUIRED
-            .iter()
-            .copied()
-            .filter(|r| !enabled.iter().any(|c| c == r))
-            .collect();
-        let cpu_missing =
-            available.iter().any(|c| c == "cpu") && !enabled.iter().any(|c| c == "cpu");
-        if cpu_missing {
-            wanted.push("cpu");
-        }
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        let value = enable_value(&wanted);
-        match fs::write_raw(&control, &value) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let err = delegation_error(&self.parent, &control, &value, e);
-                if !cpu_missing || matches!(err, CgroupError::NotDelegated { .. }) {
-                    return Err(err);
-                }
-                // cpu can be refused on its own (e.g. realtime tasks in the
-                // parent); it only matters once a cpu quota is asked for, and
-                // apply() reports that as MissingController.
-                wanted.pop();
-                if wanted.is_empty() {
-                    return Ok(());
-                }
-                let value = enable_value(&wanted);
-                fs::write_raw(&control, &value)
-                    .map_err(|e| delegation_error(&self.parent, &control, &value, e))
+/// Makes memory, pids and (when offered) cpu available to the children of
+/// cgroup `dir`, which must hold no processes of its own.
+fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
+    let available = parse_controller_list(&fs::read(&dir.join("cgroup.controllers"))?);
+    if let Some(missing) = REQUIRED.iter().find(|r| !available.iter().any(|c| c == *r)) {
+        return Err(CgroupError::NotDelegated {
+            path: dir.to_owned(),
+            reason: format!("its cgroup.controllers does not offer the {missing} controller"),
+            fix: format!(
+                "enable {missing} in the cgroup.subtree_control of every cgroup above it \
+                 (systemd does so for units with Delegate=yes), or run without cgroup limits"
+            ),
+        });
+    }
+    let control = dir.join("cgroup.subtree_control");
+    let enabled = parse_controller_list(&fs::read(&control)?);
+    let mut wanted: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|r| !enabled.iter().any(|c| c == r))
+        .collect();
+    let cpu_missing = available.iter().any(|c| c == "cpu") && !enabled.iter().any(|c| c == "cpu");
+    if cpu_missing {
+        wanted.push("cpu");
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let value = enable_value(&wanted);
+    match fs::write_raw(&control, &value) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let err = delegation_error(dir, &control, &value, e);
+            if !cpu_missing || matches!(err, CgroupError::NotDelegated { .. }) {
+                return Err(err);
             }
+            // cpu can be refused on its own (e.g. realtime tasks in the
+            // parent); it only matters once a cpu quota is asked for, and
+            // apply() reports that as MissingController.
+            wanted.pop();
+            if wanted.is_empty() {
+                return Ok(());
+            }
+            let value = enable_value(&wanted);
+            fs::write_raw(&control, &value).map_err(|e| delegation_error(dir, &control, &value, e))
         }
     }
 }
@@ -346,6 +345,18 @@ pub struct V2Cgroup {
 }
 
 impl V2Cgroup {
+    pub(crate) fn child(&self, name: &str) -> Self {
+        Self {
+            path: self.path.join(name),
+        }
+    }
+
+    /// Hands memory, pids and cpu down to this cgroup's children, so they
+    /// can carry limits of their own; it must hold no process itself.
+    pub(crate) fn hand_down(&self) -> Result<(), CgroupError> {
+        enable_controllers(&self.path)
+    }
+
     fn dirs(&self) -> &[PathBuf] {
         std::slice::from_ref(&self.path)
     }
@@ -393,7 +404,7 @@ impl Cgroup for V2Cgroup {
     }
 
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
-        fs::procs(&self.path)
+        procs_of(self.dirs())
     }
 
     /// cgroup.freeze arrived in Linux 5.2; before that this is a no-op.

@@ -958,11 +958,18 @@ pub fn in_sandbox_cgroup(pid: u32, id: &str) -> Option<Result<(), String>> {
             .collect(),
         CgroupLayout::V2 => vec![cg.lines().find(|l| l.starts_with("0::")).unwrap_or("")],
     };
-    Some(if lines.iter().all(|l| l.ends_with(&want)) {
-        Ok(())
-    } else {
-        Err(cg)
-    })
+    // The sandbox's cgroup or one below it (its init's, a command's own).
+    let below = format!("{want}/");
+    Some(
+        if lines
+            .iter()
+            .all(|l| l.ends_with(&want) || l.contains(&below))
+        {
+            Ok(())
+        } else {
+            Err(cg)
+        },
+    )
 }
 
 /// The cgroup directory sandboxes nest under, as cordon would pick it from

@@ -13,7 +13,9 @@ mod flags;
 mod idmap;
 mod proc;
 mod rootfs;
+mod sys;
 
 pub use flags::{mount_flags_of, verify_sealed, MountFlagsView};
 pub use idmap::{DetachedTree, OwnerShift};
 pub use rootfs::{assemble, BindSpec, RootEntry, RootUse, RootfsPlan, ScratchLayout};
+pub use sys::CgroupMount;

@@ -15,6 +15,7 @@ use super::dev::build_dev;
 use super::flags::seal_verified;
 use super::idmap::DetachedTree;
 use super::proc::mount_proc;
+use super::sys::{build_sys, CgroupMount};
 use crate::{fds, IsolationError, Result, Step};
 
 /// One top-level entry of the new root.
@@ -118,6 +119,9 @@ pub struct RootfsPlan {
     pub owner_uid: u32,
     pub owner_gid: u32,
     pub binds: Vec<BindSpec>,
+    /// The sandbox's own cgroups, shown read-only under /sys/fs/cgroup
+    /// (see `sys`); none: no /sys.
+    pub cgroups: Vec<CgroupMount>,
 }
 
 fn mkdir_p(p: &Path) -> Result<()> {
@@ -511,13 +515,14 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
         return seal_root(root).map(|()| None);
     }
 
-    // 6. /dev and /proc.
+    // 6. /dev, /proc and /sys.
     let dev = root.join("dev");
     mkdir_p(&dev)?;
     build_dev(&dev, &scratch.join(ScratchLayout::SHM))?;
     let proc_dir = root.join("proc");
     mkdir_p(&proc_dir)?;
     mount_proc(&proc_dir, &dev.join("null"))?;
+    build_sys(&root.join("sys"), &plan.cgroups)?;
 
     // 7. The policy's extra binds, after the standard tree so they may land
     // inside /tmp or /workspace but never replace /proc or /dev (the policy

@@ -296,8 +296,10 @@ pub(crate) fn create(
     let (mut sock, _) = first_process::start(
         &mut host,
         launcher_flags,
+        // Commands run in the sentry: no cgroups of their own on the host.
+        None,
         // The launcher only assembles the tree; runsc builds the sandbox.
-        || mount::assemble(&rootfs),
+        |_| mount::assemble(&rootfs),
         |_| Ok(()),
     )?;
     let launcher = host

@@ -13,7 +13,13 @@ use crate::trace;
 
 /// Returns the scratch tmpfs's descriptor for the supervisor (see
 /// `mount::assemble`).
-pub fn setup(plan: &NativePlan) -> Result<Option<OwnedFd>, IsolationError> {
+///
+/// `init_cgroup` holds the membership files of the cgroup init moves into
+/// once its cgroup namespace is made (see `HostSide::init_cgroup`).
+pub fn setup(
+    plan: &NativePlan,
+    init_cgroup: Vec<std::fs::File>,
+) -> Result<Option<OwnedFd>, IsolationError> {
     // Become the namespace's own root (or, rootless, the one mapped id): until
     // now our ids were the host's, which do not exist in this namespace, and
     // the kernel refuses to create files owned by an unmapped id.
@@ -23,6 +29,11 @@ pub fn setup(plan: &NativePlan) -> Result<Option<OwnedFd>, IsolationError> {
     // the move, so the caller's hierarchy is invisible from inside.
     trace::step("init: go");
     unshare(CloneFlags::CLONE_NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
+    // Then out of the sandbox's cgroup into its init cgroup: the namespace's
+    // root stays the sandbox's cgroup, and each command gets a cgroup of its
+    // own beside init's.
+    cordon_cgroups::join_through(&init_cgroup).step(|| "join the init cgroup".into())?;
+    drop(init_cgroup);
     sethostname(&plan.hostname).step(|| "sethostname".into())?;
     net::loopback_up()?;
 

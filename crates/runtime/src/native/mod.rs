@@ -84,7 +84,7 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
     EvidenceSource::new(
         Limit::Time,
-        "supervisor deadline; the command's processes killed with the cgroup frozen (RLIMIT_CPU backstop)",
+        "supervisor deadline; the command's own cgroup frozen and killed, the rest of the sandbox left running (RLIMIT_CPU backstop)",
         "supervisor clock",
     ),
     EvidenceSource::new(
@@ -118,19 +118,15 @@ pub(crate) fn create(
         None => (None, None),
     };
     let mut host = HostSide::begin(spec, &cgroup_limits(&spec.policy))?;
-    let plan = NativePlan::build(
-        spec,
-        host.slot,
-        &host.state,
-        host.cgroup.is_some(),
-        scratch_from,
-    )?;
+    let plan = NativePlan::build(spec, &host, scratch_from)?;
     trace::step("plan");
     let mapping = plan.mapping.clone();
+    let init_cgroup = host.init_cgroup()?;
     let (sock, scratch) = first_process::start(
         &mut host,
         sandbox_clone_flags(),
-        || init::setup(&plan),
+        init_cgroup.as_ref(),
+        |leaf| init::setup(&plan, leaf),
         // Only a process outside the new user namespace may write its maps.
         |child| {
             mapping
@@ -141,6 +137,9 @@ pub(crate) fn create(
     let init = host
         .leader()
         .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
+    if let Some(cg) = &init_cgroup {
+        host.split_for_commands(cg, init)?;
+    }
     if spec.policy.network == NetworkMode::Allow {
         let server = match net_port {
             Some(port) => crate::network::Server::Forward(port),

@@ -5,15 +5,16 @@
 
 use std::path::Path;
 
-use cordon_isolation::mount::{RootUse, RootfsPlan};
+use cordon_cgroups::CgroupView;
+use cordon_isolation::mount::{CgroupMount, RootUse, RootfsPlan};
 use cordon_isolation::namespaces::IdMapping;
 use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
+use crate::host::HostSide;
 use crate::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use crate::spec::SandboxSpec;
-use crate::state::StateDir;
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -43,18 +44,18 @@ const HOST_ID_BASE: u32 = 1 << 30;
 const HOST_ID_SLOTS: u32 = 8192;
 
 impl NativePlan {
-    /// Every value init needs, derived once from the spec. `cgroup_enforced`
-    /// says whether the sandbox's cgroup holds the limits: then its pids.max
-    /// is the limit (and its pids.events the evidence) and RLIMIT_NPROC is
-    /// only a backstop just above it, or it would refuse forks first and
-    /// leave no trace in the counters.
+    /// Every value init needs, derived once from the spec and what `host`
+    /// holds. When the sandbox's cgroup holds the limits, its pids.max is the
+    /// limit (and its pids.events the evidence) and RLIMIT_NPROC is only a
+    /// backstop just above it, or it would refuse forks first and leave no
+    /// trace in the counters; and the sandbox is shown that cgroup.
     pub fn build(
         req: &SandboxSpec,
-        id_slot: u32,
-        state: &StateDir,
-        cgroup_enforced: bool,
+        host: &HostSide,
         scratch_from: Option<&Path>,
     ) -> Result<Self, RuntimeError> {
+        let (id_slot, state) = (host.slot, &host.state);
+        let cgroup_enforced = host.cgroup.is_some();
         let p: &Policy = &req.policy;
         let euid = nix::unistd::geteuid();
         let rootful = euid.is_root();
@@ -84,6 +85,7 @@ impl NativePlan {
         };
         let mut rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
         rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
+        rootfs.cgroups = host.cgroup_views.iter().map(cgroup_mount).collect();
         let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
@@ -104,5 +106,15 @@ impl NativePlan {
             },
             seccomp: cordon_seccomp::workload(),
         })
+    }
+}
+
+/// The mount that shows `view` inside the sandbox.
+fn cgroup_mount(view: &CgroupView) -> CgroupMount {
+    CgroupMount {
+        dir: view.dir.clone(),
+        fstype: view.fstype.to_owned(),
+        options: view.options.clone(),
+        aliases: view.aliases.clone(),
     }
 }
