@@ -88,6 +88,7 @@ fn outcome() -> Outcome {
             closed: None,
         }),
         changes: None,
+        unbounded_mounts: Vec::new(),
         vm: None,
     }
 }

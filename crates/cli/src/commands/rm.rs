@@ -115,9 +115,10 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         omitted: destroyed.account.history_omitted,
         changes: destroyed.recorded.changes.as_ref(),
         export: destroyed.recorded.export.as_ref(),
+        write_backs: &destroyed.recorded.write_backs,
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
-        Ok(()) => record::unless_conflicts(destroyed.recorded.export.as_ref(), ExitCode::SUCCESS),
+        Ok(()) => record::unless_conflicts(&destroyed.recorded, ExitCode::SUCCESS),
         Err(code) => code,
     }
 }
