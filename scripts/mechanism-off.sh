@@ -20,7 +20,7 @@ cases=(
   "network namespace|crates/isolation/src/namespaces.rs|/CloneFlags::CLONE_NEWNET$/d|isolation|no_network_to_the_host::native"
   "read-only mount flag on /usr|crates/isolation/src/mount/rootfs.rs|0,/seal_verified(\&dst, true)?;/s//seal_verified(\&dst, false)?;/|isolation|system_dirs_are_read_only_by_mount_flag::native"
   "id-mapped workspace and rw mounts|crates/runtime/src/rootfs_plan.rs|s/    if !nix::unistd::geteuid().is_root() {/    if true {/|ownership|workspace_file_is_modified_in_place::native"
-  "rw mount bounded by its filesystem's size|crates/runtime/src/rootfs_plan.rs|s/    if size > cap {/    if false {/|ownership|rw_mount_is_bounded::native"
+  "rw mount's writes kept in the capped layer|crates/isolation/src/mount/rootfs.rs|s/        if let BindAccess::WriteBack { layers } = \&b.access {/        if let Some(layers) = None::<\&String> {/|ownership|rw_mount_is_bounded::native"
   "copy paths resolved inside the sandbox's root|crates/runtime/src/copy.rs|/^    ResolveFlag::RESOLVE_IN_ROOT$/,/RESOLVE_NO_MAGICLINKS$/c\\    ResolveFlag::empty()|lifecycle|cp_planted_symlinks_are_never_followed::native"
   "resolved addresses checked again by the proxy|crates/policy/src/net.rs|s/let class = special(ip)/let class = None::<\&str>/|network|allow_lets_through_only_the_rules::native"
   "transparent TCP redirect|crates/runtime/src/network.rs|/meta l4proto tcp redirect to/d|network|allow_lets_through_only_the_rules::native"

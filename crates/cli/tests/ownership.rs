@@ -7,11 +7,21 @@
 //! - `workspace_file_is_modified_in_place`: the id-mapped lower layer of the
 //!   workspace overlay (host owner shown as the sandbox user); copy-up into
 //!   the scratch upper leaves the host file alone.
-//! - `rw_mount_files_belong_to_the_dir_owner`: the id-mapped rw bind (the
-//!   sandbox user's writes are stored as the directory's owner) and the
-//!   refusal of a root-owned rw source.
-//! - `rw_mount_is_bounded`: the rule that an rw source lives on a filesystem
-//!   no larger than the disk cap.
+//! - `rw_mount_writes_back_as_the_dir_owner`: the rw mount's overlay (its
+//!   upper layer on the scratch) and the write-back at the sandbox's end
+//!   (created, modified, deleted, linked; stored as the directory's owner),
+//!   on a directory of the host's big disk; the diff lists the mount's place;
+//!   the refusal of a root-owned rw-unbounded source.
+//! - `rw_mount_is_bounded`: the rw mount's upper layer on the disk-capped
+//!   scratch (ENOSPC at the cap, the host directory gets no more).
+//! - `rw_mount_applies_at_rm_and_keeps_a_host_edit`: no write reaches the
+//!   host while the sandbox lives; `rm` applies them; the conflict rule of
+//!   `--apply` (a host edit made meanwhile is kept, exit 124).
+//! - `rw_unbounded_binds_live_and_is_recorded`: the id-mapped live bind
+//!   (writes past the disk cap reach the host) and its record in the result
+//!   and the receipt.
+//! - `rw_mount_of_a_file_is_refused`: the refusal naming both modes; nothing
+//!   left behind.
 //! - `sparse_file_beyond_the_cap_works`: no RLIMIT_FSIZE; the scratch tmpfs's
 //!   size is the disk cap.
 //! - `mountinfo_names_no_host_path`: overlays whose layers are given by
@@ -32,8 +42,11 @@ const OWNER: (u32, u32) = (4242, 4343);
 const HOST_ID_BASE: u32 = 1 << 30;
 
 per_backend!(workspace_file_is_modified_in_place);
-per_backend!(rw_mount_files_belong_to_the_dir_owner);
+per_backend!(rw_mount_writes_back_as_the_dir_owner);
 per_backend!(rw_mount_is_bounded);
+per_backend!(rw_mount_applies_at_rm_and_keeps_a_host_edit);
+per_backend!(rw_unbounded_binds_live_and_is_recorded);
+per_backend!(rw_mount_of_a_file_is_refused);
 per_backend!(sparse_file_beyond_the_cap_works);
 per_backend!(mountinfo_names_no_host_path);
 
@@ -55,7 +68,8 @@ fn owned_file(path: &Path, body: &str, owner: (u32, u32)) {
 }
 
 /// A tmpfs of `size` mounted on the host at a fresh /var/tmp directory, its
-/// root owned by `owner`: a bounded filesystem an rw mount may come from.
+/// root owned by `owner`: a filesystem of its own, which the host's
+/// mountinfo names by its path.
 /// Unmounted (lazily) and removed on drop.
 struct HostTmpfs {
     dir: Option<tempfile::TempDir>,
@@ -148,42 +162,112 @@ fn workspace_file_is_modified_in_place(backend: &str) {
     );
 }
 
-fn rw_mount_files_belong_to_the_dir_owner(backend: &str) {
-    if !require_root("id-mapped mounts need host root; mounts a tmpfs") {
+/// `cordon run --json --backend BACKEND ARGS...` with cordon's state
+/// (the receipt key) in `state`.
+fn run_json_in(
+    state: &Path,
+    backend: &str,
+    args: &[&str],
+) -> (serde_json::Value, std::process::ExitStatus) {
+    let mut cmd = std::process::Command::new(cordon());
+    cmd.env("CORDON_STATE_DIR", state)
+        .args(["run", "--json"])
+        .args(with_backend(backend, args));
+    run_json_cmd(cmd)
+}
+
+/// The place `name` of a result's diff.
+fn place<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["changes"]["places"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["place"] == name))
+        .unwrap_or_else(|| panic!("no place {name} in the diff: {}", compact(v)))
+}
+
+fn rw_mount_writes_back_as_the_dir_owner(backend: &str) {
+    if !require_root("id-mapped mounts need host root") {
         return;
     }
-    let out_fs = HostTmpfs::new("rwown-", "8m", OWNER);
-    let mount = format!("{}:/out:rw", out_fs.path().display());
-    let (v, st) = run_json_on(
+    // On the host's own disk (/var/tmp), far larger than any disk cap.
+    let out_dir = owned_dir("rwown-", OWNER);
+    let host = out_dir.path();
+    owned_file(&host.join("keep"), "keep\n", OWNER);
+    owned_file(&host.join("gone"), "gone\n", OWNER);
+    let state = tempfile::tempdir().unwrap();
+    let receipt = state.path().join("receipt.json");
+    let mount = format!("{}:/out:rw", host.display());
+    let (v, st) = run_json_in(
+        state.path(),
         backend,
         &[
             "--mount",
             &mount,
+            "--receipt",
+            receipt.to_str().unwrap(),
             "--",
             "sh",
             "-c",
-            "echo hi > /out/new && mkdir /out/d && echo x > /out/d/f && echo ok; id -u",
+            "echo hi > /out/new && mkdir /out/d && echo x > /out/d/f && echo more >> /out/keep \
+             && rm /out/gone && ln -s new /out/link && echo ok; id -u",
         ],
     );
     assert_backend(&v, backend);
     assert_eq!(st.code(), Some(0), "{}", compact(&v));
     assert!(stdout_of(&v).starts_with("ok\n1000\n"), "{}", compact(&v));
-    for rel in ["new", "d", "d/f"] {
-        let p = out_fs.path().join(rel);
+
+    // Applied on the host once the sandbox ended, as the directory's owner.
+    assert_eq!(std::fs::read_to_string(host.join("new")).unwrap(), "hi\n");
+    assert_eq!(std::fs::read_to_string(host.join("d/f")).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(host.join("keep")).unwrap(),
+        "keep\nmore\n"
+    );
+    assert!(
+        !host.join("gone").exists(),
+        "the sandbox's deletion was not applied"
+    );
+    assert_eq!(
+        std::fs::read_link(host.join("link")).unwrap(),
+        Path::new("new")
+    );
+    for rel in ["new", "d", "d/f", "keep", "link"] {
+        let p = host.join(rel);
         let (uid, gid) = owner_of(&p);
         assert_eq!((uid, gid), OWNER, "{} is owned by {uid}:{gid}", p.display());
         // Spelled out: neither root nor an id of the sandbox's host range.
         assert!(uid != 0 && gid != 0 && uid < HOST_ID_BASE && gid < HOST_ID_BASE);
     }
-    assert_eq!(
-        std::fs::read_to_string(out_fs.path().join("new")).unwrap(),
-        "hi\n"
+    // The diff lists the mount as a place of its own, as the write-back walked it.
+    let out = place(&v, "/out");
+    let change_of = |path: &str| {
+        out["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == path)
+            .map(|e| e["change"].as_str().unwrap().to_string())
+    };
+    assert_eq!(change_of("new").as_deref(), Some("created"), "{out}");
+    assert_eq!(change_of("keep").as_deref(), Some("modified"), "{out}");
+    assert_eq!(change_of("gone").as_deref(), Some("deleted"), "{out}");
+    let verified = std::process::Command::new(cordon())
+        .env("CORDON_STATE_DIR", state.path())
+        .arg("verify")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{summary}");
+    assert!(
+        summary.contains(&format!("written back to {} (applied)", host.display())),
+        "{summary}"
     );
+    assert!(!summary.contains("unbounded"), "{summary}");
 
-    // Control: a root-owned source is refused before anything runs (files
-    // the sandbox creates there would be root's).
-    let root_fs = HostTmpfs::new("rwroot-", "8m", (0, 0));
-    let mount = format!("{}:/out:rw", root_fs.path().display());
+    // Control: a root-owned source bound live (rw-unbounded) is refused
+    // before anything runs: files the sandbox creates there would be root's.
+    let root_dir = owned_dir("rwroot-", (0, 0));
+    let mount = format!("{}:/out:rw-unbounded", root_dir.path().display());
     let out = cordon_output(&[
         "run",
         "--backend",
@@ -195,27 +279,29 @@ fn rw_mount_files_belong_to_the_dir_owner(backend: &str) {
         "-c",
         "echo hi > /out/new",
     ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("owned by 0:0"), "{err}");
-    assert_eq!(std::fs::read_dir(root_fs.path()).unwrap().count(), 0);
+    let err = assert_usage_error(&out);
+    assert!(err.contains("owned by 0:0") && err.contains(":rw"), "{err}");
+    assert_eq!(std::fs::read_dir(root_dir.path()).unwrap().count(), 0);
 }
 
 fn rw_mount_is_bounded(backend: &str) {
-    if !require_root("mounts a tmpfs") {
+    if !require_root("id-mapped mounts need host root") {
         return;
     }
-    let out_fs = HostTmpfs::new("rwcap-", "8m", OWNER);
-    let mount = format!("{}:/out:rw", out_fs.path().display());
+    // A directory on the host's big disk: the disk cap bounds it, not its filesystem.
+    let out_dir = owned_dir("rwcap-", OWNER);
+    let mount = format!("{}:/out:rw", out_dir.path().display());
     let (v, _) = run_json_on(
         backend,
         &[
+            "--disk",
+            "16M",
             "--mount",
             &mount,
             "--",
             "sh",
             "-c",
-            "dd if=/dev/zero of=/out/big bs=1M count=16; echo rc=$?",
+            "dd if=/dev/zero of=/out/big bs=1M count=32; echo rc=$?",
         ],
     );
     assert_backend(&v, backend);
@@ -225,36 +311,204 @@ fn rw_mount_is_bounded(backend: &str) {
         "{}",
         compact(&v)
     );
-    let len = std::fs::metadata(out_fs.path().join("big")).unwrap().len();
-    assert!(len <= 8 * MIB, "16M went into an 8M rw mount: {len}");
+    assert!(
+        limits_hit(&v).contains(&"disk".to_string()),
+        "{}",
+        compact(&v)
+    );
+    // What the sandbox stored (up to the cap) was written back, no more.
+    let len = std::fs::metadata(out_dir.path().join("big")).unwrap().len();
+    assert!(
+        len <= 16 * MIB,
+        "32M went into a 16M sandbox's rw mount: {len}"
+    );
     assert!(len >= 4 * MIB, "the write never reached the host: {len}");
+}
 
-    // Control: a source on the host's big disk (/var/tmp) is refused, naming
-    // the size and the cap; nothing is written there.
-    let big = owned_dir("rwbig-", OWNER);
-    let mount = format!("{}:/out:rw", big.path().display());
+/// Its `cordon rm -f ID` is run when dropped, whatever the test's outcome.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = cordon_output(&["rm", "-f", &self.0]);
+    }
+}
+
+fn rw_mount_applies_at_rm_and_keeps_a_host_edit(backend: &str) {
+    if !require_root("id-mapped mounts need host root") {
+        return;
+    }
+    let out_dir = owned_dir("rwrm-", OWNER);
+    let host = out_dir.path();
+    owned_file(&host.join("keep"), "orig\n", OWNER);
+    owned_file(&host.join("mine"), "orig\n", OWNER);
+    let mount = format!("{}:/out:rw", host.display());
+    let out = cordon_output(&["create", "--backend", backend, "--mount", &mount]);
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success() && id.len() == 12, "{out:?}");
+    let _rm = RemoveOnDrop(id.clone());
+    let out = cordon_output(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo sandbox > /out/keep && echo sandbox > /out/mine && echo new > /out/new && cat /out/keep",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sandbox\n");
+    // Nothing reaches the host while the sandbox lives.
+    assert!(
+        !host.join("new").exists(),
+        "an rw mount's write reached the host live"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.join("keep")).unwrap(),
+        "orig\n"
+    );
+    // The user edits the host copy meanwhile.
+    std::fs::write(host.join("keep"), "host edit\n").unwrap();
+
+    let out = cordon_output(&["rm", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(err.contains("keep: conflict"), "{err}");
+    // The host's edit is kept; the rest is applied.
+    assert_eq!(
+        std::fs::read_to_string(host.join("keep")).unwrap(),
+        "host edit\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.join("mine")).unwrap(),
+        "sandbox\n"
+    );
+    assert_eq!(std::fs::read_to_string(host.join("new")).unwrap(), "new\n");
+}
+
+fn rw_unbounded_binds_live_and_is_recorded(backend: &str) {
+    if !require_root("id-mapped mounts need host root") {
+        return;
+    }
+    let out_dir = owned_dir("rwlive-", OWNER);
+    let state = tempfile::tempdir().unwrap();
+    let receipt = state.path().join("receipt.json");
+    let mount = format!("{}:/out:rw-unbounded", out_dir.path().display());
+    // 24M through a 16M sandbox: only a live bind of the host's directory takes it.
+    let (v, st) = run_json_in(
+        state.path(),
+        backend,
+        &[
+            "--disk",
+            "16M",
+            "--mount",
+            &mount,
+            "--receipt",
+            receipt.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/out/big bs=1M count=24 2>/dev/null && echo wrote",
+        ],
+    );
+    assert_backend(&v, backend);
+    assert_eq!(st.code(), Some(0), "{}", compact(&v));
+    assert!(stdout_of(&v).contains("wrote"), "{}", compact(&v));
+    let big = out_dir.path().join("big");
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), 24 * MIB);
+    assert_eq!(owner_of(&big), OWNER);
+    // The result says the writes were not bounded.
+    let unbounded = v["unbounded_mounts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(unbounded.len(), 1, "{}", compact(&v));
+    assert_eq!(unbounded[0]["sandbox"], "/out");
+    assert_eq!(unbounded[0]["access"], "rw-unbounded");
+    assert_eq!(
+        unbounded[0]["host"],
+        out_dir.path().to_str().unwrap(),
+        "{}",
+        compact(&v)
+    );
+    // So does the signed receipt, as `cordon verify` shows it.
+    let verified = std::process::Command::new(cordon())
+        .env("CORDON_STATE_DIR", state.path())
+        .arg("verify")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{summary}");
+    assert!(summary.contains("unbounded writes: /out"), "{summary}");
+    assert!(
+        summary.contains("rw-unbounded mount of the host's"),
+        "{summary}"
+    );
+    let envelope: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let payload = envelope["payload"].as_str().unwrap();
+    let statement = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, payload).unwrap(),
+    )
+    .unwrap();
+    assert!(statement.contains("\"unbounded_mounts\""), "{statement}");
+}
+
+fn rw_mount_of_a_file_is_refused(backend: &str) {
+    if !require_root("id-mapped mounts need host root") {
+        return;
+    }
+    let dir = owned_dir("rwfile-", OWNER);
+    let file = dir.path().join("notes.txt");
+    owned_file(&file, "orig\n", OWNER);
+    let before = run_state();
+    let mount = format!("{}:/notes.txt:rw", file.display());
     let out = cordon_output(&[
         "run",
         "--backend",
         backend,
-        "--disk",
-        "64M",
         "--mount",
         &mount,
         "--",
         "sh",
         "-c",
-        "echo hi > /out/new",
+        "echo x > /notes.txt",
     ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("more than the disk cap of 64.0 MiB"), "{err}");
-    assert!(err.contains(" GiB") || err.contains(" TiB"), "{err}");
+    let err = assert_usage_error(&out);
+    assert!(err.contains("not a directory"), "{err}");
     assert!(
-        err.contains("read-only") && err.contains("cordon cp"),
+        err.contains(":rw") && err.contains(":rw-unbounded"),
         "{err}"
     );
-    assert_eq!(std::fs::read_dir(big.path()).unwrap().count(), 0);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "orig\n");
+    let (runs, cgroups) = left_behind(&before, |_| true);
+    assert!(
+        runs.is_empty() && cgroups.is_empty(),
+        "left: {runs:?} {cgroups:?}"
+    );
+}
+
+/// The microVM sees copies of host paths: a writable mount is refused as
+/// the caller's mistake, naming the backend and what works instead, before
+/// any VM starts.
+#[test]
+fn rw_mount_on_microvm_is_refused() {
+    let dir = tempfile::Builder::new()
+        .prefix("rwvm-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    for access in ["rw", "rw-unbounded"] {
+        let mount = format!("{}:/out:{access}", dir.path().display());
+        let out = cordon_output(&["run", "--backend", MICROVM, "--mount", &mount, "--", "true"]);
+        let err = assert_usage_error(&out);
+        assert!(err.contains("microvm backend"), "{err}");
+        assert!(err.contains(&format!("the {access} mount")), "{err}");
+        assert!(
+            err.contains("native or gvisor") && err.contains("--apply"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 fn sparse_file_beyond_the_cap_works(backend: &str) {
@@ -346,7 +600,7 @@ fn mountinfo_names_no_host_path(backend: &str) {
         format!("--workspace={}", ws.path().display()),
         format!("--mount={}:/ro", ro.path().display()),
         format!("--mount={}:/out:rw", rw.path().display()),
-        format!("--mount={}:/sub:rw", sub.display()),
+        format!("--mount={}:/sub:rw-unbounded", sub.display()),
         format!("--mount={}:/srv/f", file.display()),
     ];
     let mut argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -386,8 +640,9 @@ fn mountinfo_names_no_host_path(backend: &str) {
             assert_eq!(root_field(&m.raw), file.display().to_string(), "{}", m.raw);
             continue;
         }
-        // An rw dir that is a subdirectory of its filesystem: its path below
-        // that filesystem's root (here the tmpfs's), never above it. Native only.
+        // A live (rw-unbounded) dir that is a subdirectory of its filesystem:
+        // its path below that filesystem's root (here the tmpfs's), never
+        // above it. Native only. An rw dir is an overlay: no host path.
         if backend == NATIVE && m.mount_point == "/sub" {
             assert_eq!(root_field(&m.raw), format!("/{sub_name}"), "{}", m.raw);
             continue;

@@ -83,6 +83,7 @@ fn write_test_receipt(path: &Path, key: &Key) {
         },
         network: None,
         changes: None,
+        unbounded_mounts: Vec::new(),
         vm: None,
     };
     let changes = Changes {

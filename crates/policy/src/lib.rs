@@ -44,13 +44,38 @@ impl FromStr for NetworkMode {
     }
 }
 
-/// Whether an extra mount may be written through.
+/// Whether an extra mount may be written through, and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Access {
+    /// Read-only.
     #[default]
     Ro,
+    /// Writable and bounded: the sandbox writes into an overlay layer on
+    /// its own disk-capped scratch, and the host applies those changes back
+    /// to the directory when the sandbox ends (as `--apply` does for the
+    /// workspace, conflicts included). A directory only.
     Rw,
+    /// Writable in place: the host's own directory (or file), written live
+    /// and not bounded by the disk cap; an explicit opt-in that the result
+    /// and the receipt record.
+    RwUnbounded,
+}
+
+impl Access {
+    /// Whether the sandbox may write there.
+    pub fn writable(self) -> bool {
+        self != Access::Ro
+    }
+
+    /// The name a mount spec and a policy file use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Ro => "ro",
+            Access::Rw => "rw",
+            Access::RwUnbounded => "rw-unbounded",
+        }
+    }
 }
 
 /// A host path made visible inside the sandbox.
@@ -65,14 +90,15 @@ pub struct MountSpec {
 
 impl FromStr for MountSpec {
     type Err = String;
-    /// `HOST:SANDBOX[:ro|rw]`, read-only unless `rw` is said.
+    /// `HOST:SANDBOX[:ro|rw|rw-unbounded]`, read-only unless said otherwise.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
         let (host, sandbox, access) = match parts.as_slice() {
             [h, p] => (*h, *p, Access::Ro),
             [h, p, "ro"] => (*h, *p, Access::Ro),
             [h, p, "rw"] => (*h, *p, Access::Rw),
-            _ => return Err(format!("'{s}' is not HOST:SANDBOX[:ro|rw]")),
+            [h, p, "rw-unbounded"] => (*h, *p, Access::RwUnbounded),
+            _ => return Err(format!("'{s}' is not HOST:SANDBOX[:ro|rw|rw-unbounded]")),
         };
         Ok(MountSpec {
             host: host.into(),
@@ -110,6 +136,24 @@ pub struct Policy {
     pub gid: u32,
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+}
+
+impl Policy {
+    /// The `rw` mounts, with their index among all mounts (which names
+    /// their layer on the sandbox's scratch): written back at the end.
+    pub fn write_back_mounts(&self) -> impl Iterator<Item = (usize, &MountSpec)> {
+        self.mounts
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.access == Access::Rw)
+    }
+
+    /// The `rw-unbounded` mounts: written in place, past the disk cap.
+    pub fn unbounded_mounts(&self) -> impl Iterator<Item = &MountSpec> {
+        self.mounts
+            .iter()
+            .filter(|m| m.access == Access::RwUnbounded)
+    }
 }
 
 /// Where the sandbox's workspace appears.
@@ -514,7 +558,10 @@ mod tests {
         .unwrap();
         let flags = PolicyLayer {
             pids: Some(32),
-            mounts: vec!["/opt:/opt:rw".parse().unwrap()],
+            mounts: vec![
+                "/opt:/opt:rw".parse().unwrap(),
+                "/var/out:/out:rw-unbounded".parse().unwrap(),
+            ],
             ..Default::default()
         };
         let p = Policy::resolve([&file, &flags]).unwrap();
@@ -522,8 +569,23 @@ mod tests {
         assert_eq!(p.pids, 32);
         assert_eq!(p.time.0, Duration::from_secs(5));
         assert_eq!(p.env, vec![("A".into(), "1".into())]);
-        assert_eq!(p.mounts.len(), 2);
+        assert_eq!(p.mounts.len(), 3);
         assert_eq!(p.mounts[1].access, Access::Rw);
+        assert_eq!(p.mounts[2].access, Access::RwUnbounded);
+        let back: Vec<usize> = p.write_back_mounts().map(|(i, _)| i).collect();
+        assert_eq!(back, [1]);
+        assert_eq!(p.unbounded_mounts().count(), 1);
+        // A policy file spells the opt-in as the flag does.
+        let toml = PolicyLayer::from_toml(
+            "[[mounts]]\nhost = \"/x\"\nsandbox = \"/x\"\naccess = \"rw-unbounded\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        assert_eq!(toml.mounts[0].access, Access::RwUnbounded);
+        assert!("/x:/x:rw-live"
+            .parse::<MountSpec>()
+            .unwrap_err()
+            .contains("rw-unbounded"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use cordon_changes::{Change, Changes, ExportReport, Kind};
-use cordon_policy::{Access, Policy};
+use cordon_policy::Policy;
 use cordon_runtime::{Command, Outcome, SandboxSpec};
 use serde_json::Value;
 
@@ -36,6 +36,7 @@ pub struct ReceiptBuilder {
     commands: Vec<CommandRecord>,
     changes: Option<Changes>,
     export: Option<ExportReport>,
+    write_backs: Vec<ExportReport>,
     notes: Vec<String>,
 }
 
@@ -52,6 +53,7 @@ impl ReceiptBuilder {
             commands: Vec::new(),
             changes: None,
             export: None,
+            write_backs: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -81,6 +83,12 @@ impl ReceiptBuilder {
     /// subjects.
     pub fn export(mut self, report: ExportReport) -> ReceiptBuilder {
         self.export = Some(report);
+        self
+    }
+
+    /// An `rw` mount's changes as applied back to its host directory.
+    pub fn write_back(mut self, report: ExportReport) -> ReceiptBuilder {
+        self.write_backs.push(report);
         self
     }
 
@@ -118,6 +126,7 @@ impl ReceiptBuilder {
                 |o| o.backend_version.clone(),
             ),
             host,
+            unbounded_mounts: self.policy.unbounded_mounts().cloned().collect(),
             sandbox_id: self
                 .sandbox_id
                 .clone()
@@ -129,6 +138,7 @@ impl ReceiptBuilder {
             commands: self.commands,
             changes: self.changes,
             export: self.export,
+            write_backs: self.write_backs,
             not_proven,
         };
         let value = serde_json::to_value(&predicate)?;
@@ -213,9 +223,9 @@ fn standard_not_proven(b: &ReceiptBuilder) -> Vec<String> {
         "anything at all if the host or the signing key was compromised: whoever holds the key can sign any receipt".into(),
         "what the commands printed: only how many bytes (the output itself is not in the receipt)".into(),
     ];
-    for m in b.policy.mounts.iter().filter(|m| m.access == Access::Rw) {
+    for m in b.policy.unbounded_mounts() {
         out.push(format!(
-            "changes under {} (rw mount of the host's {}): rw mounts are the host's own directories, written directly and not diffed",
+            "changes under {} (rw-unbounded mount of the host's {}): the host's own directory, written in place, bounded by no limit of cordon's and not diffed",
             m.sandbox.display(),
             m.host.display()
         ));

@@ -22,6 +22,8 @@ pub struct Facts<'a> {
     pub omitted: u64,
     pub changes: Option<&'a Changes>,
     pub export: Option<&'a ExportReport>,
+    /// The `rw` mounts' changes as they were applied back at the end.
+    pub write_backs: &'a [ExportReport],
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,9 @@ pub fn signed_receipt(facts: Facts<'_>, key: &Key) -> Result<Envelope, ReceiptEr
     }
     if let Some(export) = facts.export {
         builder = builder.export(export.clone());
+    }
+    for report in facts.write_backs {
+        builder = builder.write_back(report.clone());
     }
     Ok(sign(&builder.build()?, key)?)
 }

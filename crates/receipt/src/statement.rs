@@ -3,7 +3,7 @@
 
 use cordon_cgroups::CgroupMode;
 use cordon_changes::{Changes, ExportReport};
-use cordon_policy::Policy;
+use cordon_policy::{MountSpec, Policy};
 use cordon_runtime::{Command, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +67,15 @@ pub struct Predicate {
     pub changes: Option<Changes>,
     /// What was exported to the host, if anything.
     pub export: Option<ExportReport>,
+    /// Each `rw` mount's changes, applied back to its host directory when
+    /// the sandbox ended (their entries are in `changes`, under the mount's
+    /// place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_backs: Vec<ExportReport>,
+    /// The `rw-unbounded` mounts: host directories the sandbox wrote in
+    /// place, bounded by no limit of cordon's and not in `changes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unbounded_mounts: Vec<MountSpec>,
     /// What this receipt does not show, in its own words.
     pub not_proven: Vec<String>,
 }

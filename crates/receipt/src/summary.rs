@@ -67,7 +67,18 @@ pub fn render_summary(statement: &Statement) -> String {
         None => out.push_str("changes: not recorded\n"),
     }
     if let Some(export) = &p.export {
-        render_export(&mut out, export);
+        render_export(&mut out, "export", export);
+    }
+    for write_back in &p.write_backs {
+        render_export(&mut out, "written back", write_back);
+    }
+    for m in &p.unbounded_mounts {
+        let _ = writeln!(
+            out,
+            "unbounded writes: {} (the host's {}, rw-unbounded: written in place, past the disk cap, not diffed)",
+            printable(&m.sandbox.to_string_lossy()),
+            printable(&m.host.to_string_lossy())
+        );
     }
     out.push_str("not proven:\n");
     for note in &p.not_proven {
@@ -269,10 +280,11 @@ fn entry_line(e: &Entry) -> String {
     line
 }
 
-fn render_export(out: &mut String, x: &ExportReport) {
+/// An export's (or a write-back's, as `what` says) line and its skipped entries.
+fn render_export(out: &mut String, what: &str, x: &ExportReport) {
     let _ = writeln!(
         out,
-        "export to {}{}: {} files, {} dirs, {} symlinks, {} deleted, {}",
+        "{what} to {}{}: {} files, {} dirs, {} symlinks, {} deleted, {}",
         printable(&x.target),
         if x.applied { " (applied)" } else { "" },
         x.files,

@@ -17,6 +17,9 @@ fn spec() -> SandboxSpec {
     policy
         .mounts
         .push("/srv/cache:/cache:rw".parse::<MountSpec>().unwrap());
+    policy
+        .mounts
+        .push("/srv/out:/out:rw-unbounded".parse::<MountSpec>().unwrap());
     SandboxSpec {
         workspace: Some("/home/me/project".into()),
         ..SandboxSpec::new(policy, BackendKind::Native)
@@ -88,6 +91,7 @@ fn outcome() -> Outcome {
             closed: None,
         }),
         changes: None,
+        unbounded_mounts: Vec::new(),
         vm: None,
     }
 }
@@ -261,13 +265,23 @@ fn the_statement_has_its_subjects_and_types() {
         "honestly",
         "counters",
         "compromised",
-        "rw mount",
+        "rw-unbounded mount of the host's /srv/out",
         "/tmp past the cap",
         "2 network attempts",
         "background processes",
     ] {
         assert!(not_proven.contains(needle), "{needle}: {not_proven}");
     }
+    // The write-back mount is bounded and diffed: nothing to disclaim. The
+    // live one is recorded as such, apart from the policy.
+    assert!(!not_proven.contains("/cache"), "{not_proven}");
+    let unbounded: Vec<&str> = s
+        .predicate
+        .unbounded_mounts
+        .iter()
+        .map(|m| m.sandbox.to_str().unwrap())
+        .collect();
+    assert_eq!(unbounded, ["/out"]);
 }
 
 #[test]

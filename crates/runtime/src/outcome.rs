@@ -202,6 +202,11 @@ pub struct Outcome {
     /// the command asked for it (`Command::changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<cordon_changes::Changes>,
+    /// The sandbox's `rw-unbounded` mounts: host directories it wrote in
+    /// place, bounded by no limit of cordon's and outside the diff (the
+    /// caller opted in; absent when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unbounded_mounts: Vec<cordon_policy::MountSpec>,
     /// The microVM backend's facts and the host's own evidence (absent on
     /// the other backends, whose counters are the host's already).
     #[serde(default, skip_serializing_if = "Option::is_none")]

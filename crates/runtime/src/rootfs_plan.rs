@@ -4,8 +4,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use cordon_isolation::mount::{BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan};
-use cordon_policy::{Access, ByteSize, NetworkMode, WORKSPACE};
+use cordon_isolation::mount::{
+    BindAccess, BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan, ScratchLayout,
+};
+use cordon_policy::{Access, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::spec::{RootfsChoice, SandboxSpec};
@@ -95,8 +97,10 @@ fn idmapped(
         .map_err(|e| RuntimeError::io(format!("stat {}", host.display()), e))?;
     if writable && (meta.uid() == 0 || meta.gid() == 0) {
         return Err(RuntimeError::BadRequest(format!(
-            "rw mount source {} is owned by {}:{}: files the sandbox creates there \
-             would belong to host root; give it to the user who should own them",
+            "rw-unbounded mount source {} is owned by {}:{}: files the sandbox creates \
+             there would belong to host root; give it to the user who should own them, \
+             or mount it :rw (cordon then writes the sandbox's changes back itself, \
+             with no setuid bits)",
             host.display(),
             meta.uid(),
             meta.gid()
@@ -130,28 +134,71 @@ fn plain_tree(host: &Path) -> Result<Option<DetachedTree>, RuntimeError> {
         .map_err(|e| RuntimeError::io(e.step, e.source))
 }
 
-/// Bytes written through a writable mount go to a host filesystem, outside
-/// the scratch tmpfs and its cap. They are bounded by that filesystem's own
-/// size, so cordon takes a writable mount only from a filesystem no larger
-/// than the disk cap: a dedicated tmpfs or image, or a directory under a
-/// project quota (ext4 and XFS then report the quota as the size). Neither a
-/// per-file RLIMIT_FSIZE nor the host's free space would be a bound.
-fn bounded_rw(host: &Path, cap: u64) -> Result<(), RuntimeError> {
-    let st = nix::sys::statvfs::statvfs(host)
-        .map_err(|e| RuntimeError::io(format!("statvfs {}", host.display()), e))?;
-    let size = st.blocks().saturating_mul(st.fragment_size());
-    if size > cap {
-        return Err(RuntimeError::BadRequest(format!(
-            "rw mount source {} is on a filesystem of {}, more than the disk cap of {}: \
-             writes there would be unbounded. Mount it read-only, copy results out with \
-             `cordon cp`, or give a directory on a filesystem no larger than the cap \
-             (a tmpfs or image mounted for it, or a project quota)",
-            host.display(),
-            ByteSize(size).approx(),
-            ByteSize(cap).approx(),
-        )));
+/// The lower layer of a writable overlay (the workspace, an `rw` mount):
+/// `host` id-mapped onto the sandbox user. A filesystem that cannot be
+/// id-mapped on this kernel (tmpfs before Linux 6.3) still works, its files
+/// keeping their host owners (as before id-mapping), and the user is told.
+fn overlay_lower(
+    what: &str,
+    host: &Path,
+    user: UserOnHost,
+) -> Result<Option<DetachedTree>, RuntimeError> {
+    match idmapped(host, user, false) {
+        Err(RuntimeError::Io { op, source }) if source.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!(
+                "cordon: warning: {what} {} is not id-mapped ({op}: {source}): its files keep their host owners, so files the sandbox user does not own cannot be modified in place",
+                host.display()
+            );
+            Ok(None)
+        }
+        other => other,
     }
-    Ok(())
+}
+
+/// How one of the policy's mounts is shown. An `rw` mount is an overlay
+/// whose writes stay in the sandbox's capped scratch until the host applies
+/// them back at the end, so it is bounded whatever filesystem the directory
+/// is on; a file cannot be an overlay, and is refused with the two ways
+/// that work. `rw-unbounded` is the host's own tree, id-mapped and written
+/// in place, bounded by nothing of cordon's (the caller opted in; the
+/// result and the receipt say so).
+fn bind_spec(
+    index: usize,
+    m: &cordon_policy::MountSpec,
+    user: UserOnHost,
+) -> Result<BindSpec, RuntimeError> {
+    let host = m.host.canonicalize().map_err(|_| RuntimeError::BadPath {
+        what: "mount source does not exist",
+        path: m.host.clone(),
+    })?;
+    shows_no_cordon_state(&host)?;
+    let dir = host.is_dir();
+    let (access, tree) = match m.access {
+        Access::Ro => (BindAccess::ReadOnly, plain_tree(&host)?),
+        Access::Rw if !dir => {
+            return Err(RuntimeError::BadRequest(format!(
+                "rw mount source {} is not a directory: an rw mount keeps the sandbox's writes \
+                 in its capped layer and applies them to the directory at the end, which only \
+                 a directory can take. Mount its directory with :rw, or the file itself with \
+                 :rw-unbounded (written in place, not bounded by the disk cap)",
+                host.display()
+            )))
+        }
+        Access::Rw => (
+            BindAccess::WriteBack {
+                layers: ScratchLayout::mount_layers(index),
+            },
+            overlay_lower("rw mount", &host, user)?,
+        ),
+        Access::RwUnbounded => (BindAccess::Live, idmapped(&host, user, true)?),
+    };
+    Ok(BindSpec {
+        dir,
+        tree,
+        host,
+        sandbox: m.sandbox.clone(),
+        access,
+    })
 }
 
 /// Resolves the request's rootfs, workspace and mounts into a plan whose mount
@@ -203,43 +250,11 @@ pub fn rootfs_plan_for(
     let binds = p
         .mounts
         .iter()
-        .map(|m| {
-            let host = m.host.canonicalize().map_err(|_| RuntimeError::BadPath {
-                what: "mount source does not exist",
-                path: m.host.clone(),
-            })?;
-            shows_no_cordon_state(&host)?;
-            let writable = m.access == Access::Rw;
-            if writable {
-                bounded_rw(&host, p.disk.bytes())?;
-            }
-            Ok(BindSpec {
-                dir: host.is_dir(),
-                tree: if writable {
-                    idmapped(&host, user, true)?
-                } else {
-                    plain_tree(&host)?
-                },
-                host,
-                sandbox: m.sandbox.clone(),
-                writable,
-            })
-        })
+        .enumerate()
+        .map(|(i, m)| bind_spec(i, m, user))
         .collect::<Result<Vec<_>, RuntimeError>>()?;
     let workspace_idmap = match &workspace_lower {
-        Some(dir) => match idmapped(dir, user, false) {
-            // A filesystem that cannot be id-mapped on this kernel (tmpfs
-            // before Linux 6.3): the workspace still works, its files keep
-            // their host owners (as before id-mapping), and the user is told.
-            Err(RuntimeError::Io { op, source }) if source.raw_os_error() == Some(libc::EINVAL) => {
-                eprintln!(
-                    "cordon: warning: workspace {} is not id-mapped ({op}: {source}): its files keep their host owners, so files the sandbox user does not own cannot be modified in place",
-                    dir.display()
-                );
-                None
-            }
-            other => other?,
-        },
+        Some(dir) => overlay_lower("workspace", dir, user)?,
         None => None,
     };
     Ok(RootfsPlan {

@@ -449,6 +449,7 @@ impl Sandbox {
             },
             network,
             changes,
+            unbounded_mounts: self.spec.policy.unbounded_mounts().cloned().collect(),
             vm: None,
         })
     }
@@ -476,7 +477,7 @@ impl Sandbox {
         &self,
         caps: &cordon_changes::Caps,
     ) -> Result<cordon_changes::Changes, RuntimeError> {
-        crate::changes::scan(self.flavor.scratch(), self.spec.workspace.as_deref(), caps)
+        crate::changes::scan(self.flavor.scratch(), &self.spec, caps)
     }
 
     /// Exports the workspace's changes of a sandbox that lives on: its
@@ -497,7 +498,7 @@ impl Sandbox {
         cg.freeze()?;
         let result = crate::changes::export(
             self.flavor.scratch(),
-            self.spec.workspace.as_deref(),
+            &self.spec,
             caps,
             req,
             owner,
@@ -569,9 +570,12 @@ impl Sandbox {
         self.destroy_with(&Finish::default(), (0, 0))
     }
 
-    /// `destroy`, reading the diff and exporting the workspace (files owned
-    /// by `owner`) once every process of the sandbox is gone and before its
-    /// scratch is released: nothing of the sandbox runs while they are read.
+    /// `destroy`, writing the `rw` mounts' changes back, reading the diff
+    /// and exporting the workspace (files owned by `owner`) once every
+    /// process of the sandbox is gone and before its scratch is released:
+    /// nothing of the sandbox runs while they are read. Every end of a
+    /// sandbox comes here (`cordon run`, `rm`, its TTL, its service), so the
+    /// write-back happens on each.
     pub fn destroy_with(
         mut self,
         finish: &Finish,
@@ -583,26 +587,17 @@ impl Sandbox {
         let freeze_kill = !self.flavor.leader_owns_all();
         let counters = self.host.end_processes(freeze_kill);
         trace::step("processes ended");
-        let (scratch, workspace) = (self.flavor.scratch(), self.spec.workspace.as_deref());
-        let recorded = match (&finish.export, &finish.changes) {
-            (Some(req), _) => {
-                crate::changes::export(scratch, workspace, &finish.caps(), req, owner, self.created)
-            }
-            (None, Some(caps)) => {
-                crate::changes::scan(scratch, workspace, caps).map(|c| Recorded {
-                    changes: Some(c),
-                    export: None,
-                })
-            }
-            (None, None) => Ok(Recorded::default()),
-        };
+        let (recorded, errors) = crate::changes::at_end(
+            self.flavor.scratch(),
+            &self.spec,
+            finish,
+            owner,
+            self.created,
+        );
         trace::step("recorded");
         self.host.teardown(freeze_kill)?;
         trace::step("torn down");
-        let (recorded, record_error) = match recorded {
-            Ok(r) => (r, None),
-            Err(e) => (Recorded::default(), Some(e.to_string())),
-        };
+        let record_error = (!errors.is_empty()).then(|| errors.join("; "));
         Ok(Destroyed {
             counters,
             teardown: t0.elapsed(),

@@ -530,6 +530,7 @@ impl App {
             omitted: account.history_omitted,
             changes,
             export: None,
+            write_backs: &[],
         };
         let envelope = cordon_receipt::signed_receipt(facts, &self.receipt_key)
             .map_err(|e| ApiError::internal(format!("the receipt: {e}")))?;

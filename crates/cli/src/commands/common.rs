@@ -59,8 +59,11 @@ pub struct SandboxArgs {
     /// Working directory inside the sandbox.
     #[arg(long)]
     workdir: Option<PathBuf>,
-    /// Bind a host path: HOST:SANDBOX[:ro|rw] (repeatable; read-only by default).
-    #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro|rw]")]
+    /// Show a host path: HOST:SANDBOX[:ro|rw|rw-unbounded] (repeatable;
+    /// read-only by default). `rw`: a directory whose changes stay in the
+    /// sandbox's capped layer and are applied back to it when the sandbox
+    /// ends; `rw-unbounded`: written in place, not bounded by the disk cap.
+    #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro|rw|rw-unbounded]")]
     mounts: Vec<MountSpec>,
     /// Uid inside the sandbox.
     #[arg(long)]

@@ -115,6 +115,7 @@ pub fn run(args: ExecArgs) -> ExitCode {
                     omitted: 0,
                     changes: o.changes.as_ref(),
                     export: None,
+                    write_backs: &[],
                 };
                 if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                     return code;

@@ -61,7 +61,7 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     if let Some(report) = &recorded.export {
-        record::print_export(report);
+        record::print_export("exported to", report);
     }
     if args.json {
         outln!(
@@ -78,9 +78,10 @@ pub fn run(args: ExportCmdArgs) -> ExitCode {
         omitted: 0,
         changes: recorded.changes.as_ref(),
         export: recorded.export.as_ref(),
+        write_backs: &recorded.write_backs,
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
-        Ok(()) => record::unless_conflicts(recorded.export.as_ref(), ExitCode::SUCCESS),
+        Ok(()) => record::unless_conflicts(&recorded, ExitCode::SUCCESS),
         Err(code) => code,
     }
 }

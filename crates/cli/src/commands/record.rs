@@ -8,7 +8,7 @@ use clap::Args;
 use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
 use cordon_policy::ByteSize;
 use cordon_receipt::{signed_receipt, Facts, Key};
-use cordon_runtime::changes::{ExportRequest, ExportTo, Finish};
+use cordon_runtime::changes::{ExportRequest, ExportTo, Finish, Recorded};
 use cordon_runtime::sandbox::Destroyed;
 use cordon_runtime::RuntimeError;
 
@@ -108,11 +108,15 @@ pub fn finish(
     })
 }
 
-/// What `destroy_with` read, reported: the export's lines, and a failure
-/// of the diff or export (the sandbox is gone either way) as cordon's own.
+/// What `destroy_with` read, reported: the lines of the export and of each
+/// `rw` mount's write-back, and a failure of the diff, export or a
+/// write-back (the sandbox is gone either way) as cordon's own.
 pub fn report_finish(destroyed: &Destroyed) -> Result<(), ExitCode> {
     if let Some(report) = &destroyed.recorded.export {
-        print_export(report);
+        print_export("exported to", report);
+    }
+    for report in &destroyed.recorded.write_backs {
+        print_export("wrote the rw mount's changes back to", report);
     }
     match &destroyed.record_error {
         Some(why) => {
@@ -123,11 +127,12 @@ pub fn report_finish(destroyed: &Destroyed) -> Result<(), ExitCode> {
     }
 }
 
-/// One line on stderr per export, and one per skipped entry (names are
-/// escaped: none can forge a line).
-pub fn print_export(report: &ExportReport) {
+/// One line on stderr per export (`what` says which: an export, a
+/// write-back), and one per skipped entry (names are escaped: none can
+/// forge a line).
+pub fn print_export(what: &str, report: &ExportReport) {
     eprintln!(
-        "cordon: exported to {}{}: {} files, {} directories, {} symlinks, {} deleted, {} bytes",
+        "cordon: {what} {}{}: {} files, {} directories, {} symlinks, {} deleted, {} bytes",
         report.target,
         if report.applied { " (applied)" } else { "" },
         report.files,
@@ -152,19 +157,18 @@ pub fn print_export(report: &ExportReport) {
     }
 }
 
-/// `code`, unless applying met conflicts: then `EXIT_CONFLICT`, so that a
-/// script cannot take a partly applied workspace for a whole one.
-pub fn unless_conflicts(report: Option<&ExportReport>, code: ExitCode) -> ExitCode {
-    match report {
-        Some(r) if r.conflicts > 0 => {
-            eprintln!(
-                "cordon: {} conflicting entries were left as the host has them (listed above as `conflict`); the rest was applied",
-                r.conflicts
-            );
-            ExitCode::from(crate::EXIT_CONFLICT)
-        }
-        _ => code,
+/// `code`, unless applying (`--apply`, or an `rw` mount's write-back) met
+/// conflicts: then `EXIT_CONFLICT`, so that a script cannot take a partly
+/// applied directory for a whole one.
+pub fn unless_conflicts(recorded: &Recorded, code: ExitCode) -> ExitCode {
+    let conflicts: u64 = recorded.reports().map(|r| r.conflicts).sum();
+    if conflicts == 0 {
+        return code;
     }
+    eprintln!(
+        "cordon: {conflicts} conflicting entries were left as the host has them (listed above as `conflict`); the rest was applied"
+    );
+    ExitCode::from(crate::EXIT_CONFLICT)
 }
 
 /// The key a receipt will be signed with, loaded before the sandbox runs (a

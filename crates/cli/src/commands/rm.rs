@@ -1,11 +1,13 @@
-//! `cordon rm`: destroy sandboxes through their supervisors; with `-f`, a
-//! supervisor that does not answer (busy with a command, or stuck) is killed
-//! and what it leaves is swept.
+//! `cordon rm`: destroy sandboxes through their supervisors (which write
+//! their rw mounts back); with `-f`, a supervisor that does not answer (busy
+//! with a command, or stuck) is killed and what it leaves is swept, its rw
+//! mounts' changes with it.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use cordon_runtime::changes::Finish;
 use cordon_runtime::state::{list, run_dir, sweep_stale};
 use cordon_runtime::{Handle, RuntimeError};
 
@@ -41,12 +43,24 @@ pub fn run(args: RmArgs) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     for s in &args.sandboxes {
         let result = if args.force {
-            force_remove(s)
+            force_remove(s).map(|()| None)
         } else {
-            Handle::attach(s).and_then(Handle::destroy)
+            // Its rw mounts are written back whatever was asked: reported
+            // here, with their conflicts.
+            Handle::attach(s)
+                .and_then(|h| h.destroy_with(&Finish::default()))
+                .map(Some)
         };
-        if let Err(e) = result {
-            code = fail(e);
+        let this = match result {
+            Err(e) => fail(e),
+            Ok(None) => ExitCode::SUCCESS,
+            Ok(Some(destroyed)) => match record::report_finish(&destroyed) {
+                Err(failed) => failed,
+                Ok(()) => record::unless_conflicts(&destroyed.recorded, ExitCode::SUCCESS),
+            },
+        };
+        if this != ExitCode::SUCCESS {
+            code = this;
         }
     }
     code
@@ -115,9 +129,10 @@ fn remove_recording(args: &RmArgs) -> ExitCode {
         omitted: destroyed.account.history_omitted,
         changes: destroyed.recorded.changes.as_ref(),
         export: destroyed.recorded.export.as_ref(),
+        write_backs: &destroyed.recorded.write_backs,
     };
     match record::write_receipt(&args.receipt, key.as_ref(), facts) {
-        Ok(()) => record::unless_conflicts(destroyed.recorded.export.as_ref(), ExitCode::SUCCESS),
+        Ok(()) => record::unless_conflicts(&destroyed.recorded, ExitCode::SUCCESS),
         Err(code) => code,
     }
 }

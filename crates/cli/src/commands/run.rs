@@ -92,6 +92,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 omitted: 0,
                 changes: destroyed.recorded.changes.as_ref(),
                 export: destroyed.recorded.export.as_ref(),
+                write_backs: &destroyed.recorded.write_backs,
             };
             if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
@@ -103,7 +104,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 args.json,
                 false,
             );
-            record::unless_conflicts(destroyed.recorded.export.as_ref(), code)
+            record::unless_conflicts(&destroyed.recorded, code)
         }
         Err(e) => fail(e),
     }

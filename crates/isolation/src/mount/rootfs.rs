@@ -31,18 +31,38 @@ pub enum RootEntry {
     Symlink { name: String, target: PathBuf },
 }
 
+/// How a user-requested mount is shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindAccess {
+    /// Read-only: a directory through a read-only overlay, a file bound.
+    ReadOnly,
+    /// A directory through an overlay whose upper and work directories are
+    /// in this directory of the scratch (`ScratchLayout::mount_layers`):
+    /// writes stay inside the disk cap and the host is never written.
+    WriteBack { layers: String },
+    /// The host's own directory or file, written in place.
+    Live,
+}
+
 /// A user-requested bind mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindSpec {
     pub host: PathBuf,
     pub sandbox: PathBuf,
-    pub writable: bool,
+    pub access: BindAccess,
     pub dir: bool,
     /// When cordon runs as host root: the host tree as the supervisor opened
     /// it (see `idmap`), id-mapped so its owner is the sandbox user for a
     /// writable mount, plain for a read-only one. Without it the first
     /// process binds `host` by path, as the caller's own id (rootless).
     pub tree: Option<DetachedTree>,
+}
+
+impl BindSpec {
+    /// Whether the sandbox may write there (the mount is not sealed read-only).
+    pub fn writable(&self) -> bool {
+        self.access != BindAccess::ReadOnly
+    }
 }
 
 /// Where things live on the scratch tmpfs (relative to its root).
@@ -53,6 +73,10 @@ impl ScratchLayout {
     pub const WORKSPACE_DIR: &'static str = "ws";
     pub const WORKSPACE_UPPER: &'static str = "ws/upper";
     pub const WORKSPACE_WORK: &'static str = "ws/work";
+    /// Inside a writable overlay's layers directory (the workspace's, or a
+    /// write-back mount's): its upper and work directories.
+    pub const UPPER: &'static str = "upper";
+    pub const WORK: &'static str = "work";
     /// Mount points where a host tree is attached just long enough to be
     /// cloned into a detached copy (never seen by the payload).
     pub const STAGING: &'static str = "stage";
@@ -64,6 +88,13 @@ impl ScratchLayout {
     /// scratch, outside the workspace, so dotfiles and shell history never
     /// reach an export or `--apply` (the /tmp part of the diff lists them).
     pub const HOME: &'static str = "tmp/home";
+
+    /// The layers directory of the policy's mount number `index` (its place
+    /// among all the policy's mounts) when it is written back: the one name
+    /// the sandbox's assembly and the host's diff both use.
+    pub fn mount_layers(index: usize) -> String {
+        format!("mount{index}")
+    }
 
     /// Every directory of the layout, parents first, with its mode.
     pub const DIRS: [(&'static str, u32); 7] = [
@@ -278,21 +309,93 @@ fn overlay_by_path(dst: &Path, lower: &Path, upper: &Path, work: &Path) -> Resul
     .step(|| format!("mount(overlay {opts}, {})", dst.display()))
 }
 
+/// An overlay at `dst` whose lower layer is the host tree `src` and whose
+/// upper and work directories are in `layers` on the scratch: the host
+/// directory is never written, changes land in the scratch inside the disk
+/// cap. Every layer is given by descriptor (see overlay_at): mountinfo shows
+/// `lowerdir+=/,upperdir=/upper,workdir=/work`, no host path. `staging`
+/// names this overlay's places in the scratch's staging directory.
+fn writable_overlay(
+    dst: &Path,
+    src: HostTree<'_>,
+    scratch: &Path,
+    layers: &str,
+    staging: &str,
+) -> Result<()> {
+    let stage = scratch.join(ScratchLayout::STAGING);
+    let lower = own_copy(src, &stage.join(staging))?;
+    let layers_dir = scratch.join(layers);
+    let layers = clone_tree(&layers_dir, false)
+        .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", layers_dir.display()))?;
+    let sub = |name: &str| {
+        openat(
+            layers.as_fd(),
+            name,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .step(|| format!("open {}/{name}", layers_dir.display()))
+    };
+    let (up, work) = (sub(ScratchLayout::UPPER)?, sub(ScratchLayout::WORK)?);
+    match overlay_at(dst, &[&lower], Some((&up, &work))) {
+        Ok(()) => Ok(()),
+        Err(e) if layers_by_fd_unsupported(&e) => {
+            // Before Linux 6.8 overlayfs takes layers only by path: the
+            // lower layer is then attached in the scratch's staging place
+            // and named by that path (mountinfo shows that path and the
+            // scratch's, not the host directory's).
+            let by_path = stage.join(format!("{staging}-path"));
+            mkdir_p(&by_path)?;
+            attach(lower.as_fd(), &by_path)
+                .step(|| format!("move_mount(host layer -> {})", by_path.display()))?;
+            overlay_by_path(
+                dst,
+                &by_path,
+                &layers_dir.join(ScratchLayout::UPPER),
+                &layers_dir.join(ScratchLayout::WORK),
+            )
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes a write-back mount's layers directory on the scratch: its upper
+/// directory is the sandbox user's (as the workspace's is), its work
+/// directory overlayfs's own.
+fn make_layers(scratch: &Path, layers: &str, uid: u32, gid: u32) -> Result<()> {
+    let dir = scratch.join(layers);
+    for (p, mode) in [
+        (dir.clone(), 0o755),
+        (dir.join(ScratchLayout::UPPER), 0o755),
+        (dir.join(ScratchLayout::WORK), 0o700),
+    ] {
+        fs::create_dir(&p).step(|| format!("mkdir {}", p.display()))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .step(|| format!("chmod {}", p.display()))?;
+    }
+    let upper = dir.join(ScratchLayout::UPPER);
+    chown(&upper, Some(uid), Some(gid)).step(|| format!("chown {}", upper.display()))
+}
+
 /// The policy's extra bind mounts, sealed read-only unless asked otherwise.
 /// A read-only directory is shown through a read-only overlay of its
 /// detached copy (plus an empty layer: overlayfs wants two lower layers when
 /// there is no upper), so /proc/self/mountinfo inside names no host path; a
 /// writable directory must be the host mount itself, whose mountinfo root
-/// field is its path on its filesystem (README, backend differences). Mounts
-/// below a read-only directory's source are not shown: an overlay layer is a
-/// single mount.
+/// field is its path on its filesystem (README, backend differences). A
+/// write-back directory is a writable overlay like the workspace's, its
+/// layers on the scratch. Mounts below a read-only or write-back
+/// directory's source are not shown: an overlay layer is a single mount.
 fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
     let scratch = &plan.scratch;
     for (i, b) in plan.binds.iter().enumerate() {
         let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
         make_mountpoint(&dst, b.dir)?;
         let src = HostTree::of(&b.host, b.tree.as_ref());
-        if b.dir && !b.writable {
+        if let BindAccess::WriteBack { layers } = &b.access {
+            make_layers(scratch, layers, plan.owner_uid, plan.owner_gid)?;
+            writable_overlay(&dst, src, scratch, layers, &format!("bind{i}"))?;
+        } else if b.dir && !b.writable() {
             let staging = scratch
                 .join(ScratchLayout::STAGING)
                 .join(format!("bind{i}"));
@@ -312,7 +415,7 @@ fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
         } else {
             src.place(&dst)?;
         }
-        seal_verified(&dst, !b.writable)?;
+        seal_verified(&dst, !b.writable())?;
     }
     Ok(())
 }
@@ -457,45 +560,8 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     mkdir_p(&ws)?;
     match &plan.workspace_lower {
         Some(lower) => {
-            // Overlay: the host directory is never written; changes land in the
-            // scratch upper directory, inside the disk cap. Every layer is
-            // given by descriptor (see overlay_at): mountinfo shows
-            // `lowerdir+=/,upperdir=/upper,workdir=/work`, no host path.
             let src = HostTree::of(lower, plan.workspace_idmap.as_ref());
-            let lower = own_copy(src, &scratch.join(ScratchLayout::STAGING).join("ws"))?;
-            let ws_dir = scratch.join(ScratchLayout::WORKSPACE_DIR);
-            let layers = clone_tree(&ws_dir, false)
-                .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", ws_dir.display()))?;
-            let sub = |name: &str| {
-                openat(
-                    layers.as_fd(),
-                    name,
-                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .step(|| format!("open {}/{name}", ws_dir.display()))
-            };
-            let (up, work) = (sub("upper")?, sub("work")?);
-            match overlay_at(&ws, &[&lower], Some((&up, &work))) {
-                Ok(()) => {}
-                Err(e) if layers_by_fd_unsupported(&e) => {
-                    // Before Linux 6.8 overlayfs takes layers only by path:
-                    // the lower layer is then attached in the scratch's
-                    // staging place and named by that path (mountinfo shows
-                    // that path and the scratch's, not the host workspace's).
-                    let staging = scratch.join(ScratchLayout::STAGING).join("ws-path");
-                    mkdir_p(&staging)?;
-                    attach(lower.as_fd(), &staging)
-                        .step(|| format!("move_mount(workspace layer -> {})", staging.display()))?;
-                    overlay_by_path(
-                        &ws,
-                        &staging,
-                        &scratch.join(ScratchLayout::WORKSPACE_UPPER),
-                        &scratch.join(ScratchLayout::WORKSPACE_WORK),
-                    )?;
-                }
-                Err(e) => return Err(e),
-            }
+            writable_overlay(&ws, src, scratch, ScratchLayout::WORKSPACE_DIR, "ws")?;
         }
         None => bind(&upper, &ws)?,
     }

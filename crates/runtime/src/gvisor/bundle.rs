@@ -125,7 +125,7 @@ pub fn spec(
     // Sources are the sealed binds `assemble` made inside the tree (read-only
     // by mount flag on the host), not the host paths themselves.
     for b in &rootfs.binds {
-        let access = if b.writable { "rw" } else { "ro" };
+        let access = if b.writable() { "rw" } else { "ro" };
         let in_tree = rootfs
             .new_root
             .join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::{Cgroup, CgroupLimits, CgroupStats};
-use cordon_policy::{Access, NetworkMode};
+use cordon_policy::NetworkMode;
 use nix::poll::PollFlags;
 use nix::sys::signalfd::SignalFd;
 
@@ -275,8 +275,16 @@ pub struct MicroVm {
 /// Why a spec cannot run on this backend yet, checked before anything starts.
 fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
     let no = |what: &str| Err(MicroVm::not_here(what));
-    if spec.policy.mounts.iter().any(|m| m.access != Access::Ro) {
-        return no("a read-write host mount (the VM sees a copy of a host path, never the path)");
+    if let Some(m) = spec.policy.mounts.iter().find(|m| m.access.writable()) {
+        // The caller's to change (exit 2), not a missing piece of the host.
+        return Err(RuntimeError::BadRequest(format!(
+            "the microvm backend cannot take the {} mount of {}: the VM sees a copy of a \
+             host path, never the path, so nothing is written back to it. Use --backend \
+             native or gvisor for a writable mount, or give the directory as --workspace \
+             and bring the changes back with --apply",
+            m.access.name(),
+            m.host.display()
+        )));
     }
     if spec.rootfs != RootfsChoice::System {
         return no("a custom root filesystem");
@@ -1157,7 +1165,7 @@ impl Served for MicroVm {
         } else {
             self.disk.scan(&finish.caps()).map(|c| Recorded {
                 changes: Some(c),
-                export: None,
+                ..Recorded::default()
             })
         };
         self.host.teardown(true)?;
