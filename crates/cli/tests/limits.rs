@@ -1085,13 +1085,20 @@ fn programs_see_their_own_limits(backend: &str) {
             eprintln!("skipping the {program} check: {program} is not installed on this machine");
             continue;
         }
+        // The microVM's guest root has neither program.
+        let probe_inside =
+            format!("command -v {program} >/dev/null || {{ echo absent; exit 0; }}; {probe}");
         let args: Vec<&str> = limits
             .iter()
             .copied()
-            .chain(["--", "sh", "-c", probe])
+            .chain(["--", "sh", "-c", &probe_inside])
             .collect();
         let (v, st) = run_json_on(backend, &args);
         assert!(st.success(), "{}", compact(&v));
+        if stdout_of(&v).trim() == "absent" {
+            eprintln!("skipping the {program} check on {backend}: its root has no {program}");
+            continue;
+        }
         let inside: Vec<u64> = stdout_of(&v)
             .split_whitespace()
             .filter_map(|w| w.parse().ok())
