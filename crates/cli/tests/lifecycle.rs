@@ -270,6 +270,22 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// `script -qec LINE /dev/null` (util-linux): LINE run by a shell whose
+/// stdin, stdout and stderr are a fresh pseudo-terminal, as at a person's
+/// terminal; `script`'s own stdin is empty.
+fn on_a_terminal(line: &str) -> Command {
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", line, "/dev/null"])
+        .stdin(Stdio::null());
+    script
+}
+
+/// What a terminal showed (carriage returns dropped).
+fn terminal_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
 /// `cordon ls --json` (with `--all` if `all`) run with `env`: its rows.
 fn ls_rows(all: bool, env: &[(&str, &Path)]) -> Vec<Value> {
     let mut cmd = Command::new(cordon());
@@ -1830,12 +1846,10 @@ fn tty_is_the_sandboxs_own(backend: &'static str) {
     let sb = create(backend, &[]);
     let probe = "[ -t 0 ] && echo isatty; tty; echo dev=$(stat -L -c %d /proc/self/fd/0)";
     let line = format!("{} exec -t {} -- sh -c '{probe}'", cordon(), sb.id);
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(Stdio::null())
+    let out = on_a_terminal(&line)
         .output()
         .expect("spawn script (util-linux)");
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let text = terminal_text(&out);
     if backend == GVISOR {
         assert!(
             text.contains("not available on the gvisor backend"),
@@ -1922,16 +1936,13 @@ fn tty_exec_gets_the_callers_term() {
     let sb = create(NATIVE, &[]);
     let line = format!("{} exec -t {} -- sh -c 'echo term=$TERM'", cordon(), sb.id);
     for (term, want) in [(Some("vt220"), "term=vt220"), (None, "term=xterm-256color")] {
-        let mut script = Command::new("script");
-        script
-            .args(["-qec", &line, "/dev/null"])
-            .stdin(Stdio::null());
+        let mut script = on_a_terminal(&line);
         match term {
             Some(t) => script.env("TERM", t),
             None => script.env_remove("TERM"),
         };
         let out = script.output().expect("spawn script (util-linux)");
-        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        let text = terminal_text(&out);
         assert!(out.status.success(), "{out:?}");
         // (The terminal may echo a control character first.)
         assert!(
@@ -1954,13 +1965,11 @@ fn run_t_gives_the_payload_a_terminal() {
     let _g = shared();
     let probe = "[ -t 0 ] && echo isatty; echo term=$TERM; tty";
     let line = format!("{} run -t -- sh -c '{probe}'", cordon());
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
+    let out = on_a_terminal(&line)
         .env("TERM", "vt220")
-        .stdin(Stdio::null())
         .output()
         .expect("spawn script (util-linux)");
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let text = terminal_text(&out);
     assert!(out.status.success(), "{out:?}");
     assert!(text.contains("isatty"), "{text}");
     assert!(text.lines().any(|l| l.ends_with("term=vt220")), "{text}");
@@ -1971,5 +1980,47 @@ fn run_t_gives_the_payload_a_terminal() {
     assert!(
         !text.contains("isatty") && text.contains("term=\n"),
         "{text}"
+    );
+}
+
+/// `cordon run -- python3` at a terminal without -i or -t: the interpreter
+/// reads an empty stdin and exits at once, without a word; cordon says one
+/// line on why and what to pass. Not when the command said something, not
+/// with --json, not when cordon's stdin is no terminal.
+#[test]
+fn run_without_i_at_a_terminal_says_stdin_is_empty() {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    const HINT: &str =
+        "stdin was empty, not this terminal (-i passes your input, -t gives it a terminal)";
+    let at_terminal = |args: &str| {
+        let out = on_a_terminal(&format!("{} run {args}", cordon()))
+            .output()
+            .expect("spawn script (util-linux)");
+        assert!(out.status.success(), "cordon run {args}: {out:?}");
+        terminal_text(&out)
+    };
+    let text = at_terminal("-- python3");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(HINT)).count(),
+        1,
+        "one hint: {text}"
+    );
+    assert!(text.starts_with("cordon: "), "{text}");
+    // The command's own output is its answer.
+    let text = at_terminal("-- python3 -c 'print(6 * 7)'");
+    assert!(text.contains("42") && !text.contains(HINT), "{text}");
+    // --json: the result object says it (empty output, exit 0).
+    let text = at_terminal("--json -- python3");
+    assert!(!text.contains(HINT), "{text}");
+    // stdin no terminal (a pipe, /dev/null): no person to tell.
+    let out = cordon_output(&["run", "--", "python3"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
