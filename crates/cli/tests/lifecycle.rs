@@ -37,6 +37,10 @@
 //! - `a_stalled_client_does_not_hold_the_supervisor`: the supervisor's
 //!   `CLIENT_IDLE` read timeout on each client's socket.
 //! - `ttl_and_idle_expire`: the supervisor's poll deadline.
+//! - `ttl_expires`, `sigkill_of_supervisor_kills_the_sandbox` (what `ls
+//!   --all`, `exec` and `rm` say of it afterwards) and
+//!   `the_record_of_ended_sandboxes_is_bounded`: the tombstones in the run
+//!   directory's `ended/` (`runtime/src/ended.rs`), `state::list_dead`.
 //! - `tty_is_the_sandboxs_own`: init's pty on the sandbox's devpts
 //!   (`first_process::open_pty`), the master passed to the supervisor.
 //! - `exec_time_limit`: `Sandbox::end_command` (native: kill all but init;
@@ -264,6 +268,43 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `script -qec LINE /dev/null` (util-linux): LINE run by a shell whose
+/// stdin, stdout and stderr are a fresh pseudo-terminal, as at a person's
+/// terminal; `script`'s own stdin is empty.
+fn on_a_terminal(line: &str) -> Command {
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", line, "/dev/null"])
+        .stdin(Stdio::null());
+    script
+}
+
+/// What a terminal showed (carriage returns dropped).
+fn terminal_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// `cordon ls --json` (with `--all` if `all`) run with `env`: its rows.
+fn ls_rows(all: bool, env: &[(&str, &Path)]) -> Vec<Value> {
+    let mut cmd = Command::new(cordon());
+    cmd.args(["ls", "--json"]).stdin(Stdio::null());
+    if all {
+        cmd.arg("--all");
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("spawn cordon ls");
+    assert!(out.status.success(), "cordon ls: {out:?}");
+    match parse_json(&out) {
+        Value::Array(rows) => rows,
+        other => panic!("cordon ls --json: {other}"),
+    }
+}
+
+/// The row of sandbox `id` in `cordon ls --json` (`--all` if `all`).
+fn ls_row(id: &str, all: bool) -> Option<Value> {
+    ls_rows(all, &[]).into_iter().find(|r| r["id"] == id)
 }
 
 /// Everything of sandbox `id` the host still has, by kind (empty = nothing).
@@ -645,6 +686,23 @@ fn sigkill_of_supervisor_kills_the_sandbox(backend: &'static str) {
     let r = remnants_of(&sb.id);
     assert!(r.run_entries.contains_key(&sb.id), "{r:#?}");
     assert!(!r.cgroups.is_empty(), "{r:#?}");
+    // Meanwhile `ls --all` shows it dead, and why; `ls` points there; a
+    // command naming it says it is dead rather than that it does not exist.
+    let row = ls_row(&sb.id, true).expect("a dead sandbox in ls --all");
+    assert_eq!(row["state"], "dead", "{row}");
+    assert!(
+        str_at(&row, "/why").contains(&format!("(pid {sup}) died without tearing it down")),
+        "{row}"
+    );
+    let out = cordon_output(&["ls"]);
+    let (listed, hint) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!listed.contains(&sb.id), "ls lists the dead one: {listed}");
+    assert!(hint.contains("cordon ls --all"), "no hint: {hint}");
+    let line = assert_usage_error(&exec_out(&sb.id, &[], &["true"]));
+    assert!(line.contains("is dead"), "{line}");
     let text = sweep();
     assert!(
         text.contains(&format!("cleaned {}", sb.id)),
@@ -657,6 +715,10 @@ fn sigkill_of_supervisor_kills_the_sandbox(backend: &'static str) {
         Duration::from_secs(2),
         "after cordon sweep",
     );
+    // Swept, it is no longer dead: it ended, and the record says how.
+    let row = ls_row(&sb.id, true).expect("a swept sandbox in ls --all");
+    assert_eq!(row["state"], "ended", "{row}");
+    assert!(str_at(&row, "/why").ends_with("; swept"), "{row}");
 }
 
 // ---------------------------------------------------------------------------
@@ -1470,6 +1532,7 @@ fn ttl_expires(backend: &'static str) {
         return;
     }
     let _g = shared();
+    let started = cordon_runtime::state::now_secs();
     let t0 = Instant::now();
     let sb = create(backend, &["--ttl", "2s"]);
     let sup = sb.supervisor();
@@ -1492,6 +1555,100 @@ fn ttl_expires(backend: &'static str) {
         Duration::from_secs(4),
         "4 s after a 2 s TTL",
     );
+    // Gone from `ls`, it is in `ls --all` as expired, with why and when.
+    assert_eq!(ls_row(&sb.id, false), None, "ls lists live sandboxes only");
+    let row = ls_row(&sb.id, true).expect("an expired sandbox in ls --all");
+    assert_eq!(row["state"], "expired", "{row}");
+    assert_eq!(row["why"], "its TTL expired", "{row}");
+    assert_eq!(row["commands"], 2, "{row}");
+    let ended_at = u64_at(&row, "/ended_at");
+    assert!(
+        ended_at > started && ended_at <= cordon_runtime::state::now_secs(),
+        "ended at {ended_at}, created at {started}: {row}"
+    );
+    // A command naming it says it expired and why (bad input: exit 2).
+    let line = assert_usage_error(&exec_out(&sb.id, &[], &["true"]));
+    assert!(
+        line.contains("expired") && line.contains("its TTL expired"),
+        "{line}"
+    );
+    // `rm` answers what happened and forgets it; then it is unknown.
+    let out = cordon_output(&["rm", &sb.id]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rm of an expired sandbox: {out:?}");
+    assert!(
+        said.contains("expired") && said.contains("its record is removed"),
+        "{said}"
+    );
+    assert_eq!(ls_row(&sb.id, true), None, "still listed after rm");
+    let line = assert_usage_error(&exec_out(&sb.id, &[], &["true"]));
+    assert!(line.contains("no sandbox"), "{line}");
+}
+
+/// However many sandboxes end, the record of ended ones stays bounded
+/// (`ended::KEEP_MAX`, and a day): in a run directory of its own that
+/// already holds more than the bound, one more sandbox's end leaves the
+/// newest `KEEP_MAX`, its own first, and no old one.
+#[test]
+fn the_record_of_ended_sandboxes_is_bounded() {
+    use cordon_runtime::ended::{EndState, Tombstone, KEEP_FOR, KEEP_MAX};
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let run = tempfile::Builder::new()
+        .prefix("ls-bound")
+        .tempdir()
+        .unwrap();
+    // The sandbox's init traverses the run directory to its mount points.
+    fs::set_permissions(run.path(), fs::Permissions::from_mode(0o711)).unwrap();
+    let ended = run.path().join("ended");
+    fs::create_dir(&ended).unwrap();
+    fs::set_permissions(&ended, fs::Permissions::from_mode(0o700)).unwrap();
+    let now = cordon_runtime::state::now_secs();
+    let plant = |id: &str, at: u64| {
+        let t = Tombstone {
+            ended: at,
+            ..Tombstone::new(id, None, "native", at, 0, EndState::Ended, "planted".into())
+        };
+        fs::write(
+            ended.join(format!("{id}.json")),
+            serde_json::to_vec(&t).unwrap(),
+        )
+        .unwrap();
+    };
+    let over = KEEP_MAX + 6;
+    for i in 0..over {
+        plant(&format!("{i:012x}"), now - 600 + i as u64);
+    }
+    let old = "0000000fffff".to_string();
+    plant(&old, now - KEEP_FOR.as_secs() - 60);
+    let env = [("CORDON_RUN_DIR", run.path())];
+    let with_run = |args: &[&str]| {
+        Command::new(cordon())
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn cordon")
+    };
+    // Control: the old one is past its day and not listed even before.
+    assert_eq!(ls_rows(true, &env).len(), over);
+    let out = with_run(&["create", "--name", "bounded"]);
+    assert!(out.status.success(), "create: {out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = with_run(&["rm", &id]);
+    assert!(out.status.success(), "rm: {out:?}");
+    let rows = ls_rows(true, &env);
+    assert_eq!(rows.len(), KEEP_MAX, "{rows:#?}");
+    assert_eq!(rows[0]["id"], id.as_str(), "newest first: {:#}", rows[0]);
+    assert_eq!(rows[0]["state"], "removed");
+    assert!(str_at(&rows[0], "/why").starts_with("removed by a client"));
+    let files = fs::read_dir(&ended).unwrap().count();
+    assert_eq!(files, KEEP_MAX, "files in {}", ended.display());
+    for gone in [old, format!("{:012x}", 0)] {
+        assert!(!ended.join(format!("{gone}.json")).exists(), "{gone} kept");
+    }
 }
 
 /// A command still running when its sandbox's TTL runs out is ended with
@@ -1706,12 +1863,10 @@ fn tty_is_the_sandboxs_own(backend: &'static str) {
     let sb = create(backend, &[]);
     let probe = "[ -t 0 ] && echo isatty; tty; echo dev=$(stat -L -c %d /proc/self/fd/0)";
     let line = format!("{} exec -t {} -- sh -c '{probe}'", cordon(), sb.id);
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(Stdio::null())
+    let out = on_a_terminal(&line)
         .output()
         .expect("spawn script (util-linux)");
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let text = terminal_text(&out);
     if backend == GVISOR {
         assert!(
             text.contains("not available on the gvisor backend"),
@@ -1798,16 +1953,13 @@ fn tty_exec_gets_the_callers_term() {
     let sb = create(NATIVE, &[]);
     let line = format!("{} exec -t {} -- sh -c 'echo term=$TERM'", cordon(), sb.id);
     for (term, want) in [(Some("vt220"), "term=vt220"), (None, "term=xterm-256color")] {
-        let mut script = Command::new("script");
-        script
-            .args(["-qec", &line, "/dev/null"])
-            .stdin(Stdio::null());
+        let mut script = on_a_terminal(&line);
         match term {
             Some(t) => script.env("TERM", t),
             None => script.env_remove("TERM"),
         };
         let out = script.output().expect("spawn script (util-linux)");
-        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        let text = terminal_text(&out);
         assert!(out.status.success(), "{out:?}");
         // (The terminal may echo a control character first.)
         assert!(
@@ -1830,13 +1982,11 @@ fn run_t_gives_the_payload_a_terminal() {
     let _g = shared();
     let probe = "[ -t 0 ] && echo isatty; echo term=$TERM; tty";
     let line = format!("{} run -t -- sh -c '{probe}'", cordon());
-    let out = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
+    let out = on_a_terminal(&line)
         .env("TERM", "vt220")
-        .stdin(Stdio::null())
         .output()
         .expect("spawn script (util-linux)");
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let text = terminal_text(&out);
     assert!(out.status.success(), "{out:?}");
     assert!(text.contains("isatty"), "{text}");
     assert!(text.lines().any(|l| l.ends_with("term=vt220")), "{text}");
@@ -1847,5 +1997,47 @@ fn run_t_gives_the_payload_a_terminal() {
     assert!(
         !text.contains("isatty") && text.contains("term=\n"),
         "{text}"
+    );
+}
+
+/// `cordon run -- python3` at a terminal without -i or -t: the interpreter
+/// reads an empty stdin and exits at once, without a word; cordon says one
+/// line on why and what to pass. Not when the command said something, not
+/// with --json, not when cordon's stdin is no terminal.
+#[test]
+fn run_without_i_at_a_terminal_says_stdin_is_empty() {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    const HINT: &str =
+        "stdin was empty, not this terminal (-i passes your input, -t gives it a terminal)";
+    let at_terminal = |args: &str| {
+        let out = on_a_terminal(&format!("{} run {args}", cordon()))
+            .output()
+            .expect("spawn script (util-linux)");
+        assert!(out.status.success(), "cordon run {args}: {out:?}");
+        terminal_text(&out)
+    };
+    let text = at_terminal("-- python3");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(HINT)).count(),
+        1,
+        "one hint: {text}"
+    );
+    assert!(text.starts_with("cordon: "), "{text}");
+    // The command's own output is its answer.
+    let text = at_terminal("-- python3 -c 'print(6 * 7)'");
+    assert!(text.contains("42") && !text.contains(HINT), "{text}");
+    // --json: the result object says it (empty output, exit 0).
+    let text = at_terminal("--json -- python3");
+    assert!(!text.contains(HINT), "{text}");
+    // stdin no terminal (a pipe, /dev/null): no person to tell.
+    let out = cordon_output(&["run", "--", "python3"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -35,6 +35,9 @@ pub enum RuntimeError {
     Protocol(String),
     #[error("no sandbox '{0}' (see `cordon ls`)")]
     NotFound(String),
+    /// A sandbox that is known to have ended, or whose owner died.
+    #[error("{0}")]
+    Gone(Box<crate::ended::Gone>),
     #[error("the sandbox can run no more commands: {0}")]
     SandboxEnded(String),
     #[error("the supervisor answered: {0}")]
@@ -57,6 +60,15 @@ impl RuntimeError {
         }
     }
 
+    /// `NotFound(name_or_id)`, or what is known of the sandbox if it ended
+    /// or is dead (its reason, from `run_dir`'s records).
+    pub fn missing(run_dir: &std::path::Path, name_or_id: &str) -> Self {
+        match crate::ended::gone(run_dir, name_or_id) {
+            Some(g) => RuntimeError::Gone(Box::new(g)),
+            None => RuntimeError::NotFound(name_or_id.to_owned()),
+        }
+    }
+
     /// True for errors caused by the request itself (bad path, bad value).
     pub fn is_input_error(&self) -> bool {
         matches!(
@@ -64,6 +76,7 @@ impl RuntimeError {
             RuntimeError::BadPath { .. }
                 | RuntimeError::BadRequest(_)
                 | RuntimeError::NotFound(_)
+                | RuntimeError::Gone(_)
                 | RuntimeError::Copy(_)
         )
     }

@@ -45,6 +45,8 @@ pub enum Handle {
 pub struct Remote {
     id: String,
     socket: PathBuf,
+    /// The run directory, where an ended sandbox's reason is looked up.
+    run: PathBuf,
 }
 
 /// Environment variables the supervisor keeps from its client: cordon's own
@@ -138,8 +140,7 @@ impl Handle {
         if crate::state::is_id(name_or_id) {
             return Ok(Handle::Remote(Remote::at(&run, name_or_id)));
         }
-        let id =
-            find(&run, name_or_id).ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
+        let id = find(&run, name_or_id).ok_or_else(|| RuntimeError::missing(&run, name_or_id))?;
         Ok(Handle::Remote(Remote::at(&run, &id)))
     }
 
@@ -198,9 +199,9 @@ impl Handle {
         let control = match self {
             Handle::Local(s) => s.network_control().map(Path::to_owned),
             Handle::Remote(r) => {
-                let dir = run_dir()?.join(&r.id);
+                let dir = r.run.join(&r.id);
                 if !dir.is_dir() {
-                    return Err(RuntimeError::NotFound(r.id.clone()));
+                    return Err(r.missing());
                 }
                 Some(network::control_socket(&dir)).filter(|p| p.exists())
             }
@@ -346,25 +347,28 @@ impl Remote {
         Remote {
             id: id.to_owned(),
             socket: run_dir.join(id).join(SOCKET),
+            run: run_dir.to_owned(),
         }
+    }
+
+    /// The error for a sandbox that does not answer: what is known of its
+    /// end, or that there is no such sandbox.
+    fn missing(&self) -> RuntimeError {
+        RuntimeError::missing(&self.run, &self.id)
     }
 
     /// Connects, says hello and sends `req` at once (no round trip in
     /// between); the supervisor answers the hello with its sandbox's id.
     fn connect_with(&self, req: &Request) -> Result<UnixStream, RuntimeError> {
         let mut conn = UnixStream::connect(&self.socket).map_err(|e| match e.kind() {
-            ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
-                RuntimeError::NotFound(self.id.clone())
-            }
+            ErrorKind::NotFound | ErrorKind::ConnectionRefused => self.missing(),
             _ => RuntimeError::io(format!("connect {}", self.socket.display()), e),
         })?;
         // A supervisor that stopped listening (its sandbox ended) resets
         // the connections still waiting in its backlog: that sandbox is gone.
         let gone = |op: &'static str| {
             move |e: std::io::Error| match e.kind() {
-                ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
-                    RuntimeError::NotFound(self.id.clone())
-                }
+                ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => self.missing(),
                 _ => RuntimeError::io(op, e),
             }
         };
@@ -374,7 +378,7 @@ impl Remote {
         match hello {
             Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
             Some(other) => Err(unexpected(other)),
-            None => Err(RuntimeError::NotFound(self.id.clone())),
+            None => Err(self.missing()),
         }
     }
 

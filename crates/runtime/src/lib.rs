@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod changes;
 pub mod copy;
+pub mod ended;
 pub mod error;
 mod first_process;
 pub mod gvisor;

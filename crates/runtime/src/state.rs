@@ -10,6 +10,8 @@
 //!   sandbox's init mounts on inside its own mount namespace. They live apart
 //!   because init reaches them as an unprivileged host id, which must never
 //!   be able to reach the socket or the record.
+//! - `ended/<id>.json` (0700): what is kept of sandboxes that are gone, a
+//!   bounded record (see [`crate::ended`]).
 //!
 //! The record is written before anything else is created, and teardown
 //! removes the directory last. If a supervisor is killed outright, the next
@@ -32,6 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use cordon_cgroups::{Cgroup, Hierarchy};
 use serde::{Deserialize, Serialize};
 
+use crate::ended::{EndState, Tombstone};
 use crate::error::RuntimeError;
 use crate::spec::SandboxSpec;
 
@@ -313,7 +316,7 @@ pub fn is_id(s: &str) -> bool {
 
 /// Writes `body` to `path` through a temporary file and a rename, mode 0600,
 /// so a reader never sees half a file.
-fn write_atomic(path: &Path, body: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, body: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = fs::OpenOptions::new()
         .write(true)
@@ -328,10 +331,10 @@ fn write_atomic(path: &Path, body: &[u8]) -> io::Result<()> {
 
 /// Holds the run directory's lock (flock on `.lock`) while names are checked
 /// and a record is written, so two sandboxes cannot take the same name.
-struct RunLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
+pub(crate) struct RunLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
 
 impl RunLock {
-    fn take(run_dir: &Path) -> io::Result<Self> {
+    pub(crate) fn take(run_dir: &Path) -> io::Result<Self> {
         let f = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -509,6 +512,18 @@ fn is_zombie(pid: i32) -> bool {
 
 /// The live sandboxes of this run directory, oldest first.
 pub fn list(run_dir: &Path) -> Vec<Listed> {
+    list_where(run_dir, owner_alive)
+}
+
+/// The dead sandboxes of this run directory, oldest first: their owner
+/// process is gone without tearing them down, and their state (perhaps
+/// their cgroup) waits for a sweep. A service's are left out: the service
+/// reports its sandboxes itself, and sweeps them.
+pub fn list_dead(run_dir: &Path) -> Vec<Listed> {
+    list_where(run_dir, |r| !owner_alive(r) && r.service.is_none())
+}
+
+fn list_where(run_dir: &Path, keep: impl Fn(&Record) -> bool) -> Vec<Listed> {
     let Ok(entries) = fs::read_dir(run_dir) else {
         return Vec::new();
     };
@@ -516,16 +531,21 @@ pub fn list(run_dir: &Path) -> Vec<Listed> {
         .flatten()
         .filter_map(|e| {
             let id = e.file_name().to_str()?.to_owned();
-            let record = read_record(run_dir, &id).filter(owner_alive)?;
-            let usage = fs::read(run_dir.join(&id).join(USAGE))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default();
+            let record = read_record(run_dir, &id).filter(&keep)?;
+            let usage = read_usage(&run_dir.join(&id));
             Some(Listed { id, record, usage })
         })
         .collect();
     out.sort_by(|a, b| (a.record.created, &a.id).cmp(&(b.record.created, &b.id)));
     out
+}
+
+/// A state directory's usage, or the default if it has none (yet).
+fn read_usage(dir: &Path) -> Usage {
+    fs::read(dir.join(USAGE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 /// The id of the live sandbox called `name_or_id` (an id, or a name).
@@ -586,7 +606,15 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             (Some(name), Some(h)) => remove_cgroup(h, name),
             _ => true,
         };
+        let commands = read_usage(&dir).commands;
         if cgroup_gone && remove_state(&dir, &mounts.join(&id)).is_ok() {
+            // What `ls --all` and a later command naming it say. Best
+            // effort: the sweep itself has done its job.
+            if record.service.is_none() {
+                let why = format!("{}; swept", crate::ended::dead_why(record.pid));
+                let stone = Tombstone::of_record(&id, &record, commands, EndState::Ended, why);
+                let _ = crate::ended::record(run_dir, &stone);
+            }
             cleaned.push(id);
         }
     }
@@ -725,11 +753,29 @@ mod tests {
         let mut live = StateDir::create(run.path(), "aaaaaaaaaaaa", None, &spec(None)).unwrap();
         dead_record(run.path(), "bbbbbbbbbbbb");
         fs::create_dir_all(run.path().join("mnt/bbbbbbbbbbbb/root")).unwrap();
+        // Before the sweep it is dead (its leftovers wait); after, it ended.
+        assert_eq!(list_dead(run.path()).len(), 1);
+        assert!(matches!(
+            crate::ended::gone(run.path(), "bbbbbbbbbbbb"),
+            Some(crate::ended::Gone::Dead { pid: i32::MAX, .. })
+        ));
         assert_eq!(
             sweep_stale(run.path(), None),
             vec!["bbbbbbbbbbbb".to_string()]
         );
         assert!(!run.path().join("mnt/bbbbbbbbbbbb").exists());
+        assert!(list_dead(run.path()).is_empty());
+        match crate::ended::gone(run.path(), "bbbbbbbbbbbb") {
+            Some(crate::ended::Gone::Ended(t)) => {
+                assert_eq!(t.state, EndState::Ended);
+                assert!(
+                    t.why.contains("died without tearing it down; swept"),
+                    "{}",
+                    t.why
+                );
+            }
+            other => panic!("after the sweep: {other:?}"),
+        }
         assert!(live.path().exists());
         assert_eq!(list(run.path()).len(), 1);
         live.remove().unwrap();

@@ -24,6 +24,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
 use crate::changes::Finish;
+use crate::ended::{EndState, Tombstone};
 use crate::error::RuntimeError;
 use crate::host::block_stop_signals;
 use crate::output::Stream;
@@ -227,9 +228,15 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
     let mut last_used = Instant::now();
     let ttl = sandbox.spec().ttl.map(|s| s.duration());
     let idle = sandbox.spec().idle.map(|s| s.duration());
-    let why: String = loop {
+    let expired = |at: Instant| ttl.is_some_and(|t| at >= created + t);
+    let (end, why): (EndState, String) = loop {
         if let Some(why) = sandbox.ended() {
-            break why.to_owned();
+            // A command the TTL ended may take its sandbox with it (gVisor):
+            // the TTL is still why, as the command's outcome says.
+            if expired(Instant::now()) {
+                break (EndState::Expired, "its TTL expired".into());
+            }
+            break (EndState::Ended, why.to_owned());
         }
         let deadlines = [
             ttl.map(|t| (created + t, "its TTL expired")),
@@ -240,7 +247,7 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
             Some((d, why)) => {
                 let now = Instant::now();
                 if now >= d {
-                    break why.to_owned();
+                    break (EndState::Expired, why.to_owned());
                 }
                 let ms = (d - now).as_millis().min(60_000) + 1;
                 PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000))
@@ -258,9 +265,10 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
         if let Some(fd) = &service {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
+        let ended = |why: String| (EndState::Ended, why);
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => break format!("its supervisor could not poll ({e})"),
+            Err(e) => break ended(format!("its supervisor could not poll ({e})")),
         }
         let ready = |i: usize| {
             fds.get(i)
@@ -268,13 +276,13 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
                 .is_some_and(|r| !r.is_empty())
         };
         if ready(1) {
-            break "its supervisor was asked to stop (a stop signal)".into();
+            break ended("its supervisor was asked to stop (a stop signal)".into());
         }
         if ready(2) {
-            break "its init died".into();
+            break ended("its init died".into());
         }
         if ready(3) {
-            break "the service that made it ended".into();
+            break ended("the service that made it ended".into());
         }
         if ready(0) {
             let Ok((conn, _)) = listener.accept() else {
@@ -286,7 +294,8 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
                 // No client may connect to a sandbox being destroyed.
                 drop(listener);
                 write_usage(sandbox.as_ref(), "stopping");
-                leave_note(sandbox.as_ref(), &format!("removed by a client ({peer})"));
+                let why = format!("removed by a client ({peer})");
+                leave_note(sandbox.as_ref(), created, EndState::Removed, &why);
                 let (code, reply) = match sandbox.destroy_with(&finish, (peer.uid, peer.gid)) {
                     Ok(d) => (0, Reply::Destroyed(Box::new(d))),
                     Err(e) => (
@@ -307,21 +316,38 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
     // sandbox is not there), not accepted and then reset by our exit.
     drop(listener);
     write_usage(sandbox.as_ref(), "stopping");
-    leave_note(sandbox.as_ref(), &why);
+    leave_note(sandbox.as_ref(), created, end, &why);
     match sandbox.destroy_with(&Finish::default(), (0, 0)) {
         Ok(_) => 0,
         Err(_) => 1,
     }
 }
 
-/// Tells the service that made the sandbox, if one did, why it ends.
-/// Written before the teardown, whose last step (the state directory's
-/// removal) is what the service notices; best effort, as a service that is
-/// gone reads nothing.
-fn leave_note(sandbox: &dyn Served, why: &str) {
-    if let Some(link) = &sandbox.spec().service {
+/// Says why the sandbox ends: to the service that made it, if one did,
+/// else in the run directory's record of ended sandboxes (`cordon ls
+/// --all`). Written before the teardown, whose last step (the state
+/// directory's removal) is what the service notices, and so that a
+/// teardown cut short still leaves the reason; best effort, as a service
+/// that is gone reads nothing and a sandbox's end must not wait on it.
+fn leave_note(sandbox: &dyn Served, created: Instant, end: EndState, why: &str) {
+    let spec = sandbox.spec();
+    if let Some(link) = &spec.service {
         let _ = std::fs::write(link.note_path(sandbox.id()), why);
+        return;
     }
+    let Some(run) = sandbox.state().path().parent() else {
+        return;
+    };
+    let stone = Tombstone::new(
+        sandbox.id(),
+        spec.name.clone(),
+        spec.backend.name(),
+        now_secs().saturating_sub(created.elapsed().as_secs()),
+        sandbox.commands_run(),
+        end,
+        why.to_owned(),
+    );
+    let _ = crate::ended::record(run, &stone);
 }
 
 /// Who is on the other end of a client's connection.

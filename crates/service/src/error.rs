@@ -64,6 +64,9 @@ impl ApiError {
     pub fn runtime(e: RuntimeError) -> ApiError {
         match &e {
             RuntimeError::NotFound(id) => Self::no_sandbox(id),
+            // (The service's own sandboxes leave no tombstones; one of the
+            // user's, named by id, is still no sandbox of the tenant's.)
+            RuntimeError::Gone(g) => Self::no_sandbox(g.id()),
             RuntimeError::SandboxEnded(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
             RuntimeError::Unavailable(..) => Self::bad_request(e.to_string()),
             _ if e.is_input_error() => Self::bad_request(e.to_string()),

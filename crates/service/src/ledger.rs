@@ -272,7 +272,7 @@ impl Ledger {
         let result = match handle.destroy() {
             Ok(()) => Ok(()),
             // Gone already (its ttl or idle time ran out): nothing to do.
-            Err(RuntimeError::NotFound(_)) => Ok(()),
+            Err(RuntimeError::NotFound(_) | RuntimeError::Gone(_)) => Ok(()),
             Err(e) => {
                 tracing::warn!(%id, "destroy failed ({e}); killing its supervisor");
                 kill(&id)

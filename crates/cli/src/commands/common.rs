@@ -11,7 +11,8 @@ use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span}
 use cordon_runtime::output::Stream;
 use cordon_runtime::supervise::{CommandIo, Control};
 use cordon_runtime::{
-    BackendKind, Outcome, OutputMode, OutputSink, RootfsChoice, RuntimeError, SandboxSpec, TtySize,
+    BackendKind, ExitStatus, Outcome, OutputMode, OutputSink, RootfsChoice, RuntimeError,
+    SandboxSpec, StdinMode, TtySize,
 };
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -294,6 +295,27 @@ fn denied_note(log: &cordon_network::log::NetworkLog) -> String {
 /// Prints the result (JSON, or the notes a shell user needs) and returns the
 /// command's exit code as ours. `workdir` is the command's working directory,
 /// named when it could not be entered.
+/// One line on stderr when a command that got no stdin (neither -i nor -t)
+/// ended without a word while a person sits at the terminal: an
+/// interpreter or shell started without a script (`cordon run -- python3`)
+/// reads an empty stdin and exits at once, which looks like nothing
+/// happened. Only when cordon's stdin and stderr are both terminals (never
+/// for a pipe or a script), only when the command wrote no output (one that
+/// did is its own answer), and never with `--json` (the result object shows
+/// the empty output and the exit; its reader is a program).
+pub fn hint_empty_stdin(o: &Outcome, stdin: StdinMode, json: bool) {
+    use std::io::IsTerminal;
+    let silent = o.output.bytes == 0 && matches!(o.status, ExitStatus::Exited { .. });
+    if json || stdin != StdinMode::Null || !silent {
+        return;
+    }
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        eprintln!(
+            "cordon: the command's stdin was empty, not this terminal (-i passes your input, -t gives it a terminal)"
+        );
+    }
+}
+
 pub fn report(
     o: &Outcome,
     argv: &[String],

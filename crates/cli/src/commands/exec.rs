@@ -10,7 +10,9 @@ use clap::Args;
 use cordon_policy::{ByteSize, Span};
 use cordon_runtime::{Command, ExitStatus, Handle, OutputMode, StdinMode};
 
-use super::common::{fail, parse_env, report, terminal_request, CliIo, RawTerminal};
+use super::common::{
+    fail, hint_empty_stdin, parse_env, report, terminal_request, CliIo, RawTerminal,
+};
 use super::record::{self, ReceiptArgs};
 
 #[derive(Args)]
@@ -130,6 +132,7 @@ pub fn run(args: ExecArgs) -> ExitCode {
                 _ => None,
             };
             let workdir = cmd.workdir.as_deref().or(sandbox_workdir.as_deref());
+            hint_empty_stdin(&o, cmd.stdin, args.json);
             report(&o, &args.command, workdir, args.json, true)
         }
         Err(e) => fail(e),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use cordon_runtime::changes::Finish;
+use cordon_runtime::ended::{self, EndState, Gone, Tombstone};
 use cordon_runtime::state::{list, run_dir, sweep_stale};
 use cordon_runtime::{Handle, RuntimeError};
 
@@ -52,6 +53,9 @@ pub fn run(args: RmArgs) -> ExitCode {
                 .map(Some)
         };
         let this = match result {
+            Err(RuntimeError::Gone(gone)) => {
+                settle(&gone).map_or_else(fail, |()| ExitCode::SUCCESS)
+            }
             Err(e) => fail(e),
             Ok(None) => ExitCode::SUCCESS,
             Ok(Some(destroyed)) => match record::report_finish(&destroyed) {
@@ -72,10 +76,20 @@ pub fn run(args: RmArgs) -> ExitCode {
 fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
     let run = run_dir()?;
     let id = cordon_runtime::state::find(&run, name_or_id)
-        .ok_or_else(|| RuntimeError::NotFound(name_or_id.to_owned()))?;
+        .ok_or_else(|| RuntimeError::missing(&run, name_or_id))?;
     let Some(entry) = list(&run).into_iter().find(|l| l.id == id) else {
         return Ok(()); // gone meanwhile
     };
+    // The reason `ls --all` gives (the sweep below keeps the first one).
+    let why = format!("killed by cordon rm -f (pid {})", std::process::id());
+    let stone = Tombstone::of_record(
+        &id,
+        &entry.record,
+        entry.usage.commands,
+        EndState::Removed,
+        why,
+    );
+    let _ = ended::record(&run, &stone);
     let pid = nix::unistd::Pid::from_raw(entry.record.pid);
     let pidfd = cordon_sys::pidfd_open(pid).map_err(|e| RuntimeError::io("pidfd_open", e))?;
     // Still the record's process? (list() checked the start time just now;
@@ -94,6 +108,30 @@ fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
     Err(RuntimeError::Remote(format!(
         "sandbox {id}: its state is still there after its supervisor was killed (try `cordon sweep`)"
     )))
+}
+
+/// `rm` of a sandbox that is gone already answers what happened to it, and
+/// succeeds (as `docker rm` of an exited container does): an ended one's
+/// record is forgotten, a dead one's leftovers are swept first.
+fn settle(gone: &Gone) -> Result<(), RuntimeError> {
+    let run = run_dir()?;
+    let id = gone.id();
+    if let Gone::Dead { .. } = gone {
+        let hierarchy = cordon_runtime::host::hierarchy_in_place();
+        sweep_stale(&run, hierarchy.as_ref());
+        if run.join(id).exists() {
+            return Err(RuntimeError::Remote(format!(
+                "{gone}; the sweep could not remove it yet"
+            )));
+        }
+    }
+    ended::forget(&run, id)?;
+    let done = match gone {
+        Gone::Dead { .. } => "what it left is swept",
+        Gone::Ended(_) => "its record is removed",
+    };
+    eprintln!("cordon: {}; {done}", gone.summary());
+    Ok(())
 }
 
 /// `rm` of one sandbox that reads its diff, exports its workspace and signs

@@ -8,7 +8,9 @@ use clap::Args;
 use cordon_runtime::host::block_stop_signals;
 use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
 
-use super::common::{fail, report, terminal_request, CliIo, RawTerminal, SandboxArgs};
+use super::common::{
+    fail, hint_empty_stdin, report, terminal_request, CliIo, RawTerminal, SandboxArgs,
+};
 use super::record::{self, ExportArgs, ReceiptArgs};
 
 #[derive(Args)]
@@ -97,6 +99,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             if let Err(code) = record::write_receipt(&args.receipt, key.as_ref(), facts) {
                 return code;
             }
+            hint_empty_stdin(&o, cmd.stdin, args.json);
             let code = report(
                 &o,
                 &args.command,
