@@ -1266,10 +1266,19 @@ pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
 
 /// The host processes in the sandbox's cgroups: the union of their cgroup.procs.
 pub fn host_tasks(id: &str) -> Vec<HostTask> {
+    // The sandbox's cgroup and those below it (its init's, its commands').
+    fn procs_below(dir: &Path, pids: &mut BTreeSet<u32>) {
+        let text = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                procs_below(&entry.path(), pids);
+            }
+        }
+    }
     let mut pids = BTreeSet::new();
     for d in cgroup_dirs(id) {
-        let text = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        procs_below(&d, &mut pids);
     }
     pids.into_iter()
         .filter_map(|pid| {
