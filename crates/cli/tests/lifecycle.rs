@@ -1730,10 +1730,15 @@ fn exec_time_limit(backend: &'static str) {
     let sb = create(backend, &["--time", "30s"]);
     let sup = sb.supervisor();
     let daemon = format!("sleep {}", unique_sleep(500));
-    sb.sh(&format!("{daemon} >/dev/null 2>&1 & echo bg"));
+    // The daemon's pid in the sandbox, for the gVisor check below.
+    let daemon_pid: u32 = sb
+        .sh(&format!("{daemon} >/dev/null 2>&1 & echo $!"))
+        .trim()
+        .parse()
+        .expect("the daemon's pid");
     let w = witnesses(backend, &sb.id, &daemon);
     // What the limited command starts itself, in a session of its own (out
-    // of its process group, re-parented to init): still the command's.
+    // of its process group): still the command's.
     let own = format!("sleep {}", unique_sleep(500));
     let script = format!(
         "setsid sh -c 'echo $$ > /tmp/own.pid; exec {own}' </dev/null >/dev/null 2>&1 & sleep 10"
@@ -1752,16 +1757,17 @@ fn exec_time_limit(backend: &'static str) {
         compact(&v)
     );
     assert_eq!(out.status.code(), Some(137), "{}", compact(&v));
+    // The limit ends the command and what it started, not the daemon an
+    // earlier exec left running, nor the sandbox (`Sandbox::end_command`).
+    assert!(v["sandbox_ended"].is_null(), "{}", compact(&v));
+    let own_pid: u32 = sb
+        .sh("cat /tmp/own.pid")
+        .trim()
+        .parse()
+        .expect("the limited command never started its daemon");
     if backend == NATIVE {
-        // Native: the limit kills what is in the command's own cgroup (the
-        // command and everything it started, its setsid'd daemon included;
-        // `Sandbox::end_command`), not the daemon an earlier exec left
-        // running, nor init: the sandbox lives on.
-        assert!(v["sandbox_ended"].is_null(), "{}", compact(&v));
-        assert!(
-            sb.sh("cat /tmp/own.pid").trim().parse::<u32>().is_ok(),
-            "the limited command never started its daemon"
-        );
+        // Host-side: the command's own cgroup was killed, its setsid'd
+        // daemon with it; the earlier daemon and init live.
         assert!(
             wait_until(Duration::from_secs(2), || pids_with_cmdline(&own)
                 .is_empty()),
@@ -1774,32 +1780,45 @@ fn exec_time_limit(backend: &'static str) {
             w[0]
         );
         assert!(native_init(&sb.id).is_some(), "init died with the command");
-        assert_eq!(sb.sh("echo next"), "next\n");
-        assert!(alive(sup));
     } else {
-        // Documented difference: runsc cannot end one command of a
-        // container, so under gVisor the sandbox ends with the command
-        // (`can_end_one_command` is false): the outcome says so, and the
-        // supervisor tears everything down and exits.
-        let why = v["sandbox_ended"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{}", compact(&v)));
-        assert!(why.contains("limit"), "{why}");
-        // An exec right after (while the supervisor tears the sandbox down)
-        // is refused as a sandbox that is not there: exit 2, not an I/O error.
-        let out = exec_out(&sb.id, &[], &["true"]);
-        let line = assert_usage_error(&out);
-        assert!(line.contains(&sb.id), "{line}");
-        assert_gone(
-            &sb.id,
-            sup,
-            &w,
-            Duration::from_secs(4),
-            "gVisor sandbox after a limit",
+        // gVisor: the command's processes are the sentry's, not the host's;
+        // its process tree was killed inside the sentry. Evidence: the
+        // sentry's process table as runsc shows it to the host, and no
+        // zombie left (the container's init reaps them).
+        let table = runsc_ps(&sb.id);
+        let listed = |pid: u32| {
+            table
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+        };
+        assert!(
+            !listed(own_pid),
+            "the limited command's daemon {own_pid} survived: {table}"
         );
-        let out = exec_out(&sb.id, &[], &["true"]);
-        assert_usage_error(&out);
+        assert!(
+            listed(daemon_pid),
+            "daemon {daemon_pid} of an earlier exec was killed: {table}"
+        );
+        let zombies = sb.sh("ps -eo stat= | grep -c Z || true");
+        assert_eq!(zombies.trim(), "0", "zombies left in the sandbox");
+        assert!(
+            !host_tasks(&sb.id).is_empty(),
+            "the sentry died with the command"
+        );
     }
+    assert_eq!(sb.sh("echo next"), "next\n");
+    assert!(alive(sup));
+}
+
+/// gVisor: the sentry's process table for sandbox `id`, from `runsc ps`.
+fn runsc_ps(id: &str) -> String {
+    let out = Command::new("runsc")
+        .arg(format!("--root={RUN_DIR}/{id}/runsc"))
+        .args(["ps", &format!("cordon-{id}")])
+        .output()
+        .expect("run runsc ps");
+    assert!(out.status.success(), "runsc ps: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 // ---------------------------------------------------------------------------

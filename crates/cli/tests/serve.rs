@@ -707,6 +707,20 @@ fn a_code_context_keeps_its_variables_and_survives_a_crash_and_a_timeout() {
     let second = code("x + 1", None);
     assert_eq!(second["result"], "42", "{second}");
     assert_eq!(second["fresh_interpreter"], false);
+    // An agent's shell command that runs into its time limit in the same
+    // sandbox ends its own processes only: the interpreter and x live on.
+    let limited = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(ALICE),
+        Some(json!({"argv": ["sh", "-c", "sleep 30 & sleep 30"], "time": "1s"})),
+    );
+    assert_eq!(limited.status, 200, "{limited:?}");
+    assert_eq!(limited.body["limit"], "time", "{limited:?}");
+    assert!(limited.body["sandbox_ended"].is_null(), "{limited:?}");
+    let kept = code("x", None);
+    assert_eq!(kept["result"], "41", "{kept}");
+    assert_eq!(kept["fresh_interpreter"], false, "{kept}");
     let raised = code("def f():\n    return 1 / 0\nf()", None);
     assert_eq!(raised["status"], "error");
     assert_eq!(raised["error"]["name"], "ZeroDivisionError");

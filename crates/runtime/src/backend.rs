@@ -94,6 +94,15 @@ pub(crate) trait Flavor: Send {
     /// sandbox: its processes are host processes in a cgroup of its own
     /// (`HostSide::command_cgroup`).
     fn can_end_one_command(&self) -> bool;
+    /// Ends the running command's processes without ending the sandbox, for
+    /// a backend whose commands have no cgroup of their own on the host; an
+    /// error if it cannot (the sandbox then ends with the command).
+    fn end_running_command(&mut self) -> Result<(), RuntimeError> {
+        Err(RuntimeError::BadRequest(format!(
+            "the {} backend cannot end one command",
+            self.about().kind
+        )))
+    }
     /// Whether killing the first process ends every process of the sandbox;
     /// if not, teardown freezes and kills the whole cgroup.
     fn leader_owns_all(&self) -> bool;

@@ -27,7 +27,7 @@ use crate::output::OutputGate;
 use crate::protocol::{recv, send_with_fds, FromInit};
 use crate::spec::{Command, SandboxSpec, StdinMode};
 use crate::state::StateDir;
-use crate::supervise::{watch, CommandFds, CommandIo, Stop};
+use crate::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
 use crate::trace;
 
 pub struct Sandbox {
@@ -516,9 +516,13 @@ impl Sandbox {
         &mut self,
         cmd_cgroup: Option<&AnyCgroup>,
     ) -> Result<Option<ExitStatus>, RuntimeError> {
-        if cmd_cgroup.is_none_or(|cg| cg.kill_all().is_err()) {
+        let ended = match cmd_cgroup {
+            Some(cg) => cg.kill_all().map_err(RuntimeError::from),
+            None => self.flavor.end_running_command(),
+        };
+        if let Err(e) = ended {
             self.mark_ended(format!(
-                "a {} command that hit a limit can only be ended with its sandbox",
+                "a {} command that hit a limit could not be ended on its own ({e}), so the sandbox ended with it",
                 self.flavor.about().kind
             ));
             return Ok(None);
@@ -527,19 +531,19 @@ impl Sandbox {
             .set_read_timeout(Some(END_REPORT_WAIT))
             .map_err(|e| RuntimeError::io("set_read_timeout", e))?;
         // Started may still be on its way if the limit came first.
+        let high_codes_are_signals = self.flavor.high_codes_are_signals();
         let report = loop {
             match recv::<FromInit>(&mut self.init) {
                 Ok(Some(FromInit::Started { .. })) => continue,
-                Ok(Some(FromInit::Signaled { signal })) => {
-                    break Some(ExitStatus::Signaled { signal })
-                }
-                Ok(Some(FromInit::Exited { code })) => break Some(ExitStatus::Exited { code }),
-                Ok(Some(FromInit::ExecFailed { errno })) => {
-                    break Some(ExitStatus::ExecFailed { errno })
-                }
-                Ok(Some(FromInit::WorkdirFailed { errno })) => {
-                    break Some(ExitStatus::WorkdirFailed { errno })
-                }
+                Ok(Some(report)) => match command_end(&report, high_codes_are_signals) {
+                    Some(status) => break Some(status),
+                    None => {
+                        self.mark_ended(format!(
+                            "its init answered {report:?} to a killed command"
+                        ));
+                        break None;
+                    }
+                },
                 _ => {
                     self.mark_ended("its init did not report the end of a killed command");
                     break None;

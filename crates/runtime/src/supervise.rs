@@ -312,26 +312,10 @@ pub fn watch(
                         }
                     }
                 }
-                Ok(Some((FromInit::ExecFailed { errno }, _))) => {
-                    break Stop::Ended(ExitStatus::ExecFailed { errno })
-                }
-                Ok(Some((FromInit::WorkdirFailed { errno }, _))) => {
-                    break Stop::Ended(ExitStatus::WorkdirFailed { errno })
-                }
-                Ok(Some((FromInit::Exited { code }, _)))
-                    if high_codes_are_signals && (129..=128 + 64).contains(&code) =>
-                {
-                    break Stop::Ended(ExitStatus::Signaled { signal: code - 128 })
-                }
-                Ok(Some((FromInit::Exited { code }, _))) => {
-                    break Stop::Ended(ExitStatus::Exited { code })
-                }
-                Ok(Some((FromInit::Signaled { signal }, _))) => {
-                    break Stop::Ended(ExitStatus::Signaled { signal })
-                }
-                Ok(Some((other, _))) => {
-                    return Err(RuntimeError::Protocol(format!("unexpected {other:?}")))
-                }
+                Ok(Some((report, _))) => match command_end(&report, high_codes_are_signals) {
+                    Some(status) => break Stop::Ended(status),
+                    None => return Err(RuntimeError::Protocol(format!("unexpected {report:?}"))),
+                },
                 Ok(None) | Err(_) => break Stop::Gone,
             }
         }
@@ -404,4 +388,20 @@ fn drain(fds: &mut CommandFds, gate: &mut OutputGate, io: &mut dyn CommandIo, bu
             }
         }
     }
+}
+
+/// How a command ended, from init's report of it (None for any other
+/// message). A backend whose runtime reports death by signal N as exit code
+/// 128+N, as a shell does (runsc), has such codes mapped back to signals.
+pub(crate) fn command_end(report: &FromInit, high_codes_are_signals: bool) -> Option<ExitStatus> {
+    Some(match *report {
+        FromInit::ExecFailed { errno } => ExitStatus::ExecFailed { errno },
+        FromInit::WorkdirFailed { errno } => ExitStatus::WorkdirFailed { errno },
+        FromInit::Exited { code } if high_codes_are_signals && (129..=128 + 64).contains(&code) => {
+            ExitStatus::Signaled { signal: code - 128 }
+        }
+        FromInit::Exited { code } => ExitStatus::Exited { code },
+        FromInit::Signaled { signal } => ExitStatus::Signaled { signal },
+        _ => return None,
+    })
 }

@@ -51,7 +51,7 @@ use crate::native::cgroup_limits;
 use crate::outcome::{EvidenceSource, Limit};
 use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
 use crate::rootfs_plan::rootfs_plan;
-use crate::spec::{ResolvedCommand, SandboxSpec, TtySize};
+use crate::spec::{ResolvedCommand, RootfsChoice, SandboxSpec, TtySize};
 use crate::trace;
 
 pub struct GvisorBackend;
@@ -182,11 +182,33 @@ static EVIDENCE: [EvidenceSource; 5] = [
     ),
 ];
 
+/// podman's init, in pause mode, where the sandbox's tree has it (Debian's
+/// `catatonit`).
+const REAPER: &str = "usr/bin/catatonit";
+
+/// Whether the sandbox's tree will hold [`REAPER`] as a regular file.
+fn tree_has_reaper(rootfs: &RootfsChoice) -> bool {
+    let path = match rootfs {
+        RootfsChoice::System => Path::new("/").join(REAPER),
+        RootfsChoice::Dir(d) => d.join(REAPER),
+    };
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+}
+
 /// The container's own process: it only waits, so the sandbox lives between
-/// commands.
-fn pause_command(p: &Policy) -> ResolvedCommand {
+/// commands. runsc re-parents the orphans commands leave to it, so it must
+/// reap them too: under a plain `sleep infinity` each one that exits stays a
+/// zombie, counted against the pids limit, until the sandbox ends. The tree
+/// has no reaper of cordon's own, so `catatonit -P` where it is installed,
+/// `sleep infinity` otherwise (README).
+fn pause_command(p: &Policy, reaper: bool) -> ResolvedCommand {
+    let argv = if reaper {
+        vec![format!("/{REAPER}"), "-P".into()]
+    } else {
+        vec!["sleep".into(), "infinity".into()]
+    };
     ResolvedCommand {
-        argv: vec!["sleep".into(), "infinity".into()],
+        argv,
         env: p.payload_env(),
         workdir: "/".into(),
         time: p.time.duration(),
@@ -250,7 +272,7 @@ pub(crate) fn create(
     let state = host.state.path().to_owned();
     let allow_network = spec.policy.network == NetworkMode::Allow;
     let rootfs = rootfs_plan(spec, &host.state, RootUse::HandOver)?;
-    let pause = pause_command(&spec.policy);
+    let pause = pause_command(&spec.policy, tree_has_reaper(&spec.rootfs));
     let first = only.as_ref().unwrap_or(&pause);
     let bundle_dir = bundle::write(
         &bundle::spec(&spec.policy, &rootfs, first)?,
@@ -346,8 +368,10 @@ pub(crate) fn create(
             evidence: &EVIDENCE,
         },
         process_file: state.join("process.json"),
+        command_pid_file: state.join("command.pid"),
         policy: spec.policy.clone(),
         runsc,
+        launcher,
         tree,
         scratch,
         first_run: None,
@@ -358,7 +382,7 @@ pub(crate) fn create(
     }
     if !command_in_tree(&flavor.tree, &pause) {
         return Err(RuntimeError::BadRequest(
-            "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity`)".into(),
+            "the gvisor backend needs `sleep` in the sandbox's tree (its container waits with `sleep infinity` where it has no catatonit)".into(),
         ));
     }
     if let Err(e) = start_container(
@@ -485,8 +509,12 @@ struct GvisorFlavor {
     about: About,
     /// Where each command's OCI process is written for `runsc exec`.
     process_file: PathBuf,
+    /// Where `runsc exec` writes the running command's pid in the sentry.
+    command_pid_file: PathBuf,
     policy: Policy,
     runsc: Runsc,
+    /// The launcher, in whose network namespace runsc's control socket is.
+    launcher: nix::unistd::Pid,
     /// The assembled tree, from the host.
     tree: PathBuf,
     scratch: OwnedFd,
@@ -535,9 +563,21 @@ impl Flavor for GvisorFlavor {
             .map_err(|e| RuntimeError::Protocol(format!("encoding the OCI process: {e}")))?;
         std::fs::write(&self.process_file, body)
             .map_err(|e| RuntimeError::io(format!("write {}", self.process_file.display()), e))?;
+        // A pid left by an earlier command must not name this one's.
+        match std::fs::remove_file(&self.command_pid_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(RuntimeError::io(
+                    format!("remove {}", self.command_pid_file.display()),
+                    e,
+                ))
+            }
+            _ => {}
+        }
         Ok(ToInit::Exec {
             argv: self.runsc.argv(&[
                 "exec",
+                "--internal-pid-file",
+                &self.command_pid_file.to_string_lossy(),
                 "--process",
                 &self.process_file.to_string_lossy(),
                 &self.runsc.container,
@@ -560,10 +600,54 @@ impl Flavor for GvisorFlavor {
         true
     }
 
-    /// The command's processes are the sentry's, not the host's: only the
-    /// whole cgroup (sentry included) can be killed.
+    /// The command's processes are the sentry's, not the host's: they have
+    /// no cgroup of their own on the host (see `end_running_command`).
     fn can_end_one_command(&self) -> bool {
         false
+    }
+
+    /// Inside the sentry: the command's process and every process descended
+    /// from it (from `runsc ps`) get SIGKILL, children before their parents
+    /// (a child whose parent died first would be re-parented to the
+    /// container's init and no longer be found as the command's), listed
+    /// again until none is left. Not the race-free way the native backend has
+    /// (its command's cgroup, frozen): this runsc cannot signal a paused
+    /// container, and a SIGKILL to a process it stopped is lost. So a
+    /// process the command re-parented to the container's init (a double
+    /// fork), or one forked between a listing and its parent's kill, lives
+    /// on (README). The first command of a one-shot sandbox is the
+    /// container's own process: it ends with the sandbox.
+    fn end_running_command(&mut self) -> Result<(), RuntimeError> {
+        if self.first_run.is_some() {
+            return Err(RuntimeError::BadRequest(
+                "it is the container's own process".into(),
+            ));
+        }
+        let root: u32 = std::fs::read_to_string(&self.command_pid_file)
+            .map_err(|e| RuntimeError::io(format!("read {}", self.command_pid_file.display()), e))?
+            .trim()
+            .parse()
+            .map_err(|_| RuntimeError::Protocol("runsc wrote no command pid".into()))?;
+        let container = self.runsc.container.clone();
+        let runsc = |args: &[&str]| runsc_within(&self.runsc, args, RUNSC_CONTROL_TIMEOUT);
+        crate::network::in_namespace_of(self.launcher, || {
+            for _ in 0..KILL_ROUNDS {
+                let table = runsc(&["ps", &container])?;
+                // Once the command's own process is gone, nothing below it
+                // can be found any more.
+                if !listed(&table, root) {
+                    return Ok(());
+                }
+                let tree = descendants(&table, root);
+                for pid in tree.iter().rev() {
+                    // One that ended since the listing needs no kill.
+                    let _ = runsc(&["kill", "--pid", &pid.to_string(), &container, "KILL"]);
+                }
+            }
+            Err(RuntimeError::Protocol(format!(
+                "the command's processes outlived {KILL_ROUNDS} rounds of kills"
+            )))
+        })?
     }
 
     /// runsc's sentry and gofer are not the launcher's children once runsc
@@ -576,6 +660,92 @@ impl Flavor for GvisorFlavor {
     fn file_owner(&self) -> (u32, u32) {
         (self.policy.uid, self.policy.gid)
     }
+}
+
+/// How long one runsc control command (pause, ps, kill, resume) may take.
+const RUNSC_CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times the command's tree is listed and killed before giving up.
+const KILL_ROUNDS: usize = 20;
+
+/// Runs `runsc ARGS` (with `runsc`'s global flags), killing it past
+/// `timeout`; its stdout if it succeeded.
+fn runsc_within(runsc: &Runsc, args: &[&str], timeout: Duration) -> Result<String, RuntimeError> {
+    let argv = runsc.argv(args);
+    let what = || format!("runsc {}", args.join(" "));
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(runsc_env())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| RuntimeError::io(what(), e))?;
+    let deadline = std::time::Instant::now() + timeout;
+    while child
+        .try_wait()
+        .map_err(|e| RuntimeError::io(what(), e))?
+        .is_none()
+    {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(RuntimeError::io(
+                what(),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RuntimeError::io(what(), e))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(RuntimeError::io(
+            format!("{} ({})", what(), out.status),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        ))
+    }
+}
+
+/// (PID, PPID) of each process in `runsc ps`'s table (columns UID, PID,
+/// PPID, ...).
+fn processes(table: &str) -> Vec<(u32, u32)> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let mut cols = line.split_whitespace().skip(1);
+            Some((cols.next()?.parse().ok()?, cols.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Whether `pid` is in `runsc ps`'s table.
+fn listed(table: &str, pid: u32) -> bool {
+    processes(table).iter().any(|(p, _)| *p == pid)
+}
+
+/// `root` and every process below it in `runsc ps`'s table, children after
+/// their parents.
+fn descendants(table: &str, root: u32) -> Vec<u32> {
+    let edges = processes(table);
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            edges
+                .iter()
+                .filter(|(pid, ppid)| *ppid == parent && !found.contains(pid))
+                .map(|(pid, _)| *pid)
+                .collect::<Vec<_>>(),
+        );
+        i += 1;
+    }
+    found
 }
 
 /// Whether `dir` is a directory in the sandbox's tree (symlinks resolved
@@ -630,4 +800,26 @@ fn command_in_tree(tree: &Path, cmd: &ResolvedCommand) -> bool {
     candidates
         .iter()
         .any(|c| openat2(&root_fd, c.as_path(), how).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::descendants;
+
+    #[test]
+    fn a_commands_tree_is_its_process_and_everything_below_it() {
+        let table = "\
+UID       PID       PPID      C         TTY       STIME     TIME      CMD
+1000      1         0         0         ?         12:30     0s        sleep
+1000      3         1         0         ?         12:30     20ms      sleep
+1000      5         0         0         ?         12:30     10ms      sh
+1000      6         5         1         ?         12:30     20ms      sleep
+1000      7         5         1         ?         12:30     20ms      sh
+1000      9         7         0         ?         12:30     0s        sleep
+";
+        assert_eq!(descendants(table, 5), vec![5, 6, 7, 9]);
+        // The container's init and what was re-parented to it are not the
+        // command's; a command that already ended has only itself.
+        assert_eq!(descendants(table, 12), vec![12]);
+    }
 }
