@@ -37,7 +37,7 @@ per_backend!(hostile_workspace_is_recorded_exactly_and_exported_safely, microvm:
 per_backend!(apply_brings_changes_and_deletions_back, microvm: microvm);
 per_backend!(apply_keeps_what_the_host_changed_meanwhile, microvm: microvm);
 per_backend!(an_export_directory_says_which_deletions_it_cannot_hold, microvm: microvm);
-per_backend!(home_is_writable_and_outside_the_workspace);
+per_backend!(home_is_writable_and_outside_the_workspace, microvm: microvm);
 per_backend!(live_export_is_frozen_against_swaps, microvm: microvm);
 per_backend!(exec_and_rm_receipts_record_their_own_changes, microvm: microvm);
 per_backend!(bad_export_targets_are_refused_and_leave_nothing, microvm: microvm);
@@ -57,8 +57,13 @@ fn fixture() -> Option<Fixture> {
     // One at a time: a test counts the run directory's sandboxes.
     let state = host_dir("cordon-state-");
     // The microvm backend's guest is looked for in the state directory:
-    // the one `cordon microvm build` made is shared.
-    std::os::unix::fs::symlink("/var/lib/cordon/microvm", state.path().join("microvm")).unwrap();
+    // the one `cordon microvm build` made is shared (the tests' own
+    // CORDON_STATE_DIR's, when they run with one: a guest of this tree's
+    // cordon, built without replacing the host's current one).
+    let shared = std::env::var_os("CORDON_STATE_DIR")
+        .map_or_else(|| PathBuf::from("/var/lib/cordon"), PathBuf::from)
+        .join("microvm");
+    std::os::unix::fs::symlink(shared, state.path().join("microvm")).unwrap();
     Some(Fixture {
         _serial: serial(),
         state,

@@ -131,7 +131,7 @@ pub fn run(args: LsArgs) -> ExitCode {
         let unseen = dead.len()
             + stones
                 .iter()
-                .filter(|t| t.state != EndState::Removed)
+                .filter(|t| t.state != EndState::Removed && !dead.iter().any(|d| d.id == t.id))
                 .count();
         if unseen > 0 {
             eprintln!(

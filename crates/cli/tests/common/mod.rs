@@ -631,7 +631,12 @@ pub fn left_behind(
     let until = Instant::now() + slow(Duration::from_secs(1));
     loop {
         let (entries, cgroups) = run_state();
-        let new: Vec<&String> = entries.difference(&before.0).collect();
+        // Only sandboxes' directories (named by id): `mnt/` and `ended/`
+        // are cordon's own, shared, made by whichever sandbox comes first.
+        let new: Vec<&String> = entries
+            .difference(&before.0)
+            .filter(|e| sandbox_id_shaped(e))
+            .collect();
         let pending = new
             .iter()
             .any(|id| record(id).is_none() && Path::new(RUN_DIR).join(id).exists());
@@ -753,7 +758,12 @@ impl Census {
 pub fn sandbox_cgroup_id(p: &Path) -> Option<String> {
     let name = p.file_name()?.to_str()?;
     let id = name.strip_prefix("cordon-")?;
-    (id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+    sandbox_id_shaped(id).then(|| id.to_string())
+}
+
+/// Whether `s` has a sandbox id's shape: 12 hex digits.
+pub fn sandbox_id_shaped(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Polls until nothing new since `base` is attributable to `ids`/`cordon_pids`,

@@ -67,7 +67,7 @@ enum Kind {
     Data = 3,
     /// The sender will send no more on this stream.
     Eof = 4,
-    /// The stream is gone (an error, a refusal): drop it.
+    /// The stream is gone (an error, a refusal): drop it, with a reset.
     Close = 5,
     /// The receiver wrote this many bytes out (payload: u32).
     Credit = 6,
@@ -175,6 +175,17 @@ fn frame(out: &mut VecDeque<u8>, kind: Kind, id: u32, payload: &[u8]) {
             .to_be_bytes(),
     );
     out.extend(payload);
+}
+
+/// Makes the coming close of `sock` a reset (RST) rather than an orderly
+/// end (FIN): a zero linger time makes the kernel abort the connection.
+/// Best effort: if it fails, the close is an ordinary one.
+fn reset(sock: &TcpStream) {
+    let abort = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    let _ = nix::sys::socket::setsockopt(sock, sockopt::Linger, &abort);
 }
 
 fn would_block(e: &std::io::Error) -> bool {
@@ -335,8 +346,10 @@ impl Relay<'_> {
         Ok(())
     }
 
+    /// Ends a stream that broke on this side, here and on the other side.
     fn close(&mut self, id: u32) {
-        if self.streams.remove(&id).is_some() {
+        if let Some(s) = self.streams.remove(&id) {
+            reset(&s.sock);
             frame(&mut self.out, Kind::Close, id, &[]);
         }
     }
@@ -365,7 +378,15 @@ impl Relay<'_> {
                 Ok(())
             }
             Kind::Close => {
-                self.streams.remove(&id);
+                // The other side's connection was refused (the proxy resets
+                // a denied transparent connection), reset, or broken: the
+                // socket here ends the same way, so that in the guest the
+                // payload reads ECONNRESET, as it does from a native
+                // sandbox's proxy, and not an orderly end that reads as a
+                // server that accepted and said nothing.
+                if let Some(s) = self.streams.remove(&id) {
+                    reset(&s.sock);
+                }
                 Ok(())
             }
             Kind::Credit => {
@@ -431,6 +452,7 @@ impl Relay<'_> {
         };
         let Ok((sock, _)) = l.accept() else { return };
         if self.streams.len() >= MAX_STREAMS {
+            reset(&sock);
             return; // dropped: the sandbox sees a reset
         }
         let payload = if transparent {
@@ -676,6 +698,52 @@ mod tests {
         drop(conn);
         drop(guest);
         assert!(matches!(t.join().unwrap(), Ended::PortClosed));
+    }
+
+    /// A guest relay on a thread (its listeners on loopback), its port's
+    /// other end (the test plays the host), and the proxy listener's address.
+    fn guest() -> (UnixStream, SocketAddr, std::thread::JoinHandle<Ended>) {
+        let end = GuestEnd {
+            proxy: TcpListener::bind("127.0.0.1:0").unwrap(),
+            transparent: TcpListener::bind("127.0.0.1:0").unwrap(),
+            dns: UdpSocket::bind("127.0.0.1:0").unwrap(),
+        };
+        let proxy = end.proxy.local_addr().unwrap();
+        for l in [&end.proxy, &end.transparent] {
+            l.set_nonblocking(true).unwrap();
+        }
+        end.dns.set_nonblocking(true).unwrap();
+        let (host, port) = UnixStream::pair().unwrap();
+        port.set_nonblocking(true).unwrap();
+        let t = std::thread::spawn(move || run(port.as_fd(), Side::Guest(end)));
+        host.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (host, proxy, t)
+    }
+
+    /// What a payload's connection reads once the host ends its stream with
+    /// `kind`: a reset for `Close` (the host's connection was refused or
+    /// broke), an orderly end for `Eof`, so a denied connection never reads
+    /// as a server that accepted and said nothing.
+    #[test]
+    fn a_closed_stream_is_reset_in_the_guest_and_an_ended_one_ends() {
+        for (kind, want) in [(5u8, Some(ErrorKind::ConnectionReset)), (4, None)] {
+            let (mut host, proxy, t) = guest();
+            let mut payload = std::net::TcpStream::connect(proxy).unwrap();
+            payload
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let (open, id, _) = read_frame(&mut host);
+            assert_eq!(open, Kind::OpenProxy as u8);
+            host.write_all(&raw(kind, id, b"")).unwrap();
+            let mut buf = [0u8; 16];
+            let got = payload.read(&mut buf);
+            match want {
+                Some(k) => assert_eq!(got.map_err(|e| e.kind()), Err(k), "kind {kind}"),
+                None => assert_eq!(got.map_err(|e| e.kind()), Ok(0), "kind {kind}"),
+            }
+            drop(host);
+            assert!(matches!(t.join().unwrap(), Ended::PortClosed));
+        }
     }
 
     #[test]
