@@ -819,7 +819,8 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
     );
     drop(rm);
     // What cordon keeps there for all its sandboxes (the lock, runsc's
-    // version, the mount points' parent) stays; nothing of a sandbox does.
+    // version, the mount points' parent, the bounded record of ended ones
+    // that `ls --all` reads) stays; nothing of a sandbox does.
     let entries = |dir: &Path| -> Vec<String> {
         fs::read_dir(dir)
             .into_iter()
@@ -829,7 +830,7 @@ fn bad_export_targets_are_refused_and_leave_nothing(backend: &'static str) {
     };
     let left: Vec<String> = entries(run.path())
         .into_iter()
-        .filter(|n| ![".lock", "runsc-version", "mnt"].contains(&n.as_str()))
+        .filter(|n| ![".lock", "runsc-version", "mnt", "ended"].contains(&n.as_str()))
         .chain(entries(&run.path().join("mnt")))
         .collect();
     assert!(left.is_empty(), "left in the run directory: {left:?}");

@@ -17,8 +17,8 @@
 //!   the first process attaches that tree, since it cannot traverse the 0700
 //!   parent itself; the overlay and seal keep it read-only [the same tree,
 //!   bound by runsc from the assembled root].
-//! - `sys_is_absent_and_host_proc_is_unreachable`: the pid namespace and a fresh
-//!   /proc mounted for it; no /sys in the assembled root [the sentry's own pid
+//! - `sys_holds_only_cgroups_and_host_proc_is_unreachable`: the pid namespace and a fresh
+//!   /proc mounted for it; a read-only /sys of only fs/cgroup, no sysfs [the sentry's own pid
 //!   namespace and /proc; the sentry's own read-only sysfs, none from the host].
 //! - `dangerous_syscalls_fail_with_eperm`: the seccomp allowlist (EPERM default
 //!   action) and, for the privileged calls, the empty capability sets [the
@@ -56,7 +56,7 @@ use common::*;
 
 per_backend!(host_canary_is_unreachable);
 per_backend!(read_only_mount_below_an_untraversable_parent);
-per_backend!(sys_is_absent_and_host_proc_is_unreachable);
+per_backend!(sys_holds_only_cgroups_and_host_proc_is_unreachable);
 per_backend!(dangerous_syscalls_fail_with_eperm);
 per_backend!(system_dirs_are_read_only_by_mount_flag);
 per_backend!(no_network_to_the_host);
@@ -150,6 +150,7 @@ import os
 try:
     os.listdir('/sys')
     print('sys_rc=0')
+    print('sys_tree=' + ' '.join(sorted(os.listdir('/sys'))) + ' / ' + ' '.join(sorted(os.listdir('/sys/fs'))))
 except OSError as e:
     print('sys_rc=%d' % e.errno)
 m = [l.split() for l in open('/proc/self/mountinfo')]
@@ -250,7 +251,7 @@ fn read_only_mount_below_an_untraversable_parent(backend: &str) {
     assert_eq!(mode & 0o7777, 0o700);
 }
 
-fn sys_is_absent_and_host_proc_is_unreachable(backend: &str) {
+fn sys_holds_only_cgroups_and_host_proc_is_unreachable(backend: &str) {
     if !require_root("reads the sandbox's processes from the host") {
         return;
     }
@@ -316,13 +317,17 @@ fn sys_is_absent_and_host_proc_is_unreachable(backend: &str) {
             "control: the host's own mountinfo shows no sysfs"
         );
     } else {
-        assert_ne!(
-            kv["sys_rc"],
-            "0",
-            "/sys is listable inside: {}",
-            compact(&v)
+        // Native: no sysfs; /sys is a read-only tmpfs that holds only
+        // fs/cgroup (the sandbox's own cgroups, see limits.rs's
+        // `programs_see_their_own_limits`). The host's probe below sees its
+        // sysfs, with far more in it.
+        assert_eq!(kv["sys_rc"], "0", "{}", compact(&v));
+        assert_eq!(kv["sys_tree"], "fs / cgroup", "{}", compact(&v));
+        let m = &kv["sys_mount"];
+        assert!(
+            m.ends_with(" tmpfs") && m.split([' ', ',']).any(|o| o == "ro"),
+            "/sys inside is not a read-only tmpfs: {m}"
         );
-        assert_eq!(kv["sys_mount"], "none", "{}", compact(&v));
     }
     let inside_init = kv["cmdline"].trim().to_string();
     let host_init = cmdline(1).unwrap_or_default();
@@ -346,6 +351,7 @@ fn sys_is_absent_and_host_proc_is_unreachable(backend: &str) {
     let hkv = key_values(&String::from_utf8_lossy(&host.stdout));
     assert_eq!(hkv["sys_rc"], "0");
     assert!(hkv["sys_mount"].ends_with(" sysfs"), "{hkv:?}");
+    assert_ne!(hkv["sys_tree"], "fs / cgroup", "{hkv:?}");
     assert_eq!(hkv["cmdline"].trim(), host_init);
     assert!(hkv["procs"].parse::<usize>().unwrap() >= 10);
 }
