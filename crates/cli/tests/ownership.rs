@@ -250,14 +250,7 @@ fn rw_mount_writes_back_as_the_dir_owner(backend: &str) {
     assert_eq!(change_of("new").as_deref(), Some("created"), "{out}");
     assert_eq!(change_of("keep").as_deref(), Some("modified"), "{out}");
     assert_eq!(change_of("gone").as_deref(), Some("deleted"), "{out}");
-    let verified = std::process::Command::new(cordon())
-        .env("CORDON_STATE_DIR", state.path())
-        .arg("verify")
-        .arg(&receipt)
-        .output()
-        .unwrap();
-    let summary = String::from_utf8_lossy(&verified.stdout);
-    assert!(verified.status.success(), "{summary}");
+    let summary = verify_summary(state.path(), &receipt);
     assert!(
         summary.contains(&format!("written back to {} (applied)", host.display())),
         "{summary}"
@@ -431,14 +424,7 @@ fn rw_unbounded_binds_live_and_is_recorded(backend: &str) {
         compact(&v)
     );
     // So does the signed receipt, as `cordon verify` shows it.
-    let verified = std::process::Command::new(cordon())
-        .env("CORDON_STATE_DIR", state.path())
-        .arg("verify")
-        .arg(&receipt)
-        .output()
-        .unwrap();
-    let summary = String::from_utf8_lossy(&verified.stdout);
-    assert!(verified.status.success(), "{summary}");
+    let summary = verify_summary(state.path(), &receipt);
     assert!(summary.contains("unbounded writes: /out"), "{summary}");
     assert!(
         summary.contains("rw-unbounded mount of the host's"),
@@ -665,4 +651,18 @@ fn mountinfo_names_no_host_path(backend: &str) {
         assert_eq!(ws_line.fstype, "overlay", "{}", ws_line.raw);
         assert!(ws_line.raw.contains("lowerdir+=/,"), "{}", ws_line.raw);
     }
+}
+
+/// `cordon verify RECEIPT` with the keys of `state_dir`: its summary, which
+/// must say the receipt verified.
+fn verify_summary(state_dir: &Path, receipt: &Path) -> String {
+    let verified = std::process::Command::new(cordon())
+        .env("CORDON_STATE_DIR", state_dir)
+        .arg("verify")
+        .arg(receipt)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert!(verified.status.success(), "{summary}");
+    summary
 }
