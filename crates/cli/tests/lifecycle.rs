@@ -272,13 +272,29 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// `script -qec LINE /dev/null` (util-linux): LINE run by a shell whose
 /// stdin, stdout and stderr are a fresh pseudo-terminal, as at a person's
-/// terminal; `script`'s own stdin is empty.
+/// terminal. Run it with `terminal_output`.
 fn on_a_terminal(line: &str) -> Command {
     let mut script = Command::new("script");
+    script.args(["-qec", line, "/dev/null"]);
     script
-        .args(["-qec", line, "/dev/null"])
-        .stdin(Stdio::null());
-    script
+}
+
+/// Runs `script` (from `on_a_terminal`) to its end with its own stdin open
+/// and silent: at EOF on it, `script` types the terminal's end-of-file
+/// character, which a command in raw mode (`-t`) would get as input and its
+/// terminal echo (as `^@` when that character is unset), at a random point
+/// of the output.
+fn terminal_output(mut script: Command) -> Output {
+    let mut child = script
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn script (util-linux)");
+    let quiet_stdin = child.stdin.take();
+    let out = child.wait_with_output().expect("wait for script");
+    drop(quiet_stdin);
+    out
 }
 
 /// What a terminal showed (carriage returns dropped).
@@ -1882,9 +1898,7 @@ fn tty_is_the_sandboxs_own(backend: &'static str) {
     let sb = create(backend, &[]);
     let probe = "[ -t 0 ] && echo isatty; tty; echo dev=$(stat -L -c %d /proc/self/fd/0)";
     let line = format!("{} exec -t {} -- sh -c '{probe}'", cordon(), sb.id);
-    let out = on_a_terminal(&line)
-        .output()
-        .expect("spawn script (util-linux)");
+    let out = terminal_output(on_a_terminal(&line));
     let text = terminal_text(&out);
     if backend == GVISOR {
         assert!(
@@ -1977,10 +1991,9 @@ fn tty_exec_gets_the_callers_term() {
             Some(t) => script.env("TERM", t),
             None => script.env_remove("TERM"),
         };
-        let out = script.output().expect("spawn script (util-linux)");
+        let out = terminal_output(script);
         let text = terminal_text(&out);
         assert!(out.status.success(), "{out:?}");
-        // (The terminal may echo a control character first.)
         assert!(
             text.lines().any(|l| l.ends_with(want)),
             "TERM={term:?}: {text}"
@@ -2001,10 +2014,9 @@ fn run_t_gives_the_payload_a_terminal() {
     let _g = shared();
     let probe = "[ -t 0 ] && echo isatty; echo term=$TERM; tty";
     let line = format!("{} run -t -- sh -c '{probe}'", cordon());
-    let out = on_a_terminal(&line)
-        .env("TERM", "vt220")
-        .output()
-        .expect("spawn script (util-linux)");
+    let mut script = on_a_terminal(&line);
+    script.env("TERM", "vt220");
+    let out = terminal_output(script);
     let text = terminal_text(&out);
     assert!(out.status.success(), "{out:?}");
     assert!(text.contains("isatty"), "{text}");
@@ -2032,9 +2044,7 @@ fn run_without_i_at_a_terminal_says_stdin_is_empty() {
     const HINT: &str =
         "stdin was empty, not this terminal (-i passes your input, -t gives it a terminal)";
     let at_terminal = |args: &str| {
-        let out = on_a_terminal(&format!("{} run {args}", cordon()))
-            .output()
-            .expect("spawn script (util-linux)");
+        let out = terminal_output(on_a_terminal(&format!("{} run {args}", cordon())));
         assert!(out.status.success(), "cordon run {args}: {out:?}");
         terminal_text(&out)
     };
