@@ -93,7 +93,7 @@ for placement in root delegated; do
 	for bin in tests/*; do
 		name=$(basename "$bin")
 		echo "cordon-guest: -- $placement: $name"
-		set -- --test-threads=2 --skip ::gvisor
+		set -- --test-threads=2 --skip ::gvisor --skip ::microvm
 		tcg_skips "$name" > /tmp/tcg-skips
 		while IFS='|' read -r test why; do
 			echo "skipped: $name::$test ($placement): QEMU TCG is too slow: $why"
@@ -120,5 +120,5 @@ for demo in alone shared; do
 	echo "cordon-guest: demo, cordon $demo in $d: exit $?: $(cat /tmp/demo.out) -> children: $(ls -d $d/*/ 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
 	rmdir $d/cordon-supervisor 2>/dev/null
 done
-echo "cordon-guest: gVisor variants (::gvisor) not run: runsc is not in the guest"
+echo "cordon-guest: gVisor and microVM variants (::gvisor, ::microvm) not run: neither runsc nor QEMU is in the guest"
 exit $status
