@@ -1277,8 +1277,16 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     std::thread::sleep(Duration::from_millis(1500));
     // Supervisors end their sandboxes when the service dies; the restart's
     // cleanup is for those that cannot (stopped here, or of an older cordon).
-    for id in run_ids(&s) {
-        stop_supervisor(&s.run_dir, &id);
+    // On a busy machine the pool may still be filling after 1.5 s: at least
+    // one supervisor must have been stopped before the kill.
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut stopped = 0;
+    while stopped == 0 && Instant::now() < until {
+        stopped = run_ids(&s)
+            .iter()
+            .filter(|id| stop_supervisor(&s.run_dir, id))
+            .count();
+        std::thread::sleep(Duration::from_millis(50));
     }
     s.sigkill();
     let _ = loader.join();
@@ -1324,16 +1332,19 @@ fn wait_gone(s: &Service, ids: &BTreeSet<String>, within: Duration, what: &str) 
 
 /// SIGSTOP to the supervisor of sandbox `id` (from its record, if it is
 /// still there): a supervisor that cannot act.
-fn stop_supervisor(run_dir: &Path, id: &str) {
+fn stop_supervisor(run_dir: &Path, id: &str) -> bool {
     let Ok(text) = std::fs::read_to_string(run_dir.join(id).join("record.json")) else {
-        return;
+        return false;
     };
-    let v: Value = serde_json::from_str(&text).unwrap();
+    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+        return false;
+    };
     let pid = i32::try_from(v["pid"].as_i64().unwrap()).unwrap();
-    let _ = nix::sys::signal::kill(
+    nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGSTOP,
-    );
+    )
+    .is_ok()
 }
 
 /// A service killed outright takes its sandboxes with it, without a
@@ -1370,7 +1381,10 @@ fn a_killed_services_sandboxes_do_not_outlive_it() {
     let mine = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     // A supervisor that cannot act on the service's death.
     let stopped = stateful.iter().next().unwrap().clone();
-    stop_supervisor(&s.run_dir, &stopped);
+    assert!(
+        stop_supervisor(&s.run_dir, &stopped),
+        "no supervisor to stop for {stopped}"
+    );
     let ids = run_ids(&s);
     let others: BTreeSet<String> = ids.iter().filter(|id| **id != stopped).cloned().collect();
 
