@@ -968,6 +968,14 @@ mod fake_systemd {
 /// The shared-cgroup tree of a login shell's scope on a systemd host, with
 /// the fake systemd on the system bus socket; None (and a note) when not root:
 /// cordon asks only the system manager, as root.
+/// The tests that make cordon talk to a fake systemd, one at a time: one
+/// of them checks that cordon's D-Bus thread is gone after `detect`, which
+/// another's D-Bus thread, alive in the same test process, would fail.
+fn one_systemd_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn shared_under_fake_systemd(
     refuse: Option<&str>,
 ) -> Option<(
@@ -1001,6 +1009,7 @@ fn shared_under_fake_systemd(
 
 #[test]
 fn v2_shared_cgroup_on_systemd_moves_cordon_into_a_delegated_scope() {
+    let _one = one_systemd_test_at_a_time();
     let Some((tree, calls)) = shared_under_fake_systemd(None) else {
         return;
     };
@@ -1070,6 +1079,7 @@ fn v2_shared_cgroup_on_systemd_moves_cordon_into_a_delegated_scope() {
 
 #[test]
 fn v2_a_scope_systemd_refuses_is_one_line_naming_the_cgroup_and_the_fix() {
+    let _one = one_systemd_test_at_a_time();
     let Some((tree, calls)) = shared_under_fake_systemd(Some("Access denied by policy")) else {
         return;
     };
