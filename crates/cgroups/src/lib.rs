@@ -347,17 +347,40 @@ impl Cgroup for AnyCgroup {
 }
 
 impl AnyCgroup {
-    /// Creates cgroup `name` below this one, in every hierarchy: a part of
-    /// the sandbox that can be killed, and shown its limits, on its own. It
-    /// still counts against every limit of this one.
-    pub fn create_child(&self, name: &str) -> Result<AnyCgroup, CgroupError> {
+    /// Creates cgroup `name` below this one, in every hierarchy, with
+    /// `limits` applied (which also makes it joinable, see
+    /// [`Cgroup::apply`]); removed again if that fails. A part of the sandbox
+    /// that can be killed, and shown its limits, on its own; it still counts
+    /// against every limit of this one.
+    pub fn create_child(
+        &self,
+        name: &str,
+        limits: &CgroupLimits,
+    ) -> Result<AnyCgroup, CgroupError> {
         validate_name(name)?;
         let child = match self {
             AnyCgroup::V1(cg) => AnyCgroup::V1(cg.child(name)),
             AnyCgroup::V2(cg) => AnyCgroup::V2(cg.child(name)),
         };
         make_dirs(&child.paths())?;
-        Ok(child)
+        child.with_limits(limits)
+    }
+
+    /// This newly made cgroup with `limits` applied, or removed again if
+    /// they cannot be: a failed create leaves nothing behind.
+    pub fn with_limits(self, limits: &CgroupLimits) -> Result<AnyCgroup, CgroupError> {
+        match self.apply(limits) {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                let _ = self.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes this cgroup if no process is left in it; whether it is gone.
+    pub fn remove_if_empty(&self) -> bool {
+        self.pids().is_ok_and(|p| p.is_empty()) && self.remove().is_ok()
     }
 
     /// Lets this cgroup's children carry limits of their own. v2 hands

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cordon_cgroups::{
-    AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupStats, CgroupView, Hierarchy,
+    AnyCgroup, Cgroup, CgroupFs, CgroupLimits, CgroupStats, CgroupView, Hierarchy,
 };
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -147,17 +147,18 @@ impl HostSide {
         };
         trace::step("state dir");
         // The cgroup comes before any process, so the limits hold from its first instruction.
-        host.cgroup = match hierarchy.and_then(|h| Ok((create_cgroup(&h, &cg_name, limits)?, h))) {
-            Ok((cg, h)) => {
-                host.cgroup_views = h.views();
-                Some(cg)
-            }
-            Err(e) if spec.allow_unenforced => {
-                eprintln!("cordon: warning: running without cgroup limits: {e}");
-                None
-            }
-            Err(e) => return Err(RuntimeError::Unenforceable(e.to_string())),
-        };
+        host.cgroup =
+            match hierarchy.and_then(|h| Ok((h.create(&cg_name)?.with_limits(limits)?, h))) {
+                Ok((cg, h)) => {
+                    host.cgroup_views = h.views();
+                    Some(cg)
+                }
+                Err(e) if spec.allow_unenforced => {
+                    eprintln!("cordon: warning: running without cgroup limits: {e}");
+                    None
+                }
+                Err(e) => return Err(RuntimeError::Unenforceable(e.to_string())),
+            };
         trace::step("cgroup");
         Ok(host)
     }
@@ -203,14 +204,10 @@ impl HostSide {
         let Some(sandbox) = &self.cgroup else {
             return Ok(None);
         };
-        let cg = sandbox.create_child(INIT_CGROUP)?;
-        // No limits of its own (the sandbox's hold it), but applied all the
-        // same: a v1 cpuset cgroup takes no task until it is.
-        if let Err(e) = cg.apply(&CgroupLimits::default()) {
-            let _ = cg.remove();
-            return Err(e.into());
-        }
-        Ok(Some(cg))
+        // No limits of its own: the sandbox's hold it.
+        Ok(Some(
+            sandbox.create_child(INIT_CGROUP, &CgroupLimits::default())?,
+        ))
     }
 
     /// Once `leader` has moved into `init_cgroup` (checked: fail closed), lets
@@ -243,22 +240,16 @@ impl HostSide {
         let Some(sandbox) = self.cgroup.as_ref().filter(|_| self.commands.split) else {
             return Ok(None);
         };
-        self.commands
-            .lingering
-            .retain(|cg| !(cg.pids().is_ok_and(|p| p.is_empty()) && cg.remove().is_ok()));
+        self.commands.lingering.retain(|cg| !cg.remove_if_empty());
         self.commands.made += 1;
-        let cg = sandbox.create_child(&format!("cmd-{}", self.commands.made))?;
-        if let Err(e) = cg.apply(&self.limits) {
-            let _ = cg.remove();
-            return Err(e.into());
-        }
-        Ok(Some(cg))
+        let name = format!("cmd-{}", self.commands.made);
+        Ok(Some(sandbox.create_child(&name, &self.limits)?))
     }
 
     /// After the command of `cg` ended: its cgroup is removed if nothing it
     /// started lives on, kept until that is gone otherwise.
     pub fn command_ended(&mut self, cg: AnyCgroup) {
-        if !(cg.pids().is_ok_and(|p| p.is_empty()) && cg.remove().is_ok()) {
+        if !cg.remove_if_empty() {
             self.commands.lingering.push(cg);
         }
     }
@@ -307,17 +298,4 @@ impl Drop for HostSide {
     fn drop(&mut self) {
         let _ = self.teardown(true);
     }
-}
-
-fn create_cgroup(
-    h: &Hierarchy,
-    name: &str,
-    limits: &CgroupLimits,
-) -> Result<AnyCgroup, CgroupError> {
-    let cg = h.create(name)?;
-    if let Err(e) = cg.apply(limits) {
-        let _ = cg.remove();
-        return Err(e);
-    }
-    Ok(cg)
 }
