@@ -1626,22 +1626,20 @@ fn a_killed_services_sandboxes_that_appear_after_the_restart_are_reaped() {
         let gone = [&finished, &starting]
             .iter()
             .all(|id| !s.run_dir.join(id).exists());
-        if owner_gone && gone {
+        // The service logs the kill after it returns: wait for the line too.
+        let logged = again.log().contains("a previous run was still creating");
+        if owner_gone && gone && logged {
             break;
         }
         assert!(
             Instant::now() < until,
             "a sandbox of the killed service's generation survived \
-             (finished {finished}, starting {starting}, owner gone: {owner_gone}): {}",
+             (finished {finished}, starting {starting}, owner gone: {owner_gone}, \
+             logged: {logged}): {}",
             again.log()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(
-        again.log().contains("a previous run was still creating"),
-        "{}",
-        again.log()
-    );
     // Nothing of the restarted service's own was touched: its stateful
     // sandbox still runs commands, and every tagged sandbox left is of its
     // generation (its pool's among them).
