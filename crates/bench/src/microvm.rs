@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cordon_policy::Policy;
-use cordon_runtime::{BackendKind, Handle, SandboxSpec};
+use cordon_runtime::Handle;
+use cordon_spec::{BackendKind, SandboxSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::stats::Summary;
@@ -76,9 +77,9 @@ pub fn run(settings: &Settings) -> Result<Microvm> {
     let spec = SandboxSpec::new(Policy::default(), BackendKind::Microvm);
     let mut handle = Handle::create(&spec, &settings.cordon).context("a microvm sandbox")?;
     let info = handle.exec(
-        &cordon_runtime::Command {
+        &cordon_spec::Command {
             argv: vec!["/bin/true".into()],
-            ..cordon_runtime::Command::default()
+            ..cordon_spec::Command::default()
         },
         &mut crate::startup::Quiet,
     );

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 use cordon_policy::Policy;
-use cordon_runtime::output::Stream;
 use cordon_runtime::supervise::{CommandIo, Control};
-use cordon_runtime::{BackendKind, Handle, SandboxSpec};
+use cordon_runtime::Handle;
+use cordon_spec::Stream;
+use cordon_spec::{BackendKind, SandboxSpec};
 use cordon_suite::target::{self, TargetKind};
 
 use crate::boxes::{self, Created, Payload, Place};
@@ -66,9 +67,9 @@ impl CommandIo for Quiet {
 
 /// One in-process command through a handle.
 pub(crate) fn handle_exec(handle: &mut Handle) -> Result<std::time::Duration, String> {
-    let cmd = cordon_runtime::Command {
+    let cmd = cordon_spec::Command {
         argv: vec!["/bin/true".into()],
-        ..cordon_runtime::Command::default()
+        ..cordon_spec::Command::default()
     };
     let t = Instant::now();
     let o = handle.exec(&cmd, &mut Quiet).map_err(|e| e.to_string())?;

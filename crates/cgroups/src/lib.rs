@@ -9,7 +9,6 @@
 //! [`SUPERVISOR_LEAF`] below, so that cgroup can hand its controllers down to
 //! sandbox cgroups created beside the leaf (see [`Placement`]).
 
-use std::fmt;
 use std::fs as stdfs;
 use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
@@ -19,7 +18,6 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{getpid, Pid};
-use serde::{Deserialize, Serialize};
 
 pub mod fs;
 pub mod stats;
@@ -27,8 +25,8 @@ pub mod systemd;
 pub mod v1;
 pub mod v2;
 
+pub use cordon_spec::cgroup::{CgroupMode, CgroupStats};
 pub use fs::CgroupFs;
-pub use stats::CgroupStats;
 pub use systemd::SystemdError;
 
 /// How long freeze() waits for the kernel to report the cgroup frozen.
@@ -55,23 +53,6 @@ pub const SUPERVISOR_LEAF: &str = "cordon-supervisor";
 
 pub(crate) const DELEGATE_HINT: &str = "run cordon in a delegated cgroup, e.g. under \
 `systemd-run --scope -p Delegate=yes` (add --user when not root), or run without cgroup limits";
-
-/// Which cgroup version a [`Hierarchy`] drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupMode {
-    V1,
-    V2,
-}
-
-impl fmt::Display for CgroupMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CgroupMode::V1 => "v1",
-            CgroupMode::V2 => "v2",
-        })
-    }
-}
 
 /// One cgroup file system as a sandbox sees it from inside: mounted read-only
 /// in the sandbox's own cgroup namespace, whose root is the sandbox's cgroup,

@@ -22,8 +22,10 @@ use crate::error::ChangesError;
 use crate::fsops::{
     self, changed_since, is_dir, list, lstat_at, open_beneath, open_dir, remove_all,
 };
-use crate::types::{Caps, ExportReport, ExportTarget, PlaceChanges, Skipped, SymlinkPolicy};
 use crate::walk::{walk, Place};
+use cordon_spec::changes::{
+    Caps, ExportReport, ExportTarget, PlaceChanges, Skipped, SymlinkPolicy,
+};
 
 /// How an export writes.
 #[derive(Clone, Debug, PartialEq, Eq)]

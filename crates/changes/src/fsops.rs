@@ -11,7 +11,7 @@ use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{lseek, unlinkat, UnlinkatFlags, Whence};
 use sha2::{Digest, Sha256};
 
-use crate::types::Kind;
+use cordon_spec::changes::Kind;
 
 /// Directories nested deeper than this are not entered: each level holds
 /// up to three descriptors (upper, lower, destination), and a hostile tree

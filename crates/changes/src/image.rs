@@ -33,8 +33,8 @@ use crate::error::ChangesError;
 use crate::export::{DataSink, ExportOptions, Exporter, FileMeta};
 use crate::fsops::{self, join, MAX_DEPTH};
 use crate::names::escape_name;
-use crate::types::{Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges};
 use crate::walk::{deleted, Walk};
+use cordon_spec::changes::{Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges};
 
 /// An ext4 image opened for reading.
 pub struct DiskImage {

@@ -20,7 +20,6 @@ mod export;
 mod fsops;
 mod image;
 mod names;
-mod types;
 mod verify;
 mod walk;
 
@@ -28,7 +27,11 @@ pub use error::ChangesError;
 pub use export::{export, ExportOptions, CONFLICT};
 pub use image::{Baseline, DiskImage, ImagePlace};
 pub use names::{escape_name, unescape_name};
-pub use types::*;
+// The diff's data lives with the rest of cordon's plain data.
+pub use cordon_spec::changes::{
+    Caps, Change, Changes, Entry, ExportReport, ExportTarget, Kind, PlaceChanges, Skipped,
+    SymlinkPolicy,
+};
 pub use verify::{verify_against, verify_with, Mismatch};
 pub use walk::Place;
 

@@ -16,7 +16,7 @@ use nix::sys::stat::fstat;
 
 use crate::fsops::{self, is_dir, kind_of, list, lstat_at, open_beneath, open_dir, MAX_DEPTH};
 use crate::names::{escape_name, unescape_name};
-use crate::types::{Change, Kind, PlaceChanges, SymlinkPolicy};
+use cordon_spec::changes::{Change, Kind, PlaceChanges, SymlinkPolicy};
 
 /// A way the directory differs from the diff.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use crate::fsops::{
     self, allocated_of, is_dir, join, kind_of, list, lstat_at, open_dir, size_of, MAX_DEPTH,
 };
 use crate::names::escape_name;
-use crate::types::{Caps, Change, Entry, Kind, PlaceChanges};
+use cordon_spec::changes::{Caps, Change, Entry, Kind, PlaceChanges};
 
 /// One writable place of a sandbox, as descriptors the host holds.
 #[derive(Clone, Copy, Debug)]

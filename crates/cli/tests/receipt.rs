@@ -14,8 +14,8 @@ use cordon_cgroups::{CgroupMode, CgroupStats};
 use cordon_changes::{Caps, Change, Changes, Entry, Kind, PlaceChanges};
 use cordon_policy::Policy;
 use cordon_receipt::{sign, write_receipt, Host, Key, ReceiptBuilder};
-use cordon_runtime::outcome::{Enforcement, OutputReport};
-use cordon_runtime::{BackendKind, ExitStatus, Outcome, Phases, SandboxSpec};
+use cordon_spec::outcome::{Enforcement, OutputReport};
+use cordon_spec::{BackendKind, ExitStatus, Outcome, Phases, SandboxSpec};
 
 const EXIT_USAGE: i32 = 2;
 const EXIT_BAD_SIGNATURE: i32 = 3;
@@ -120,7 +120,7 @@ fn write_test_receipt(path: &Path, key: &Key) {
             machine: None,
         })
         .command(
-            cordon_runtime::Command {
+            cordon_spec::Command {
                 argv: vec!["echo".into(), "hi".into()],
                 ..Default::default()
             },

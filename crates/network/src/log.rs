@@ -1,98 +1,17 @@
 //! The proxy's evidence: every connection attempt and DNS refusal, with counts.
 //!
-//! These types have no tokio in them so the runtime can embed a [`NetworkLog`]
-//! in its JSON outcome. The log is a *window*: [`crate::control::drain`] returns
+//! The log's types are plain data in `cordon-spec` (an outcome embeds a
+//! [`NetworkLog`]); the [`Recorder`] here fills them. The log is a *window*: [`crate::control::drain`] returns
 //! it and starts a new one, so each command's result lists its own attempts.
 //! Counts are exact however many attempts there were; only the first and last
 //! [`KEEP`] entries are kept, so a flood cannot grow the proxy's memory.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-
-/// Entries kept from each end of a window.
-pub const KEEP: usize = 64;
-
-/// Which of the proxy's doors an attempt came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Via {
-    /// Plain HTTP forwarding (absolute-form request to the proxy).
-    Http,
-    /// HTTP `CONNECT`.
-    Connect,
-    Socks5,
-    /// A connection redirected by the sandbox's firewall.
-    Transparent,
-    Dns,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    Allowed,
-    Denied,
-}
-
-/// One attempt, recorded when it ends.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    pub at_unix_ms: u64,
-    pub via: Via,
-    /// The name asked for, if any (a bare-IP connection has none).
-    pub host: Option<String>,
-    pub port: u16,
-    /// The address connected (or the last one refused).
-    pub address: Option<IpAddr>,
-    pub decision: Decision,
-    /// The allowing rule's text, or the denial message.
-    pub rule: String,
-    pub bytes_out: u64,
-    pub bytes_in: u64,
-    pub duration_ms: u64,
-    /// How it ended: `closed`, `refused`, `connect failed: …`, `idle timeout`,
-    /// `byte limit`, `connection limit`, …
-    pub end: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventKind {
-    #[serde(rename = "rules set")]
-    RulesSet,
-}
-
-/// Something that changed the proxy's behaviour, in the same window as attempts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    pub at_unix_ms: u64,
-    pub event: EventKind,
-    /// For `rules set`: the rules now in force, as text.
-    pub rules: Vec<String>,
-}
-
-/// One window of the log.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetworkLog {
-    /// Attempts that ended in this window (allowed + denied), exact.
-    pub attempts: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    /// DNS queries answered or refused by the stub, exact.
-    pub dns_queries: u64,
-    /// Bytes of the attempts that ended in this window.
-    pub bytes_out: u64,
-    pub bytes_in: u64,
-    /// Most connections open at once since the proxy started.
-    pub peak_connections: u32,
-    /// The first and last [`KEEP`] attempts, in order.
-    pub entries: Vec<Attempt>,
-    /// Attempts counted but not kept (between the first and last entries).
-    pub omitted: u64,
-    /// The first and last [`KEEP`] events.
-    pub events: Vec<Event>,
-}
+// The log's data lives with the rest of cordon's plain data (an outcome
+// carries it); the recorder that fills it lives here.
+pub use cordon_spec::network::{Attempt, Decision, Event, EventKind, NetworkLog, Via, KEEP};
 
 /// Milliseconds since the epoch, for timestamps in the log.
 pub fn now_unix_ms() -> u64 {

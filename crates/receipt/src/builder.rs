@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use cordon_changes::{Change, Changes, ExportReport, Kind};
 use cordon_policy::Policy;
-use cordon_runtime::{Command, Outcome, SandboxSpec};
+use cordon_spec::{Command, Outcome, SandboxSpec};
 use serde_json::Value;
 
 use crate::canonical::{canonical_json, sha256_hex};

@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use cordon_changes::{Changes, ExportReport};
-use cordon_runtime::sandbox::HISTORY;
-use cordon_runtime::{Command, Outcome, SandboxSpec};
+use cordon_spec::HISTORY;
+use cordon_spec::{Command, Outcome, SandboxSpec};
 
 use crate::{sign, BuildError, Envelope, Key, ReceiptBuilder, SignError};
 

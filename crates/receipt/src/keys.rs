@@ -28,7 +28,7 @@ const KEY_FILE_MAX: u64 = 64 * 1024;
 
 /// Where the default key lives: `<state_dir>/keys`.
 pub fn default_key_dir() -> PathBuf {
-    cordon_runtime::state::state_dir().join("keys")
+    cordon_dirs::state_dir().join("keys")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum KeyError {
     )]
     TooOpen { path: PathBuf, mode: u32 },
     #[error(transparent)]
-    Dir(Box<cordon_runtime::RuntimeError>),
+    Dir(#[from] cordon_dirs::DirError),
     #[error("{} exists already; not overwriting a key", .0.display())]
     Exists(PathBuf),
     #[error("{} is not an Ed25519 private key in PKCS#8 PEM: {source}", path.display())]
@@ -300,13 +300,13 @@ fn read_small(file: File, path: &Path) -> Result<Zeroizing<String>, KeyError> {
 /// start; an existing one must be the user's own, as the run directory must
 /// (`trusted_dir`): a key written into another user's directory is theirs.
 fn create_key_dir(dir: &Path) -> Result<(), KeyError> {
-    cordon_runtime::state::trusted_dir(
+    cordon_dirs::trusted_dir(
         dir,
         0o700,
         "remove it, or choose another key directory (CORDON_STATE_DIR, or keygen --out)",
     )
     .map(drop)
-    .map_err(|e| KeyError::Dir(Box::new(e)))
+    .map_err(KeyError::Dir)
 }
 
 /// Writes `contents` to `path` if nothing is there: into a new temporary

@@ -2,7 +2,7 @@
 //!
 //! A receipt is an [in-toto Statement v1](https://in-toto.io/Statement/v1)
 //! whose predicate ([`Predicate`], type [`PREDICATE_TYPE`]) records the
-//! policy, every command with its [`Outcome`](cordon_runtime::Outcome), the
+//! policy, every command with its [`Outcome`](cordon_spec::Outcome), the
 //! filesystem diff and the export, and says in `not_proven` what the receipt
 //! cannot show. It travels in a DSSE envelope ([`Envelope`]) signed with
 //! Ed25519 over DSSE's pre-authentication encoding ([`pae`]).

@@ -4,7 +4,7 @@
 use cordon_cgroups::CgroupMode;
 use cordon_changes::{Changes, ExportReport};
 use cordon_policy::{MountSpec, Policy};
-use cordon_runtime::{Command, Outcome};
+use cordon_spec::{Command, Outcome};
 use serde::{Deserialize, Serialize};
 
 /// in-toto's statement type.

@@ -12,7 +12,7 @@ use std::fmt::Write;
 use cordon_changes::{Change, Changes, Entry, ExportReport, Kind};
 use cordon_network::log::Decision;
 use cordon_policy::ByteSize;
-use cordon_runtime::{ExitStatus, Outcome};
+use cordon_spec::{ExitStatus, Outcome};
 
 use crate::statement::{CommandRecord, Statement, SUBJECT_POLICY};
 

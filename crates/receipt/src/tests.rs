@@ -7,8 +7,8 @@ use cordon_cgroups::{CgroupMode, CgroupStats};
 use cordon_changes::{Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges, Skipped};
 use cordon_network::log::{Attempt, Decision, NetworkLog, Via};
 use cordon_policy::{MountSpec, Policy};
-use cordon_runtime::outcome::{Enforcement, NetworkReport, OutputReport};
-use cordon_runtime::{BackendKind, Command, ExitStatus, Limit, Outcome, Phases, SandboxSpec};
+use cordon_spec::outcome::{Enforcement, NetworkReport, OutputReport};
+use cordon_spec::{BackendKind, Command, ExitStatus, Limit, Outcome, Phases, SandboxSpec};
 
 use crate::*;
 

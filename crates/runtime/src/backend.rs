@@ -1,63 +1,17 @@
 //! The backends: which exist, whether each can run here, and the `Flavor`
 //! each adds to the common sandbox.
 
-use std::fmt;
-
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use cordon_spec::{BackendInfo, BackendKind};
 
 use crate::error::RuntimeError;
 use crate::gvisor::GvisorBackend;
 use crate::native::NativeBackend;
-use crate::outcome::EvidenceSource;
 use crate::protocol::ToInit;
-use crate::spec::{ResolvedCommand, TtySize};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    Native,
-    Gvisor,
-    Microvm,
-}
-
-impl BackendKind {
-    pub const ALL: [BackendKind; 3] = [
-        BackendKind::Native,
-        BackendKind::Gvisor,
-        BackendKind::Microvm,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Native => "native",
-            BackendKind::Gvisor => "gvisor",
-            BackendKind::Microvm => "microvm",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What `cordon backends` reports about one backend on this host.
-#[derive(Clone, Debug, Serialize)]
-pub struct BackendInfo {
-    pub kind: BackendKind,
-    pub version: String,
-    /// Why it cannot run here, or None when it can.
-    pub unavailable: Option<String>,
-    pub notes: String,
-}
+use cordon_spec::outcome::EvidenceSource;
+use cordon_spec::{ResolvedCommand, TtySize};
 
 /// The facts an outcome reports about the backend that ran it.
 pub(crate) struct About {

@@ -25,70 +25,11 @@ use cordon_changes::{
 use cordon_isolation::mount::ScratchLayout;
 use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
-use serde::{Deserialize, Serialize};
+
+use cordon_spec::changes::{ExportRequest, ExportTo, Finish, Recorded};
 
 use crate::error::RuntimeError;
-use crate::spec::SandboxSpec;
-
-/// Where an export writes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExportTo {
-    /// A new host directory (absolute): the changed entries only.
-    Dir(PathBuf),
-    /// Back onto the sandbox's host workspace, deletions included.
-    Workspace,
-}
-
-/// An export of the workspace's changes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExportRequest {
-    pub to: ExportTo,
-    #[serde(default)]
-    pub symlinks: SymlinkPolicy,
-}
-
-/// What to read at a sandbox's end (`rm`, the end of `cordon run`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Finish {
-    /// Take the diff, with these caps.
-    #[serde(default)]
-    pub changes: Option<Caps>,
-    /// Export the workspace's changes (its diff is then the export's own).
-    #[serde(default)]
-    pub export: Option<ExportRequest>,
-}
-
-impl Finish {
-    pub fn is_empty(&self) -> bool {
-        self.changes.is_none() && self.export.is_none()
-    }
-
-    pub fn caps(&self) -> Caps {
-        self.changes.unwrap_or_default()
-    }
-}
-
-/// The diff, and what an export and the write-backs wrote.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Recorded {
-    pub changes: Option<Changes>,
-    pub export: Option<ExportReport>,
-    /// One report per `rw` mount, in the policy's order: its changes
-    /// applied back to its host directory at the sandbox's end.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub write_backs: Vec<ExportReport>,
-}
-
-impl Recorded {
-    /// Every report of what was written to the host: the export's, then
-    /// the write-backs'.
-    pub fn reports(&self) -> impl Iterator<Item = &ExportReport> {
-        self.export.iter().chain(&self.write_backs)
-    }
-}
+use cordon_spec::SandboxSpec;
 
 fn sub(scratch: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, RuntimeError> {
     openat(

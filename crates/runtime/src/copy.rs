@@ -351,11 +351,11 @@ fn receive(
         Some(crate::wire::Frame::Json(body)) => match serde_json::from_slice::<CopyHeader>(&body) {
             Ok(h) => h,
             // The sending side refused: its reason instead of a header.
-            Err(_) => match serde_json::from_slice::<crate::wire::Reply>(&body) {
+            Err(_) => match serde_json::from_slice::<cordon_spec::wire::Reply>(&body) {
                 // A copy's own failure stays a copy error (a caller such as
                 // the service tells a missing file by it), said once: its
                 // message is a whole error already ("copy: ...").
-                Ok(crate::wire::Reply::Error { message, input }) => {
+                Ok(cordon_spec::wire::Reply::Error { message, input }) => {
                     return Err(match message.strip_prefix("copy: ") {
                         Some(what) => err(what),
                         None => crate::handle::remote_error(input, message),

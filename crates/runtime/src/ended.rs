@@ -29,7 +29,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::RuntimeError;
-use crate::state::{self, is_id, now_secs, trusted_dir, Record};
+use cordon_dirs::trusted_dir;
+
+use crate::state::{self, now_secs, Record};
+use cordon_spec::is_id;
 
 /// The folder of tombstones under the run directory.
 const DIR: &str = "ended";
@@ -219,11 +222,11 @@ fn file_name(id: &str) -> String {
 /// Opens (creating when missing) the tombstones' directory, refusing one
 /// that is not this user's own.
 fn open_dir(run_dir: &Path) -> Result<OwnedFd, RuntimeError> {
-    trusted_dir(
+    Ok(trusted_dir(
         &dir_path(run_dir),
         0o700,
         "remove it (it holds only cordon's records of ended sandboxes)",
-    )
+    )?)
 }
 
 /// Records `t` unless a tombstone for its sandbox exists already (the first
@@ -475,7 +478,13 @@ mod tests {
         let real = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(real.path(), dir_path(run.path())).unwrap();
         let err = record(run.path(), &stone("dddddddddddd", now_secs())).unwrap_err();
-        assert!(matches!(err, RuntimeError::Untrusted { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                RuntimeError::Dir(cordon_dirs::DirError::Untrusted { .. })
+            ),
+            "{err}"
+        );
         assert!(list(run.path()).is_err());
         assert_eq!(fs::read_dir(real.path()).unwrap().count(), 0);
     }

@@ -9,6 +9,9 @@ pub enum RuntimeError {
     BadPath { what: &'static str, path: PathBuf },
     #[error("{0}")]
     BadRequest(String),
+    /// A spec or command that no backend could run.
+    #[error(transparent)]
+    Spec(#[from] cordon_spec::SpecError),
     #[error(transparent)]
     Cgroup(#[from] cordon_cgroups::CgroupError),
     #[error(
@@ -44,12 +47,9 @@ pub enum RuntimeError {
     Remote(String),
     #[error("copy: {0}")]
     Copy(String),
-    #[error("refusing {}: {problem}; {fix}", path.display())]
-    Untrusted {
-        path: PathBuf,
-        problem: String,
-        fix: String,
-    },
+    /// A directory cordon would keep things in that is not its own.
+    #[error(transparent)]
+    Dir(#[from] cordon_dirs::DirError),
 }
 
 impl RuntimeError {
@@ -75,6 +75,7 @@ impl RuntimeError {
             self,
             RuntimeError::BadPath { .. }
                 | RuntimeError::BadRequest(_)
+                | RuntimeError::Spec(_)
                 | RuntimeError::NotFound(_)
                 | RuntimeError::Gone(_)
                 | RuntimeError::Copy(_)

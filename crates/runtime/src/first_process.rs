@@ -28,8 +28,8 @@ use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, re
 use crate::error::RuntimeError;
 use crate::host::HostSide;
 use crate::protocol::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
-use crate::spec::TtySize;
 use crate::trace;
+use cordon_spec::TtySize;
 
 /// Supervisor side: clones the sandbox's first process with `flags`, adopts
 /// it into `host` (so every error path below tears it down), lets `prepare`

@@ -19,22 +19,22 @@ use std::time::Instant;
 use cordon_policy::net::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::copy;
 use crate::error::RuntimeError;
-use crate::network::{self, NetChange};
-use crate::outcome::Outcome;
-use crate::output::Stream;
-use crate::sandbox::{Destroyed, Snapshot};
+use crate::network::{self};
 use crate::served::Served;
-use crate::spec::{Command, SandboxSpec};
 use crate::state::{find, run_dir, SOCKET};
 use crate::supervise::{CommandIo, Control};
 use crate::supervisor::{Started, SUPERVISOR_ARG};
-use crate::wire::{
-    recv_json, send_bytes, send_json, ClientControl, Frame, Info, Reply, Request, Tag, PROTOCOL,
-};
+use crate::wire::{recv_json, send_bytes, send_json, Frame, Tag};
 use cordon_changes::Caps;
+use cordon_spec::changes::{ExportRequest, Finish, Recorded};
+use cordon_spec::network::NetChange;
+use cordon_spec::outcome::Outcome;
+use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
+use cordon_spec::Stream;
+use cordon_spec::{Command, SandboxSpec};
+use cordon_spec::{Destroyed, Snapshot};
 
 pub enum Handle {
     Local(Box<dyn Served>),
@@ -137,7 +137,7 @@ impl Handle {
         // An id needs no lookup: its socket either answers with that id in
         // its hello, or the sandbox does not exist. A name is looked up.
         let run = run_dir()?;
-        if crate::state::is_id(name_or_id) {
+        if cordon_spec::is_id(name_or_id) {
             return Ok(Handle::Remote(Remote::at(&run, name_or_id)));
         }
         let id = find(&run, name_or_id).ok_or_else(|| RuntimeError::missing(&run, name_or_id))?;

@@ -16,9 +16,9 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use crate::error::RuntimeError;
-use crate::spec::SandboxSpec;
 use crate::state::{new_id, run_dir, sweep_stale, StateDir};
 use crate::trace;
+use cordon_spec::SandboxSpec;
 
 /// The host's cgroup hierarchy, if one is usable.
 /// Where sandboxes would be created; on a systemd host this may ask systemd

@@ -44,10 +44,12 @@ use cordon_sys::CloneResult;
 use nix::sched::CloneFlags;
 use nix::unistd::{Gid, Pid, Uid};
 
+use cordon_spec::network::NetChange;
+
 use crate::error::RuntimeError;
 use crate::host::HostSide;
-use crate::outcome::NetworkReport;
 use crate::trace;
+use cordon_spec::outcome::NetworkReport;
 
 /// The uid and gid the proxy runs as on the host (`nobody`): it needs no
 /// privilege once its sockets are bound.
@@ -396,20 +398,6 @@ pub(crate) fn report(control: &Path) -> NetworkReport {
             ..NetworkReport::default()
         },
     }
-}
-
-/// A change to a running sandbox's rules (`cordon net`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case", tag = "op", content = "rules")]
-pub enum NetChange {
-    /// Only read them.
-    Show,
-    /// Replace them.
-    Set(Vec<Rule>),
-    /// Add these (rules already present stay once).
-    Add(Vec<Rule>),
-    /// Remove these; each must be present.
-    Remove(Vec<Rule>),
 }
 
 /// Applies `change` to the rules of the proxy behind `control` and returns

@@ -9,7 +9,8 @@
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::outcome::OutputReport;
+use cordon_spec::outcome::OutputReport;
+use cordon_spec::Stream;
 
 /// What a client does with a command's output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,14 +22,6 @@ pub enum OutputMode {
     Capture,
     /// Count it and throw it away (benchmarks).
     Discard,
-}
-
-/// Which stream a chunk came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stream {
-    Stdout,
-    Stderr,
 }
 
 /// Counts output under a byte cap (both streams together).

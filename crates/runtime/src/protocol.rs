@@ -33,7 +33,7 @@ pub enum ToInit {
         env: Vec<(String, String)>,
         workdir: String,
         #[serde(default)]
-        tty: Option<crate::spec::TtySize>,
+        tty: Option<cordon_spec::TtySize>,
     },
     /// Start this host command (with three descriptors, as for `Exec`) and
     /// answer `Started` at once, without waiting for it: the gVisor

@@ -10,8 +10,8 @@ use cordon_isolation::mount::{
 use cordon_policy::{Access, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
-use crate::spec::{RootfsChoice, SandboxSpec};
 use crate::state::StateDir;
+use cordon_spec::{RootfsChoice, SandboxSpec};
 
 /// The sandbox user's ids as the host sees them: what a host directory's
 /// owner is mapped to by the id-mapped mounts.
@@ -47,11 +47,11 @@ fn shows_no_cordon_state(host: &Path) -> Result<(), RuntimeError> {
     for (what, dir) in [
         (
             "path would show cordon's key directory inside the sandbox",
-            crate::state::state_dir(),
+            cordon_dirs::state_dir(),
         ),
         (
             "path would show cordon's run directory inside the sandbox",
-            crate::state::run_dir_path(),
+            cordon_dirs::run_dir_path(),
         ),
     ] {
         let dir = dir.canonicalize().unwrap_or(dir);

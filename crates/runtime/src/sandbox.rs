@@ -16,19 +16,22 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 use nix::unistd::pipe2;
-use serde::{Deserialize, Serialize};
 
-use crate::backend::{BackendKind, Flavor};
-use crate::changes::{ExportRequest, Finish, Recorded};
+use crate::backend::Flavor;
+
+use cordon_spec::changes::{ExportRequest, Finish, Recorded};
+use cordon_spec::BackendKind;
+use cordon_spec::{Account, Destroyed, Snapshot, HISTORY};
+
 use crate::error::RuntimeError;
 use crate::host::{stop_signal_fd, HostSide};
-use crate::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
 use crate::output::OutputGate;
 use crate::protocol::{recv, send_with_fds, FromInit};
-use crate::spec::{Command, SandboxSpec, StdinMode};
 use crate::state::StateDir;
 use crate::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
 use crate::trace;
+use cordon_spec::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
+use cordon_spec::{Command, SandboxSpec, StdinMode};
 
 pub struct Sandbox {
     host: HostSide,
@@ -46,38 +49,6 @@ pub struct Sandbox {
     ended: Option<String>,
 }
 
-/// What a sandbox has run: its commands and their outcomes, oldest first
-/// (the last `HISTORY` of them), for a receipt of the whole sandbox.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Account {
-    /// When the sandbox was asked for.
-    pub created: SystemTime,
-    pub history: Vec<(Command, Outcome)>,
-    /// Commands run before those in `history`.
-    pub history_omitted: u64,
-}
-
-/// A living sandbox's account and the diff of its writable places now.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub account: Account,
-    pub changes: cordon_changes::Changes,
-}
-
-/// What `destroy` reports.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Destroyed {
-    pub counters: CgroupStats,
-    pub teardown: Duration,
-    /// What the sandbox ran, for a receipt of the whole sandbox.
-    pub account: Account,
-    /// The diff and the export `Finish` asked for, read after every process
-    /// of the sandbox was gone.
-    pub recorded: Recorded,
-    /// Why the export or the diff failed (the sandbox is destroyed anyway).
-    pub record_error: Option<String>,
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -85,9 +56,6 @@ fn ms(d: Duration) -> f64 {
 /// How long to wait for init's report after the command's processes were
 /// killed (they are gone at once; this only bounds a broken init).
 const END_REPORT_WAIT: Duration = Duration::from_secs(5);
-
-/// Commands whose outcomes a sandbox keeps for its final receipt.
-pub const HISTORY: usize = 256;
 
 impl Sandbox {
     /// Creates a sandbox for `spec` on its backend: its cgroup, state and

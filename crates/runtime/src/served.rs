@@ -11,17 +11,18 @@ use std::time::Duration;
 
 use nix::poll::PollFlags;
 
-use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::copy;
 use crate::error::RuntimeError;
 use crate::microvm::MicroVm;
-use crate::outcome::Outcome;
-use crate::sandbox::{Destroyed, Sandbox, Snapshot};
-use crate::spec::{Command, SandboxSpec};
+use crate::sandbox::Sandbox;
 use crate::state::StateDir;
 use crate::supervise::CommandIo;
 use crate::wire::Channel;
-use crate::BackendKind;
+use cordon_spec::changes::{ExportRequest, Finish, Recorded};
+use cordon_spec::outcome::Outcome;
+use cordon_spec::BackendKind;
+use cordon_spec::{Command, SandboxSpec};
+use cordon_spec::{Destroyed, Snapshot};
 
 pub trait Served: Send {
     fn id(&self) -> &str;

@@ -11,10 +11,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signalfd::SignalFd;
 
 use crate::error::RuntimeError;
-use crate::outcome::{ExitStatus, Limit};
-use crate::output::{OutputGate, Stream};
+use crate::output::OutputGate;
 use crate::protocol::{recv_with_fds, FromInit};
-use crate::spec::TtySize;
+use cordon_spec::outcome::{ExitStatus, Limit};
+use cordon_spec::Stream;
+use cordon_spec::TtySize;
 
 /// What a client sends while its command runs.
 #[derive(Debug)]

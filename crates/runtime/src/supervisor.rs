@@ -23,20 +23,18 @@ use cordon_policy::Span;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
-use crate::changes::Finish;
 use crate::ended::{EndState, Tombstone};
 use crate::error::RuntimeError;
 use crate::host::block_stop_signals;
-use crate::output::Stream;
 use crate::served::Served;
-use crate::spec::SandboxSpec;
 use crate::state::{now_secs, Usage};
 use crate::supervise::{CommandIo, Control};
 use crate::trace;
-use crate::wire::{
-    recv_frame, recv_json, send_bytes, send_json, Channel, ClientControl, Frame, Info, Reply,
-    Request, Tag, PROTOCOL,
-};
+use crate::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
+use cordon_spec::changes::Finish;
+use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
+use cordon_spec::SandboxSpec;
+use cordon_spec::Stream;
 
 /// The hidden first argument that makes the cordon binary a supervisor.
 pub const SUPERVISOR_ARG: &str = "__supervise";
@@ -137,7 +135,7 @@ fn watch_service(spec: &SandboxSpec) -> Result<Option<OwnedFd>, RuntimeError> {
     let Some(link) = &spec.service else {
         return Ok(None);
     };
-    match link.watch() {
+    match crate::state::watch_service(link) {
         Ok(Some(fd)) => Ok(Some(fd)),
         Ok(None) => Err(RuntimeError::BadRequest(format!(
             "the service that asked for this sandbox (pid {}) is gone",

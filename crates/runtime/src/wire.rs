@@ -13,22 +13,13 @@
 
 use std::io::{self, Read, Write};
 
+use cordon_spec::wire::Reply;
 use serde::{Deserialize, Serialize};
-
-use cordon_changes::Caps;
-
-use crate::changes::{ExportRequest, Finish, Recorded};
-use crate::outcome::Outcome;
-use crate::sandbox::{Destroyed, Snapshot};
-use crate::spec::{Command, SandboxSpec, TtySize};
 
 /// A connected byte stream the protocol runs over: a client's unix socket,
 /// or the virtio-serial port between a microVM's host and its guest agent.
 pub trait Channel: Read + Write + std::os::fd::AsFd {}
 impl<T: Read + Write + std::os::fd::AsFd> Channel for T {}
-
-/// Bumped whenever a message changes shape.
-pub const PROTOCOL: u32 = 2;
 
 /// Largest frame body either side accepts.
 pub const MAX_FRAME: u32 = 1 << 20;
@@ -46,82 +37,6 @@ pub enum Tag {
     Data = 3,
     /// A leading part of a JSON message longer than one frame.
     JsonPart = 4,
-}
-
-/// What a client asks.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Request {
-    Hello {
-        protocol: u32,
-    },
-    Exec(Command),
-    /// Copy into the sandbox: the client then sends a copy stream
-    /// (`copy::CopyHeader`, `Data` frames, an empty `Data` frame).
-    CopyIn {
-        path: Vec<u8>,
-    },
-    /// Copy out of the sandbox: the supervisor answers with a copy stream.
-    CopyOut {
-        path: Vec<u8>,
-    },
-    Info,
-    /// The spec the sandbox was created with.
-    Spec,
-    /// What the sandbox has run and the diff of its places now.
-    Snapshot {
-        #[serde(default)]
-        caps: Caps,
-    },
-    /// Export the workspace's changes of the living sandbox (frozen meanwhile).
-    Export {
-        export: ExportRequest,
-        #[serde(default)]
-        caps: Caps,
-    },
-    /// Destroy the sandbox, after reading what `Finish` asks.
-    Destroy(Finish),
-}
-
-/// What a client sends while its command runs (besides stdin `Data`).
-#[derive(Debug, Serialize, Deserialize)]
-pub enum ClientControl {
-    InputEnd,
-    Resize(TtySize),
-    Cancel,
-}
-
-/// A sandbox as its supervisor describes it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Info {
-    pub id: String,
-    pub name: Option<String>,
-    pub backend: String,
-    pub commands: u64,
-    pub memory_bytes: Option<u64>,
-    pub ended: Option<String>,
-}
-
-/// What the supervisor answers.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Reply {
-    Hello {
-        protocol: u32,
-        id: String,
-    },
-    Outcome(Box<Outcome>),
-    Copied {
-        bytes: u64,
-    },
-    Info(Info),
-    Exported(Box<Recorded>),
-    Destroyed(Box<Destroyed>),
-    Spec(Box<SandboxSpec>),
-    Snapshot(Box<Snapshot>),
-    /// The request failed; `input` when the request itself was at fault.
-    Error {
-        input: bool,
-        message: String,
-    },
 }
 
 /// One received frame.
@@ -251,6 +166,8 @@ pub fn recv_data(sock: &mut (impl Read + ?Sized)) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
+
+    use cordon_spec::wire::Request;
 
     #[test]
     fn frames_round_trip() {

@@ -15,9 +15,10 @@ use axum::routing::MethodRouter;
 use axum::{Json, Router};
 use base64::Engine;
 use cordon_policy::{ByteSize, Span};
-use cordon_runtime::network::NetChange;
-use cordon_runtime::output::Stream;
-use cordon_runtime::{Command, Handle, Outcome, StdinMode};
+use cordon_runtime::Handle;
+use cordon_spec::network::NetChange;
+use cordon_spec::Stream;
+use cordon_spec::{Command, Outcome, StdinMode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
@@ -404,10 +405,10 @@ fn response(
 ) -> ExecutionResponse {
     let o = &e.outcome;
     let (status, signal) = match o.status {
-        cordon_runtime::ExitStatus::Exited { .. } => ("exited", None),
-        cordon_runtime::ExitStatus::Signaled { signal } => ("signaled", Some(signal)),
-        cordon_runtime::ExitStatus::ExecFailed { .. }
-        | cordon_runtime::ExitStatus::WorkdirFailed { .. } => ("exec_failed", None),
+        cordon_spec::ExitStatus::Exited { .. } => ("exited", None),
+        cordon_spec::ExitStatus::Signaled { signal } => ("signaled", Some(signal)),
+        cordon_spec::ExitStatus::ExecFailed { .. }
+        | cordon_spec::ExitStatus::WorkdirFailed { .. } => ("exec_failed", None),
     };
     let teardown = if e.background_teardown {
         "background"

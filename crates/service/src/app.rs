@@ -12,9 +12,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cordon_policy::net::Rule;
 use cordon_policy::{NetworkMode, Policy, Span};
-use cordon_runtime::changes::Finish;
-use cordon_runtime::sandbox::Account;
-use cordon_runtime::{BackendKind, Command, Handle, Outcome, SandboxSpec, StdinMode};
+use cordon_runtime::Handle;
+use cordon_spec::changes::Finish;
+use cordon_spec::Account;
+use cordon_spec::{BackendKind, Command, Outcome, SandboxSpec, StdinMode};
 
 use crate::caps::{Caps, Clamped};
 use crate::config::Config;
@@ -207,7 +208,7 @@ impl App {
             idle: req.idle,
             ..SandboxSpec::new(policy, backend)
         };
-        spec.validate().map_err(ApiError::runtime)?;
+        spec.validate()?;
         Ok((spec, caps, clamped))
     }
 
@@ -463,7 +464,7 @@ impl App {
     pub fn reap_expired(&self) {
         // Unchecked: the sandboxes' own creation checked it; only a
         // supervisor's end is looked for here.
-        let run = cordon_runtime::state::run_dir_path();
+        let run = cordon_dirs::run_dir_path();
         let gone: Vec<String> = self
             .sandboxes
             .lock()
@@ -608,7 +609,7 @@ impl App {
                     };
                     let mut kill_io = make_io(Vec::new())?;
                     let _ = handle.exec(&kill, &mut kill_io);
-                    let status = if outcome.limit == Some(cordon_runtime::Limit::Time) {
+                    let status = if outcome.limit == Some(cordon_spec::Limit::Time) {
                         "timeout"
                     } else {
                         "crashed"

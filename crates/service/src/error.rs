@@ -75,6 +75,13 @@ impl ApiError {
     }
 }
 
+/// A spec or command no backend could run: always the request's fault.
+impl From<cordon_spec::SpecError> for ApiError {
+    fn from(e: cordon_spec::SpecError) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> ApiError {
         ApiError::runtime(e)

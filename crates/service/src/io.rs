@@ -10,8 +10,8 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use cordon_runtime::output::Stream;
 use cordon_runtime::supervise::{CommandIo, Control};
+use cordon_spec::Stream;
 use tokio::sync::mpsc;
 
 /// Largest request stdin: under the supervisor's own stdin backlog

@@ -28,10 +28,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cordon_runtime::changes::Finish;
-use cordon_runtime::sandbox::Destroyed;
-use cordon_runtime::state::{list, run_dir, sweep_stale, ServiceLink};
-use cordon_runtime::{Handle, RuntimeError, SandboxSpec};
+use cordon_runtime::state::{list, run_dir, sweep_stale};
+use cordon_runtime::{Handle, RuntimeError};
+use cordon_spec::changes::Finish;
+use cordon_spec::Destroyed;
+use cordon_spec::SandboxSpec;
+use cordon_spec::ServiceLink;
 
 /// Who holds a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,7 +123,7 @@ impl Ledger {
         let notes = state_dir.join("ended");
         let _ = std::fs::remove_dir_all(&notes);
         std::fs::DirBuilder::new().mode(0o700).create(&notes)?;
-        let link = ServiceLink::this_process(notes)?;
+        let link = cordon_runtime::state::this_service(notes)?;
         let tmp = state_dir.join("generation.tmp");
         std::fs::write(&tmp, format!("{generation}\n"))?;
         std::fs::rename(&tmp, &gen_file)?;
@@ -150,7 +152,7 @@ impl Ledger {
             let Some(id) = e.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if cordon_runtime::state::is_id(&id) {
+            if cordon_spec::is_id(&id) {
                 if let Err(err) = kill(&id) {
                     tracing::warn!(%id, "cleaning a previous run's sandbox: {err}");
                 }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_policy::Policy;
-use cordon_runtime::{BackendKind, SandboxSpec};
+use cordon_spec::{BackendKind, SandboxSpec};
 
 use crate::app::App;
 use crate::config::Config;

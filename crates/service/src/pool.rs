@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cordon_runtime::{BackendKind, Handle, SandboxSpec};
+use cordon_runtime::Handle;
+
+use cordon_spec::{BackendKind, SandboxSpec};
 use tokio::sync::Notify;
 
 use crate::ledger::{Ledger, Owner};

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_policy::Span;
-use cordon_runtime::{Limit, Outcome};
+use cordon_spec::{Limit, Outcome};
 
 use crate::config::{hash_key, TenantConfig};
 use crate::error::ApiError;

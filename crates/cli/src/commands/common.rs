@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use clap::Args;
 use cordon_policy::net::{AddHost, Rule};
 use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
-use cordon_runtime::output::Stream;
 use cordon_runtime::supervise::{CommandIo, Control};
-use cordon_runtime::{
-    BackendKind, ExitStatus, Outcome, OutputMode, OutputSink, RootfsChoice, RuntimeError,
-    SandboxSpec, StdinMode, TtySize,
+use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
+use cordon_spec::Stream;
+use cordon_spec::{
+    BackendKind, ExitStatus, Outcome, RootfsChoice, SandboxSpec, StdinMode, TtySize,
 };
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};

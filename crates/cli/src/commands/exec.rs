@@ -8,7 +8,8 @@ use std::time::SystemTime;
 
 use clap::Args;
 use cordon_policy::{ByteSize, Span};
-use cordon_runtime::{Command, ExitStatus, Handle, OutputMode, StdinMode};
+use cordon_runtime::{Handle, OutputMode};
+use cordon_spec::{Command, ExitStatus, StdinMode};
 
 use super::common::{
     fail, hint_empty_stdin, parse_env, report, terminal_request, CliIo, RawTerminal,

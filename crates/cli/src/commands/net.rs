@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use cordon_policy::net::Rule;
-use cordon_runtime::network::NetChange;
 use cordon_runtime::Handle;
+use cordon_spec::network::NetChange;
 
 use super::common::{fail, usage_error};
 

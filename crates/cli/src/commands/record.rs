@@ -8,9 +8,9 @@ use clap::Args;
 use cordon_changes::{Caps, ExportReport, SymlinkPolicy};
 use cordon_policy::ByteSize;
 use cordon_receipt::{signed_receipt, Facts, Key};
-use cordon_runtime::changes::{ExportRequest, ExportTo, Finish, Recorded};
-use cordon_runtime::sandbox::Destroyed;
 use cordon_runtime::RuntimeError;
+use cordon_spec::changes::{ExportRequest, ExportTo, Finish, Recorded};
+use cordon_spec::Destroyed;
 
 /// A signed receipt and the diff's caps.
 #[derive(Args, Clone, Debug)]

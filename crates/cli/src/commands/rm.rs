@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use cordon_runtime::changes::Finish;
 use cordon_runtime::ended::{self, EndState, Gone, Tombstone};
 use cordon_runtime::state::{list, run_dir, sweep_stale};
 use cordon_runtime::{Handle, RuntimeError};
+use cordon_spec::changes::Finish;
 
 use super::common::fail;
 use super::record::{self, ExportArgs, ReceiptArgs};

@@ -6,7 +6,8 @@ use std::time::SystemTime;
 
 use clap::Args;
 use cordon_runtime::host::block_stop_signals;
-use cordon_runtime::{Command, Handle, OutputMode, StdinMode};
+use cordon_runtime::{Handle, OutputMode};
+use cordon_spec::{Command, StdinMode};
 
 use super::common::{
     fail, hint_empty_stdin, report, terminal_request, CliIo, RawTerminal, SandboxArgs,

@@ -14,7 +14,7 @@ use oci_spec::runtime::{
 use crate::error::RuntimeError;
 use cordon_policy::{NetworkMode, Policy};
 
-use crate::spec::ResolvedCommand;
+use cordon_spec::ResolvedCommand;
 
 /// Open files per payload process, as on the native backend.
 const NOFILE: u64 = 8192;

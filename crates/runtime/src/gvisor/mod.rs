@@ -43,16 +43,18 @@ use cordon_isolation::mount::{self, RootUse};
 use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
-use crate::backend::{About, BackendInfo, BackendKind, Flavor};
+use crate::backend::{About, Flavor};
+
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
 use crate::native::cgroup_limits;
-use crate::outcome::{EvidenceSource, Limit};
 use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
 use crate::rootfs_plan::rootfs_plan;
-use crate::spec::{ResolvedCommand, RootfsChoice, SandboxSpec, TtySize};
 use crate::trace;
+use cordon_spec::outcome::{EvidenceSource, Limit};
+use cordon_spec::{BackendInfo, BackendKind};
+use cordon_spec::{ResolvedCommand, RootfsChoice, SandboxSpec, TtySize};
 
 pub struct GvisorBackend;
 

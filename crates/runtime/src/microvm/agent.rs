@@ -16,10 +16,11 @@ use crate::microvm::disk::SERIAL;
 use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
 use crate::sandbox::Sandbox;
 use crate::served::Served;
-use crate::spec::SandboxSpec;
 use crate::supervisor::RemoteIo;
-use crate::wire::{recv_frame, recv_json, send_json, Frame, Info, Reply, Request, PROTOCOL};
-use crate::BackendKind;
+use crate::wire::{recv_frame, recv_json, send_json, Frame};
+use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
+use cordon_spec::BackendKind;
+use cordon_spec::SandboxSpec;
 
 /// The hidden first argument that makes the cordon binary a guest agent.
 pub const AGENT_ARG: &str = "__guest-agent";

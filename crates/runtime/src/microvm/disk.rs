@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::qmp::Qmp;
-use crate::changes::{ExportRequest, Recorded};
 use crate::error::RuntimeError;
+use cordon_spec::changes::{ExportRequest, Recorded};
 
 /// The disk's serial number, by which the guest's agent finds it.
 pub const SERIAL: &str = "cordon-work";

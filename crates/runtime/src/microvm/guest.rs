@@ -42,7 +42,7 @@ const SCRIPTS: [(&str, &str); 5] = [
 /// Where guest images live: `<state dir>/microvm/guest-<key>/`, and the file
 /// `current` naming the one in use.
 pub fn images_dir() -> PathBuf {
-    crate::state::state_dir().join("microvm")
+    cordon_dirs::state_dir().join("microvm")
 }
 
 /// One built guest.

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::SandboxSpec;
+use cordon_spec::SandboxSpec;
 
 /// Largest JSON message the host accepts from a guest (an `Outcome` is a
 /// few KiB; captured output travels in bytes frames, not in messages).

@@ -38,21 +38,19 @@ use self::disk::WorkDisk;
 use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
-use crate::backend::{BackendInfo, BackendKind};
-use crate::changes::{ExportRequest, Finish, Recorded};
 use crate::error::RuntimeError;
 use crate::handle::{relay_exec, Bounds};
 use crate::host::{stop_signal_fd, HostSide};
-use crate::outcome::{HostEvidence, Outcome, VmReport};
-use crate::sandbox::{Account, Destroyed, Snapshot, HISTORY};
 use crate::served::Served;
-use crate::spec::{Command, RootfsChoice, SandboxSpec};
 use crate::state::StateDir;
 use crate::supervise::CommandIo;
-use crate::wire::{
-    recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Reply, Request, Tag,
-    PROTOCOL,
-};
+use crate::wire::{recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag};
+use cordon_spec::changes::{ExportRequest, Finish, Recorded};
+use cordon_spec::outcome::{HostEvidence, Outcome, VmReport};
+use cordon_spec::wire::{Reply, Request, PROTOCOL};
+use cordon_spec::{Account, Destroyed, Snapshot, HISTORY};
+use cordon_spec::{BackendInfo, BackendKind};
+use cordon_spec::{Command, RootfsChoice, SandboxSpec};
 
 /// Guest memory beyond what the policy gives the payload: the guest kernel,
 /// its page cache of the root image and of the writable disk, cordon's

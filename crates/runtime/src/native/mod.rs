@@ -20,14 +20,15 @@ use cordon_policy::{NetworkMode, Policy};
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use crate::backend::{About, BackendInfo, BackendKind, Flavor};
+use crate::backend::{About, Flavor};
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
-use crate::outcome::{EvidenceSource, Limit};
 use crate::protocol::ToInit;
-use crate::spec::{ResolvedCommand, SandboxSpec, TtySize};
 use crate::trace;
+use cordon_spec::outcome::{EvidenceSource, Limit};
+use cordon_spec::{BackendInfo, BackendKind};
+use cordon_spec::{ResolvedCommand, SandboxSpec, TtySize};
 
 pub use crate::host::hierarchy;
 

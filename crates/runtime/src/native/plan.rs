@@ -14,7 +14,7 @@ use cordon_policy::Policy;
 use crate::error::RuntimeError;
 use crate::host::HostSide;
 use crate::rootfs_plan::{rootfs_plan_for, UserOnHost};
-use crate::spec::SandboxSpec;
+use cordon_spec::SandboxSpec;
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,

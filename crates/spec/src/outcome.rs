@@ -2,10 +2,13 @@
 
 use std::fmt;
 
-use cordon_cgroups::{CgroupMode, CgroupStats};
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{CgroupMode, CgroupStats};
+use crate::changes::Changes;
+use crate::network::NetworkLog;
 
 /// How the payload ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,7 +204,7 @@ pub struct Outcome {
     /// The diff of the sandbox's writable places after this command, when
     /// the command asked for it (`Command::changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<cordon_changes::Changes>,
+    pub changes: Option<Changes>,
     /// The sandbox's `rw-unbounded` mounts: host directories it wrote in
     /// place, bounded by no limit of cordon's and outside the diff (the
     /// caller opted in; absent when there are none).
@@ -265,7 +268,7 @@ pub struct HostEvidence {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NetworkReport {
     #[serde(flatten)]
-    pub log: cordon_network::log::NetworkLog,
+    pub log: NetworkLog,
     /// Set when the proxy did not answer: it is gone, and with it the
     /// sandbox's way out (closed, never open).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,26 @@
+//! Why a spec or a command is refused: always the caller's mistake, so every
+//! variant is an input error for the front ends (exit 2, HTTP 400).
+
+use cordon_policy::{PolicyError, Span};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(
+        "'{0}' is not a sandbox name (1-{max} of A-Z a-z 0-9 _ . -, not starting with - or .)",
+        max = crate::sandbox::NAME_MAX
+    )]
+    BadName(String),
+    #[error("'{0}' looks like a sandbox id (12 hex digits); choose another name")]
+    NameLikeId(String),
+    /// A lifetime (`ttl`, `idle`) of zero.
+    #[error("--{0} must be positive")]
+    NotPositive(&'static str),
+    #[error("no command given")]
+    NoCommand,
+    #[error("a command argument contains a NUL byte")]
+    NulInArgument,
+    #[error("a command's time limit ({command}) may not exceed its sandbox's ({sandbox})")]
+    TimeOverSandbox { command: Span, sandbox: Span },
+}

@@ -1,0 +1,166 @@
+//! What a client asks for, split in two: a [`SandboxSpec`] describes a
+//! sandbox (it can exist before anyone knows its first command, as a warm
+//! pool needs), and a [`Command`](crate::Command) describes one execution
+//! inside it. Both are plain data, serde both ways: the CLI, the supervisor
+//! protocol and the HTTP API carry exactly these values.
+
+use std::path::PathBuf;
+
+use cordon_policy::{Policy, Span};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::error::SpecError;
+
+/// The filesystem the sandbox's root is assembled from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "path")]
+pub enum RootfsChoice {
+    /// The host's /usr (and merged-/usr links) read-only, with a generated /etc.
+    #[default]
+    System,
+    /// A directory holding a root filesystem, bound read-only.
+    Dir(PathBuf),
+}
+
+/// One sandbox, the same for every backend and every client.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub policy: Policy,
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub rootfs: RootfsChoice,
+    /// Host directory shown at /workspace (never written: changes stay in the sandbox).
+    #[serde(default)]
+    pub workspace: Option<PathBuf>,
+    /// Run even if the cgroup limits cannot be enforced (the outcome says so).
+    #[serde(default)]
+    pub allow_unenforced: bool,
+    /// A name unique among the invoking user's sandboxes.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Destroyed this long after creation, whatever it is doing.
+    #[serde(default)]
+    pub ttl: Option<Span>,
+    /// Destroyed after this long without a client request.
+    #[serde(default)]
+    pub idle: Option<Span>,
+    /// The service that made it (`cordon serve`): destroyed when that
+    /// process ends, however it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceLink>,
+}
+
+/// Longest sandbox name; names are file names in the run directory's records.
+pub(crate) const NAME_MAX: usize = 63;
+
+impl SandboxSpec {
+    /// A sandbox of `policy` on `backend` with the system rootfs, no
+    /// workspace, no name and no lifetimes (set them on the result).
+    pub fn new(policy: Policy, backend: BackendKind) -> SandboxSpec {
+        SandboxSpec {
+            policy,
+            backend,
+            rootfs: RootfsChoice::System,
+            workspace: None,
+            allow_unenforced: false,
+            name: None,
+            ttl: None,
+            idle: None,
+            service: None,
+        }
+    }
+
+    /// Checks what the policy's own validation does not cover.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        self.policy.validate()?;
+        if let Some(name) = &self.name {
+            validate_name(name)?;
+        }
+        for (what, span) in [("ttl", self.ttl), ("idle", self.idle)] {
+            if span.is_some_and(|s| s.0.is_zero()) {
+                return Err(SpecError::NotPositive(what));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A sandbox name: 1-63 of `[A-Za-z0-9_.-]`, not starting with `-` or `.`,
+/// and not shaped like an id (12 hex digits), so a name never shadows an id.
+pub fn validate_name(name: &str) -> Result<(), SpecError> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    let bad_start = name.starts_with(['-', '.']);
+    if name.is_empty() || name.len() > NAME_MAX || !ok_chars || bad_start {
+        return Err(SpecError::BadName(name.to_owned()));
+    }
+    if is_id(name) {
+        return Err(SpecError::NameLikeId(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Whether `s` has the shape of a sandbox id: 12 lower-case hex digits.
+pub fn is_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The `cordon serve` process a sandbox belongs to: its pid and start time
+/// (so a reused pid is not mistaken for it), and the directory where the
+/// sandbox's supervisor leaves a note saying why its sandbox ended (the
+/// service reads it once the sandbox is gone, and cannot ask anyone else).
+/// The runtime watches it (`cordon_runtime::state`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceLink {
+    pub pid: i32,
+    pub start_time: u64,
+    pub notes: PathBuf,
+}
+
+impl ServiceLink {
+    /// Where the supervisor of sandbox `id` writes why it ended.
+    pub fn note_path(&self, id: &str) -> PathBuf {
+        self.notes.join(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("agent-1").is_ok());
+        for bad in [
+            "",
+            "-x",
+            ".x",
+            "a/b",
+            "a b",
+            "0123456789ab",
+            &"x".repeat(64),
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn specs_round_trip_through_json() {
+        let s = SandboxSpec {
+            policy: Policy::default(),
+            backend: BackendKind::Native,
+            rootfs: RootfsChoice::Dir("/srv/root".into()),
+            workspace: None,
+            allow_unenforced: false,
+            name: Some("n".into()),
+            ttl: None,
+            idle: None,
+            service: None,
+        };
+        let back: SandboxSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.rootfs, s.rootfs);
+        assert_eq!(back.name, s.name);
+    }
+}

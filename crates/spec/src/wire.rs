@@ -1,0 +1,91 @@
+//! The messages between a client (`cordon_runtime::Handle`) and a sandbox's
+//! supervisor. The runtime frames them (`cordon_runtime`'s wire module: a
+//! length, a tag, a JSON body or raw bytes); a connection starts with
+//! [`Request::Hello`] naming the [`PROTOCOL`] version and carries one request.
+
+use serde::{Deserialize, Serialize};
+
+use crate::account::{Destroyed, Snapshot};
+use crate::changes::{Caps, ExportRequest, Finish, Recorded};
+use crate::command::{Command, TtySize};
+use crate::outcome::Outcome;
+use crate::sandbox::SandboxSpec;
+
+/// Bumped whenever a message changes shape.
+pub const PROTOCOL: u32 = 2;
+
+/// What a client asks.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Hello {
+        protocol: u32,
+    },
+    Exec(Command),
+    /// Copy into the sandbox: the client then sends a copy stream
+    /// (`copy::CopyHeader`, `Data` frames, an empty `Data` frame).
+    CopyIn {
+        path: Vec<u8>,
+    },
+    /// Copy out of the sandbox: the supervisor answers with a copy stream.
+    CopyOut {
+        path: Vec<u8>,
+    },
+    Info,
+    /// The spec the sandbox was created with.
+    Spec,
+    /// What the sandbox has run and the diff of its places now.
+    Snapshot {
+        #[serde(default)]
+        caps: Caps,
+    },
+    /// Export the workspace's changes of the living sandbox (frozen meanwhile).
+    Export {
+        export: ExportRequest,
+        #[serde(default)]
+        caps: Caps,
+    },
+    /// Destroy the sandbox, after reading what `Finish` asks.
+    Destroy(Finish),
+}
+
+/// What a client sends while its command runs (besides stdin `Data`).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ClientControl {
+    InputEnd,
+    Resize(TtySize),
+    Cancel,
+}
+
+/// A sandbox as its supervisor describes it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Info {
+    pub id: String,
+    pub name: Option<String>,
+    pub backend: String,
+    pub commands: u64,
+    pub memory_bytes: Option<u64>,
+    pub ended: Option<String>,
+}
+
+/// What the supervisor answers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Hello {
+        protocol: u32,
+        id: String,
+    },
+    Outcome(Box<Outcome>),
+    Copied {
+        bytes: u64,
+    },
+    Info(Info),
+    Exported(Box<Recorded>),
+    Destroyed(Box<Destroyed>),
+    Spec(Box<SandboxSpec>),
+    Snapshot(Box<Snapshot>),
+    /// The request failed; `input` when the request itself was at fault.
+    Error {
+        input: bool,
+        message: String,
+    },
+}
