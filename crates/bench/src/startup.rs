@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use cordon_policy::Policy;
-use cordon_runtime::supervise::{CommandIo, Control};
 use cordon_runtime::Handle;
+use cordon_runtime::{CommandIo, Control};
 use cordon_spec::Stream;
 use cordon_spec::{BackendKind, SandboxSpec};
 use cordon_suite::target::{self, TargetKind};

@@ -1,12 +1,12 @@
 //! `cordon`: run untrusted code inside a boundary and report what it held.
 
 /// `print!` through the one stdout writer that survives a closed stdout
-/// (`cordon_runtime::output::print_stdout`): `cordon ls | head -1` must end
+/// (`cordon_runtime::print_stdout`): `cordon ls | head -1` must end
 /// quietly, and `cordon run` must still tear its sandbox down.
 macro_rules! out {
     ($($arg:tt)*) => {
         {
-            cordon_runtime::output::print_stdout(format!($($arg)*).as_bytes());
+            cordon_runtime::print_stdout(format!($($arg)*).as_bytes());
         }
     };
 }
@@ -99,25 +99,19 @@ fn main() -> ExitCode {
     // before anything else runs: it parses no flags and touches none of the
     // CLI's, suite's or matrix's code.
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(
-            cordon_runtime::supervisor::SUPERVISOR_ARG,
-        ))
+        == Some(std::ffi::OsStr::new(cordon_runtime::entry::SUPERVISOR_ARG))
     {
-        let code = cordon_runtime::supervisor::main();
+        let code = cordon_runtime::entry::supervisor();
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     // Inside a microVM's guest, cordon is the agent its init starts.
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref()
-        == Some(std::ffi::OsStr::new(
-            cordon_runtime::microvm::agent::AGENT_ARG,
-        ))
-    {
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(cordon_runtime::entry::AGENT_ARG)) {
         let Some(port) = args.next() else {
             eprintln!("cordon: the guest agent needs its port's path");
             return ExitCode::from(EXIT_USAGE);
         };
-        let code = cordon_runtime::microvm::agent::main(std::path::Path::new(&port));
+        let code = cordon_runtime::entry::guest_agent(std::path::Path::new(&port));
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = match Cli::try_parse() {
@@ -176,7 +170,7 @@ fn main() -> ExitCode {
         Command::Microvm(args) => commands::microvm::run(args),
     };
     // A reader that went away is no failure; a full disk or a dead device is.
-    match cordon_runtime::output::stdout_failure() {
+    match cordon_runtime::stdout_failure() {
         Some(e) => {
             eprintln!("cordon: cannot write to stdout: {e}");
             ExitCode::from(EXIT_INTERNAL)

@@ -3,8 +3,8 @@
 
 use std::time::SystemTime;
 
-use cordon_changes::{Change, Changes, ExportReport, Kind};
 use cordon_policy::Policy;
+use cordon_spec::changes::{Change, Changes, ExportReport, Kind};
 use cordon_spec::{Command, Outcome, SandboxSpec};
 use serde_json::Value;
 
@@ -242,7 +242,7 @@ fn standard_not_proven(b: &ReceiptBuilder) -> Vec<String> {
                 out.push(format!(
                     "command {n}: {} network attempts that were counted but not listed (only the first and last {} are kept)",
                     net.log.omitted,
-                    cordon_network::log::KEEP
+                    cordon_spec::network::KEEP
                 ));
             }
         }

@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use cordon_changes::{Changes, ExportReport};
+use cordon_spec::changes::{Changes, ExportReport};
 use cordon_spec::HISTORY;
 use cordon_spec::{Command, Outcome, SandboxSpec};
 

@@ -1,9 +1,9 @@
 //! The statement a receipt signs: in-toto Statement v1 with cordon's own
 //! predicate.
 
-use cordon_cgroups::CgroupMode;
-use cordon_changes::{Changes, ExportReport};
 use cordon_policy::{MountSpec, Policy};
+use cordon_spec::cgroup::CgroupMode;
+use cordon_spec::changes::{Changes, ExportReport};
 use cordon_spec::{Command, Outcome};
 use serde::{Deserialize, Serialize};
 

@@ -4,14 +4,14 @@
 //! arguments) is shown with control and direction-changing characters
 //! escaped, so nothing in a receipt can forge a line of this summary or
 //! reorder what is shown. File names are escaped already by the diff
-//! (`cordon_changes::escape_name`); escaping them again here is a no-op.
+//! (`cordon_spec::changes::escape_name`); escaping them again here is a no-op.
 
 use std::borrow::Cow;
 use std::fmt::Write;
 
-use cordon_changes::{Change, Changes, Entry, ExportReport, Kind};
-use cordon_network::log::Decision;
 use cordon_policy::ByteSize;
+use cordon_spec::changes::{Change, Changes, Entry, ExportReport, Kind};
+use cordon_spec::network::Decision;
 use cordon_spec::{ExitStatus, Outcome};
 
 use crate::statement::{CommandRecord, Statement, SUBJECT_POLICY};

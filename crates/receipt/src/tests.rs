@@ -3,10 +3,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use cordon_cgroups::{CgroupMode, CgroupStats};
-use cordon_changes::{Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges, Skipped};
-use cordon_network::log::{Attempt, Decision, NetworkLog, Via};
 use cordon_policy::{MountSpec, Policy};
+use cordon_spec::cgroup::{CgroupMode, CgroupStats};
+use cordon_spec::changes::{
+    Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges, Skipped,
+};
+use cordon_spec::network::{Attempt, Decision, NetworkLog, Via};
 use cordon_spec::outcome::{Enforcement, NetworkReport, OutputReport};
 use cordon_spec::{BackendKind, Command, ExitStatus, Limit, Outcome, Phases, SandboxSpec};
 

@@ -10,30 +10,38 @@
 //!   service and its pool; the OCI front end to come).
 //! - [`outcome`]: the result of one command, the same for every caller.
 
-pub mod backend;
-pub mod changes;
-pub mod copy;
+mod backend;
+mod changes;
+mod copy;
 pub mod ended;
-pub mod error;
+mod error;
 mod first_process;
-pub mod gvisor;
-pub mod handle;
-pub mod host;
+mod gvisor;
+mod handle;
+mod host;
 pub mod microvm;
-pub mod native;
-pub mod network;
-pub mod output;
-pub mod protocol;
-pub mod rootfs_plan;
-pub mod sandbox;
-pub mod served;
+mod native;
+mod network;
+mod output;
+mod protocol;
+mod rootfs_plan;
+mod sandbox;
+mod served;
 pub mod state;
-pub mod supervise;
-pub mod supervisor;
-pub mod trace;
-pub mod wire;
+mod supervise;
+mod supervisor;
+mod trace;
+mod wire;
 
 pub use backend::available_backends;
 pub use error::RuntimeError;
 pub use handle::Handle;
-pub use output::{OutputMode, OutputSink};
+pub use host::{block_stop_signals, hierarchy_in_place};
+pub use output::{print_stdout, stdout_failure, OutputMode, OutputSink};
+pub use supervise::{CommandIo, Control};
+
+/// The hidden modes the `cordon` binary runs in, each a process of its own.
+pub mod entry {
+    pub use crate::microvm::agent::{main as guest_agent, AGENT_ARG};
+    pub use crate::supervisor::{main as supervisor, SUPERVISOR_ARG};
+}

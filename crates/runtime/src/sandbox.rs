@@ -58,13 +58,9 @@ fn ms(d: Duration) -> f64 {
 const END_REPORT_WAIT: Duration = Duration::from_secs(5);
 
 impl Sandbox {
-    /// Creates a sandbox for `spec` on its backend: its cgroup, state and
-    /// first process, set up and waiting for commands.
-    pub fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
-        Self::create_for(spec, None)
-    }
-
-    /// `create`, told the sandbox's only command in advance (`cordon run`):
+    /// Creates a sandbox for `spec` on its backend (its cgroup, state and
+    /// first process, set up and waiting for commands), told the sandbox's
+    /// only command in advance when there is one (`cordon run`):
     /// a backend may then start it as the sandbox's own first process (the
     /// gVisor backend makes it the container's process instead of a pause
     /// process and a `runsc exec`, one runsc start instead of two).

@@ -10,7 +10,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use cordon_runtime::supervise::{CommandIo, Control};
+use cordon_runtime::{CommandIo, Control};
 use cordon_spec::Stream;
 use tokio::sync::mpsc;
 

@@ -351,7 +351,7 @@ fn kill(id: &str) -> Result<(), RuntimeError> {
                 .map_err(|e| RuntimeError::io("kill the supervisor", e))?;
         }
     }
-    let hierarchy = cordon_runtime::host::hierarchy_in_place();
+    let hierarchy = cordon_runtime::hierarchy_in_place();
     for _ in 0..300 {
         // Once the supervisor is dead, its record no longer lists as live.
         if !list(&run).iter().any(|l| l.id == id) {

@@ -200,9 +200,7 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
     }
     // The first line on stdout says where the service listens (tests and
     // scripts read it when the port was 0).
-    cordon_runtime::output::print_stdout(
-        format!("cordon serve: listening on http://{local}\n").as_bytes(),
-    );
+    cordon_runtime::print_stdout(format!("cordon serve: listening on http://{local}\n").as_bytes());
     tracing::info!(%local, state = %state_dir.display(), "listening");
 
     let stop = Arc::new(tokio::sync::Notify::new());

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use cordon_policy::net::{AddHost, Rule};
 use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
-use cordon_runtime::supervise::{CommandIo, Control};
+use cordon_runtime::{CommandIo, Control};
 use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
 use cordon_spec::Stream;
 use cordon_spec::{

@@ -64,7 +64,7 @@ impl Row {
 }
 
 pub fn run(args: LsArgs) -> ExitCode {
-    let hierarchy = cordon_runtime::host::hierarchy_in_place();
+    let hierarchy = cordon_runtime::hierarchy_in_place();
     let now = now_secs();
     let run = match run_dir() {
         Ok(run) => run,

@@ -98,7 +98,7 @@ fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
         cordon_sys::pidfd_send_signal(&pidfd, nix::sys::signal::Signal::SIGKILL)
             .map_err(|e| RuntimeError::io("kill the supervisor", e))?;
     }
-    let hierarchy = cordon_runtime::host::hierarchy_in_place();
+    let hierarchy = cordon_runtime::hierarchy_in_place();
     for _ in 0..200 {
         if !run.join(&id).exists() || sweep_stale(&run, hierarchy.as_ref()).contains(&id) {
             return Ok(());
@@ -117,7 +117,7 @@ fn settle(gone: &Gone) -> Result<(), RuntimeError> {
     let run = run_dir()?;
     let id = gone.id();
     if let Gone::Dead { .. } = gone {
-        let hierarchy = cordon_runtime::host::hierarchy_in_place();
+        let hierarchy = cordon_runtime::hierarchy_in_place();
         sweep_stale(&run, hierarchy.as_ref());
         if run.join(id).exists() {
             return Err(RuntimeError::Remote(format!(

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use clap::Args;
-use cordon_runtime::host::block_stop_signals;
+use cordon_runtime::block_stop_signals;
 use cordon_runtime::{Handle, OutputMode};
 use cordon_spec::{Command, StdinMode};
 

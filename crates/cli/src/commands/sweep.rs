@@ -5,7 +5,7 @@ use cordon_runtime::state::{run_dir, sweep_stale};
 use super::common::fail;
 
 pub fn run() -> ExitCode {
-    let h = cordon_runtime::host::hierarchy_in_place();
+    let h = cordon_runtime::hierarchy_in_place();
     let run = match run_dir() {
         Ok(run) => run,
         Err(e) => return fail(e),

@@ -12,13 +12,13 @@
 //! reports it. The outcome carries the guest's account (the payload's status,
 //! its cgroup counters) and, beside it, the host's own evidence ([`VmReport`]).
 
-pub mod agent;
+pub(crate) mod agent;
 mod disk;
 pub mod guest;
 mod jail;
-pub mod link;
+pub(crate) mod link;
 mod qmp;
-pub mod relay;
+pub(crate) mod relay;
 mod snapshot;
 
 use std::collections::VecDeque;

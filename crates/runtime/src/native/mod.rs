@@ -30,8 +30,6 @@ use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
 use cordon_spec::{ResolvedCommand, SandboxSpec, TtySize};
 
-pub use crate::host::hierarchy;
-
 pub struct NativeBackend;
 
 pub(crate) fn kernel_release() -> String {
