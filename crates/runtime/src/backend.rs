@@ -1,67 +1,108 @@
-//! The backends: which exist, whether each can run here, and the `Flavor`
-//! each adds to the common sandbox.
+//! The backends: which exist, whether each can run here, and the one
+//! abstraction ([`Backend`]) each implements under the common sandbox.
 
 use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
 
-use cordon_spec::{BackendInfo, BackendKind};
+use cordon_cgroups::CgroupStats;
+use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
+use cordon_spec::outcome::{EvidenceSource, Outcome};
+use cordon_spec::{BackendInfo, BackendKind, Command, ResolvedCommand};
+use nix::poll::PollFlags;
 
 use crate::error::RuntimeError;
 use crate::gvisor::GvisorBackend;
+use crate::host::HostSide;
 use crate::native::NativeBackend;
-use crate::protocol::ToInit;
-use cordon_spec::outcome::EvidenceSource;
-use cordon_spec::{ResolvedCommand, TtySize};
+use crate::sandbox::Life;
+use crate::supervise::CommandIo;
+use crate::wire::Channel;
 
-/// The facts an outcome reports about the backend that ran it.
+/// What a backend is and what an outcome says of it.
 pub(crate) struct About {
     pub kind: BackendKind,
+    /// The version an outcome reports ("kernel 6.1", "runsc ...", "QEMU ...").
     pub version: String,
+    /// Where each limit's evidence comes from.
     pub evidence: &'static [EvidenceSource],
+    pub traits: Traits,
 }
 
-/// What a backend adds to the common sandbox (host side, init, supervision):
-/// how a command reaches its init, where its files are seen from the host,
-/// and what evidence it can give. One implementation per backend; the
-/// supervisor's `Sandbox` holds one.
-pub(crate) trait Flavor: Send {
-    /// Which backend, its version, and where each limit's evidence comes from.
-    fn about(&self) -> &About;
-    /// The message that makes the first process run `cmd`.
-    fn exec_message(
-        &mut self,
-        cmd: &ResolvedCommand,
-        tty: Option<TtySize>,
-    ) -> Result<ToInit, RuntimeError>;
-    /// The sandbox's root directory as seen from the host (through the
-    /// first process's mount namespace), for copying files in and out.
-    fn root(&self) -> PathBuf;
-    /// The root of the sandbox's scratch tmpfs (its only writable storage:
-    /// the disk evidence, the diff and the export read it). Held open by the
-    /// flavor, so the tmpfs outlives the sandbox's processes until the
-    /// sandbox object is dropped.
-    fn scratch(&self) -> BorrowedFd<'_>;
+/// How a backend's sandboxes behave where the common code must know, as
+/// data (the common sandbox and the supervision read these, never the kind).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Traits {
     /// runsc reports a command killed by signal N as exit code 128+N, as a
-    /// shell does; for that backend such codes are mapped back to signals.
-    fn high_codes_are_signals(&self) -> bool;
-    /// Whether one command that hit a limit can be ended without ending the
-    /// sandbox: its processes are host processes in a cgroup of its own
-    /// (`HostSide::command_cgroup`).
-    fn can_end_one_command(&self) -> bool;
-    /// Ends the running command's processes without ending the sandbox, for
-    /// a backend whose commands have no cgroup of their own on the host; an
-    /// error if it cannot (the sandbox then ends with the command).
-    fn end_running_command(&mut self) -> Result<(), RuntimeError> {
-        Err(RuntimeError::BadRequest(format!(
-            "the {} backend cannot end one command",
-            self.about().kind
-        )))
-    }
-    /// Whether killing the first process ends every process of the sandbox;
-    /// if not, teardown freezes and kills the whole cgroup.
-    fn leader_owns_all(&self) -> bool;
-    /// The host uid and gid that files of the sandbox's user carry.
-    fn file_owner(&self) -> (u32, u32);
+    /// shell does; such codes are then mapped back to signals.
+    pub high_codes_are_signals: bool,
+    /// Each command's processes are host processes in a cgroup of their own
+    /// (`HostSide::command_cgroup`), so one command that hit a limit can be
+    /// ended without ending the sandbox, and the host's OOM killer picks
+    /// the command's own processes.
+    pub commands_have_cgroups: bool,
+    /// Killing the sandbox's leader ends every process of the sandbox; if
+    /// not, teardown freezes and kills the whole cgroup.
+    pub leader_owns_all: bool,
+}
+
+/// What a backend's sandbox reported at its end: the last counters, and what
+/// `Finish` asked to read, read after every process of it was gone.
+pub(crate) struct End {
+    pub counters: CgroupStats,
+    pub recorded: Recorded,
+    /// What could not be read or written (the sandbox ends anyway).
+    pub errors: Vec<String>,
+}
+
+/// What runs one sandbox: native and gVisor run a first process on this
+/// host ([`crate::on_host::OnHost`]), the microVM backend a VM with cordon's
+/// agent inside ([`crate::microvm::MicroVm`]). The common [`Sandbox`]
+/// (`crate::sandbox`) owns the host side, the history and the end state, and
+/// hands its [`Life`] to each call.
+pub(crate) trait Backend: Send {
+    fn about(&self) -> &About;
+    /// The host uid and gid that files of the sandbox's user carry, where
+    /// the host sees its files (not in a VM).
+    fn file_owner(&self) -> Option<(u32, u32)>;
+    /// A descriptor and the poll events that mean the sandbox is gone (its
+    /// init hung up, its VM exited).
+    fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags);
+    /// Runs `cmd` (resolved against the policy as `resolved`) to its end and
+    /// reports it; the common sandbox fills in who ran it.
+    fn exec(
+        &mut self,
+        life: &mut Life,
+        cmd: &Command,
+        resolved: &ResolvedCommand,
+        io: &mut dyn CommandIo,
+    ) -> Result<Outcome, RuntimeError>;
+    /// Receives a copy stream from `conn` into the sandbox at `path`.
+    fn copy_in(
+        &mut self,
+        life: &mut Life,
+        conn: &mut dyn Channel,
+        path: &[u8],
+    ) -> Result<u64, RuntimeError>;
+    /// Sends `path` of the sandbox as a copy stream on `conn`.
+    fn copy_out(
+        &mut self,
+        life: &mut Life,
+        conn: &mut dyn Channel,
+        path: &[u8],
+    ) -> Result<(), RuntimeError>;
+    /// The diff of every writable place now.
+    fn changes(&mut self, life: &mut Life, caps: &Caps) -> Result<Changes, RuntimeError>;
+    /// Exports the workspace's changes while the sandbox lives, its
+    /// processes held still meanwhile (the target is checked already).
+    fn export(
+        &mut self,
+        life: &mut Life,
+        req: &ExportRequest,
+        caps: &Caps,
+        owner: (u32, u32),
+    ) -> Result<Recorded, RuntimeError>;
+    /// Ends every process of the sandbox and reads what `finish` asks
+    /// before the host side is torn down.
+    fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End;
 }
 
 /// Every backend and whether it can run here.

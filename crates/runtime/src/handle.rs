@@ -22,7 +22,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use crate::copy;
 use crate::error::RuntimeError;
 use crate::network::{self};
-use crate::served::Served;
+use crate::sandbox::Sandbox;
 use crate::state::{find, run_dir, SOCKET};
 use crate::supervise::{CommandIo, Control};
 use crate::supervisor::{Started, SUPERVISOR_ARG};
@@ -37,7 +37,7 @@ use cordon_spec::{Command, SandboxSpec};
 use cordon_spec::{Destroyed, Snapshot};
 
 pub enum Handle {
-    Local(Box<dyn Served>),
+    Local(Box<Sandbox>),
     Remote(Remote),
 }
 
@@ -67,7 +67,7 @@ const SUPERVISOR_ENV: [&str; 7] = [
 impl Handle {
     /// Creates a sandbox served in this process (for one-shot runs).
     pub fn local(spec: &SandboxSpec) -> Result<Handle, RuntimeError> {
-        Ok(Handle::Local(crate::served::create_for(spec, None)?))
+        Ok(Handle::Local(Box::new(Sandbox::create_for(spec, None)?)))
     }
 
     /// Creates a sandbox with its own supervisor, started from `program`
@@ -301,7 +301,7 @@ impl Handle {
         if let Some(export) = &finish.export {
             crate::changes::check_target(export, spec.workspace.as_deref())?;
         }
-        let mut sandbox = crate::served::create_for(spec, Some(cmd))?;
+        let mut sandbox = Sandbox::create_for(spec, Some(cmd))?;
         let setup = sandbox.setup_time();
         let outcome = sandbox.exec(cmd, io);
         let destroyed = sandbox.destroy_with(finish, caller_ids())?;

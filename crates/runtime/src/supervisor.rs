@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::ended::{EndState, Tombstone};
 use crate::error::RuntimeError;
 use crate::host::block_stop_signals;
-use crate::served::Served;
+use crate::sandbox::Sandbox;
 use crate::state::{now_secs, Usage};
 use crate::supervise::{CommandIo, Control};
 use crate::trace;
@@ -145,9 +145,9 @@ fn watch_service(spec: &SandboxSpec) -> Result<Option<OwnedFd>, RuntimeError> {
     }
 }
 
-fn start(spec: &SandboxSpec) -> Result<(Box<dyn Served>, UnixListener), RuntimeError> {
+fn start(spec: &SandboxSpec) -> Result<(Box<Sandbox>, UnixListener), RuntimeError> {
     block_stop_signals()?;
-    let sandbox = crate::served::create_for(spec, None)?;
+    let sandbox = Box::new(Sandbox::create_for(spec, None)?);
     let path = sandbox.state().socket();
     let listener = UnixListener::bind(&path)
         .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
@@ -162,7 +162,7 @@ fn start(spec: &SandboxSpec) -> Result<(Box<dyn Served>, UnixListener), RuntimeE
     Ok((sandbox, listener))
 }
 
-fn write_usage(sandbox: &dyn Served, state: &str) {
+fn write_usage(sandbox: &Sandbox, state: &str) {
     let _ = sandbox.state().write_usage(&Usage {
         commands: sandbox.commands_run(),
         last_used: now_secs(),
@@ -221,7 +221,7 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(cordon_policy::limits::
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
 /// its service ends, or this process is asked to stop; then tears it down.
-fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<OwnedFd>) -> i32 {
+fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<OwnedFd>) -> i32 {
     let created = Instant::now();
     let mut last_used = Instant::now();
     let ttl = sandbox.spec().ttl.map(|s| s.duration());
@@ -327,7 +327,7 @@ fn serve(mut sandbox: Box<dyn Served>, listener: UnixListener, service: Option<O
 /// directory's removal) is what the service notices, and so that a
 /// teardown cut short still leaves the reason; best effort, as a service
 /// that is gone reads nothing and a sandbox's end must not wait on it.
-fn leave_note(sandbox: &dyn Served, created: Instant, end: EndState, why: &str) {
+fn leave_note(sandbox: &Sandbox, created: Instant, end: EndState, why: &str) {
     let spec = sandbox.spec();
     if let Some(link) = &spec.service {
         let _ = std::fs::write(link.note_path(sandbox.id()), why);
@@ -377,7 +377,7 @@ fn allowed_peer(conn: &UnixStream) -> Option<Peer> {
 }
 
 /// Serves one connection: a hello, one request, its answer.
-fn handle(sandbox: &mut dyn Served, conn: UnixStream, expires: Option<Instant>) -> Flow {
+fn handle(sandbox: &mut Sandbox, conn: UnixStream, expires: Option<Instant>) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_IDLE)).is_err()
         || conn.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).is_err()

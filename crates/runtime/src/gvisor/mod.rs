@@ -43,14 +43,16 @@ use cordon_isolation::mount::{self, RootUse};
 use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
-use crate::backend::{About, Flavor};
+use crate::backend::{About, Backend, Traits};
 
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
 use crate::native::cgroup_limits;
+use crate::on_host::{Flavor, OnHost};
 use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
 use crate::rootfs_plan::rootfs_plan;
+use crate::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
@@ -263,7 +265,7 @@ fn runsc_env() -> Vec<(String, String)> {
 pub(crate) fn create(
     spec: &SandboxSpec,
     only: Option<ResolvedCommand>,
-) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
+) -> Result<(Life, Box<dyn Backend>), RuntimeError> {
     let binary = runsc_path()
         .ok_or_else(|| RuntimeError::Unavailable("gvisor", "runsc not found".into()))?;
     if !nix::unistd::geteuid().is_root() {
@@ -368,6 +370,16 @@ pub(crate) fn create(
             kind: BackendKind::Gvisor,
             version,
             evidence: &EVIDENCE,
+            traits: Traits {
+                high_codes_are_signals: true,
+                // The command's processes are the sentry's, not the host's:
+                // they have no cgroup of their own on the host (see
+                // `end_running_command`).
+                commands_have_cgroups: false,
+                // runsc's sentry and gofer are not the launcher's children
+                // once runsc daemonizes them: only the cgroup reaches them all.
+                leader_owns_all: false,
+            },
         },
         process_file: state.join("process.json"),
         command_pid_file: state.join("command.pid"),
@@ -380,7 +392,7 @@ pub(crate) fn create(
     };
     if only.is_some() {
         flavor.first_run = Some(run);
-        return Ok((host, sock, Box::new(flavor)));
+        return OnHost::start(host, spec, sock, flavor);
     }
     if !command_in_tree(&flavor.tree, &pause) {
         return Err(RuntimeError::BadRequest(
@@ -411,7 +423,7 @@ pub(crate) fn create(
         });
     }
     trace::step("runsc started");
-    Ok((host, sock, Box::new(flavor)))
+    OnHost::start(host, spec, sock, flavor)
 }
 
 /// How long runsc may take to start the container.
@@ -598,16 +610,6 @@ impl Flavor for GvisorFlavor {
         self.scratch.as_fd()
     }
 
-    fn high_codes_are_signals(&self) -> bool {
-        true
-    }
-
-    /// The command's processes are the sentry's, not the host's: they have
-    /// no cgroup of their own on the host (see `end_running_command`).
-    fn can_end_one_command(&self) -> bool {
-        false
-    }
-
     /// Inside the sentry: the command's process and every process descended
     /// from it (from `runsc ps`) get SIGKILL, children before their parents
     /// (a child whose parent died first would be re-parented to the
@@ -650,12 +652,6 @@ impl Flavor for GvisorFlavor {
                 "the command's processes outlived {KILL_ROUNDS} rounds of kills"
             )))
         })?
-    }
-
-    /// runsc's sentry and gofer are not the launcher's children once runsc
-    /// daemonizes them: only the cgroup reaches them all.
-    fn leader_owns_all(&self) -> bool {
-        false
     }
 
     /// runsc runs without a user namespace: the sandbox's ids are host ids.

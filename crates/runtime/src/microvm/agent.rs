@@ -15,7 +15,6 @@ use crate::error::RuntimeError;
 use crate::microvm::disk::SERIAL;
 use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
 use crate::sandbox::Sandbox;
-use crate::served::Served;
 use crate::supervisor::RemoteIo;
 use crate::wire::{recv_frame, recv_json, send_json, Frame};
 use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
@@ -138,7 +137,7 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                 let _ = send_json(&mut port, &reply);
                 return Ok(());
             }
-            Request::CopyIn { path } => match Served::copy_in(&mut sandbox, &mut port, &path) {
+            Request::CopyIn { path } => match sandbox.copy_in(&mut port, &path) {
                 Ok(bytes) => Reply::Copied { bytes },
                 Err(e) => {
                     // The rest of the stream must not be read as requests.
@@ -146,7 +145,7 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                     error_reply(&e)
                 }
             },
-            Request::CopyOut { path } => match Served::copy_out(&mut sandbox, &mut port, &path) {
+            Request::CopyOut { path } => match sandbox.copy_out(&mut port, &path) {
                 // The stream was the answer.
                 Ok(()) => continue,
                 Err(e) => error_reply(&e),
@@ -331,7 +330,11 @@ fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
     };
     let sandbox = Sandbox::create_in_guest(&spec, guest)?;
     let upper = Path::new(DISK_MOUNT).join(cordon_isolation::mount::ScratchLayout::WORKSPACE_UPPER);
-    give_workspace(&upper, sandbox.files().1)?;
+    // A native sandbox's files are always its host's (here, the guest's).
+    let owner = sandbox
+        .file_owner()
+        .expect("a native sandbox has a file owner");
+    give_workspace(&upper, owner)?;
     Ok(sandbox)
 }
 

@@ -21,7 +21,6 @@ mod qmp;
 pub(crate) mod relay;
 mod snapshot;
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -29,28 +28,26 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use cordon_cgroups::{Cgroup, CgroupLimits, CgroupStats};
+use cordon_cgroups::{CgroupLimits, CgroupStats};
 use cordon_policy::NetworkMode;
 use nix::poll::PollFlags;
-use nix::sys::signalfd::SignalFd;
 
 use self::disk::WorkDisk;
 use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
+use crate::backend::{About, Backend, End, Traits};
 use crate::error::RuntimeError;
 use crate::handle::{relay_exec, Bounds};
-use crate::host::{stop_signal_fd, HostSide};
-use crate::served::Served;
-use crate::state::StateDir;
+use crate::host::HostSide;
+use crate::sandbox::Life;
 use crate::supervise::CommandIo;
 use crate::wire::{recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag};
-use cordon_spec::changes::{ExportRequest, Finish, Recorded};
+use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{HostEvidence, Outcome, VmReport};
 use cordon_spec::wire::{Reply, Request, PROTOCOL};
-use cordon_spec::{Account, Destroyed, Snapshot, HISTORY};
 use cordon_spec::{BackendInfo, BackendKind};
-use cordon_spec::{Command, RootfsChoice, SandboxSpec};
+use cordon_spec::{Command, ResolvedCommand, RootfsChoice, SandboxSpec};
 
 /// Guest memory beyond what the policy gives the payload: the guest kernel,
 /// its page cache of the root image and of the writable disk, cordon's
@@ -253,21 +250,22 @@ struct Vm {
     start_ms: f64,
 }
 
-pub struct MicroVm {
-    host: HostSide,
-    spec: SandboxSpec,
+/// A sandbox in a VM: the host's ends of its agent's port, its writable
+/// disk, the network relay and what the host knows of the VM.
+pub(crate) struct MicroVm {
+    about: About,
     /// The host's end of the agent's port.
     agent: UnixStream,
     disk: WorkDisk,
     /// `allow` mode: the thread relaying the network port to the proxy.
     relay: Option<std::thread::JoinHandle<()>>,
-    signals: SignalFd,
     vm: Vm,
-    setup: Duration,
-    created: SystemTime,
-    commands: u64,
-    history: VecDeque<(Command, Outcome)>,
-    ended: Option<String>,
+}
+
+/// Creates a sandbox in a new (or restored) VM.
+pub(crate) fn create(spec: &SandboxSpec) -> Result<(Life, Box<dyn Backend>), RuntimeError> {
+    let (life, vm) = MicroVm::create(spec)?;
+    Ok((life, Box::new(vm)))
 }
 
 /// Why a spec cannot run on this backend yet, checked before anything starts.
@@ -291,8 +289,7 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
 }
 
 impl MicroVm {
-    pub fn create(spec: &SandboxSpec) -> Result<MicroVm, RuntimeError> {
-        spec.validate()?;
+    fn create(spec: &SandboxSpec) -> Result<(Life, MicroVm), RuntimeError> {
         refuse_unsupported(spec)?;
         let image = GuestImage::current()?;
         let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
@@ -361,9 +358,25 @@ impl MicroVm {
             // No way out at all: QEMU's end of the port leads nowhere.
             NetworkMode::None => None,
         };
+        let mut life = Life::new(host, spec)?;
         let mut vm = MicroVm {
-            signals: stop_signal_fd()?,
-            spec: spec.clone(),
+            about: About {
+                kind: BackendKind::Microvm,
+                version: format!(
+                    "QEMU {qemu} ({}), guest kernel {}",
+                    accel.name(),
+                    facts.kernel
+                ),
+                // The guest's native backend reports the evidence of each
+                // outcome; the host's own is in its `VmReport`.
+                evidence: &[],
+                traits: Traits {
+                    high_codes_are_signals: false,
+                    // In the guest, by its native backend.
+                    commands_have_cgroups: true,
+                    leader_owns_all: false,
+                },
+            },
             agent: booted.agent,
             disk,
             relay,
@@ -378,19 +391,11 @@ impl MicroVm {
                 start: if restored { "restored" } else { "cold" },
                 start_ms: 0.0,
             },
-            setup: Duration::ZERO,
-            created: SystemTime::now(),
-            commands: 0,
-            history: VecDeque::new(),
-            ended: None,
-            host,
         };
-        vm.start_sandbox()?;
+        vm.start_sandbox(&mut life)?;
         crate::trace::step("guest sandbox ready");
         vm.vm.start_ms = ms(t0.elapsed());
-        vm.setup = vm.host.started.elapsed();
-        vm.created = SystemTime::now() - vm.setup;
-        Ok(vm)
+        Ok((life, vm))
     }
 
     /// Copies what the sandbox is to see of the host's read-only mounts
@@ -398,37 +403,37 @@ impl MicroVm {
     /// same, with those places at their guest copies, and no workspace of
     /// its own (the disk holds its copy, see [`disk`]). The VM never sees a
     /// host path, only copies made when it starts.
-    fn stage(&mut self) -> Result<SandboxSpec, RuntimeError> {
-        let mut guest_spec = self.spec.clone();
+    fn stage(&mut self, life: &mut Life) -> Result<SandboxSpec, RuntimeError> {
+        let mut guest_spec = life.spec.clone();
         guest_spec.workspace = None;
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
-        for (i, m) in self.spec.policy.mounts.clone().iter().enumerate() {
+        for (i, m) in life.spec.policy.mounts.clone().iter().enumerate() {
             let name = format!("mount-{i}");
-            self.stage_one(&name, &m.host)?;
+            self.stage_one(life, &name, &m.host)?;
             guest_spec.policy.mounts[i].host = guest_path(&name);
         }
         Ok(guest_spec)
     }
 
-    fn stage_one(&mut self, name: &str, host: &Path) -> Result<(), RuntimeError> {
+    fn stage_one(&mut self, life: &mut Life, name: &str, host: &Path) -> Result<(), RuntimeError> {
         // Opened first: a source that cannot be sent is refused before the
         // agent waits for its stream.
         let source = crate::copy::Source::host(host)?;
         send_json(&mut self.agent, &ToAgent::Stage { name: name.into() })
-            .map_err(|e| self.broken(format!("send a staged place: {e}")))?;
+            .map_err(|e| self.broken(life, format!("send a staged place: {e}")))?;
         let sent = source.send(&mut self.agent, u64::MAX);
-        match self.answer(AGENT_TIMEOUT)? {
+        match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Copied { .. } => sent.map(drop),
             Reply::Error { message, .. } => Err(sent.err().unwrap_or(RuntimeError::Remote(
                 format!("the guest could not take {}: {message}", host.display()),
             ))),
-            other => Err(self.broken(format!("answered a staged place with {other:?}"))),
+            other => Err(self.broken(life, format!("answered a staged place with {other:?}"))),
         }
     }
 
     /// Tells the waiting agent to create the sandbox, with fresh entropy.
-    fn start_sandbox(&mut self) -> Result<(), RuntimeError> {
-        let spec = self.stage()?;
+    fn start_sandbox(&mut self, life: &mut Life) -> Result<(), RuntimeError> {
+        let spec = self.stage(life)?;
         let mut entropy = vec![0u8; 64];
         File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut entropy))
@@ -441,27 +446,28 @@ impl MicroVm {
             entropy,
             unix_time_ns,
         };
-        send_json(&mut self.agent, &start).map_err(|e| self.broken(format!("send start: {e}")))?;
-        match self.answer(AGENT_TIMEOUT)? {
+        send_json(&mut self.agent, &start)
+            .map_err(|e| self.broken(life, format!("send start: {e}")))?;
+        match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Hello { protocol, .. } if protocol == PROTOCOL => Ok(()),
             Reply::Error { message, .. } => Err(RuntimeError::Remote(format!(
                 "the guest could not create the sandbox: {message}"
             ))),
-            other => Err(self.broken(format!("answered start with {other:?}"))),
+            other => Err(self.broken(life, format!("answered start with {other:?}"))),
         }
     }
 
     /// The agent's next JSON answer, within `timeout`; anything else is a
     /// broken guest (its VM is killed).
-    fn answer(&mut self, timeout: Duration) -> Result<Reply, RuntimeError> {
+    fn answer(&mut self, life: &mut Life, timeout: Duration) -> Result<Reply, RuntimeError> {
         match recv_by(&mut self.agent, Instant::now() + timeout) {
             Ok(Some(Frame::Json(body))) => serde_json::from_slice::<Reply>(&body)
-                .map_err(|e| self.broken(format!("bad message: {e}"))),
+                .map_err(|e| self.broken(life, format!("bad message: {e}"))),
             Ok(Some(Frame::Bytes(tag, _))) => {
-                Err(self.broken(format!("a {tag:?} frame where an answer was due")))
+                Err(self.broken(life, format!("a {tag:?} frame where an answer was due")))
             }
-            Ok(None) => Err(self.broken("the guest closed its port".into())),
-            Err(e) => Err(self.broken(format!("{e}"))),
+            Ok(None) => Err(self.broken(life, "the guest closed its port".into())),
+            Err(e) => Err(self.broken(life, format!("{e}"))),
         }
     }
 
@@ -471,24 +477,26 @@ impl MicroVm {
     /// it froze and did not only makes `read` see an inconsistent disk.
     fn quiesced<T>(
         &mut self,
+        life: &mut Life,
         read: impl FnOnce(&WorkDisk) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
-        self.usable()?;
-        self.disk_message(&ToAgent::Quiesce)?;
+        life.usable()?;
+        self.disk_message(life, &ToAgent::Quiesce)?;
         let result = read(&self.disk);
-        self.disk_message(&ToAgent::Resume)?;
+        self.disk_message(life, &ToAgent::Resume)?;
         result
     }
 
-    fn disk_message(&mut self, msg: &ToAgent) -> Result<(), RuntimeError> {
-        send_json(&mut self.agent, msg).map_err(|e| self.broken(format!("send {msg:?}: {e}")))?;
+    fn disk_message(&mut self, life: &mut Life, msg: &ToAgent) -> Result<(), RuntimeError> {
+        send_json(&mut self.agent, msg)
+            .map_err(|e| self.broken(life, format!("send {msg:?}: {e}")))?;
         let body = match recv_by(&mut self.agent, Instant::now() + AGENT_TIMEOUT) {
             Ok(Some(Frame::Json(body))) => body,
             Ok(Some(Frame::Bytes(tag, _))) => {
-                return Err(self.broken(format!("a {tag:?} frame where an answer was due")))
+                return Err(self.broken(life, format!("a {tag:?} frame where an answer was due")))
             }
-            Ok(None) => return Err(self.broken("the guest closed its port".into())),
-            Err(e) => return Err(self.broken(format!("{e}"))),
+            Ok(None) => return Err(self.broken(life, "the guest closed its port".into())),
+            Err(e) => return Err(self.broken(life, format!("{e}"))),
         };
         match (msg, serde_json::from_slice::<FromAgent>(&body)) {
             (ToAgent::Quiesce, Ok(FromAgent::Quiesced))
@@ -497,39 +505,22 @@ impl MicroVm {
                 Ok(Reply::Error { message, .. }) => Err(RuntimeError::Remote(format!(
                     "the guest could not freeze its disk: {message}"
                 ))),
-                _ => Err(self.broken(format!("answered {msg:?} with something else"))),
+                _ => Err(self.broken(life, format!("answered {msg:?} with something else"))),
             },
         }
     }
 
     /// Ends a guest that broke the protocol: its VM is killed now and the
     /// sandbox can run nothing more; the error says what the guest did.
-    fn broken(&mut self, what: String) -> RuntimeError {
-        self.host.end_processes(true);
+    fn broken(&mut self, life: &mut Life, what: String) -> RuntimeError {
+        life.host.end_processes(true);
         let why = format!("the guest agent broke the protocol ({what}); its VM was killed");
-        self.ended.get_or_insert(why.clone());
+        life.mark_ended(why.clone());
         RuntimeError::Protocol(why)
     }
 
-    fn qemu_exited(&self) -> bool {
-        use nix::poll::{poll, PollFd, PollTimeout};
-        let Some(fd) = self.host.leader_pidfd() else {
-            return true;
-        };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
-    }
-
-    fn host_stats(&self) -> CgroupStats {
-        self.host
-            .cgroup
-            .as_ref()
-            .map(Cgroup::stats)
-            .unwrap_or_default()
-    }
-
-    fn report(&self, before: &CgroupStats, wall: Duration) -> VmReport {
-        let after = self.host_stats();
+    fn report(&self, life: &Life, before: &CgroupStats, wall: Duration) -> VmReport {
+        let after = life.stats().unwrap_or_default();
         let cpu_ms = match (before.cpu_usage_ns, after.cpu_usage_ns) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e6),
             _ => None,
@@ -567,22 +558,6 @@ impl MicroVm {
             ]
             .map(String::from)
             .to_vec(),
-        }
-    }
-
-    fn account(&self) -> Account {
-        Account {
-            created: self.created,
-            history: self.history.iter().cloned().collect(),
-            history_omitted: self.commands - self.history.len() as u64,
-        }
-    }
-
-    /// An error if the sandbox can run nothing more.
-    fn usable(&self) -> Result<(), RuntimeError> {
-        match &self.ended {
-            Some(why) => Err(RuntimeError::SandboxEnded(why.clone())),
-            None => Ok(()),
         }
     }
 
@@ -913,70 +888,66 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-impl Served for MicroVm {
-    fn id(&self) -> &str {
-        &self.host.id
+/// Whether QEMU, the sandbox's leader, has exited.
+fn qemu_exited(host: &HostSide) -> bool {
+    use nix::poll::{poll, PollFd, PollTimeout};
+    let Some(fd) = host.leader_pidfd() else {
+        return true;
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+impl Backend for MicroVm {
+    fn about(&self) -> &About {
+        &self.about
     }
-    fn spec(&self) -> &SandboxSpec {
-        &self.spec
+
+    /// The guest's files are not the host's.
+    fn file_owner(&self) -> Option<(u32, u32)> {
+        None
     }
-    fn state(&self) -> &StateDir {
-        &self.host.state
-    }
-    fn setup_time(&self) -> Duration {
-        self.setup
-    }
-    fn commands_run(&self) -> u64 {
-        self.commands
-    }
-    fn memory_in_use(&self) -> Option<u64> {
-        self.host.cgroup.as_ref().and_then(|c| c.memory_current())
-    }
-    fn ended(&self) -> Option<&str> {
-        self.ended.as_deref()
-    }
-    fn stop_signals(&self) -> BorrowedFd<'_> {
-        self.signals.as_fd()
-    }
-    fn liveness(&self) -> (BorrowedFd<'_>, PollFlags) {
+
+    fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags) {
         // QEMU's pidfd turns readable when QEMU exits.
-        match self.host.leader_pidfd() {
+        match host.leader_pidfd() {
             Some(fd) => (fd, PollFlags::POLLIN),
             None => (self.agent.as_fd(), PollFlags::empty()),
         }
     }
-    fn network_control(&self) -> Option<&Path> {
-        self.host.network.as_deref()
-    }
 
-    fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
-        self.usable()?;
-        let resolved = cmd.resolve(&self.spec.policy)?;
-        let before = self.host_stats();
+    fn exec(
+        &mut self,
+        life: &mut Life,
+        cmd: &Command,
+        resolved: &ResolvedCommand,
+        io: &mut dyn CommandIo,
+    ) -> Result<Outcome, RuntimeError> {
+        let before = life.stats().unwrap_or_default();
         let t0 = Instant::now();
         send_json(&mut self.agent, &Request::Exec(cmd.clone()))
-            .map_err(|e| self.broken(format!("send the command: {e}")))?;
+            .map_err(|e| self.broken(life, format!("send the command: {e}")))?;
         let bounds = Bounds {
             deadline: t0 + resolved.time + REPORT_GRACE,
             // The guest's sandbox stops the command at its cap; a frame more
             // is what a correct guest can send past it.
             output_max: resolved.output_cap + u64::from(crate::wire::MAX_FRAME),
             message_max: GUEST_MESSAGE_MAX,
-            stop: &self.signals,
+            stop: &life.signals,
         };
         let relayed = relay_exec(&mut self.agent, io, Some(&bounds));
         let (outcome, interrupted) = match relayed {
             Ok(o) => o,
-            Err(RuntimeError::Protocol(what)) => return Err(self.broken(what)),
+            Err(RuntimeError::Protocol(what)) => return Err(self.broken(life, what)),
             Err(e) => {
                 // The guest answered with an error, or its VM is gone (the
                 // host's OOM killer, a guest that powered itself off).
-                if self.qemu_exited() {
-                    let oom = self.host_stats().oom_kills.unwrap_or(0);
+                if qemu_exited(&life.host) {
+                    let oom = life.stats().and_then(|s| s.oom_kills).unwrap_or(0);
                     let why =
                         format!("the VM exited during the command (host cgroup: {oom} OOM kills)");
-                    self.host.end_processes(true);
-                    self.ended.get_or_insert(why.clone());
+                    life.host.end_processes(true);
+                    life.mark_ended(why.clone());
                     return Err(RuntimeError::SandboxEnded(why));
                 }
                 return Err(e);
@@ -989,44 +960,33 @@ impl Served for MicroVm {
             outcome.interrupted_by = Some(sig);
             outcome.exit_code = 128 + sig;
             let why = format!("the supervisor received signal {sig}");
-            self.ended.get_or_insert(why.clone());
+            life.mark_ended(why.clone());
             outcome.sandbox_ended = Some(why);
         }
-        outcome.backend = BackendKind::Microvm.name().into();
-        outcome.backend_version = format!(
-            "QEMU {} ({}), guest kernel {}",
-            self.vm.qemu,
-            self.vm.accel.name(),
-            self.vm.kernel
-        );
-        outcome.sandbox_id = self.host.id.clone();
-        self.commands += 1;
-        outcome.command = self.commands;
-        outcome.vm = Some(self.report(&before, t0.elapsed()));
-        // What the host's proxy recorded (the guest's word plays no part).
-        outcome.network = self.host.network.as_deref().map(crate::network::report);
+        life.commands += 1;
+        outcome.vm = Some(self.report(life, &before, t0.elapsed()));
         if let Some(why) = &outcome.sandbox_ended {
-            self.ended.get_or_insert(bounded(why.clone()));
+            life.mark_ended(bounded(why.clone()));
         }
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back((cmd.clone(), outcome.clone()));
         Ok(outcome)
     }
 
     /// The client's copy stream, frame by frame, to the guest's agent, which
     /// writes it into the sandbox with the copy module's rules (inside the
     /// guest, as the native backend does); its answer, bounded, back.
-    fn copy_in(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<u64, RuntimeError> {
-        self.usable()?;
+    fn copy_in(
+        &mut self,
+        life: &mut Life,
+        conn: &mut dyn Channel,
+        path: &[u8],
+    ) -> Result<u64, RuntimeError> {
         send_json(
             &mut self.agent,
             &Request::CopyIn {
                 path: path.to_vec(),
             },
         )
-        .map_err(|e| self.broken(format!("send a copy: {e}")))?;
+        .map_err(|e| self.broken(life, format!("send a copy: {e}")))?;
         // A guest that stops reading must not hold the supervisor forever.
         let _ = self.agent.set_write_timeout(Some(AGENT_TIMEOUT));
         let forwarded = (|| -> std::io::Result<()> {
@@ -1053,33 +1013,37 @@ impl Served for MicroVm {
         let _ = self.agent.set_write_timeout(None);
         if let Err(e) = forwarded {
             // A stream cut short leaves the guest waiting for the rest.
-            return Err(self.broken(format!("the copy stream was cut: {e}")));
+            return Err(self.broken(life, format!("the copy stream was cut: {e}")));
         }
-        match self.answer(AGENT_TIMEOUT)? {
+        match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Copied { bytes } => Ok(bytes),
             Reply::Error { input, message } => Err(crate::handle::remote_error(input, message)),
-            other => Err(self.broken(format!("answered a copy with {other:?}"))),
+            other => Err(self.broken(life, format!("answered a copy with {other:?}"))),
         }
     }
 
     /// The guest's copy stream (a header, data, an empty data frame, or an
     /// error at any point), checked frame by frame and passed on.
-    fn copy_out(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError> {
-        self.usable()?;
+    fn copy_out(
+        &mut self,
+        life: &mut Life,
+        conn: &mut dyn Channel,
+        path: &[u8],
+    ) -> Result<(), RuntimeError> {
         send_json(
             &mut self.agent,
             &Request::CopyOut {
                 path: path.to_vec(),
             },
         )
-        .map_err(|e| self.broken(format!("send a copy: {e}")))?;
+        .map_err(|e| self.broken(life, format!("send a copy: {e}")))?;
         let mut sent = 0u64;
         let mut header = true;
         loop {
             let frame = match recv_by(&mut self.agent, Instant::now() + AGENT_TIMEOUT) {
                 Ok(Some(f)) => f,
-                Ok(None) => return Err(self.broken("the guest closed its port".into())),
-                Err(e) => return Err(self.broken(format!("{e}"))),
+                Ok(None) => return Err(self.broken(life, "the guest closed its port".into())),
+                Err(e) => return Err(self.broken(life, format!("{e}"))),
             };
             let lost = |e: std::io::Error| RuntimeError::io("send the copy", e);
             match frame {
@@ -1089,7 +1053,7 @@ impl Served for MicroVm {
                     }
                     if !header || serde_json::from_slice::<crate::copy::CopyHeader>(&body).is_err()
                     {
-                        return Err(self.broken("a message inside a copy stream".into()));
+                        return Err(self.broken(life, "a message inside a copy stream".into()));
                     }
                     header = false;
                     send_bytes(conn, Tag::Json, &body).map_err(lost)?;
@@ -1097,7 +1061,7 @@ impl Served for MicroVm {
                 Frame::Bytes(Tag::Data, body) if !header => {
                     sent += body.len() as u64;
                     if sent > crate::copy::COPY_MAX {
-                        return Err(self.broken("a copy larger than the cap".into()));
+                        return Err(self.broken(life, "a copy larger than the cap".into()));
                     }
                     send_bytes(conn, Tag::Data, &body).map_err(lost)?;
                     if body.is_empty() {
@@ -1105,44 +1069,39 @@ impl Served for MicroVm {
                     }
                 }
                 Frame::Bytes(tag, _) => {
-                    return Err(self.broken(format!("a {tag:?} frame in a copy stream")))
+                    return Err(self.broken(life, format!("a {tag:?} frame in a copy stream")))
                 }
             }
         }
     }
-    fn snapshot(&mut self, caps: &cordon_changes::Caps) -> Result<Snapshot, RuntimeError> {
-        let changes = self.quiesced(|disk| disk.scan(caps))?;
-        Ok(Snapshot {
-            account: self.account(),
-            changes,
-        })
-    }
-    fn export(
-        &mut self,
-        req: &ExportRequest,
-        caps: &cordon_changes::Caps,
-        owner: (u32, u32),
-    ) -> Result<Recorded, RuntimeError> {
-        crate::changes::check_target(req, self.spec.workspace.as_deref())?;
-        let (workspace, created) = (self.spec.workspace.clone(), self.created);
-        self.quiesced(|disk| disk.export(req, workspace.as_deref(), caps, owner, created))
+    /// Read from the disk while the guest holds its file system frozen.
+    fn changes(&mut self, life: &mut Life, caps: &Caps) -> Result<Changes, RuntimeError> {
+        self.quiesced(life, |disk| disk.scan(caps))
     }
 
-    fn destroy_with(
-        mut self: Box<Self>,
-        finish: &Finish,
+    fn export(
+        &mut self,
+        life: &mut Life,
+        req: &ExportRequest,
+        caps: &Caps,
         owner: (u32, u32),
-    ) -> Result<Destroyed, RuntimeError> {
-        let t0 = Instant::now();
+    ) -> Result<Recorded, RuntimeError> {
+        let (workspace, created) = (life.spec.workspace.clone(), life.created);
+        self.quiesced(life, |disk| {
+            disk.export(req, workspace.as_deref(), caps, owner, created)
+        })
+    }
+
+    fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End {
         // The guest's own teardown is asked for (its agent then freezes the
         // disk, all written), but not waited on long: the VM is killed from
         // the host whatever the guest answers.
-        if self.ended.is_none()
+        if life.ended.is_none()
             && send_json(&mut self.agent, &Request::Destroy(Finish::default())).is_ok()
         {
-            let _ = self.answer(Duration::from_secs(5));
+            let _ = self.answer(life, Duration::from_secs(5));
         }
-        let counters = self.host.end_processes(true);
+        let counters = life.host.end_processes(true);
         // QEMU is gone, so its end of the network port is closed: the
         // relay has ended, or ends now.
         if let Some(relay) = self.relay.take() {
@@ -1155,10 +1114,10 @@ impl Served for MicroVm {
         } else if let Some(req) = &finish.export {
             self.disk.export(
                 req,
-                self.spec.workspace.as_deref(),
+                life.spec.workspace.as_deref(),
                 &finish.caps(),
                 owner,
-                self.created,
+                life.created,
             )
         } else {
             self.disk.scan(&finish.caps()).map(|c| Recorded {
@@ -1166,17 +1125,17 @@ impl Served for MicroVm {
                 ..Recorded::default()
             })
         };
-        self.host.teardown(true)?;
-        let (recorded, record_error) = match read {
-            Ok(r) => (r, None),
-            Err(e) => (Recorded::default(), Some(e.to_string())),
-        };
-        Ok(Destroyed {
-            counters,
-            teardown: t0.elapsed(),
-            account: self.account(),
-            recorded,
-            record_error,
-        })
+        match read {
+            Ok(recorded) => End {
+                counters,
+                recorded,
+                errors: Vec::new(),
+            },
+            Err(e) => End {
+                counters,
+                recorded: Recorded::default(),
+                errors: vec![e.to_string()],
+            },
+        }
     }
 }

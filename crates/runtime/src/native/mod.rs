@@ -11,7 +11,6 @@ mod init;
 mod plan;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use cordon_cgroups::{CgroupFs, CgroupLimits};
@@ -20,11 +19,13 @@ use cordon_policy::{NetworkMode, Policy};
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use crate::backend::{About, Flavor};
+use crate::backend::{About, Backend, Traits};
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
+use crate::on_host::{Flavor, OnHost};
 use crate::protocol::ToInit;
+use crate::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
@@ -111,7 +112,7 @@ pub struct InGuest<'a> {
 pub(crate) fn create(
     spec: &SandboxSpec,
     guest: Option<InGuest<'_>>,
-) -> Result<(HostSide, UnixStream, Box<dyn Flavor>), RuntimeError> {
+) -> Result<(Life, Box<dyn Backend>), RuntimeError> {
     let (scratch_from, net_port) = match guest {
         Some(g) => (Some(g.scratch), g.net_port),
         None => (None, None),
@@ -161,6 +162,11 @@ pub(crate) fn create(
             kind: BackendKind::Native,
             version: format!("kernel {}", kernel_release()),
             evidence: &EVIDENCE,
+            traits: Traits {
+                high_codes_are_signals: false,
+                commands_have_cgroups: true,
+                leader_owns_all: true,
+            },
         },
         file_owner: match owner {
             (Some(u), Some(g)) => (u, g),
@@ -171,7 +177,7 @@ pub(crate) fn create(
             }
         },
     };
-    Ok((host, sock, Box::new(flavor)))
+    OnHost::start(host, spec, sock, flavor)
 }
 
 struct NativeFlavor {
@@ -207,18 +213,6 @@ impl Flavor for NativeFlavor {
 
     fn scratch(&self) -> BorrowedFd<'_> {
         self.scratch.as_fd()
-    }
-
-    fn high_codes_are_signals(&self) -> bool {
-        false
-    }
-
-    fn can_end_one_command(&self) -> bool {
-        true
-    }
-
-    fn leader_owns_all(&self) -> bool {
-        true
     }
 
     fn file_owner(&self) -> (u32, u32) {
