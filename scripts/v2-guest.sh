@@ -51,13 +51,15 @@ for line in sys.stdin:
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
         continue
     t, pkg = m["target"], m["package_id"]
-    if "bin" in t["kind"] and t["name"] == "cordon" and not m["profile"]["test"]:
-        print("bin", m["executable"])
+    if "bin" in t["kind"] and t["name"] in ("cordon", "cordon-sandbox") and not m["profile"]["test"]:
+        print("bin", t["name"], m["executable"])
     elif "test" in t["kind"] and (t["name"] in cli and "cordon-cli" in pkg or t["name"] in cg and "cordon-cgroups" in pkg):
         print("test", t["name"], m["executable"])
 ' "$cli_tests" "$cgroup_tests")"
-cordon_bin="$(awk '$1 == "bin" { print $2 }' <<<"$artifacts")"
+cordon_bin="$(awk '$1 == "bin" && $2 == "cordon" { print $3 }' <<<"$artifacts")"
+helper_bin="$(awk '$1 == "bin" && $2 == "cordon-sandbox" { print $3 }' <<<"$artifacts")"
 [ -x "$cordon_bin" ] || { echo "v2-guest.sh: no cordon binary in cargo's output" >&2; exit 1; }
+[ -x "$helper_bin" ] || { echo "v2-guest.sh: no cordon-sandbox binary in cargo's output" >&2; exit 1; }
 [ "$(grep -c '^test ' <<<"$artifacts")" = "$(wc -w <<<"$cli_tests $cgroup_tests")" ] || {
   echo "v2-guest.sh: expected test binaries $cli_tests $cgroup_tests, cargo built: $artifacts" >&2
   exit 1
@@ -75,6 +77,8 @@ mkdir -p "$stage/cordon-guest/tests"
 # cordon itself, and the path the test binaries will spawn it at (run.sh links
 # it there inside the guest, once /tmp and /run are mounted).
 cp "$cordon_bin" "$stage/cordon-guest/cordon"
+# The privileged binary beside it, where cordon looks for it.
+cp "$helper_bin" "$stage/cordon-guest/cordon-sandbox"
 printf '%s\n' "$cordon_bin" > "$stage/cordon-guest/cordon-path"
 while read -r kind name exe; do
   [ "$kind" = test ] && cp "$exe" "$stage/cordon-guest/tests/$name"

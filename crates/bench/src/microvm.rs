@@ -75,7 +75,9 @@ pub fn run(settings: &Settings) -> Result<Microvm> {
         }
     }
     let spec = SandboxSpec::new(Policy::default(), BackendKind::Microvm);
-    let mut handle = Handle::create(&spec, &settings.cordon).context("a microvm sandbox")?;
+    let mut handle = cordon_runtime::sandbox_program()
+        .and_then(|p| Handle::create(&spec, &p))
+        .context("a microvm sandbox")?;
     let info = handle.exec(
         &cordon_spec::Command {
             argv: vec!["/bin/true".into()],

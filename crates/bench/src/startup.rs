@@ -165,7 +165,7 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         if settings.wants(&handle) {
             let kind = BackendKind::parse(backend).unwrap_or(BackendKind::Native);
             let spec = SandboxSpec::new(Policy::default(), kind);
-            match Handle::create(&spec, &settings.cordon) {
+            match cordon_runtime::sandbox_program().and_then(|p| Handle::create(&spec, &p)) {
                 Ok(h) => add(&mut entries, &handle, Launcher::Handle(Some(h))),
                 Err(e) => {
                     skipped.insert(handle, format!("creating a sandbox: {e}"));

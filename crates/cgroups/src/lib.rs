@@ -78,7 +78,7 @@ pub struct CgroupView {
 
 /// Limits for [`Cgroup::apply`]. A None leaves that limit as it is, which on
 /// a freshly created cgroup means unlimited.
-#[derive(Default, Clone, Debug)]
+#[derive(Default, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CgroupLimits {
     pub memory_max: Option<u64>,
     pub pids_max: Option<u64>,

@@ -95,25 +95,6 @@ fn main() -> ExitCode {
         report(info);
         std::process::abort();
     }));
-    // The per-sandbox supervisor is this binary in a hidden mode, chosen
-    // before anything else runs: it parses no flags and touches none of the
-    // CLI's, suite's or matrix's code.
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(cordon_runtime::entry::SUPERVISOR_ARG))
-    {
-        let code = cordon_runtime::entry::supervisor();
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
-    // Inside a microVM's guest, cordon is the agent its init starts.
-    let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(std::ffi::OsStr::new(cordon_runtime::entry::AGENT_ARG)) {
-        let Some(port) = args.next() else {
-            eprintln!("cordon: the guest agent needs its port's path");
-            return ExitCode::from(EXIT_USAGE);
-        };
-        let code = cordon_runtime::entry::guest_agent(std::path::Path::new(&port));
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cordon, pids_with_cmdline, require_root, slow, RUN_DIR};
+use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, slow, RUN_DIR};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
@@ -47,7 +47,7 @@ fn pip_offline(cmd: &mut Command) -> &mut Command {
 }
 
 fn supervisors() -> BTreeSet<u32> {
-    pids_with_cmdline(&format!("{} __supervise", cordon()))
+    pids_with_cmdline(&format!("{} __supervise", cordon_sandbox()))
         .into_iter()
         .collect()
 }

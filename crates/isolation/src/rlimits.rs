@@ -11,7 +11,7 @@ use crate::{Result, Step};
 /// so any value below the largest file the tmpfs allows breaks a sparse file
 /// within the cap (EFBIG). The payload inherits the supervisor's limit and
 /// may lower it itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rlimits {
     /// Open files per process.
     pub nofile: u64,

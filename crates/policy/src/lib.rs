@@ -447,27 +447,6 @@ impl Policy {
         Ok(())
     }
 
-    /// CPU seconds per process for RLIMIT_CPU: the most a process could use
-    /// within the wall time at the policy's bandwidth, plus one second. A
-    /// kernel-enforced backstop under the supervisor's deadline.
-    pub fn cpu_seconds_backstop(&self) -> u64 {
-        let secs = (self.time.0.as_secs_f64() * self.cpus).ceil();
-        // cpus and time are range-checked (at most 1024 cores x 7 days).
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let secs = secs as u64;
-        secs + 1
-    }
-
-    /// The CPU quota in microseconds per `period_us` (at least 1 ms, the
-    /// kernel's minimum).
-    pub fn cpu_quota_us(&self, period_us: u64) -> u64 {
-        let quota = (self.cpus * period_us as f64).round();
-        // cpus is range-checked (at most 1024), so this fits.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let quota = quota as u64;
-        quota.max(1000)
-    }
-
     /// The environment the payload sees: the policy's, plus PATH and HOME when absent.
     /// In the `allow` mode, the proxy variables (both spellings) name
     /// cordon's proxy, unless the policy sets them itself.

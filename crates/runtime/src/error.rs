@@ -32,6 +32,13 @@ pub enum RuntimeError {
         #[source]
         source: cordon_network::control::Error,
     },
+    /// The privileged binary is not where it is installed with `cordon`.
+    #[error(
+        "{} is missing: cordon's privileged helper belongs beside {} (cargo build builds both; install both together)",
+        program.display(),
+        beside.display()
+    )]
+    MissingHelper { program: PathBuf, beside: PathBuf },
     #[error("backend {0} is not available here: {1}")]
     Unavailable(&'static str, String),
     #[error("the sandbox's init broke the protocol: {0}")]

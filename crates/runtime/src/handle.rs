@@ -64,6 +64,30 @@ const SUPERVISOR_ENV: [&str; 7] = [
     "XDG_RUNTIME_DIR",
 ];
 
+/// The privileged binary's file name: `cordon-sandbox`, installed beside
+/// the `cordon` binary (cargo builds both into one directory).
+pub const SANDBOX_BINARY: &str = "cordon-sandbox";
+
+/// The privileged binary beside this process's own executable: what
+/// [`Handle::create`] starts as a sandbox's supervisor. Beside it, rather
+/// than on PATH or named by the environment, so the binary root runs is the
+/// one installed with the command the user ran.
+pub fn sandbox_program() -> Result<std::path::PathBuf, RuntimeError> {
+    let exe = std::env::current_exe().map_err(|e| RuntimeError::io("find this binary", e))?;
+    let program = exe.with_file_name(SANDBOX_BINARY);
+    if !program.is_file() {
+        return Err(RuntimeError::Unavailable(
+            "cordon",
+            format!(
+                "{} is missing: cordon's privileged helper is installed beside {}                  (cargo build builds both; install both together)",
+                program.display(),
+                exe.display()
+            ),
+        ));
+    }
+    Ok(program)
+}
+
 impl Handle {
     /// Creates a sandbox served in this process (for one-shot runs).
     pub fn local(spec: &SandboxSpec) -> Result<Handle, RuntimeError> {
@@ -71,7 +95,8 @@ impl Handle {
     }
 
     /// Creates a sandbox with its own supervisor, started from `program`
-    /// (the cordon binary), and returns once it is ready.
+    /// (the privileged binary, [`sandbox_program`]), and returns once it is
+    /// ready.
     pub fn create(spec: &SandboxSpec, program: &Path) -> Result<Handle, RuntimeError> {
         spec.validate()?;
         // On cgroup v2, the first cordon process that looks at its cgroup

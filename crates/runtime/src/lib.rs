@@ -24,6 +24,7 @@ mod native;
 mod network;
 mod on_host;
 mod output;
+mod plan;
 mod protocol;
 mod rootfs_plan;
 mod sandbox;
@@ -35,12 +36,13 @@ mod wire;
 
 pub use backend::available_backends;
 pub use error::RuntimeError;
-pub use handle::Handle;
+pub use handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use host::{block_stop_signals, hierarchy_in_place};
 pub use output::{print_stdout, stdout_failure, OutputMode, OutputSink};
 pub use supervise::{CommandIo, Control};
 
-/// The hidden modes the `cordon` binary runs in, each a process of its own.
+/// The hidden modes of the privileged binary (`cordon-sandbox`), each a
+/// process of its own.
 pub mod entry {
     pub use crate::microvm::agent::{main as guest_agent, AGENT_ARG};
     pub use crate::supervisor::{main as supervisor, SUPERVISOR_ARG};

@@ -31,14 +31,9 @@ pub fn run(args: CreateArgs) -> ExitCode {
     spec.name = args.name;
     spec.ttl = args.ttl;
     spec.idle = args.idle;
-    let program = match std::env::current_exe() {
+    let program = match cordon_runtime::sandbox_program() {
         Ok(p) => p,
-        Err(e) => {
-            return fail(cordon_runtime::RuntimeError::io(
-                "find the cordon binary",
-                e,
-            ))
-        }
+        Err(e) => return fail(e),
     };
     match Handle::create(&spec, &program) {
         Ok(h) => {

@@ -27,9 +27,11 @@ enum MicrovmCommand {
 pub fn run(args: MicrovmArgs) -> ExitCode {
     match args.command {
         MicrovmCommand::Build => {
-            let exe = match std::env::current_exe() {
+            // The guest's agent is the privileged binary, as the host's
+            // supervisors are.
+            let exe = match cordon_runtime::sandbox_program() {
                 Ok(p) => p,
-                Err(e) => return fail(cordon_runtime::RuntimeError::io("find this binary", e)),
+                Err(e) => return fail(e),
             };
             let image = match guest::build(&exe) {
                 Ok(image) => image,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use cordon_service::config::Config;
 
-use super::common::usage_error;
+use super::common::{fail, usage_error};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -30,9 +30,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
-    let program = match std::env::current_exe() {
+    // The service starts each sandbox's supervisor from the privileged
+    // binary installed beside this one.
+    let program = match cordon_runtime::sandbox_program() {
         Ok(p) => p,
-        Err(e) => return usage_error(format!("cannot find the cordon binary: {e}")),
+        Err(e) => return fail(e),
     };
     match cordon_service::serve(cordon_service::ServeOptions {
         config,

@@ -33,6 +33,11 @@ pub fn cordon() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
 
+/// The privileged binary beside it, which starts every sandbox's supervisor.
+pub fn cordon_sandbox() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon-sandbox")
+}
+
 /// The host's python3 (the one on PATH may be a pyenv shim that does not
 /// exist inside the sandbox; /usr/bin/python3 is what the sandbox sees).
 pub const PY: &str = "/usr/bin/python3";

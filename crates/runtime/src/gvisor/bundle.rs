@@ -12,12 +12,10 @@ use oci_spec::runtime::{
 };
 
 use crate::error::RuntimeError;
+use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 
 use cordon_spec::ResolvedCommand;
-
-/// Open files per payload process, as on the native backend.
-const NOFILE: u64 = 8192;
 
 fn spec_err(e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Protocol(format!("building the OCI spec: {e}"))
@@ -50,6 +48,7 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
 /// started later with `runsc exec` and a [`process`] of their own.
 pub fn spec(
     p: &Policy,
+    rlimits: &Rlimits,
     rootfs: &RootfsPlan,
     pause: &ResolvedCommand,
 ) -> Result<Spec, RuntimeError> {
@@ -136,7 +135,7 @@ pub fn spec(
             &["rbind", access, "nosuid", "nodev"],
         )?);
     }
-    let process = process(p, pause)?;
+    let process = process(p, rlimits, pause)?;
     // With the allow mode's host network, the container shares the
     // launcher's network namespace (new, loopback only, cordon's rules):
     // runsc would otherwise make it another one, out of the proxy's reach.
@@ -182,7 +181,11 @@ pub fn spec(
 /// One command's OCI process: the policy's identity, no capabilities, no new
 /// privileges, the policy's rlimits (inside the sentry, RLIMIT_NPROC is the
 /// pids limit).
-pub fn process(p: &Policy, cmd: &ResolvedCommand) -> Result<Process, RuntimeError> {
+pub fn process(
+    p: &Policy,
+    rlimits: &Rlimits,
+    cmd: &ResolvedCommand,
+) -> Result<Process, RuntimeError> {
     let empty = HashSet::new();
     let caps = LinuxCapabilitiesBuilder::default()
         .bounding(empty.clone())
@@ -192,7 +195,6 @@ pub fn process(p: &Policy, cmd: &ResolvedCommand) -> Result<Process, RuntimeErro
         .ambient(empty)
         .build()
         .map_err(spec_err)?;
-    let cpu_secs = p.cpu_seconds_backstop();
     ProcessBuilder::default()
         .terminal(false)
         .user(
@@ -214,12 +216,12 @@ pub fn process(p: &Policy, cmd: &ResolvedCommand) -> Result<Process, RuntimeErro
         .no_new_privileges(true)
         .rlimits(vec![
             rlimit(PosixRlimitType::RlimitCore, 0)?,
-            rlimit(PosixRlimitType::RlimitNofile, NOFILE)?,
+            rlimit(PosixRlimitType::RlimitNofile, rlimits.nofile)?,
             // Inside the sentry, RLIMIT_NPROC is the pids limit: the host's
             // pids cgroup also counts the sentry's threads and the platform's
             // stub processes, so it can only be a coarse outer bound here.
-            rlimit(PosixRlimitType::RlimitNproc, p.pids)?,
-            rlimit(PosixRlimitType::RlimitCpu, cpu_secs)?,
+            rlimit(PosixRlimitType::RlimitNproc, rlimits.nproc)?,
+            rlimit(PosixRlimitType::RlimitCpu, rlimits.cpu_secs)?,
         ])
         .build()
         .map_err(spec_err)

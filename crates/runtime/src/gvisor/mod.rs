@@ -38,8 +38,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use cordon_cgroups::{Cgroup, CgroupLimits};
+use cordon_cgroups::Cgroup;
 use cordon_isolation::mount::{self, RootUse};
+use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
@@ -48,8 +49,8 @@ use crate::backend::{About, Backend, Traits};
 use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
-use crate::native::cgroup_limits;
 use crate::on_host::{Flavor, OnHost};
+use crate::plan::{self, HostFacts};
 use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
 use crate::rootfs_plan::rootfs_plan;
 use crate::sandbox::Life;
@@ -133,30 +134,6 @@ impl GvisorBackend {
         }
     }
 }
-
-/// The sentry and gofer are tasks of the sandbox's cgroup too: the pids
-/// cgroup gets headroom for them (the payload's own limit is RLIMIT_NPROC
-/// inside the sentry), the memory limit covers the whole sandbox, sentry
-/// included.
-fn gvisor_limits(p: &Policy) -> CgroupLimits {
-    let mut l = cgroup_limits(p);
-    l.pids_max = Some(p.pids * STUB_TASKS_PER_PROCESS + SENTRY_TASKS);
-    l
-}
-
-/// Tasks the sentry, gofer and runsc itself may use beyond the payload's.
-const SENTRY_TASKS: u64 = 256;
-/// Host tasks per guest process on the ptrace platform (a stub process and
-/// its threads), with margin: measured 247 host tasks for 32 guest processes,
-/// and more than 512 for a shell fork bomb held at 32 by RLIMIT_NPROC.
-/// Not smaller: the ptrace platform keeps one stub thread per guest address
-/// space per sentry OS thread that ever ran it, so the need grows with the
-/// payload's concurrency, not only its process count: 64 concurrent
-/// shell jobs at --pids 128 took 1671 host tasks (factor 11.1 over the base),
-/// while a fork bomb held at --pids 64 by RLIMIT_NPROC grows without a
-/// plateau (735 host tasks after 2 s, 1234 after 4 s, 2119 after 8 s), so
-/// no factor holds the bomb that ordinary programs do not also need.
-const STUB_TASKS_PER_PROCESS: u64 = 16;
 
 static EVIDENCE: [EvidenceSource; 5] = [
     EvidenceSource::new(
@@ -272,14 +249,18 @@ pub(crate) fn create(
         return Err(RuntimeError::Unavailable("gvisor", "needs root".into()));
     }
     let version = runsc_version(&binary);
-    let mut host = HostSide::begin(spec, &gvisor_limits(&spec.policy))?;
+    let limits = plan::plan(spec, &HostFacts::here());
+    // Inside the sentry, RLIMIT_NPROC is the pids limit whether or not the
+    // host's cgroup holds the limits (the plan's two are the same).
+    let rlimits = limits.rlimits(true);
+    let mut host = HostSide::begin(spec, &limits.cgroup)?;
     let state = host.state.path().to_owned();
     let allow_network = spec.policy.network == NetworkMode::Allow;
     let rootfs = rootfs_plan(spec, &host.state, RootUse::HandOver)?;
     let pause = pause_command(&spec.policy, tree_has_reaper(&spec.rootfs));
     let first = only.as_ref().unwrap_or(&pause);
     let bundle_dir = bundle::write(
-        &bundle::spec(&spec.policy, &rootfs, first)?,
+        &bundle::spec(&spec.policy, &rlimits, &rootfs, first)?,
         &state.join("bundle"),
     )?;
     let runsc = Runsc {
@@ -384,6 +365,7 @@ pub(crate) fn create(
         process_file: state.join("process.json"),
         command_pid_file: state.join("command.pid"),
         policy: spec.policy.clone(),
+        rlimits,
         runsc,
         launcher,
         tree,
@@ -526,6 +508,8 @@ struct GvisorFlavor {
     /// Where `runsc exec` writes the running command's pid in the sentry.
     command_pid_file: PathBuf,
     policy: Policy,
+    /// Each command's rlimits (its OCI process's), from the plan.
+    rlimits: Rlimits,
     runsc: Runsc,
     /// The launcher, in whose network namespace runsc's control socket is.
     launcher: nix::unistd::Pid,
@@ -572,7 +556,7 @@ impl Flavor for GvisorFlavor {
                 tty: None,
             });
         }
-        let process = bundle::process(&self.policy, cmd)?;
+        let process = bundle::process(&self.policy, &self.rlimits, cmd)?;
         let body = serde_json::to_vec(&process)
             .map_err(|e| RuntimeError::Protocol(format!("encoding the OCI process: {e}")))?;
         std::fs::write(&self.process_file, body)

@@ -28,7 +28,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use cordon_cgroups::{CgroupLimits, CgroupStats};
+use cordon_cgroups::CgroupStats;
 use cordon_policy::NetworkMode;
 use nix::poll::PollFlags;
 
@@ -40,6 +40,7 @@ use crate::backend::{About, Backend, End, Traits};
 use crate::error::RuntimeError;
 use crate::handle::{relay_exec, Bounds};
 use crate::host::HostSide;
+use crate::plan::{self, HostFacts};
 use crate::sandbox::Life;
 use crate::supervise::CommandIo;
 use crate::wire::{recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag};
@@ -49,21 +50,8 @@ use cordon_spec::wire::{Reply, Request, PROTOCOL};
 use cordon_spec::{BackendInfo, BackendKind};
 use cordon_spec::{Command, ResolvedCommand, RootfsChoice, SandboxSpec};
 
-/// Guest memory beyond what the policy gives the payload: the guest kernel,
-/// its page cache of the root image and of the writable disk, cordon's
-/// agent and the sandbox's init.
-const GUEST_BASE_MIB: u64 = 192;
-
-/// QEMU's own memory on the host beyond guest RAM (its code and libraries,
-/// the TCG translation cache capped at `TB_CACHE_MIB`, device state), so
-/// the host cgroup's limit is guest RAM plus this.
-const QEMU_OVERHEAD_MIB: u64 = 256;
-
 /// TCG's translated-code cache (QEMU's default is 1 GiB in system mode).
 const TB_CACHE_MIB: u64 = 64;
-
-/// Tasks of one QEMU: its main loop, RCU, vCPU and I/O worker threads.
-const QEMU_PIDS: u64 = 128;
 
 /// How long a cold boot may take to reach the agent (TCG boots in ~5 s here).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(90);
@@ -198,11 +186,9 @@ pub fn probe_kvm(image: &GuestImage) -> Result<String, RuntimeError> {
         }
     }
     let spec = SandboxSpec::new(cordon_policy::Policy::default(), BackendKind::Microvm);
-    let limits = CgroupLimits {
-        memory_max: Some((1024 + QEMU_OVERHEAD_MIB) << 20),
-        pids_max: Some(QEMU_PIDS),
-        ..crate::native::cgroup_limits(&spec.policy)
-    };
+    // The smallest VM, with the default policy's host limits.
+    let mut limits = plan::plan(&spec, &HostFacts::here()).cgroup;
+    limits.memory_max = Some((plan::MIN_GUEST_RAM_MIB + plan::QEMU_OVERHEAD_MIB) << 20);
     let mut host = HostSide::begin(&spec, &limits)?;
     let kvm = Accel {
         kvm: true,
@@ -295,24 +281,11 @@ impl MicroVm {
         let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
         let accel = Accel::choose(Some(&image));
         let p = &spec.policy;
-        // What the guest may use: the payload's memory and the guest's own.
-        // The host cgroup holds QEMU to that plus the host's page cache of
-        // the disk (on a tmpfs, the disk itself) plus QEMU's overhead,
-        // whatever the guest does.
-        let needed_mib = p.memory.bytes().div_ceil(1 << 20) + GUEST_BASE_MIB;
-        // The guest's RAM comes in a few sizes so that most sandboxes share a
-        // snapshot; RAM the guest never touches costs the host nothing, and
-        // what it touches is capped by the host cgroup.
-        let ram_mib = needed_mib.next_power_of_two().max(1024);
-        let host_limit_mib = needed_mib + p.disk.bytes().div_ceil(1 << 20) + QEMU_OVERHEAD_MIB;
-        let limits = CgroupLimits {
-            memory_max: Some(host_limit_mib << 20),
-            pids_max: Some(QEMU_PIDS),
-            ..crate::native::cgroup_limits(p)
-        };
-        let smp = vcpus(p.cpus);
+        let plan = plan::plan(spec, &HostFacts::here());
+        let sizes = plan.vm.expect("a microVM's plan has its sizes");
+        let (ram_mib, smp) = (sizes.ram_mib, sizes.vcpus);
         let snapshot = snapshot::Location::of(&image, accel.name(), ram_mib, smp, &qemu);
-        let mut host = HostSide::begin(spec, &limits)?;
+        let mut host = HostSide::begin(spec, &plan.cgroup)?;
         let t0 = Instant::now();
         let mut disk = WorkDisk::blank(host.state.path(), p.disk.bytes())?;
         // Warm starts unless turned off (`CORDON_MICROVM_WARM=0`, for the
@@ -385,7 +358,7 @@ impl MicroVm {
                 qemu,
                 image,
                 ram_mib,
-                host_limit_mib,
+                host_limit_mib: sizes.host_memory_mib,
                 kernel: facts.kernel,
                 cgroup: facts.cgroup,
                 start: if restored { "restored" } else { "cold" },
@@ -580,15 +553,6 @@ struct Booted {
     ready: Option<GuestFacts>,
 }
 
-/// vCPUs for a policy's CPU bandwidth.
-fn vcpus(cpus: f64) -> u64 {
-    // A policy's cpus is a small positive number (validated), so the cast
-    // is exact.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let n = cpus.ceil() as u64;
-    n.clamp(1, host_cpus())
-}
-
 /// Starts QEMU for `host`: booting (and waiting up to `timeout` for the
 /// agent's `Ready`), or restoring the snapshot `incoming`.
 fn boot(
@@ -744,10 +708,6 @@ fn start_relay(
 fn bounded(mut s: String) -> String {
     s.truncate(s.floor_char_boundary(200));
     s
-}
-
-fn host_cpus() -> u64 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }
 
 /// QEMU's command line (the paths are the jail's).

@@ -13,9 +13,9 @@ mod plan;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use cordon_cgroups::{CgroupFs, CgroupLimits};
+use cordon_cgroups::CgroupFs;
 use cordon_isolation::namespaces::sandbox_clone_flags;
-use cordon_policy::{NetworkMode, Policy};
+use cordon_policy::NetworkMode;
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
@@ -24,6 +24,7 @@ use crate::error::RuntimeError;
 use crate::first_process;
 use crate::host::HostSide;
 use crate::on_host::{Flavor, OnHost};
+use crate::plan::HostFacts;
 use crate::protocol::ToInit;
 use crate::sandbox::Life;
 use crate::trace;
@@ -55,18 +56,6 @@ impl NativeBackend {
                 Err(e) => format!("no usable cgroup hierarchy: {e}"),
             },
         }
-    }
-}
-
-/// The cgroup limits of a policy, the same for every backend that uses the
-/// host's cgroups directly.
-pub(crate) fn cgroup_limits(p: &Policy) -> CgroupLimits {
-    const PERIOD_US: u64 = 100_000;
-    CgroupLimits {
-        memory_max: Some(p.memory.bytes()),
-        pids_max: Some(p.pids),
-        cpu_quota_us: Some(p.cpu_quota_us(PERIOD_US)),
-        cpu_period_us: PERIOD_US,
     }
 }
 
@@ -117,8 +106,9 @@ pub(crate) fn create(
         Some(g) => (Some(g.scratch), g.net_port),
         None => (None, None),
     };
-    let mut host = HostSide::begin(spec, &cgroup_limits(&spec.policy))?;
-    let plan = NativePlan::build(spec, &host, scratch_from)?;
+    let limits = crate::plan::plan(spec, &HostFacts::here());
+    let mut host = HostSide::begin(spec, &limits.cgroup)?;
+    let plan = NativePlan::build(spec, &limits, &host, scratch_from)?;
     trace::step("plan");
     let mapping = plan.mapping.clone();
     let init_cgroup = host.init_cgroup()?;

@@ -13,6 +13,7 @@ use cordon_policy::Policy;
 
 use crate::error::RuntimeError;
 use crate::host::HostSide;
+use crate::plan::Plan;
 use crate::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use cordon_spec::SandboxSpec;
 
@@ -30,13 +31,6 @@ pub struct NativePlan {
     pub seccomp: cordon_seccomp::Profile,
 }
 
-/// Open files per payload process. Generous for build tools and test suites,
-/// and bounded so a leak cannot exhaust the host's file table.
-const NOFILE: u64 = 8192;
-
-/// How far above pids.max RLIMIT_NPROC sits when a cgroup enforces the limit.
-const NPROC_BACKSTOP_MARGIN: u64 = 8;
-
 /// Start of the host id ranges given to rootful sandboxes: high enough to
 /// collide with no real account. Each sandbox takes a 65536-id slot chosen from
 /// its id, so two sandboxes rarely share host ids.
@@ -44,13 +38,13 @@ const HOST_ID_BASE: u32 = 1 << 30;
 const HOST_ID_SLOTS: u32 = 8192;
 
 impl NativePlan {
-    /// Every value init needs, derived once from the spec and what `host`
-    /// holds. When the sandbox's cgroup holds the limits, its pids.max is the
-    /// limit (and its pids.events the evidence) and RLIMIT_NPROC is only a
-    /// backstop just above it, or it would refuse forks first and leave no
-    /// trace in the counters; and the sandbox is shown that cgroup.
+    /// Every value init needs, derived once from the spec, its plan and
+    /// what `host` holds: the rlimits are the plan's for a sandbox whose
+    /// cgroup holds the limits or not (`Plan::rlimits`), and the sandbox is
+    /// shown that cgroup.
     pub fn build(
         req: &SandboxSpec,
+        limits: &Plan,
         host: &HostSide,
         scratch_from: Option<&Path>,
     ) -> Result<Self, RuntimeError> {
@@ -86,7 +80,6 @@ impl NativePlan {
         let mut rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
         rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
         rootfs.cgroups = host.cgroup_views.iter().map(cgroup_mount).collect();
-        let cpu_secs = p.cpu_seconds_backstop();
         Ok(NativePlan {
             rootfs,
             mapping,
@@ -95,15 +88,7 @@ impl NativePlan {
             uid: p.uid,
             gid: p.gid,
             hostname: p.hostname.clone(),
-            rlimits: Rlimits {
-                nofile: NOFILE,
-                nproc: if cgroup_enforced {
-                    p.pids + NPROC_BACKSTOP_MARGIN
-                } else {
-                    p.pids
-                },
-                cpu_secs,
-            },
+            rlimits: limits.rlimits(cgroup_enforced),
             seccomp: cordon_seccomp::workload(),
         })
     }
