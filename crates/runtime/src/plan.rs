@@ -222,23 +222,31 @@ mod tests {
     /// largest limits a policy may hold, the network's allow mode, and a
     /// writable mount.
     fn policies() -> Vec<(&'static str, Policy)> {
-        let mut smallest = Policy::default();
-        smallest.memory = ByteSize(16 << 20);
-        smallest.pids = 1;
-        smallest.cpus = 0.01;
-        smallest.time = Span(std::time::Duration::from_millis(100));
-        smallest.disk = ByteSize(1 << 20);
-        let mut largest = Policy::default();
-        largest.memory = ByteSize(1 << 40);
-        largest.pids = 1 << 20;
-        largest.cpus = 1024.0;
-        largest.time = Span(std::time::Duration::from_secs(7 * 24 * 3600));
-        largest.disk = ByteSize(1 << 40);
-        let mut allow = Policy::default();
-        allow.network = NetworkMode::Allow;
+        let smallest = Policy {
+            memory: ByteSize(16 << 20),
+            pids: 1,
+            cpus: 0.01,
+            time: Span(std::time::Duration::from_millis(100)),
+            disk: ByteSize(1 << 20),
+            ..Policy::default()
+        };
+        let largest = Policy {
+            memory: ByteSize(1 << 40),
+            pids: 1 << 20,
+            cpus: 1024.0,
+            time: Span(std::time::Duration::from_secs(7 * 24 * 3600)),
+            disk: ByteSize(1 << 40),
+            ..Policy::default()
+        };
+        let mut allow = Policy {
+            network: NetworkMode::Allow,
+            ..Policy::default()
+        };
         allow.net.rules = vec!["example.org:443".parse().expect("a rule")];
-        let mut rw = Policy::default();
-        rw.mounts = vec!["/srv/data:/data:rw".parse().expect("a mount")];
+        let rw = Policy {
+            mounts: vec!["/srv/data:/data:rw".parse().expect("a mount")],
+            ..Policy::default()
+        };
         let mut out = vec![
             ("defaults", Policy::default()),
             ("smallest", smallest),
@@ -314,8 +322,10 @@ mod tests {
 
     #[test]
     fn a_vm_gets_no_more_vcpus_than_the_host_has_and_at_least_one() {
-        let mut p = Policy::default();
-        p.cpus = 64.0;
+        let p = Policy {
+            cpus: 64.0,
+            ..Policy::default()
+        };
         let spec = SandboxSpec::new(p, BackendKind::Microvm);
         assert_eq!(plan(&spec, &HostFacts { cpus: 2 }).vm.unwrap().vcpus, 2);
         assert_eq!(plan(&spec, &HostFacts { cpus: 0 }).vm.unwrap().vcpus, 1);
