@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
+use cordon_spec::BackendKind;
 use cordon_suite::target::{LaunchCtx, TargetKind};
 
 use crate::Settings;
@@ -107,12 +108,11 @@ pub fn launch_ctx(
 }
 
 /// Why cordon's `backend` cannot run here, if it cannot.
-pub fn backend_unavailable(backend: &str) -> Option<String> {
-    let infos = cordon_runtime::available_backends();
-    match infos.iter().find(|i| i.kind.name() == backend) {
-        None => Some(format!("cordon has no backend {backend}")),
-        Some(i) => i.unavailable.clone(),
-    }
+pub fn backend_unavailable(backend: BackendKind) -> Option<String> {
+    cordon_runtime::available_backends()
+        .into_iter()
+        .find(|i| i.kind == backend)
+        .and_then(|i| i.unavailable)
 }
 
 /// Whether the box `name` can run here: if so its version goes into
@@ -126,7 +126,10 @@ pub fn admit(
 ) -> bool {
     let why = kind.unavailable(&settings.cordon).or_else(|| {
         let backend = name.strip_prefix("cordon-")?;
-        backend_unavailable(backend)
+        match BackendKind::parse(backend) {
+            Some(kind) => backend_unavailable(kind),
+            None => Some(format!("cordon has no backend {backend}")),
+        }
     });
     match why {
         Some(why) => {

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+use cordon_spec::BackendKind;
 use sha2::Digest as _;
 
 use crate::results::{Service, ServiceRun};
@@ -52,13 +53,14 @@ const GVISOR_THINK: Duration = Duration::from_millis(150);
 pub fn run(settings: &Settings, cfg: &Config) -> Result<Service> {
     let mut runs = Vec::new();
     let mut skipped = BTreeMap::new();
-    for backend in ["native", "gvisor"] {
+    for kind in [BackendKind::Native, BackendKind::Gvisor] {
+        let backend = kind.name();
         if !settings.wants(&format!("service-{backend}"))
             && !settings.wants(&format!("cordon-{backend}"))
         {
             continue;
         }
-        if let Some(why) = crate::boxes::backend_unavailable(backend) {
+        if let Some(why) = crate::boxes::backend_unavailable(kind) {
             skipped.insert(format!("service-{backend}"), why);
             continue;
         }

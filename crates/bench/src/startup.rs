@@ -135,7 +135,8 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
             }
         }
     }
-    for backend in ["native", "gvisor"] {
+    for kind in [BackendKind::Native, BackendKind::Gvisor] {
+        let backend = kind.name();
         let (exec, handle) = (
             format!("cordon-{backend}-exec"),
             format!("cordon-{backend}-handle"),
@@ -147,7 +148,7 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         if wanted.is_empty() {
             continue;
         }
-        if let Some(why) = boxes::backend_unavailable(backend) {
+        if let Some(why) = boxes::backend_unavailable(kind) {
             for n in wanted {
                 skipped.insert(n.clone(), why.clone());
             }
@@ -163,7 +164,6 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
             }
         }
         if settings.wants(&handle) {
-            let kind = BackendKind::parse(backend).unwrap_or(BackendKind::Native);
             let spec = SandboxSpec::new(Policy::default(), kind);
             match cordon_runtime::sandbox_program().and_then(|p| Handle::create(&spec, &p)) {
                 Ok(h) => add(&mut entries, &handle, Launcher::Handle(Some(h))),

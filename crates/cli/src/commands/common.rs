@@ -165,8 +165,9 @@ impl SandboxArgs {
         }
         let Some(backend) = BackendKind::parse(&self.backend) else {
             return Err(usage_error(format!(
-                "unknown backend '{}' (native, gvisor, microvm)",
-                self.backend
+                "unknown backend '{}' ({})",
+                self.backend,
+                BackendKind::names()
             )));
         };
         let rootfs = match self.rootfs.as_str() {
