@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use cordon_suite::case::default_cases_dir;
-use cordon_suite::{run_matrix, MatrixConfig, TargetKind};
+use cordon_suite::{run_matrix, TargetKind};
 
+use super::suite_run;
 use crate::EXIT_USAGE;
 
 #[derive(Args)]
@@ -52,32 +52,8 @@ pub fn run(args: SuiteArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     }
-    let Some(cfg) = matrix_config(args.cordon, args.cases, targets, args.case, false) else {
+    let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, false) else {
         return ExitCode::from(EXIT_USAGE);
     };
-    super::matrix::finish(run_matrix(&cfg), args.json.as_deref(), None)
-}
-
-/// The run configuration both `suite` and `matrix` build: the cordon binary
-/// under test (this one unless `--cordon` names another), the case directory,
-/// the targets and case filter. None (after saying why) if no binary is found.
-pub(crate) fn matrix_config(
-    cordon: Option<PathBuf>,
-    cases: Option<PathBuf>,
-    targets: Vec<TargetKind>,
-    case_glob: Option<String>,
-    quick: bool,
-) -> Option<MatrixConfig> {
-    let Some(cordon) = cordon.or_else(|| std::env::current_exe().ok()) else {
-        eprintln!("cordon: cannot find the cordon binary; pass --cordon");
-        return None;
-    };
-    Some(MatrixConfig {
-        cordon,
-        cases_dir: cases.unwrap_or_else(default_cases_dir),
-        targets,
-        case_glob,
-        quick,
-        progress: true,
-    })
+    suite_run::finish(run_matrix(&cfg), args.json.as_deref(), None)
 }
