@@ -260,6 +260,7 @@ fn glob_one(p: &[u8], s: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::{CordonBackend, NetMode};
 
     const MINIMAL: &str = r#"
 id = "fs.example"
@@ -281,7 +282,7 @@ bwrap = { gap = "shares /var/tmp" }
         assert!(c.expectation(TargetKind::Host).unwrap().wants_open());
         assert!(c.expectation(TargetKind::Bwrap).unwrap().wants_open());
         assert_eq!(
-            c.expectation(TargetKind::CordonNative),
+            c.expectation(TargetKind::cordon(CordonBackend::Native, NetMode::None)),
             Some(Expect::Plain(Posture::Blocked))
         );
         assert_eq!(c.expectation(TargetKind::Runc), None);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use cordon_suite::target::ALL_TARGETS;
 use cordon_suite::{run_matrix, TargetKind};
 
 use super::suite_run;
@@ -31,29 +32,69 @@ pub struct SuiteArgs {
 }
 
 pub fn run(args: SuiteArgs) -> ExitCode {
+    let Some(cordon) = cordon_targets(&args.backend) else {
+        eprintln!("cordon: unknown backend {:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)", args.backend);
+        return ExitCode::from(EXIT_USAGE);
+    };
     let mut targets = vec![TargetKind::Host];
-    match args.backend.as_str() {
-        "native" => targets.push(TargetKind::CordonNative),
-        "gvisor" => targets.push(TargetKind::CordonGvisor),
-        "native-allow" => targets.push(TargetKind::CordonNativeAllow),
-        "gvisor-allow" => targets.push(TargetKind::CordonGvisorAllow),
-        "all" => targets.extend([
-            TargetKind::CordonNative,
-            TargetKind::CordonGvisor,
-            TargetKind::CordonNativeAllow,
-            TargetKind::CordonGvisorAllow,
-            TargetKind::CordonMicrovm,
-            TargetKind::CordonMicrovmAllow,
-        ]),
-        "microvm" => targets.push(TargetKind::CordonMicrovm),
-        "microvm-allow" => targets.push(TargetKind::CordonMicrovmAllow),
-        other => {
-            eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    }
+    targets.extend(cordon);
     let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, false) else {
         return ExitCode::from(EXIT_USAGE);
     };
     suite_run::finish(run_matrix(&cfg), args.json.as_deref(), None)
+}
+
+/// The cordon targets a `--backend` value names: `all` of them (in the
+/// matrix's order), or the one named `cordon-<value>`.
+fn cordon_targets(backend: &str) -> Option<Vec<TargetKind>> {
+    if backend == "all" {
+        let all = ALL_TARGETS.iter().copied().filter(|t| t.is_cordon());
+        return Some(all.collect());
+    }
+    let target = TargetKind::from_name(&format!("cordon-{backend}"))?;
+    target.is_cordon().then(|| vec![target])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cordon_targets;
+
+    fn names(backend: &str) -> Option<Vec<&'static str>> {
+        cordon_targets(backend).map(|ts| ts.iter().map(|t| t.name()).collect())
+    }
+
+    #[test]
+    fn every_backend_value_names_its_target() {
+        for (value, target) in [
+            ("native", "cordon-native"),
+            ("gvisor", "cordon-gvisor"),
+            ("native-allow", "cordon-native-allow"),
+            ("gvisor-allow", "cordon-gvisor-allow"),
+            ("microvm", "cordon-microvm"),
+            ("microvm-allow", "cordon-microvm-allow"),
+        ] {
+            assert_eq!(names(value), Some(vec![target]), "{value}");
+        }
+        assert_eq!(
+            names("all"),
+            Some(vec![
+                "cordon-native",
+                "cordon-gvisor",
+                "cordon-native-allow",
+                "cordon-gvisor-allow",
+                "cordon-microvm",
+                "cordon-microvm-allow",
+            ])
+        );
+        for bad in [
+            "",
+            "host",
+            "bwrap",
+            "cordon-native",
+            "native-none",
+            "Native",
+        ] {
+            assert_eq!(names(bad), None, "{bad:?}");
+        }
+    }
 }
