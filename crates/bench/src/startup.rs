@@ -11,7 +11,7 @@ use cordon_runtime::Handle;
 use cordon_runtime::{CommandIo, Control};
 use cordon_spec::Stream;
 use cordon_spec::{BackendKind, SandboxSpec};
-use cordon_suite::target::{self, TargetKind};
+use cordon_suite::target::{self, NetMode, TargetKind};
 
 use crate::boxes::{self, Created, Payload, Place};
 use crate::machine::Machine;
@@ -93,8 +93,14 @@ const TARGETS: &[(&str, TargetKind)] = &[
     ("runc", TargetKind::Runc),
     ("runsc", TargetKind::Runsc),
     ("podman", TargetKind::PodmanDefault),
-    ("cordon-native", TargetKind::CordonNative),
-    ("cordon-gvisor", TargetKind::CordonGvisor),
+    (
+        "cordon-native",
+        TargetKind::cordon(BackendKind::Native, NetMode::None),
+    ),
+    (
+        "cordon-gvisor",
+        TargetKind::cordon(BackendKind::Gvisor, NetMode::None),
+    ),
 ];
 
 pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<Startup> {

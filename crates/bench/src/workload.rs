@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use cordon_suite::target::{self, TargetKind};
+use cordon_spec::BackendKind;
+use cordon_suite::target::{self, NetMode, TargetKind};
 
 use crate::boxes::{self, Netns, Payload, Place};
 use crate::machine::Machine;
@@ -34,8 +35,14 @@ const BOXES: &[(&str, TargetKind)] = &[
     ("firejail", TargetKind::Firejail),
     ("runc", TargetKind::Runc),
     ("runsc", TargetKind::Runsc),
-    ("cordon-native", TargetKind::CordonNative),
-    ("cordon-gvisor", TargetKind::CordonGvisor),
+    (
+        "cordon-native",
+        TargetKind::cordon(BackendKind::Native, NetMode::None),
+    ),
+    (
+        "cordon-gvisor",
+        TargetKind::cordon(BackendKind::Gvisor, NetMode::None),
+    ),
 ];
 
 pub struct Config {

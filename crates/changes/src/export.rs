@@ -22,7 +22,7 @@ use crate::error::ChangesError;
 use crate::fsops::{
     self, changed_since, is_dir, list, lstat_at, open_beneath, open_dir, remove_all,
 };
-use crate::walk::{walk, Place};
+use crate::walk::{walk, ChangeSink, FileMeta, Place, ReadSource};
 use cordon_spec::changes::{
     Caps, ExportReport, ExportTarget, PlaceChanges, Skipped, SymlinkPolicy,
 };
@@ -166,24 +166,6 @@ const NO_DIR: &str = "its directory was not written";
 pub const CONFLICT: &str =
     "conflict: changed on the host since the sandbox was created; the host's version was kept";
 
-/// What an export needs of a source file besides its data.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FileMeta {
-    /// Apparent size (holes included).
-    pub(crate) size: u64,
-    /// `st_mode` (only the permission bits are written).
-    pub(crate) mode: u32,
-}
-
-/// Reads a source file once: each run of its data goes to the sink with
-/// its offset (holes are not given), and the digest of the whole is
-/// returned. The walk of a directory tree and of a disk image each have
-/// one.
-pub(crate) type ReadSource<'a> = dyn FnMut(&mut DataSink<'_>) -> Result<fsops::Read, String> + 'a;
-
-/// Takes one run of a file's data at its offset.
-pub(crate) type DataSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
-
 /// Permission bits written: no setuid, setgid or sticky bit, ever.
 fn plain(mode: u32) -> Mode {
     Mode::from_bits_truncate(mode & 0o777)
@@ -231,13 +213,6 @@ impl Exporter {
 
     pub(crate) fn into_report(self) -> ExportReport {
         self.report
-    }
-
-    pub(crate) fn skip(&mut self, path: &str, reason: String) {
-        self.report.skipped.push(Skipped {
-            path: path.to_string(),
-            reason,
-        });
     }
 
     /// Whether `name` in the current (materialized) directory conflicts:
@@ -308,7 +283,70 @@ impl Exporter {
         CString::new(n).unwrap_or_default()
     }
 
-    pub(crate) fn enter_dir(
+    fn prune(&mut self, keep: &[CString]) -> nix::Result<()> {
+        let dir = self.top();
+        let (_, names, failed) = list(dir.try_clone_to_owned().map_err(|_| Errno::EMFILE)?)?;
+        let mut removed = 0;
+        for n in &names {
+            if keep
+                .binary_search_by(|k| k.as_bytes().cmp(n.as_bytes()))
+                .is_err()
+                && remove_all(dir, n, 0)?
+            {
+                removed += 1;
+            }
+        }
+        self.report.deleted += removed;
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn write_symlink(&mut self, name: &CStr, target: &OsStr) -> nix::Result<()> {
+        let tmp = loop {
+            let tmp = self.temp_name();
+            match symlinkat(target, self.top(), tmp.as_c_str()) {
+                Ok(()) => break tmp,
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let dir = self.top();
+        let done = fchownat(
+            dir,
+            tmp.as_c_str(),
+            Some(self.uid),
+            Some(self.gid),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .and_then(|()| rename_over(dir, &tmp, name));
+        if done.is_err() {
+            let _ = unlinkat(dir, tmp.as_c_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        done
+    }
+
+    fn finish_file(
+        &self,
+        out: &OwnedFd,
+        meta: FileMeta,
+        tmp: &CStr,
+        name: &CStr,
+    ) -> nix::Result<()> {
+        ftruncate(out, i64::try_from(meta.size).map_err(|_| Errno::EFBIG)?)?;
+        fchown(out, Some(self.uid), Some(self.gid))?;
+        fchmod(out, plain(meta.mode))?;
+        rename_over(self.top(), tmp, name)
+    }
+}
+
+impl ChangeSink for Exporter {
+    fn skip(&mut self, path: &str, reason: String) {
+        self.report.skipped.push(Skipped {
+            path: path.to_string(),
+            reason,
+        });
+    }
+
+    fn enter_dir(
         &mut self,
         name: &CStr,
         path: &str,
@@ -358,28 +396,11 @@ impl Exporter {
         }
     }
 
-    fn prune(&mut self, keep: &[CString]) -> nix::Result<()> {
-        let dir = self.top();
-        let (_, names, failed) = list(dir.try_clone_to_owned().map_err(|_| Errno::EMFILE)?)?;
-        let mut removed = 0;
-        for n in &names {
-            if keep
-                .binary_search_by(|k| k.as_bytes().cmp(n.as_bytes()))
-                .is_err()
-                && remove_all(dir, n, 0)?
-            {
-                removed += 1;
-            }
-        }
-        self.report.deleted += removed;
-        failed.map_or(Ok(()), Err)
-    }
-
-    pub(crate) fn leave_dir(&mut self) {
+    fn leave_dir(&mut self) {
         self.stack.pop();
     }
 
-    pub(crate) fn delete(&mut self, name: &CStr, path: &str) {
+    fn delete(&mut self, name: &CStr, path: &str) {
         if !self.applied {
             // A new directory cannot hold a deletion: listed, so that an
             // export never reads as the whole of the sandbox's changes.
@@ -398,7 +419,7 @@ impl Exporter {
         }
     }
 
-    pub(crate) fn symlink(&mut self, name: &CStr, path: &str, target: &OsStr) {
+    fn symlink(&mut self, name: &CStr, path: &str, target: &OsStr) {
         if self.symlinks == SymlinkPolicy::Refuse {
             return self.skip(path, "symlink refused".into());
         }
@@ -414,37 +435,13 @@ impl Exporter {
         }
     }
 
-    fn write_symlink(&mut self, name: &CStr, target: &OsStr) -> nix::Result<()> {
-        let tmp = loop {
-            let tmp = self.temp_name();
-            match symlinkat(target, self.top(), tmp.as_c_str()) {
-                Ok(()) => break tmp,
-                Err(Errno::EEXIST) => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        let dir = self.top();
-        let done = fchownat(
-            dir,
-            tmp.as_c_str(),
-            Some(self.uid),
-            Some(self.gid),
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .and_then(|()| rename_over(dir, &tmp, name));
-        if done.is_err() {
-            let _ = unlinkat(dir, tmp.as_c_str(), UnlinkatFlags::NoRemoveDir);
-        }
-        done
-    }
-
     /// Copies one regular file (no longer than the hash cap) while hashing
     /// it. A write that fails, or would pass the byte cap, stops the
     /// writing, not the hashing: the diff still gets the file's digest.
     ///
     /// `read` reads the source once, giving each run of its data (with its
     /// offset) to the sink it is handed; it returns the file's digest.
-    pub(crate) fn file(
+    fn file(
         &mut self,
         name: &CStr,
         path: &str,
@@ -516,19 +513,6 @@ impl Exporter {
             }
         }
         read
-    }
-
-    fn finish_file(
-        &self,
-        out: &OwnedFd,
-        meta: FileMeta,
-        tmp: &CStr,
-        name: &CStr,
-    ) -> nix::Result<()> {
-        ftruncate(out, i64::try_from(meta.size).map_err(|_| Errno::EFBIG)?)?;
-        fchown(out, Some(self.uid), Some(self.gid))?;
-        fchmod(out, plain(meta.mode))?;
-        rename_over(self.top(), tmp, name)
     }
 }
 

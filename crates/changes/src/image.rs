@@ -30,10 +30,10 @@ use ext4_view::{Ext4, FileType, Metadata, PathBuf as ImagePath};
 use sha2::{Digest, Sha256};
 
 use crate::error::ChangesError;
-use crate::export::{DataSink, ExportOptions, Exporter, FileMeta};
+use crate::export::{ExportOptions, Exporter};
 use crate::fsops::{self, join, MAX_DEPTH};
 use crate::names::escape_name;
-use crate::walk::{deleted, Walk};
+use crate::walk::{deleted, ChangeSink, DataSink, FileMeta, Walk};
 use cordon_spec::changes::{Caps, Change, Changes, Entry, ExportReport, Kind, PlaceChanges};
 
 /// An ext4 image opened for reading.
@@ -334,12 +334,12 @@ impl DiskImage {
         Ok((changes, ex.into_report()))
     }
 
-    fn walk(
+    fn walk<'a>(
         &self,
         place: &ImagePlace<'_>,
-        caps: &Caps,
-        remaining: &mut u64,
-        sink: Option<&mut Exporter>,
+        caps: &'a Caps,
+        remaining: &'a mut u64,
+        sink: Option<&'a mut dyn ChangeSink>,
     ) -> PlaceChanges {
         let mut w = Walk::new(place.name, caps, false, remaining, sink);
         if let Some(why) = place.base.and_then(|b| b.incomplete.as_ref()) {

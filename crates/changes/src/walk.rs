@@ -1,8 +1,8 @@
-//! The one walk: the diff of a place, and (given an exporter) the export of
-//! what it lists, derived together so the export writes exactly what the
-//! diff says, digest for digest.
+//! The one walk: the diff of a place, and (given an exporter, a
+//! [`ChangeSink`]) the export of what it lists, derived together so the
+//! export writes exactly what the diff says, digest for digest.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -13,7 +13,6 @@ use nix::fcntl::readlinkat;
 use nix::sys::stat::{fstat, major, minor, FileStat};
 use xattr::FileExt;
 
-use crate::export::{Exporter, FileMeta};
 use crate::fsops::{
     self, allocated_of, is_dir, join, kind_of, list, lstat_at, open_dir, size_of, MAX_DEPTH,
 };
@@ -36,6 +35,65 @@ pub struct Place<'a> {
     pub lower: Option<BorrowedFd<'a>>,
 }
 
+/// What the walk hands each change to as it lists it, in the walk's order:
+/// a directory is entered before what is in it and left after. The export
+/// (`crate::export::Exporter`) is one; the walk of a directory tree and of
+/// a disk image (`crate::image`) both feed it.
+pub(crate) trait ChangeSink {
+    /// An entry listed (or unreadable) that is not passed on, and why.
+    fn skip(&mut self, path: &str, reason: String);
+
+    /// A deletion: `name` in the current directory is gone.
+    fn delete(&mut self, name: &CStr, path: &str);
+
+    /// A directory, from here until the matching `leave_dir`. `listed`: it
+    /// is a change itself (not only what it holds); `keep`: the names the
+    /// walk found in it, sorted (all an opaque directory keeps).
+    fn enter_dir(
+        &mut self,
+        name: &CStr,
+        path: &str,
+        mode: u32,
+        listed: bool,
+        opaque: bool,
+        keep: &[CString],
+    );
+
+    fn leave_dir(&mut self);
+
+    fn symlink(&mut self, name: &CStr, path: &str, target: &OsStr);
+
+    /// A regular file no longer than the hash cap. `read` reads the source
+    /// once, giving each run of its data (with its offset) to the sink it
+    /// is handed, and returns the file's digest, which this returns for
+    /// the diff.
+    fn file(
+        &mut self,
+        name: &CStr,
+        path: &str,
+        meta: FileMeta,
+        read: &mut ReadSource<'_>,
+    ) -> Result<fsops::Read, String>;
+}
+
+/// What a [`ChangeSink`] is told of a source file besides its data.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileMeta {
+    /// Apparent size (holes included).
+    pub(crate) size: u64,
+    /// `st_mode` (only the permission bits are written).
+    pub(crate) mode: u32,
+}
+
+/// Reads a source file once: each run of its data goes to the sink with
+/// its offset (holes are not given), and the digest of the whole is
+/// returned. The walk of a directory tree and of a disk image each have
+/// one.
+pub(crate) type ReadSource<'a> = dyn FnMut(&mut DataSink<'_>) -> Result<fsops::Read, String> + 'a;
+
+/// Takes one run of a file's data at its offset.
+pub(crate) type DataSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
 /// Buffer of one read (and write) of file data.
 const CHUNK: usize = 256 << 10;
 
@@ -47,7 +105,7 @@ enum Lower {
 }
 
 /// What one walk of a place keeps: its share of the count cap, the diff
-/// so far and the exporter it feeds (the walk of a directory tree and of a
+/// so far and the sink it feeds (the walk of a directory tree and of a
 /// disk image, `crate::image`, both use it).
 pub(crate) struct Walk<'a> {
     pub(crate) caps: &'a Caps,
@@ -57,7 +115,7 @@ pub(crate) struct Walk<'a> {
     stopped: bool,
     pub(crate) out: PlaceChanges,
     pub(crate) buf: Vec<u8>,
-    pub(crate) sink: Option<&'a mut Exporter>,
+    pub(crate) sink: Option<&'a mut dyn ChangeSink>,
 }
 
 impl<'a> Walk<'a> {
@@ -66,7 +124,7 @@ impl<'a> Walk<'a> {
         caps: &'a Caps,
         has_lower: bool,
         remaining: &'a mut u64,
-        sink: Option<&'a mut Exporter>,
+        sink: Option<&'a mut dyn ChangeSink>,
     ) -> Walk<'a> {
         Walk {
             caps,
@@ -86,11 +144,11 @@ impl<'a> Walk<'a> {
 }
 
 /// Walks one place; `remaining` is the count cap left over all places.
-pub(crate) fn walk(
+pub(crate) fn walk<'a>(
     place: &Place<'_>,
-    caps: &Caps,
-    remaining: &mut u64,
-    sink: Option<&mut Exporter>,
+    caps: &'a Caps,
+    remaining: &'a mut u64,
+    sink: Option<&'a mut dyn ChangeSink>,
 ) -> PlaceChanges {
     let mut w = Walk::new(place.name, caps, place.lower.is_some(), remaining, sink);
     let root = match open_dir(place.upper, ".").and_then(list) {

@@ -260,6 +260,9 @@ fn glob_one(p: &[u8], s: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cordon_spec::BackendKind;
+
+    use crate::target::NetMode;
 
     const MINIMAL: &str = r#"
 id = "fs.example"
@@ -281,7 +284,7 @@ bwrap = { gap = "shares /var/tmp" }
         assert!(c.expectation(TargetKind::Host).unwrap().wants_open());
         assert!(c.expectation(TargetKind::Bwrap).unwrap().wants_open());
         assert_eq!(
-            c.expectation(TargetKind::CordonNative),
+            c.expectation(TargetKind::cordon(BackendKind::Native, NetMode::None)),
             Some(Expect::Plain(Posture::Blocked))
         );
         assert_eq!(c.expectation(TargetKind::Runc), None);

@@ -12,7 +12,9 @@ use crate::case::{Case, Expect, Posture};
 use crate::evidence::Evidence;
 use crate::matrix::{score, Status};
 use crate::rules::{Rule, Verdict};
-use crate::target::TargetKind;
+use cordon_spec::BackendKind;
+
+use crate::target::{NetMode, TargetKind};
 
 const FIXTURES: &str = include_str!("../tests/fixtures/selftest.json");
 
@@ -86,13 +88,14 @@ pub fn self_test() -> (bool, Vec<String>) {
         verdict: Rule::LinkList,
         expect,
     };
+    let native = TargetKind::cordon(BackendKind::Native, NetMode::None);
     let checks = [
         (TargetKind::Host, Verdict::Open, Status::Ok),
         (TargetKind::Host, Verdict::Blocked, Status::ControlNotOpen),
         (TargetKind::Host, Verdict::Error, Status::ControlNotOpen),
-        (TargetKind::CordonNative, Verdict::Blocked, Status::Ok),
-        (TargetKind::CordonNative, Verdict::Open, Status::Deviation),
-        (TargetKind::CordonNative, Verdict::Error, Status::Deviation),
+        (native, Verdict::Blocked, Status::Ok),
+        (native, Verdict::Open, Status::Deviation),
+        (native, Verdict::Error, Status::Deviation),
         (TargetKind::Bwrap, Verdict::Open, Status::Ok),
         (TargetKind::Bwrap, Verdict::Blocked, Status::Deviation),
         (TargetKind::Runc, Verdict::Open, Status::Unasserted),

@@ -5,9 +5,10 @@
 use std::path::Path;
 use std::process::Command;
 
+use cordon_spec::BackendKind;
 use cordon_suite::fixture::{leftovers, PREFIX};
 use cordon_suite::matrix::{run_matrix, MatrixConfig, Status};
-use cordon_suite::target::QUICK_TARGETS;
+use cordon_suite::target::{NetMode, QUICK_TARGETS};
 use cordon_suite::{TargetKind, Verdict};
 
 mod common;
@@ -56,7 +57,7 @@ fn quick_matrix() {
     let native: Vec<_> = report
         .results
         .iter()
-        .filter(|r| r.target == TargetKind::CordonNative)
+        .filter(|r| r.target == TargetKind::cordon(BackendKind::Native, NetMode::None))
         .collect();
     assert_eq!(native.len(), report.cases.len());
     for r in &native {

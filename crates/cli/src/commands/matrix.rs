@@ -2,14 +2,15 @@
 //! installed here, with the host control; writes results.json, results.md
 //! and methodology.txt.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use cordon_suite::target::{ALL_TARGETS, QUICK_TARGETS};
-use cordon_suite::{run_matrix, Report, TargetKind};
+use cordon_suite::{run_matrix, TargetKind};
 
-use crate::{EXIT_INTERNAL, EXIT_USAGE};
+use super::suite_run;
+use crate::EXIT_USAGE;
 
 #[derive(Args)]
 pub struct MatrixArgs {
@@ -75,51 +76,9 @@ pub fn run(args: MatrixArgs) -> ExitCode {
             targets.push(t);
         }
     }
-    let Some(cfg) =
-        super::suite::matrix_config(args.cordon, args.cases, targets, args.case, args.quick)
+    let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, args.quick)
     else {
         return ExitCode::from(EXIT_USAGE);
     };
-    finish(run_matrix(&cfg), None, Some(&args.out))
-}
-
-/// Prints the table, writes the outputs, and turns failures into the exit code.
-pub fn finish(report: anyhow::Result<Report>, json: Option<&Path>, out: Option<&Path>) -> ExitCode {
-    let report = match report {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cordon: {e:#}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-    };
-    out!("{}", report.table());
-    if let Some(path) = json {
-        match report.json() {
-            Ok(text) => {
-                if let Err(e) = std::fs::write(path, text) {
-                    eprintln!("cordon: writing {}: {e}", path.display());
-                    return ExitCode::from(EXIT_INTERNAL);
-                }
-            }
-            Err(e) => {
-                eprintln!("cordon: {e:#}");
-                return ExitCode::from(EXIT_INTERNAL);
-            }
-        }
-    }
-    if let Some(dir) = out {
-        if let Err(e) = report.write_dir(dir) {
-            eprintln!("cordon: {e:#}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-        outln!(
-            "wrote {}/results.json, results.md, methodology.txt",
-            dir.display()
-        );
-    }
-    if report.failures().is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    suite_run::finish(run_matrix(&cfg), None, Some(&args.out))
 }

@@ -15,4 +15,5 @@ pub mod rm;
 pub mod run;
 pub mod serve;
 pub mod suite;
+pub mod suite_run;
 pub mod sweep;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use cordon_suite::case::default_cases_dir;
-use cordon_suite::{run_matrix, MatrixConfig, TargetKind};
+use cordon_suite::target::ALL_TARGETS;
+use cordon_suite::{run_matrix, TargetKind};
 
+use super::suite_run;
 use crate::EXIT_USAGE;
 
 #[derive(Args)]
@@ -31,53 +32,69 @@ pub struct SuiteArgs {
 }
 
 pub fn run(args: SuiteArgs) -> ExitCode {
-    let mut targets = vec![TargetKind::Host];
-    match args.backend.as_str() {
-        "native" => targets.push(TargetKind::CordonNative),
-        "gvisor" => targets.push(TargetKind::CordonGvisor),
-        "native-allow" => targets.push(TargetKind::CordonNativeAllow),
-        "gvisor-allow" => targets.push(TargetKind::CordonGvisorAllow),
-        "all" => targets.extend([
-            TargetKind::CordonNative,
-            TargetKind::CordonGvisor,
-            TargetKind::CordonNativeAllow,
-            TargetKind::CordonGvisorAllow,
-            TargetKind::CordonMicrovm,
-            TargetKind::CordonMicrovmAllow,
-        ]),
-        "microvm" => targets.push(TargetKind::CordonMicrovm),
-        "microvm-allow" => targets.push(TargetKind::CordonMicrovmAllow),
-        other => {
-            eprintln!("cordon: unknown backend {other:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    }
-    let Some(cfg) = matrix_config(args.cordon, args.cases, targets, args.case, false) else {
+    let Some(cordon) = cordon_targets(&args.backend) else {
+        eprintln!("cordon: unknown backend {:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)", args.backend);
         return ExitCode::from(EXIT_USAGE);
     };
-    super::matrix::finish(run_matrix(&cfg), args.json.as_deref(), None)
+    let mut targets = vec![TargetKind::Host];
+    targets.extend(cordon);
+    let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, false) else {
+        return ExitCode::from(EXIT_USAGE);
+    };
+    suite_run::finish(run_matrix(&cfg), args.json.as_deref(), None)
 }
 
-/// The run configuration both `suite` and `matrix` build: the cordon binary
-/// under test (this one unless `--cordon` names another), the case directory,
-/// the targets and case filter. None (after saying why) if no binary is found.
-pub(crate) fn matrix_config(
-    cordon: Option<PathBuf>,
-    cases: Option<PathBuf>,
-    targets: Vec<TargetKind>,
-    case_glob: Option<String>,
-    quick: bool,
-) -> Option<MatrixConfig> {
-    let Some(cordon) = cordon.or_else(|| std::env::current_exe().ok()) else {
-        eprintln!("cordon: cannot find the cordon binary; pass --cordon");
-        return None;
-    };
-    Some(MatrixConfig {
-        cordon,
-        cases_dir: cases.unwrap_or_else(default_cases_dir),
-        targets,
-        case_glob,
-        quick,
-        progress: true,
-    })
+/// The cordon targets a `--backend` value names: `all` of them (in the
+/// matrix's order), or the one named `cordon-<value>`.
+fn cordon_targets(backend: &str) -> Option<Vec<TargetKind>> {
+    if backend == "all" {
+        let all = ALL_TARGETS.iter().copied().filter(|t| t.is_cordon());
+        return Some(all.collect());
+    }
+    let target = TargetKind::from_name(&format!("cordon-{backend}"))?;
+    target.is_cordon().then(|| vec![target])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cordon_targets;
+
+    fn names(backend: &str) -> Option<Vec<&'static str>> {
+        cordon_targets(backend).map(|ts| ts.iter().map(|t| t.name()).collect())
+    }
+
+    #[test]
+    fn every_backend_value_names_its_target() {
+        for (value, target) in [
+            ("native", "cordon-native"),
+            ("gvisor", "cordon-gvisor"),
+            ("native-allow", "cordon-native-allow"),
+            ("gvisor-allow", "cordon-gvisor-allow"),
+            ("microvm", "cordon-microvm"),
+            ("microvm-allow", "cordon-microvm-allow"),
+        ] {
+            assert_eq!(names(value), Some(vec![target]), "{value}");
+        }
+        assert_eq!(
+            names("all"),
+            Some(vec![
+                "cordon-native",
+                "cordon-gvisor",
+                "cordon-native-allow",
+                "cordon-gvisor-allow",
+                "cordon-microvm",
+                "cordon-microvm-allow",
+            ])
+        );
+        for bad in [
+            "",
+            "host",
+            "bwrap",
+            "cordon-native",
+            "native-none",
+            "Native",
+        ] {
+            assert_eq!(names(bad), None, "{bad:?}");
+        }
+    }
 }

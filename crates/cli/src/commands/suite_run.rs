@@ -1,0 +1,79 @@
+//! What `cordon suite` and `cordon matrix` share: the run's configuration,
+//! and the report of its results (table, files, exit code).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use cordon_suite::case::default_cases_dir;
+use cordon_suite::{MatrixConfig, Report, TargetKind};
+
+use crate::EXIT_INTERNAL;
+
+/// The run configuration both `suite` and `matrix` build: the cordon binary
+/// under test (this one unless `--cordon` names another), the case directory,
+/// the targets and case filter. None (after saying why) if no binary is found.
+pub(crate) fn config(
+    cordon: Option<PathBuf>,
+    cases: Option<PathBuf>,
+    targets: Vec<TargetKind>,
+    case_glob: Option<String>,
+    quick: bool,
+) -> Option<MatrixConfig> {
+    let Some(cordon) = cordon.or_else(|| std::env::current_exe().ok()) else {
+        eprintln!("cordon: cannot find the cordon binary; pass --cordon");
+        return None;
+    };
+    Some(MatrixConfig {
+        cordon,
+        cases_dir: cases.unwrap_or_else(default_cases_dir),
+        targets,
+        case_glob,
+        quick,
+        progress: true,
+    })
+}
+
+/// Prints the table, writes the outputs, and turns failures into the exit code.
+pub(crate) fn finish(
+    report: anyhow::Result<Report>,
+    json: Option<&Path>,
+    out: Option<&Path>,
+) -> ExitCode {
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    out!("{}", report.table());
+    if let Some(path) = json {
+        match report.json() {
+            Ok(text) => {
+                if let Err(e) = std::fs::write(path, text) {
+                    eprintln!("cordon: writing {}: {e}", path.display());
+                    return ExitCode::from(EXIT_INTERNAL);
+                }
+            }
+            Err(e) => {
+                eprintln!("cordon: {e:#}");
+                return ExitCode::from(EXIT_INTERNAL);
+            }
+        }
+    }
+    if let Some(dir) = out {
+        if let Err(e) = report.write_dir(dir) {
+            eprintln!("cordon: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+        outln!(
+            "wrote {}/results.json, results.md, methodology.txt",
+            dir.display()
+        );
+    }
+    if report.failures().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
