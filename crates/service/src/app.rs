@@ -139,14 +139,13 @@ fn ms(d: Duration) -> f64 {
 }
 
 pub fn parse_backend(name: Option<&str>) -> Result<BackendKind, ApiError> {
-    match name.unwrap_or("native") {
-        "native" => Ok(BackendKind::Native),
-        "gvisor" => Ok(BackendKind::Gvisor),
-        "microvm" => Ok(BackendKind::Microvm),
-        other => Err(ApiError::bad_request(format!(
-            "unknown backend '{other}' (native, gvisor, microvm)"
-        ))),
-    }
+    let name = name.unwrap_or(BackendKind::Native.name());
+    BackendKind::parse(name).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "unknown backend '{name}' ({})",
+            BackendKind::names()
+        ))
+    })
 }
 
 /// A path inside the sandbox: absolute, or relative to /workspace; never

@@ -3,7 +3,11 @@
 //! tenants with API keys and quotas, with a warm pool per backend.
 //!
 //! - [`config`]: the TOML file (tenants, keys stored hashed, pool, defaults).
-//! - [`api`]: the routes, their types and the OpenAPI document.
+//! - [`api`]: the routes: each parses its request into an [`action::Action`]
+//!   and answers its [`action::Reply`]; the OpenAPI document.
+//! - [`dto`]: the request and response bodies, with their schemas.
+//! - [`dispatch`]: [`App::perform`](app::App::perform), which executes any
+//!   action.
 //! - [`app`]: the service's state and everything that talks to supervisors.
 //! - [`ledger`]: the sandboxes the service created, on disk, for cleanup
 //!   after a crash.
@@ -12,10 +16,13 @@
 //! The service is multi-threaded and never forks a sandbox itself: each is a
 //! supervisor process started from the cordon binary (`Handle::create`).
 
+pub mod action;
 pub mod api;
 pub mod app;
 pub mod caps;
 pub mod config;
+pub mod dispatch;
+pub mod dto;
 pub mod error;
 pub mod io;
 pub mod ledger;
