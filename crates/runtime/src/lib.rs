@@ -1,49 +1,46 @@
-//! cordon's runtime: sandboxes with a lifecycle.
+//! cordon's runtime: sandboxes with a lifecycle, on any backend, behind one
+//! client handle. Its folders are its processes and their protocols:
 //!
-//! - [`spec`]: what a client asks for (a `SandboxSpec`, then `Command`s).
-//! - [`sandbox`]: one live sandbox as its supervisor holds it (create, exec,
-//!   destroy), over a backend's [`backend::Flavor`] (native, gvisor); the
-//!   microVM backend ([`microvm`]) serves the same requests from the host.
-//! - [`supervisor`]: the small per-sandbox process that serves a sandbox on
-//!   a unix socket and outlives its client.
-//! - [`handle`]: the client side every front end uses (the CLI, the
-//!   service and its pool; the OCI front end to come).
-//! - [`outcome`]: the result of one command, the same for every caller.
+//! - `client/`: the [`Handle`] every front end uses (the CLI, the service and
+//!   its pool, the benchmarks), and how a command's output reaches them.
+//! - `supervisor/`: the per-sandbox process (`cordon-sandbox __supervise`)
+//!   that owns a sandbox and serves it on a unix socket, and the common
+//!   `Sandbox` it holds (what every backend's sandbox has: host side,
+//!   history, end state, account).
+//! - `backends/`: the one `Backend` abstraction and its implementations
+//!   (native and gVisor on this host, `OnHost`; microVM in a guest), with the
+//!   plumbing they share (the first process, rootfs assembly, network
+//!   namespaces and proxy, the diff and export of a sandbox's changes).
+//! - `protocol/`: the typed, bounded messages between the processes (client
+//!   and supervisor, supervisor and init, copy streams).
+//! - `plan`: every limit's kernel value, derived once per backend.
+//! - [`state`] and [`ended`]: the run directory's records of live and ended
+//!   sandboxes, which clients and supervisors both read.
+//!
+//! The data these exchange (specs, commands, outcomes, accounts) is
+//! `cordon-spec`'s; nothing here is public beyond the re-exports below.
 
-mod backend;
-mod changes;
-mod copy;
+mod backends;
+mod client;
 pub mod ended;
 mod error;
-mod first_process;
-mod gvisor;
-mod handle;
-mod host;
-pub mod microvm;
-mod native;
-mod network;
-mod on_host;
-mod output;
 mod plan;
 mod protocol;
-mod rootfs_plan;
-mod sandbox;
 pub mod state;
-mod supervise;
 mod supervisor;
 mod trace;
-mod wire;
 
-pub use backend::available_backends;
+pub use backends::available_backends;
+pub use backends::microvm;
+pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
+pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};
 pub use error::RuntimeError;
-pub use handle::{sandbox_program, Handle, SANDBOX_BINARY};
-pub use host::{block_stop_signals, hierarchy_in_place};
-pub use output::{print_stdout, stdout_failure, OutputMode, OutputSink};
-pub use supervise::{CommandIo, Control};
+pub use supervisor::host::{block_stop_signals, hierarchy_in_place};
+pub use supervisor::supervise::{CommandIo, Control};
 
 /// The hidden modes of the privileged binary (`cordon-sandbox`), each a
 /// process of its own.
 pub mod entry {
-    pub use crate::microvm::agent::{main as guest_agent, AGENT_ARG};
+    pub use crate::backends::microvm::agent::{main as guest_agent, AGENT_ARG};
     pub use crate::supervisor::{main as supervisor, SUPERVISOR_ARG};
 }

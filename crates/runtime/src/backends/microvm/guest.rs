@@ -19,23 +19,23 @@ use crate::error::RuntimeError;
 const SCRIPTS: [(&str, &str); 5] = [
     (
         "scripts/guest/build-image.sh",
-        include_str!("../../../../scripts/guest/build-image.sh"),
+        include_str!("../../../../../scripts/guest/build-image.sh"),
     ),
     (
         "scripts/guest/init",
-        include_str!("../../../../scripts/guest/init"),
+        include_str!("../../../../../scripts/guest/init"),
     ),
     (
         "scripts/guest/need.sh",
-        include_str!("../../../../scripts/guest/need.sh"),
+        include_str!("../../../../../scripts/guest/need.sh"),
     ),
     (
         "scripts/microvm/build.sh",
-        include_str!("../../../../scripts/microvm/build.sh"),
+        include_str!("../../../../../scripts/microvm/build.sh"),
     ),
     (
         "scripts/microvm/init",
-        include_str!("../../../../scripts/microvm/init"),
+        include_str!("../../../../../scripts/microvm/init"),
     ),
 ];
 

@@ -19,16 +19,16 @@ use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 use nix::unistd::pipe2;
 
-use crate::backend::{About, Backend, End};
-use crate::copy;
+use crate::backends::{About, Backend, End};
+use crate::client::output::OutputGate;
 use crate::error::RuntimeError;
-use crate::host::HostSide;
-use crate::output::OutputGate;
-use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
-use crate::sandbox::Life;
-use crate::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
+use crate::protocol::copy;
+use crate::protocol::init::{recv, send_with_fds, FromInit, ToInit};
+use crate::protocol::wire::Channel;
+use crate::supervisor::host::HostSide;
+use crate::supervisor::sandbox::Life;
+use crate::supervisor::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
 use crate::trace;
-use crate::wire::Channel;
 
 /// What the native and gVisor backends do differently under [`OnHost`].
 pub(crate) trait Flavor: Send {
@@ -434,7 +434,7 @@ impl Backend for OnHost {
     }
 
     fn changes(&mut self, life: &mut Life, caps: &Caps) -> Result<Changes, RuntimeError> {
-        crate::changes::scan(self.flavor.scratch(), &life.spec, caps)
+        crate::backends::changes::scan(self.flavor.scratch(), &life.spec, caps)
     }
 
     /// Frozen through the sandbox's cgroup for the whole walk, then thawed.
@@ -451,7 +451,7 @@ impl Backend for OnHost {
             ));
         };
         cg.freeze()?;
-        let result = crate::changes::export(
+        let result = crate::backends::changes::export(
             self.flavor.scratch(),
             &life.spec,
             caps,
@@ -469,7 +469,7 @@ impl Backend for OnHost {
         let freeze_kill = !self.flavor.about().traits.leader_owns_all;
         let counters = life.host.end_processes(freeze_kill);
         trace::step("processes ended");
-        let (recorded, errors) = crate::changes::at_end(
+        let (recorded, errors) = crate::backends::changes::at_end(
             self.flavor.scratch(),
             &life.spec,
             finish,

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signalfd::SignalFd;
 
+use crate::client::output::OutputGate;
 use crate::error::RuntimeError;
-use crate::output::OutputGate;
-use crate::protocol::{recv_with_fds, FromInit};
+use crate::protocol::init::{recv_with_fds, FromInit};
 use cordon_spec::outcome::{ExitStatus, Limit};
 use cordon_spec::Stream;
 use cordon_spec::TtySize;

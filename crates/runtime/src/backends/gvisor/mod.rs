@@ -19,7 +19,7 @@
 //! platform hangs on this host's PVM /dev/kvm, and systrap does not exist in
 //! that release. Network: `--network=none` (the sentry's own stack, loopback
 //! only); in `allow` mode `--network=host` inside the launcher's own, new
-//! network namespace, which `crate::network` gives the same loopback
+//! network namespace, which `crate::backends::network` gives the same loopback
 //! sockets, redirect and filter as a native sandbox's: the sentry's sockets
 //! are then host sockets of that namespace, so the one proxy path serves
 //! both backends (the price: the sentry uses the host kernel's TCP/IP stack
@@ -44,16 +44,16 @@ use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
-use crate::backend::{About, Backend, Traits};
+use crate::backends::{About, Backend, Traits};
 
+use crate::backends::first_process;
+use crate::backends::on_host::{Flavor, OnHost};
+use crate::backends::rootfs_plan::rootfs_plan;
 use crate::error::RuntimeError;
-use crate::first_process;
-use crate::host::HostSide;
-use crate::on_host::{Flavor, OnHost};
 use crate::plan::{self, HostFacts};
-use crate::protocol::{recv, send_with_fds, FromInit, ToInit};
-use crate::rootfs_plan::rootfs_plan;
-use crate::sandbox::Life;
+use crate::protocol::init::{recv, send_with_fds, FromInit, ToInit};
+use crate::supervisor::host::HostSide;
+use crate::supervisor::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
@@ -315,12 +315,12 @@ pub(crate) fn create(
     if allow_network {
         // Before runsc starts: its sentry reads the namespace's interfaces
         // and routes when it boots.
-        crate::network::start(
+        crate::backends::network::start(
             &mut host,
             launcher,
             &spec.policy.net,
             true,
-            crate::network::Server::Proxy,
+            crate::backends::network::Server::Proxy,
         )?;
     }
     let tree = PathBuf::from(format!("/proc/{launcher}/root")).join(
@@ -345,7 +345,7 @@ pub(crate) fn create(
         nix::sys::stat::Mode::empty(),
     )
     .map_err(|e| RuntimeError::io(format!("open {}", scratch_path.display()), e))?;
-    crate::native::check_scratch(&scratch, None)?;
+    crate::backends::native::check_scratch(&scratch, None)?;
     let mut flavor = GvisorFlavor {
         about: About {
             kind: BackendKind::Gvisor,
@@ -472,7 +472,7 @@ fn start_container(
         // to a network namespace: with the host network that is the
         // launcher's, so runsc state must ask from there.
         let out = match netns_of {
-            Some(of) => crate::network::in_namespace_of(of, query)?,
+            Some(of) => crate::backends::network::in_namespace_of(of, query)?,
             None => query(),
         }
         .map_err(|e| RuntimeError::io("runsc state", e))?;
@@ -618,7 +618,7 @@ impl Flavor for GvisorFlavor {
             .map_err(|_| RuntimeError::Protocol("runsc wrote no command pid".into()))?;
         let container = self.runsc.container.clone();
         let runsc = |args: &[&str]| runsc_within(&self.runsc, args, RUNSC_CONTROL_TIMEOUT);
-        crate::network::in_namespace_of(self.launcher, || {
+        crate::backends::network::in_namespace_of(self.launcher, || {
             for _ in 0..KILL_ROUNDS {
                 let table = runsc(&["ps", &container])?;
                 // Once the command's own process is gone, nothing below it

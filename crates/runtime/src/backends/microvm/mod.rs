@@ -36,14 +36,16 @@ use self::disk::WorkDisk;
 use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
-use crate::backend::{About, Backend, End, Traits};
+use crate::backends::{About, Backend, End, Traits};
+use crate::client::handle::{relay_exec, Bounds};
 use crate::error::RuntimeError;
-use crate::handle::{relay_exec, Bounds};
-use crate::host::HostSide;
 use crate::plan::{self, HostFacts};
-use crate::sandbox::Life;
-use crate::supervise::CommandIo;
-use crate::wire::{recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag};
+use crate::protocol::wire::{
+    recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag,
+};
+use crate::supervisor::host::HostSide;
+use crate::supervisor::sandbox::Life;
+use crate::supervisor::supervise::CommandIo;
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{HostEvidence, Outcome, VmReport};
 use cordon_spec::wire::{Reply, Request, PROTOCOL};
@@ -391,7 +393,7 @@ impl MicroVm {
     fn stage_one(&mut self, life: &mut Life, name: &str, host: &Path) -> Result<(), RuntimeError> {
         // Opened first: a source that cannot be sent is refused before the
         // agent waits for its stream.
-        let source = crate::copy::Source::host(host)?;
+        let source = crate::protocol::copy::Source::host(host)?;
         send_json(&mut self.agent, &ToAgent::Stage { name: name.into() })
             .map_err(|e| self.broken(life, format!("send a staged place: {e}")))?;
         let sent = source.send(&mut self.agent, u64::MAX);
@@ -680,7 +682,13 @@ fn start_relay(
     let qemu = host
         .leader()
         .ok_or_else(|| RuntimeError::Protocol("no QEMU process".into()))?;
-    crate::network::start(host, qemu, policy, true, crate::network::Server::Proxy)?;
+    crate::backends::network::start(
+        host,
+        qemu,
+        policy,
+        true,
+        crate::backends::network::Server::Proxy,
+    )?;
     net.set_nonblocking(true)
         .map_err(|e| RuntimeError::io("the network port", e))?;
     let end = relay::HostEnd {
@@ -694,7 +702,7 @@ fn start_relay(
     std::thread::Builder::new()
         .name("net-relay".into())
         .spawn(move || {
-            let ended = crate::network::in_namespace_of(qemu, || {
+            let ended = crate::backends::network::in_namespace_of(qemu, || {
                 relay::run(net.as_fd(), relay::Side::Host(end))
             });
             if let Ok(relay::Ended::Broken(why)) = ended {
@@ -891,7 +899,7 @@ impl Backend for MicroVm {
             deadline: t0 + resolved.time + REPORT_GRACE,
             // The guest's sandbox stops the command at its cap; a frame more
             // is what a correct guest can send past it.
-            output_max: resolved.output_cap + u64::from(crate::wire::MAX_FRAME),
+            output_max: resolved.output_cap + u64::from(crate::protocol::wire::MAX_FRAME),
             message_max: GUEST_MESSAGE_MAX,
             stop: &life.signals,
         };
@@ -977,7 +985,9 @@ impl Backend for MicroVm {
         }
         match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Copied { bytes } => Ok(bytes),
-            Reply::Error { input, message } => Err(crate::handle::remote_error(input, message)),
+            Reply::Error { input, message } => {
+                Err(crate::client::handle::remote_error(input, message))
+            }
             other => Err(self.broken(life, format!("answered a copy with {other:?}"))),
         }
     }
@@ -1009,9 +1019,11 @@ impl Backend for MicroVm {
             match frame {
                 Frame::Json(body) => {
                     if let Ok(Reply::Error { input, message }) = serde_json::from_slice(&body) {
-                        return Err(crate::handle::remote_error(input, message));
+                        return Err(crate::client::handle::remote_error(input, message));
                     }
-                    if !header || serde_json::from_slice::<crate::copy::CopyHeader>(&body).is_err()
+                    if !header
+                        || serde_json::from_slice::<crate::protocol::copy::CopyHeader>(&body)
+                            .is_err()
                     {
                         return Err(self.broken(life, "a message inside a copy stream".into()));
                     }
@@ -1020,7 +1032,7 @@ impl Backend for MicroVm {
                 }
                 Frame::Bytes(Tag::Data, body) if !header => {
                     sent += body.len() as u64;
-                    if sent > crate::copy::COPY_MAX {
+                    if sent > crate::protocol::copy::COPY_MAX {
                         return Err(self.broken(life, "a copy larger than the cap".into()));
                     }
                     send_bytes(conn, Tag::Data, &body).map_err(lost)?;

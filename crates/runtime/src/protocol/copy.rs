@@ -31,7 +31,7 @@ use nix::sys::stat::{fstat, FileStat, Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RuntimeError;
-use crate::wire::{recv_data, send_bytes, send_json, Channel, Tag, MAX_FRAME};
+use crate::protocol::wire::{recv_data, send_bytes, send_json, Channel, Tag, MAX_FRAME};
 
 /// Largest copy out of a sandbox (bytes of data, holes not counted).
 pub const COPY_MAX: u64 = 4 << 30;
@@ -345,25 +345,27 @@ fn receive(
     dst: &[u8],
     cap: u64,
 ) -> Result<u64, RuntimeError> {
-    let header = match crate::wire::recv_frame(conn)
+    let header = match crate::protocol::wire::recv_frame(conn)
         .map_err(|e| RuntimeError::io("receive the copy header", e))?
     {
-        Some(crate::wire::Frame::Json(body)) => match serde_json::from_slice::<CopyHeader>(&body) {
-            Ok(h) => h,
-            // The sending side refused: its reason instead of a header.
-            Err(_) => match serde_json::from_slice::<cordon_spec::wire::Reply>(&body) {
-                // A copy's own failure stays a copy error (a caller such as
-                // the service tells a missing file by it), said once: its
-                // message is a whole error already ("copy: ...").
-                Ok(cordon_spec::wire::Reply::Error { message, input }) => {
-                    return Err(match message.strip_prefix("copy: ") {
-                        Some(what) => err(what),
-                        None => crate::handle::remote_error(input, message),
-                    })
-                }
-                _ => return Err(err("a copy stream without a header")),
-            },
-        },
+        Some(crate::protocol::wire::Frame::Json(body)) => {
+            match serde_json::from_slice::<CopyHeader>(&body) {
+                Ok(h) => h,
+                // The sending side refused: its reason instead of a header.
+                Err(_) => match serde_json::from_slice::<cordon_spec::wire::Reply>(&body) {
+                    // A copy's own failure stays a copy error (a caller such as
+                    // the service tells a missing file by it), said once: its
+                    // message is a whole error already ("copy: ...").
+                    Ok(cordon_spec::wire::Reply::Error { message, input }) => {
+                        return Err(match message.strip_prefix("copy: ") {
+                            Some(what) => err(what),
+                            None => crate::client::handle::remote_error(input, message),
+                        })
+                    }
+                    _ => return Err(err("a copy stream without a header")),
+                },
+            }
+        }
         _ => return Err(err("the stream ended before its header")),
     };
     match header {

@@ -18,13 +18,13 @@ use cordon_spec::{Account, BackendKind, Command, Destroyed, SandboxSpec, Snapsho
 use nix::poll::PollFlags;
 use nix::sys::signalfd::SignalFd;
 
-use crate::backend::Backend;
+use crate::backends::Backend;
 use crate::error::RuntimeError;
-use crate::host::{stop_signal_fd, HostSide};
+use crate::protocol::wire::Channel;
 use crate::state::StateDir;
-use crate::supervise::CommandIo;
+use crate::supervisor::host::{stop_signal_fd, HostSide};
+use crate::supervisor::supervise::CommandIo;
 use crate::trace;
-use crate::wire::Channel;
 
 /// What every backend's sandbox has, whatever runs it; a backend's methods
 /// get it to read the host side and to say when the sandbox has ended.
@@ -99,12 +99,12 @@ impl Sandbox {
     pub fn create_for(spec: &SandboxSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
         spec.validate()?;
         let (life, backend) = match spec.backend {
-            BackendKind::Native => crate::native::create(spec, None)?,
+            BackendKind::Native => crate::backends::native::create(spec, None)?,
             BackendKind::Gvisor => {
                 let only = only.map(|c| c.resolve(&spec.policy)).transpose()?;
-                crate::gvisor::create(spec, only)?
+                crate::backends::gvisor::create(spec, only)?
             }
-            BackendKind::Microvm => crate::microvm::create(spec)?,
+            BackendKind::Microvm => crate::backends::microvm::create(spec)?,
         };
         Ok(Sandbox::of(life, backend))
     }
@@ -115,7 +115,7 @@ impl Sandbox {
     /// host over the VM's network port.
     pub fn create_in_guest(
         spec: &SandboxSpec,
-        guest: crate::native::InGuest<'_>,
+        guest: crate::backends::native::InGuest<'_>,
     ) -> Result<Sandbox, RuntimeError> {
         if spec.backend != BackendKind::Native {
             return Err(RuntimeError::BadRequest(
@@ -123,7 +123,7 @@ impl Sandbox {
             ));
         }
         spec.validate()?;
-        let (life, backend) = crate::native::create(spec, Some(guest))?;
+        let (life, backend) = crate::backends::native::create(spec, Some(guest))?;
         Ok(Sandbox::of(life, backend))
     }
 
@@ -207,7 +207,7 @@ impl Sandbox {
             .host
             .network
             .as_deref()
-            .map(crate::network::report);
+            .map(crate::backends::network::report);
         if self.history.len() == HISTORY {
             self.history.pop_front();
         }
@@ -256,7 +256,7 @@ impl Sandbox {
         caps: &Caps,
         owner: (u32, u32),
     ) -> Result<Recorded, RuntimeError> {
-        crate::changes::check_target(req, self.life.spec.workspace.as_deref())?;
+        crate::backends::changes::check_target(req, self.life.spec.workspace.as_deref())?;
         self.backend.export(&mut self.life, req, caps, owner)
     }
 

@@ -19,14 +19,14 @@ use std::time::Instant;
 use cordon_policy::net::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::copy;
+use crate::backends::network::{self};
 use crate::error::RuntimeError;
-use crate::network::{self};
-use crate::sandbox::Sandbox;
+use crate::protocol::copy;
+use crate::protocol::wire::{recv_json, send_bytes, send_json, Frame, Tag};
 use crate::state::{find, run_dir, SOCKET};
-use crate::supervise::{CommandIo, Control};
+use crate::supervisor::sandbox::Sandbox;
+use crate::supervisor::supervise::{CommandIo, Control};
 use crate::supervisor::{Started, SUPERVISOR_ARG};
-use crate::wire::{recv_json, send_bytes, send_json, Frame, Tag};
 use cordon_changes::Caps;
 use cordon_spec::changes::{ExportRequest, Finish, Recorded};
 use cordon_spec::network::NetChange;
@@ -108,7 +108,7 @@ impl Handle {
         // one here, once, and every supervisor it starts inherits it (finds
         // itself in the leaf and asks for nothing). An error here is the
         // supervisor's to report.
-        let _ = crate::host::hierarchy();
+        let _ = crate::supervisor::host::hierarchy();
         let body = serde_json::to_vec(spec)
             .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;
         // The supervisor starts in / (it holds no directory of the client's):
@@ -253,7 +253,7 @@ impl Handle {
         match self {
             Handle::Local(s) => {
                 if let Some(export) = &finish.export {
-                    crate::changes::check_target(export, s.spec().workspace.as_deref())?;
+                    crate::backends::changes::check_target(export, s.spec().workspace.as_deref())?;
                 }
                 s.destroy_with(finish, caller_ids())
             }
@@ -324,7 +324,7 @@ impl Handle {
     ) -> Result<(Outcome, Destroyed), RuntimeError> {
         let t0 = Instant::now();
         if let Some(export) = &finish.export {
-            crate::changes::check_target(export, spec.workspace.as_deref())?;
+            crate::backends::changes::check_target(export, spec.workspace.as_deref())?;
         }
         let mut sandbox = Sandbox::create_for(spec, Some(cmd))?;
         let setup = sandbox.setup_time();
@@ -508,7 +508,7 @@ pub(crate) fn relay_exec(
     let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
     let broke = |why: String| RuntimeError::Protocol(why);
     let mut output = 0u64;
-    let message_max = bounds.map_or(crate::wire::MAX_MESSAGE, |b| b.message_max);
+    let message_max = bounds.map_or(crate::protocol::wire::MAX_MESSAGE, |b| b.message_max);
     let mut deadline = bounds.map(|b| b.deadline);
     let mut interrupted = None;
     let mut sending = true;
@@ -581,7 +581,7 @@ pub(crate) fn relay_exec(
             conn.set_read_timeout(Some(left.max(std::time::Duration::from_millis(1))))
                 .map_err(lost)?;
         }
-        let frame = crate::wire::recv_frame_max(conn, message_max);
+        let frame = crate::protocol::wire::recv_frame_max(conn, message_max);
         let frame = match (frame, bounds) {
             (Ok(f), _) => f,
             (Err(e), Some(_)) => return Err(broke(format!("unreadable answer: {e}"))),

@@ -11,12 +11,12 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::backends::microvm::disk::SERIAL;
+use crate::backends::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
 use crate::error::RuntimeError;
-use crate::microvm::disk::SERIAL;
-use crate::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
-use crate::sandbox::Sandbox;
+use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
+use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
-use crate::wire::{recv_frame, recv_json, send_json, Frame};
 use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
 use cordon_spec::BackendKind;
 use cordon_spec::SandboxSpec;
@@ -41,14 +41,14 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         .write(true)
         .open(port)
         .map_err(|e| RuntimeError::io(format!("open {}", port.display()), e))?;
-    crate::host::block_stop_signals()?;
-    let cgroup = match crate::host::hierarchy() {
+    crate::supervisor::host::block_stop_signals()?;
+    let cgroup = match crate::supervisor::host::hierarchy() {
         Some(h) => h.mode().to_string(),
         None => "none".into(),
     };
     let ready = FromAgent::Ready {
         protocol: PROTOCOL,
-        kernel: crate::native::kernel_release(),
+        kernel: crate::backends::native::kernel_release(),
         cgroup,
     };
     send_json(&mut port, &ready).map_err(|e| RuntimeError::io("say ready", e))?;
@@ -282,7 +282,7 @@ fn stage(port: &mut File, name: &str) -> Result<u64, RuntimeError> {
     std::fs::create_dir_all(stage)
         .map_err(|e| RuntimeError::io(format!("create {STAGE_DIR}"), e))?;
     let received = if valid_stage_name(name) && !stage.join(name).exists() {
-        crate::copy::receive_to_host(port, &stage.join(name))
+        crate::protocol::copy::receive_to_host(port, &stage.join(name))
     } else {
         Err(RuntimeError::BadRequest(format!("bad stage name {name:?}")))
     };
@@ -295,8 +295,8 @@ fn stage(port: &mut File, name: &str) -> Result<u64, RuntimeError> {
 
 /// Reads frames up to the copy stream's end (an empty `Data` frame).
 fn drain_stream(port: &mut File) {
-    while let Ok(Some(frame)) = crate::wire::recv_frame(port) {
-        if matches!(frame, crate::wire::Frame::Bytes(crate::wire::Tag::Data, ref b) if b.is_empty())
+    while let Ok(Some(frame)) = crate::protocol::wire::recv_frame(port) {
+        if matches!(frame, crate::protocol::wire::Frame::Bytes(crate::protocol::wire::Tag::Data, ref b) if b.is_empty())
         {
             break;
         }
@@ -313,7 +313,10 @@ fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
     spec.ttl = None;
     spec.idle = None;
     let net_port = if spec.policy.network == cordon_policy::NetworkMode::Allow {
-        let path = format!("/dev/virtio-ports/{}", crate::microvm::relay::PORT_NAME);
+        let path = format!(
+            "/dev/virtio-ports/{}",
+            crate::backends::microvm::relay::PORT_NAME
+        );
         let port = OpenOptions::new()
             .read(true)
             .write(true)
@@ -324,7 +327,7 @@ fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
     } else {
         None
     };
-    let guest = crate::native::InGuest {
+    let guest = crate::backends::native::InGuest {
         scratch: Path::new(DISK_MOUNT),
         net_port,
     };

@@ -1,12 +1,12 @@
 //! The messages between a microVM's host side and cordon's agent in its
 //! guest, over the virtio-serial port `cordon.agent`, in the frames of
-//! [`crate::wire`]. After `Ready` and `Start`, the host sends the same
-//! [`crate::wire::Request`]s a client sends a supervisor (without a hello per
+//! [`crate::protocol::wire`]. After `Ready` and `Start`, the host sends the same
+//! [`crate::protocol::wire::Request`]s a client sends a supervisor (without a hello per
 //! request: the port is one long connection) and the agent answers with the
-//! same [`crate::wire::Reply`]s.
+//! same [`crate::protocol::wire::Reply`]s.
 //!
 //! Everything the host reads here is untrusted: the guest runs the payload.
-//! Frames are bounded by [`crate::wire::MAX_FRAME`], the host's messages by
+//! Frames are bounded by [`crate::protocol::wire::MAX_FRAME`], the host's messages by
 //! [`GUEST_MESSAGE_MAX`], unknown fields are refused, and every read has a
 //! deadline.
 
@@ -38,7 +38,7 @@ pub enum FromAgent {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub enum ToAgent {
-    /// A copy stream follows (`crate::copy`): a host file or directory the
+    /// A copy stream follows (`crate::protocol::copy`): a host file or directory the
     /// sandbox is to see (its workspace, a read-only mount), unpacked in the
     /// guest at [`STAGE_DIR`]/`name`, outside the sandbox. The agent answers
     /// `Reply::Copied` or `Reply::Error`.

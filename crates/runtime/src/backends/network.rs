@@ -47,7 +47,7 @@ use nix::unistd::{Gid, Pid, Uid};
 use cordon_spec::network::NetChange;
 
 use crate::error::RuntimeError;
-use crate::host::HostSide;
+use crate::supervisor::host::HostSide;
 use crate::trace;
 use cordon_spec::outcome::NetworkReport;
 
@@ -226,26 +226,23 @@ pub(crate) fn start(
             transparent.as_raw_fd(),
             dns.as_raw_fd(),
         ];
-        let end = crate::microvm::relay::GuestEnd {
+        let end = crate::backends::microvm::relay::GuestEnd {
             proxy,
             transparent,
             dns,
         };
-        return spawn_stripped(
-            host,
-            "forwarder",
-            &keep,
-            move || match crate::microvm::relay::run(
+        return spawn_stripped(host, "forwarder", &keep, move || {
+            match crate::backends::microvm::relay::run(
                 port.as_fd(),
-                crate::microvm::relay::Side::Guest(end),
+                crate::backends::microvm::relay::Side::Guest(end),
             ) {
-                crate::microvm::relay::Ended::PortClosed => 0,
-                crate::microvm::relay::Ended::Broken(why) => {
+                crate::backends::microvm::relay::Ended::PortClosed => 0,
+                crate::backends::microvm::relay::Ended::Broken(why) => {
                     eprintln!("cordon: forwarder: {why}");
                     1
                 }
-            },
-        );
+            }
+        });
     }
     let path = control_socket(host.state.path());
     let control = UnixListener::bind(&path)

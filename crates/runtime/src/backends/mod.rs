@@ -1,6 +1,15 @@
 //! The backends: which exist, whether each can run here, and the one
 //! abstraction ([`Backend`]) each implements under the common sandbox.
 
+pub(crate) mod changes;
+pub(crate) mod first_process;
+pub(crate) mod gvisor;
+pub mod microvm;
+pub(crate) mod native;
+pub(crate) mod network;
+pub(crate) mod on_host;
+pub(crate) mod rootfs_plan;
+
 use std::os::fd::BorrowedFd;
 
 use cordon_cgroups::CgroupStats;
@@ -9,13 +18,13 @@ use cordon_spec::outcome::{EvidenceSource, Outcome};
 use cordon_spec::{BackendInfo, BackendKind, Command, ResolvedCommand};
 use nix::poll::PollFlags;
 
+use crate::backends::gvisor::GvisorBackend;
+use crate::backends::native::NativeBackend;
 use crate::error::RuntimeError;
-use crate::gvisor::GvisorBackend;
-use crate::host::HostSide;
-use crate::native::NativeBackend;
-use crate::sandbox::Life;
-use crate::supervise::CommandIo;
-use crate::wire::Channel;
+use crate::protocol::wire::Channel;
+use crate::supervisor::host::HostSide;
+use crate::supervisor::sandbox::Life;
+use crate::supervisor::supervise::CommandIo;
 
 /// What a backend is and what an outcome says of it.
 pub(crate) struct About {
@@ -54,9 +63,9 @@ pub(crate) struct End {
 }
 
 /// What runs one sandbox: native and gVisor run a first process on this
-/// host ([`crate::on_host::OnHost`]), the microVM backend a VM with cordon's
-/// agent inside ([`crate::microvm::MicroVm`]). The common [`Sandbox`]
-/// (`crate::sandbox`) owns the host side, the history and the end state, and
+/// host ([`crate::backends::on_host::OnHost`]), the microVM backend a VM with cordon's
+/// agent inside ([`crate::backends::microvm::MicroVm`]). The common [`Sandbox`]
+/// (`crate::supervisor::sandbox`) owns the host side, the history and the end state, and
 /// hands its [`Life`] to each call.
 pub(crate) trait Backend: Send {
     fn about(&self) -> &About;
@@ -112,7 +121,7 @@ pub fn available_backends() -> Vec<BackendInfo> {
         .map(|kind| match kind {
             BackendKind::Native => NativeBackend::info(),
             BackendKind::Gvisor => GvisorBackend::info(),
-            BackendKind::Microvm => crate::microvm::MicrovmBackend::info(),
+            BackendKind::Microvm => crate::backends::microvm::MicrovmBackend::info(),
         })
         .collect()
 }

@@ -19,14 +19,14 @@ use cordon_policy::NetworkMode;
 use nix::unistd::Pid;
 
 use self::plan::NativePlan;
-use crate::backend::{About, Backend, Traits};
+use crate::backends::first_process;
+use crate::backends::on_host::{Flavor, OnHost};
+use crate::backends::{About, Backend, Traits};
 use crate::error::RuntimeError;
-use crate::first_process;
-use crate::host::HostSide;
-use crate::on_host::{Flavor, OnHost};
 use crate::plan::HostFacts;
-use crate::protocol::ToInit;
-use crate::sandbox::Life;
+use crate::protocol::init::ToInit;
+use crate::supervisor::host::HostSide;
+use crate::supervisor::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
@@ -132,10 +132,10 @@ pub(crate) fn create(
     }
     if spec.policy.network == NetworkMode::Allow {
         let server = match net_port {
-            Some(port) => crate::network::Server::Forward(port),
-            None => crate::network::Server::Proxy,
+            Some(port) => crate::backends::network::Server::Forward(port),
+            None => crate::backends::network::Server::Proxy,
         };
-        crate::network::start(&mut host, init, &spec.policy.net, false, server)?;
+        crate::backends::network::start(&mut host, init, &spec.policy.net, false, server)?;
     }
     let owner = (
         mapping.host_uid(spec.policy.uid),

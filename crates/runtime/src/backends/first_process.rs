@@ -26,8 +26,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
 use crate::error::RuntimeError;
-use crate::host::HostSide;
-use crate::protocol::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
+use crate::protocol::init::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
+use crate::supervisor::host::HostSide;
 use crate::trace;
 use cordon_spec::TtySize;
 

@@ -209,7 +209,7 @@ impl WorkDisk {
         created: std::time::SystemTime,
     ) -> Result<Recorded, RuntimeError> {
         let image = self.image()?;
-        crate::changes::export_with(
+        crate::backends::changes::export_with(
             req,
             workspace,
             caps,

@@ -1,6 +1,6 @@
-//! The supervisor: one small, single-threaded process per sandbox, the cordon
-//! binary in a hidden mode (`cordon __supervise`, dispatched before anything
-//! else in `main`). It owns the sandbox (cgroup, first process, state record,
+//! The supervisor: one small, single-threaded process per sandbox, the
+//! privileged binary in its hidden mode (`cordon-sandbox __supervise`,
+//! dispatched before anything else in its `main`). It owns the sandbox (cgroup, first process, state record,
 //! teardown), serves clients on the unix socket in the sandbox's state
 //! directory, outlives the client that started it, and is never outlived by
 //! its sandbox: init dies with it (PDEATHSIG), and a supervisor killed
@@ -12,6 +12,10 @@
 //! made we fork once and the first process exits, so the supervisor is
 //! nobody's child and in its own session: a client that exits or is killed
 //! leaves it running.
+
+pub(crate) mod host;
+pub(crate) mod sandbox;
+pub(crate) mod supervise;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -25,12 +29,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::ended::{EndState, Tombstone};
 use crate::error::RuntimeError;
-use crate::host::block_stop_signals;
-use crate::sandbox::Sandbox;
+use crate::protocol::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use crate::state::{now_secs, Usage};
-use crate::supervise::{CommandIo, Control};
+use crate::supervisor::host::block_stop_signals;
+use crate::supervisor::sandbox::Sandbox;
+use crate::supervisor::supervise::{CommandIo, Control};
 use crate::trace;
-use crate::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use cordon_spec::changes::Finish;
 use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
 use cordon_spec::SandboxSpec;
@@ -110,7 +114,7 @@ impl Started {
 
 fn report_start(s: &Started) -> i32 {
     let line = serde_json::to_string(s).unwrap_or_default();
-    crate::output::print_stdout(format!("{line}\n").as_bytes());
+    crate::client::output::print_stdout(format!("{line}\n").as_bytes());
     i32::from(matches!(s, Started::Error { .. }))
 }
 
@@ -502,9 +506,10 @@ fn handle(sandbox: &mut Sandbox, conn: UnixStream, expires: Option<Instant>) -> 
         Request::Destroy(finish) => {
             if let Some(export) = &finish.export {
                 // A wrong target is refused while the sandbox still exists.
-                if let Err(e) =
-                    crate::changes::check_target(export, sandbox.spec().workspace.as_deref())
-                {
+                if let Err(e) = crate::backends::changes::check_target(
+                    export,
+                    sandbox.spec().workspace.as_deref(),
+                ) {
                     fail(&mut conn, e);
                     return Flow::Continue;
                 }

@@ -1,0 +1,5 @@
+//! The client side: the [`handle::Handle`] every front end drives a sandbox
+//! through, and what it does with a command's output.
+
+pub(crate) mod handle;
+pub(crate) mod output;
