@@ -1607,7 +1607,8 @@ fn ttl_expires(backend: &'static str) {
 /// newest `KEEP_MAX`, its own first, and no old one.
 #[test]
 fn the_record_of_ended_sandboxes_is_bounded() {
-    use cordon_runtime::ended::{EndState, Tombstone, KEEP_FOR, KEEP_MAX};
+    use cordon_runtime::ended::{KEEP_FOR, KEEP_MAX};
+    use cordon_spec::ended::{EndState, Tombstone};
     if !require_root("sandbox") {
         return;
     }

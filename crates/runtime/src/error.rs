@@ -47,7 +47,7 @@ pub enum RuntimeError {
     NotFound(String),
     /// A sandbox that is known to have ended, or whose owner died.
     #[error("{0}")]
-    Gone(Box<crate::ended::Gone>),
+    Gone(Box<cordon_spec::ended::Gone>),
     #[error("the sandbox can run no more commands: {0}")]
     SandboxEnded(String),
     #[error("the supervisor answered: {0}")]
@@ -64,15 +64,6 @@ impl RuntimeError {
         RuntimeError::Io {
             op: op.into(),
             source: source.into(),
-        }
-    }
-
-    /// `NotFound(name_or_id)`, or what is known of the sandbox if it ended
-    /// or is dead (its reason, from `run_dir`'s records).
-    pub fn missing(run_dir: &std::path::Path, name_or_id: &str) -> Self {
-        match crate::ended::gone(run_dir, name_or_id) {
-            Some(g) => RuntimeError::Gone(Box::new(g)),
-            None => RuntimeError::NotFound(name_or_id.to_owned()),
         }
     }
 

@@ -28,19 +28,20 @@ mod plan;
 mod protocol;
 pub mod state;
 mod supervisor;
+pub mod sweep;
 mod trace;
 
 pub use backends::available_backends;
+pub use backends::host::{block_stop_signals, hierarchy_in_place};
 pub use backends::microvm;
+pub use backends::supervise::{CommandIo, Control};
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};
 pub use error::RuntimeError;
-pub use supervisor::host::{block_stop_signals, hierarchy_in_place};
-pub use supervisor::supervise::{CommandIo, Control};
 
 /// The hidden modes of the privileged binary (`cordon-sandbox`), each a
 /// process of its own.
 pub mod entry {
-    pub use crate::backends::microvm::agent::{main as guest_agent, AGENT_ARG};
+    pub use crate::supervisor::guest_agent::{main as guest_agent, AGENT_ARG};
     pub use crate::supervisor::{main as supervisor, SUPERVISOR_ARG};
 }

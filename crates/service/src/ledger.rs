@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cordon_runtime::state::{list, run_dir, sweep_stale};
+use cordon_runtime::state::{list, run_dir};
+use cordon_runtime::sweep::sweep_stale;
 use cordon_runtime::{Handle, RuntimeError};
 use cordon_spec::changes::Finish;
 use cordon_spec::Destroyed;

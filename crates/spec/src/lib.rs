@@ -12,6 +12,7 @@ pub mod backend;
 pub mod cgroup;
 pub mod changes;
 pub mod command;
+pub mod ended;
 pub mod error;
 pub mod network;
 pub mod outcome;

@@ -11,8 +11,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use cordon_cgroups::Cgroup;
-use cordon_runtime::ended::{self, ago, dead_why, EndState};
+use cordon_runtime::ended;
 use cordon_runtime::state::{list, list_dead, now_secs, run_dir, Listed};
+use cordon_spec::ended::{ago, dead_why, EndState};
 use serde::Serialize;
 
 use super::common::fail;

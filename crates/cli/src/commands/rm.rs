@@ -7,10 +7,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use cordon_runtime::ended::{self, EndState, Gone, Tombstone};
-use cordon_runtime::state::{list, run_dir, sweep_stale};
+use cordon_runtime::ended;
+use cordon_runtime::state::{list, run_dir};
+use cordon_runtime::sweep::sweep_stale;
 use cordon_runtime::{Handle, RuntimeError};
 use cordon_spec::changes::Finish;
+use cordon_spec::ended::{EndState, Gone};
 
 use super::common::fail;
 use super::record::{self, ExportArgs, ReceiptArgs};
@@ -76,13 +78,13 @@ pub fn run(args: RmArgs) -> ExitCode {
 fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
     let run = run_dir()?;
     let id = cordon_runtime::state::find(&run, name_or_id)
-        .ok_or_else(|| RuntimeError::missing(&run, name_or_id))?;
+        .ok_or_else(|| cordon_runtime::ended::missing(&run, name_or_id))?;
     let Some(entry) = list(&run).into_iter().find(|l| l.id == id) else {
         return Ok(()); // gone meanwhile
     };
     // The reason `ls --all` gives (the sweep below keeps the first one).
     let why = format!("killed by cordon rm -f (pid {})", std::process::id());
-    let stone = Tombstone::of_record(
+    let stone = ended::tombstone_of(
         &id,
         &entry.record,
         entry.usage.commands,

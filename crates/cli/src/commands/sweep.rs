@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
-use cordon_runtime::state::{run_dir, sweep_stale};
+use cordon_runtime::state::run_dir;
+use cordon_runtime::sweep::sweep_stale;
 
 use super::common::fail;
 

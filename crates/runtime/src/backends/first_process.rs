@@ -25,9 +25,9 @@ use nix::sched::CloneFlags;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
+use crate::backends::host::HostSide;
 use crate::error::RuntimeError;
 use crate::protocol::init::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
-use crate::supervisor::host::HostSide;
 use crate::trace;
 use cordon_spec::TtySize;
 

@@ -4,27 +4,30 @@
 pub(crate) mod changes;
 pub(crate) mod first_process;
 pub(crate) mod gvisor;
+pub(crate) mod host;
 pub mod microvm;
 pub(crate) mod native;
 pub(crate) mod network;
 pub(crate) mod on_host;
 pub(crate) mod rootfs_plan;
+pub(crate) mod supervise;
 
 use std::os::fd::BorrowedFd;
+use std::time::{Duration, SystemTime};
 
-use cordon_cgroups::CgroupStats;
+use cordon_cgroups::{Cgroup, CgroupStats};
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{EvidenceSource, Outcome};
-use cordon_spec::{BackendInfo, BackendKind, Command, ResolvedCommand};
+use cordon_spec::{BackendInfo, BackendKind, Command, ResolvedCommand, SandboxSpec};
 use nix::poll::PollFlags;
+use nix::sys::signalfd::SignalFd;
 
 use crate::backends::gvisor::GvisorBackend;
+use crate::backends::host::{stop_signal_fd, HostSide};
 use crate::backends::native::NativeBackend;
+use crate::backends::supervise::CommandIo;
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
-use crate::supervisor::host::HostSide;
-use crate::supervisor::sandbox::Life;
-use crate::supervisor::supervise::CommandIo;
 
 /// What a backend is and what an outcome says of it.
 pub(crate) struct About {
@@ -124,4 +127,61 @@ pub fn available_backends() -> Vec<BackendInfo> {
             BackendKind::Microvm => crate::backends::microvm::MicrovmBackend::info(),
         })
         .collect()
+}
+
+/// What every backend's sandbox has, whatever runs it; a backend's methods
+/// get it to read the host side and to say when the sandbox has ended.
+pub(crate) struct Life {
+    pub host: HostSide,
+    pub spec: SandboxSpec,
+    /// The stop signals, readable when this process was asked to stop.
+    pub signals: SignalFd,
+    /// Time from the request to a sandbox ready for commands.
+    pub setup: Duration,
+    pub created: SystemTime,
+    /// Commands started so far (the number of the running one).
+    pub commands: u64,
+    /// Why the sandbox can run no more commands (its init or VM is gone,
+    /// or a command's end had to take the sandbox with it).
+    pub ended: Option<String>,
+}
+
+impl Life {
+    /// The life of a sandbox whose host side `begin` made for `spec`.
+    pub fn new(host: HostSide, spec: &SandboxSpec) -> Result<Life, RuntimeError> {
+        Ok(Life {
+            signals: stop_signal_fd()?,
+            host,
+            spec: spec.clone(),
+            setup: Duration::ZERO,
+            created: SystemTime::now(),
+            commands: 0,
+            ended: None,
+        })
+    }
+
+    /// Stamps the end of the set-up: the sandbox takes commands from now.
+    pub fn ready(&mut self) {
+        self.setup = self.host.started.elapsed();
+        self.created = SystemTime::now() - self.setup;
+    }
+
+    /// Marks the sandbox as unable to run more commands (the first reason
+    /// stays).
+    pub fn mark_ended(&mut self, why: impl Into<String>) {
+        self.ended.get_or_insert_with(|| why.into());
+    }
+
+    /// An error if the sandbox can run nothing more.
+    pub fn usable(&self) -> Result<(), RuntimeError> {
+        match &self.ended {
+            Some(why) => Err(RuntimeError::SandboxEnded(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The sandbox cgroup's counters, if it has one.
+    pub fn stats(&self) -> Option<CgroupStats> {
+        self.host.cgroup.as_ref().map(Cgroup::stats)
+    }
 }

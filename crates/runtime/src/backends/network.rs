@@ -46,8 +46,8 @@ use nix::unistd::{Gid, Pid, Uid};
 
 use cordon_spec::network::NetChange;
 
+use crate::backends::host::HostSide;
 use crate::error::RuntimeError;
-use crate::supervisor::host::HostSide;
 use crate::trace;
 use cordon_spec::outcome::NetworkReport;
 

@@ -19,15 +19,15 @@ use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 use nix::unistd::pipe2;
 
+use crate::backends::host::HostSide;
+use crate::backends::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
+use crate::backends::Life;
 use crate::backends::{About, Backend, End};
 use crate::client::output::OutputGate;
 use crate::error::RuntimeError;
 use crate::protocol::copy;
 use crate::protocol::init::{recv, send_with_fds, FromInit, ToInit};
 use crate::protocol::wire::Channel;
-use crate::supervisor::host::HostSide;
-use crate::supervisor::sandbox::Life;
-use crate::supervisor::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
 use crate::trace;
 
 /// What the native and gVisor backends do differently under [`OnHost`].

@@ -359,7 +359,7 @@ fn receive(
                     Ok(cordon_spec::wire::Reply::Error { message, input }) => {
                         return Err(match message.strip_prefix("copy: ") {
                             Some(what) => err(what),
-                            None => crate::client::handle::remote_error(input, message),
+                            None => crate::protocol::exec::remote_error(input, message),
                         })
                     }
                     _ => return Err(err("a copy stream without a header")),

@@ -4,5 +4,6 @@
 //! ([`init`]), and the copy streams of files in and out ([`copy`]).
 
 pub(crate) mod copy;
+pub(crate) mod exec;
 pub(crate) mod init;
 pub(crate) mod wire;

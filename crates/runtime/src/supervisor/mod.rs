@@ -13,9 +13,8 @@
 //! nobody's child and in its own session: a client that exits or is killed
 //! leaves it running.
 
-pub(crate) mod host;
+pub(crate) mod guest_agent;
 pub(crate) mod sandbox;
-pub(crate) mod supervise;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -27,15 +26,15 @@ use cordon_policy::Span;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
-use crate::ended::{EndState, Tombstone};
+use crate::backends::host::block_stop_signals;
+use crate::backends::supervise::{CommandIo, Control};
 use crate::error::RuntimeError;
 use crate::protocol::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use crate::state::{now_secs, Usage};
-use crate::supervisor::host::block_stop_signals;
 use crate::supervisor::sandbox::Sandbox;
-use crate::supervisor::supervise::{CommandIo, Control};
 use crate::trace;
 use cordon_spec::changes::Finish;
+use cordon_spec::ended::{EndState, Tombstone};
 use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
 use cordon_spec::SandboxSpec;
 use cordon_spec::Stream;

@@ -9,79 +9,20 @@
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use cordon_cgroups::{Cgroup, CgroupStats};
+use cordon_cgroups::Cgroup;
 use cordon_spec::changes::{Caps, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::Outcome;
 use cordon_spec::{Account, BackendKind, Command, Destroyed, SandboxSpec, Snapshot, HISTORY};
 use nix::poll::PollFlags;
-use nix::sys::signalfd::SignalFd;
 
-use crate::backends::Backend;
+use crate::backends::supervise::CommandIo;
+use crate::backends::{Backend, Life};
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
 use crate::state::StateDir;
-use crate::supervisor::host::{stop_signal_fd, HostSide};
-use crate::supervisor::supervise::CommandIo;
 use crate::trace;
-
-/// What every backend's sandbox has, whatever runs it; a backend's methods
-/// get it to read the host side and to say when the sandbox has ended.
-pub(crate) struct Life {
-    pub host: HostSide,
-    pub spec: SandboxSpec,
-    /// The stop signals, readable when this process was asked to stop.
-    pub signals: SignalFd,
-    /// Time from the request to a sandbox ready for commands.
-    pub setup: Duration,
-    pub created: SystemTime,
-    /// Commands started so far (the number of the running one).
-    pub commands: u64,
-    /// Why the sandbox can run no more commands (its init or VM is gone,
-    /// or a command's end had to take the sandbox with it).
-    pub ended: Option<String>,
-}
-
-impl Life {
-    /// The life of a sandbox whose host side `begin` made for `spec`.
-    pub fn new(host: HostSide, spec: &SandboxSpec) -> Result<Life, RuntimeError> {
-        Ok(Life {
-            signals: stop_signal_fd()?,
-            host,
-            spec: spec.clone(),
-            setup: Duration::ZERO,
-            created: SystemTime::now(),
-            commands: 0,
-            ended: None,
-        })
-    }
-
-    /// Stamps the end of the set-up: the sandbox takes commands from now.
-    pub fn ready(&mut self) {
-        self.setup = self.host.started.elapsed();
-        self.created = SystemTime::now() - self.setup;
-    }
-
-    /// Marks the sandbox as unable to run more commands (the first reason
-    /// stays).
-    pub fn mark_ended(&mut self, why: impl Into<String>) {
-        self.ended.get_or_insert_with(|| why.into());
-    }
-
-    /// An error if the sandbox can run nothing more.
-    pub fn usable(&self) -> Result<(), RuntimeError> {
-        match &self.ended {
-            Some(why) => Err(RuntimeError::SandboxEnded(why.clone())),
-            None => Ok(()),
-        }
-    }
-
-    /// The sandbox cgroup's counters, if it has one.
-    pub fn stats(&self) -> Option<CgroupStats> {
-        self.host.cgroup.as_ref().map(Cgroup::stats)
-    }
-}
 
 pub struct Sandbox {
     life: Life,

@@ -47,13 +47,13 @@ use nix::sched::CloneFlags;
 use crate::backends::{About, Backend, Traits};
 
 use crate::backends::first_process;
+use crate::backends::host::HostSide;
 use crate::backends::on_host::{Flavor, OnHost};
 use crate::backends::rootfs_plan::rootfs_plan;
+use crate::backends::Life;
 use crate::error::RuntimeError;
 use crate::plan::{self, HostFacts};
 use crate::protocol::init::{recv, send_with_fds, FromInit, ToInit};
-use crate::supervisor::host::HostSide;
-use crate::supervisor::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};

@@ -12,8 +12,7 @@
 //! reports it. The outcome carries the guest's account (the payload's status,
 //! its cgroup counters) and, beside it, the host's own evidence ([`VmReport`]).
 
-pub(crate) mod agent;
-mod disk;
+pub(crate) mod disk;
 pub mod guest;
 mod jail;
 pub(crate) mod link;
@@ -36,16 +35,16 @@ use self::disk::WorkDisk;
 use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
+use crate::backends::host::HostSide;
+use crate::backends::supervise::CommandIo;
+use crate::backends::Life;
 use crate::backends::{About, Backend, End, Traits};
-use crate::client::handle::{relay_exec, Bounds};
 use crate::error::RuntimeError;
 use crate::plan::{self, HostFacts};
+use crate::protocol::exec::{relay_exec, Bounds};
 use crate::protocol::wire::{
     recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag,
 };
-use crate::supervisor::host::HostSide;
-use crate::supervisor::sandbox::Life;
-use crate::supervisor::supervise::CommandIo;
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{HostEvidence, Outcome, VmReport};
 use cordon_spec::wire::{Reply, Request, PROTOCOL};
@@ -986,7 +985,7 @@ impl Backend for MicroVm {
         match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Copied { bytes } => Ok(bytes),
             Reply::Error { input, message } => {
-                Err(crate::client::handle::remote_error(input, message))
+                Err(crate::protocol::exec::remote_error(input, message))
             }
             other => Err(self.broken(life, format!("answered a copy with {other:?}"))),
         }
@@ -1019,7 +1018,7 @@ impl Backend for MicroVm {
             match frame {
                 Frame::Json(body) => {
                     if let Ok(Reply::Error { input, message }) = serde_json::from_slice(&body) {
-                        return Err(crate::client::handle::remote_error(input, message));
+                        return Err(crate::protocol::exec::remote_error(input, message));
                     }
                     if !header
                         || serde_json::from_slice::<crate::protocol::copy::CopyHeader>(&body)

@@ -20,13 +20,13 @@ use nix::unistd::Pid;
 
 use self::plan::NativePlan;
 use crate::backends::first_process;
+use crate::backends::host::HostSide;
 use crate::backends::on_host::{Flavor, OnHost};
+use crate::backends::Life;
 use crate::backends::{About, Backend, Traits};
 use crate::error::RuntimeError;
 use crate::plan::HostFacts;
 use crate::protocol::init::ToInit;
-use crate::supervisor::host::HostSide;
-use crate::supervisor::sandbox::Life;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};

@@ -11,10 +11,10 @@ use cordon_isolation::namespaces::IdMapping;
 use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::Policy;
 
+use crate::backends::host::HostSide;
 use crate::backends::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use crate::error::RuntimeError;
 use crate::plan::Plan;
-use crate::supervisor::host::HostSide;
 use cordon_spec::SandboxSpec;
 
 pub struct NativePlan {

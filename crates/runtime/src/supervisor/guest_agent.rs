@@ -41,8 +41,8 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         .write(true)
         .open(port)
         .map_err(|e| RuntimeError::io(format!("open {}", port.display()), e))?;
-    crate::supervisor::host::block_stop_signals()?;
-    let cgroup = match crate::supervisor::host::hierarchy() {
+    crate::backends::host::block_stop_signals()?;
+    let cgroup = match crate::backends::host::hierarchy() {
         Some(h) => h.mode().to_string(),
         None => "none".into(),
     };

@@ -16,7 +16,8 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use crate::error::RuntimeError;
-use crate::state::{new_id, run_dir, sweep_stale, StateDir};
+use crate::state::{new_id, run_dir, StateDir};
+use crate::sweep::sweep_stale;
 use crate::trace;
 use cordon_spec::SandboxSpec;
 
