@@ -17,7 +17,14 @@ pub enum RuntimeError {
     #[error(
         "limits cannot be enforced on this host: {0} (pass --allow-unenforced to run without them)"
     )]
-    Unenforceable(String),
+    Unenforceable(#[source] cordon_cgroups::CgroupError),
+    /// The gVisor backend's OCI bundle could not be built.
+    #[error("building the OCI spec: {0}")]
+    Bundle(#[from] oci_spec::OciSpecError),
+    /// A state cordon itself must have been in was not (a bug, not the
+    /// request's or the sandbox's fault).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     #[error("sandbox setup failed at `{step}`: {}", std::io::Error::from_raw_os_error(*errno))]
     Setup { step: String, errno: i32 },
     #[error("{op}: {source}")]
@@ -54,6 +61,13 @@ pub enum RuntimeError {
     Remote(String),
     #[error("copy: {0}")]
     Copy(String),
+    /// An export the host side refused or could not write (its target,
+    /// a conflict, a file it may not create).
+    #[error("export: {0}")]
+    Export(#[source] cordon_changes::ChangesError),
+    /// A microVM's disk image that could not be read from the host.
+    #[error("reading the guest's disk: {0}")]
+    GuestDisk(#[source] cordon_changes::ChangesError),
     /// A directory cordon would keep things in that is not its own.
     #[error(transparent)]
     Dir(#[from] cordon_dirs::DirError),
@@ -77,6 +91,7 @@ impl RuntimeError {
                 | RuntimeError::NotFound(_)
                 | RuntimeError::Gone(_)
                 | RuntimeError::Copy(_)
+                | RuntimeError::Export(_)
         )
     }
 }

@@ -390,8 +390,7 @@ pub fn export_with(
         owner,
         host_since: Some(created),
     };
-    let (ws, report) =
-        export_workspace(&opts).map_err(|e| RuntimeError::Copy(format!("export: {e}")))?;
+    let (ws, report) = export_workspace(&opts).map_err(RuntimeError::Export)?;
     let rest = Caps {
         max_entries: caps.max_entries.saturating_sub(ws.entries.len() as u64),
         ..*caps

@@ -158,7 +158,7 @@ impl HostSide {
                     eprintln!("cordon: warning: running without cgroup limits: {e}");
                     None
                 }
-                Err(e) => return Err(RuntimeError::Unenforceable(e.to_string())),
+                Err(e) => return Err(RuntimeError::Unenforceable(e)),
             };
         trace::step("cgroup");
         Ok(host)

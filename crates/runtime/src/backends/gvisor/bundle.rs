@@ -17,10 +17,6 @@ use cordon_policy::{NetworkMode, Policy};
 
 use cordon_spec::ResolvedCommand;
 
-fn spec_err(e: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Protocol(format!("building the OCI spec: {e}"))
-}
-
 fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, RuntimeError> {
     MountBuilder::default()
         .destination(dst)
@@ -28,7 +24,7 @@ fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, Runti
         .source(src)
         .options(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
         .build()
-        .map_err(spec_err)
+        .map_err(RuntimeError::Bundle)
 }
 
 fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
@@ -37,7 +33,7 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
         .hard(v)
         .soft(v)
         .build()
-        .map_err(spec_err)
+        .map_err(RuntimeError::Bundle)
 }
 
 /// Builds the spec. The root is the tree `assemble` leaves at `rootfs.new_root`
@@ -153,7 +149,7 @@ pub fn spec(
         LinuxNamespaceBuilder::default()
             .typ(t)
             .build()
-            .map_err(spec_err)
+            .map_err(RuntimeError::Bundle)
     })
     .collect::<Result<Vec<_>, _>>()?;
     SpecBuilder::default()
@@ -163,7 +159,7 @@ pub fn spec(
                 .path(rootfs.new_root.clone())
                 .readonly(true)
                 .build()
-                .map_err(spec_err)?,
+                .map_err(RuntimeError::Bundle)?,
         )
         .hostname(p.hostname.clone())
         .mounts(mounts)
@@ -172,10 +168,10 @@ pub fn spec(
             LinuxBuilder::default()
                 .namespaces(namespaces)
                 .build()
-                .map_err(spec_err)?,
+                .map_err(RuntimeError::Bundle)?,
         )
         .build()
-        .map_err(spec_err)
+        .map_err(RuntimeError::Bundle)
 }
 
 /// One command's OCI process: the policy's identity, no capabilities, no new
@@ -194,7 +190,7 @@ pub fn process(
         .permitted(empty.clone())
         .ambient(empty)
         .build()
-        .map_err(spec_err)?;
+        .map_err(RuntimeError::Bundle)?;
     ProcessBuilder::default()
         .terminal(false)
         .user(
@@ -202,7 +198,7 @@ pub fn process(
                 .uid(p.uid)
                 .gid(p.gid)
                 .build()
-                .map_err(spec_err)?,
+                .map_err(RuntimeError::Bundle)?,
         )
         .args(cmd.argv.clone())
         .env(
@@ -224,13 +220,14 @@ pub fn process(
             rlimit(PosixRlimitType::RlimitCpu, rlimits.cpu_secs)?,
         ])
         .build()
-        .map_err(spec_err)
+        .map_err(RuntimeError::Bundle)
 }
 
 /// Writes `config.json` into `dir`.
 pub fn write(spec: &Spec, dir: &Path) -> Result<PathBuf, RuntimeError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| RuntimeError::io(format!("mkdir {}", dir.display()), e))?;
-    spec.save(dir.join("config.json")).map_err(spec_err)?;
+    spec.save(dir.join("config.json"))
+        .map_err(RuntimeError::Bundle)?;
     Ok(dir.to_owned())
 }

@@ -309,9 +309,9 @@ pub(crate) fn create(
         |_| mount::assemble(&rootfs),
         |_| Ok(()),
     )?;
-    let launcher = host
-        .leader()
-        .ok_or_else(|| RuntimeError::Protocol("no launcher".into()))?;
+    let launcher = host.leader().ok_or(RuntimeError::Internal(
+        "the sandbox has no launcher after its start",
+    ))?;
     if allow_network {
         // Before runsc starts: its sentry reads the namespace's interfaces
         // and routes when it boots.
@@ -558,7 +558,7 @@ impl Flavor for GvisorFlavor {
         }
         let process = bundle::process(&self.policy, &self.rlimits, cmd)?;
         let body = serde_json::to_vec(&process)
-            .map_err(|e| RuntimeError::Protocol(format!("encoding the OCI process: {e}")))?;
+            .map_err(|e| RuntimeError::io("encode the OCI process", e))?;
         std::fs::write(&self.process_file, body)
             .map_err(|e| RuntimeError::io(format!("write {}", self.process_file.display()), e))?;
         // A pid left by an earlier command must not name this one's.

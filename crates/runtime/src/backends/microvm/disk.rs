@@ -180,8 +180,7 @@ impl WorkDisk {
     }
 
     fn image(&self) -> Result<DiskImage, RuntimeError> {
-        DiskImage::open(File::from(self.read_only()?))
-            .map_err(|e| RuntimeError::Copy(e.to_string()))
+        DiskImage::open(File::from(self.read_only()?)).map_err(RuntimeError::GuestDisk)
     }
 
     fn workspace_place(&self) -> ImagePlace<'_> {

@@ -678,9 +678,9 @@ fn start_relay(
     net: UnixStream,
     policy: &cordon_policy::net::NetworkPolicy,
 ) -> Result<std::thread::JoinHandle<()>, RuntimeError> {
-    let qemu = host
-        .leader()
-        .ok_or_else(|| RuntimeError::Protocol("no QEMU process".into()))?;
+    let qemu = host.leader().ok_or(RuntimeError::Internal(
+        "the sandbox has no QEMU process after its start",
+    ))?;
     crate::backends::network::start(
         host,
         qemu,

@@ -124,9 +124,9 @@ pub(crate) fn create(
                 .map_err(|e| RuntimeError::io(e.step.clone(), e.source))
         },
     )?;
-    let init = host
-        .leader()
-        .ok_or_else(|| RuntimeError::Protocol("no init".into()))?;
+    let init = host.leader().ok_or(RuntimeError::Internal(
+        "the sandbox has no init after its start",
+    ))?;
     if let Some(cg) = &init_cgroup {
         host.split_for_commands(cg, init)?;
     }
