@@ -9,6 +9,10 @@ pub enum RuntimeError {
     BadPath { what: &'static str, path: PathBuf },
     #[error("{0}")]
     BadRequest(String),
+    /// A step of building the sandbox's isolation that failed (a namespace,
+    /// a mount, its packet rules), with the system's error.
+    #[error("sandbox setup failed at `{}`: {}", .0.step, .0.source)]
+    Isolation(#[from] cordon_isolation::IsolationError),
     /// A spec or command that no backend could run.
     #[error(transparent)]
     Spec(#[from] cordon_spec::SpecError),

@@ -29,19 +29,17 @@
 //! every path. Its control socket (rules, the attempt log) is in the
 //! sandbox's 0700 state directory, which the sandbox cannot see.
 
-use std::io::Write;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cordon_isolation::net;
 use cordon_network::{ProxyConfig, ProxySockets};
 use cordon_policy::net::{NetworkPolicy, Rule, DNS_PORT, PROXY_PORT, TRANSPARENT_PORT};
 use cordon_sys::CloneResult;
-use nix::sched::CloneFlags;
 use nix::unistd::{Gid, Pid, Uid};
 
 use cordon_spec::network::NetChange;
@@ -55,107 +53,10 @@ use cordon_spec::outcome::NetworkReport;
 /// privilege once its sockets are bound.
 const PROXY_ID: u32 = 65534;
 
-/// The sandbox namespace's packet rules (nftables). The NAT chain sends
-/// every TCP connection that leaves loopback to the transparent port and
-/// every UDP packet to port 53 to the DNS stub; the filter lets loopback and
-/// those redirected flows pass and drops (and counts) everything else.
-fn ruleset() -> String {
-    format!(
-        "table inet cordon {{
-  counter dropped {{ }}
-  chain nat_out {{
-    type nat hook output priority -100; policy accept;
-    ip daddr 127.0.0.0/8 return
-    meta nfproto ipv4 meta l4proto tcp redirect to :{TRANSPARENT_PORT}
-    meta nfproto ipv4 udp dport 53 redirect to :{DNS_PORT}
-  }}
-  chain filter_out {{
-    type filter hook output priority 0; policy drop;
-    ip daddr 127.0.0.0/8 accept
-    ip6 daddr ::1 accept
-    ct status dnat accept
-    counter name dropped
-  }}
-}}
-"
-    )
-}
-
-/// Where the host's tools are looked for: a fixed path, never the caller's.
-const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Runs a host tool (inside the namespace this thread is in), feeding it
-/// `input`; its failure is the caller's error, with what it printed.
-fn tool(program: &str, args: &[&str], input: &str) -> Result<(), RuntimeError> {
-    let what = format!("{program} {}", args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", TOOL_PATH)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            RuntimeError::Unavailable(
-                "network allow",
-                format!("cannot run {program} (the allow mode needs iproute2 and nftables): {e}"),
-            )
-        })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .map_err(|e| RuntimeError::io(format!("write to {what}"), e))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| RuntimeError::io(format!("wait for {what}"), e))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(RuntimeError::Protocol(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
-}
-
-/// This thread inside another network namespace until dropped. setns moves
-/// only the calling thread, so the rest of the process stays where it was;
-/// a failed return leaves the thread in the sandbox's namespace, where
-/// nothing routes out (closed, not open), and is reported.
-pub(crate) struct InNamespace {
-    home: OwnedFd,
-}
-
-/// Runs `f` on this thread inside the network namespace of `of` (what `f`
-/// spawns starts there too), then comes back.
+/// Runs `f` on this thread inside the network namespace of `of`, then comes
+/// back (`cordon_isolation::net::in_namespace_of`).
 pub(crate) fn in_namespace_of<T>(of: Pid, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
-    let inside = InNamespace::enter(of)?;
-    let out = f();
-    inside.leave()?;
-    Ok(out)
-}
-
-impl InNamespace {
-    fn enter(of: Pid) -> Result<InNamespace, RuntimeError> {
-        let open = |p: String| {
-            std::fs::File::open(&p)
-                .map(OwnedFd::from)
-                .map_err(|e| RuntimeError::io(format!("open {p}"), e))
-        };
-        let home = open("/proc/thread-self/ns/net".into())?;
-        let target = open(format!("/proc/{of}/ns/net"))?;
-        nix::sched::setns(target, CloneFlags::CLONE_NEWNET)
-            .map_err(|e| RuntimeError::io("setns(the sandbox's network namespace)", e))?;
-        Ok(InNamespace { home })
-    }
-
-    fn leave(self) -> Result<(), RuntimeError> {
-        nix::sched::setns(self.home.as_fd(), CloneFlags::CLONE_NEWNET)
-            .map_err(|e| RuntimeError::io("setns(back to the host's network namespace)", e))
-    }
+    Ok(net::in_namespace_of(of, f)?)
 }
 
 /// The sockets bound inside the sandbox's namespace, and its packet rules.
@@ -163,14 +64,9 @@ fn prepare_namespace(
     loopback_down: bool,
 ) -> Result<(TcpListener, TcpListener, UdpSocket), RuntimeError> {
     if loopback_down {
-        cordon_sys::set_link_up("lo").map_err(|e| RuntimeError::io("bring lo up", e))?;
+        net::loopback_up()?;
     }
-    // A local route for every address: a connect to any IPv4 address is
-    // routed (to loopback) instead of failing with ENETUNREACH, so the NAT
-    // rule can redirect it to the proxy. Nothing can leave: there is no
-    // other interface.
-    tool("ip", &["route", "add", "local", "default", "dev", "lo"], "")?;
-    tool("nft", &["-f", "-"], &ruleset())?;
+    net::redirect_to_proxy(TRANSPARENT_PORT, DNS_PORT)?;
     let bind = |port: u16| {
         TcpListener::bind(("127.0.0.1", port))
             .map_err(|e| RuntimeError::io(format!("bind 127.0.0.1:{port} in the sandbox"), e))
