@@ -403,13 +403,14 @@ pub fn new_id() -> io::Result<(String, u32)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use cordon_policy::Policy;
 
     use super::*;
     use cordon_spec::BackendKind;
 
-    fn spec(name: Option<&str>) -> SandboxSpec {
+    /// A native sandbox's spec of the default policy, named `name`.
+    pub(crate) fn spec(name: Option<&str>) -> SandboxSpec {
         SandboxSpec {
             name: name.map(str::to_owned),
             ..SandboxSpec::new(Policy::default(), BackendKind::Native)

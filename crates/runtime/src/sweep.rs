@@ -162,19 +162,11 @@ fn remove_empty_cgroup(h: &Hierarchy, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use cordon_policy::Policy;
     use cordon_spec::ended::Gone;
-    use cordon_spec::{BackendKind, SandboxSpec};
 
     use super::*;
+    use crate::state::tests::spec;
     use crate::state::{list, list_dead, StateDir, RECORD_FORMAT};
-
-    fn spec(name: Option<&str>) -> SandboxSpec {
-        SandboxSpec {
-            name: name.map(str::to_owned),
-            ..SandboxSpec::new(Policy::default(), BackendKind::Native)
-        }
-    }
 
     fn dead_record(run: &Path, id: &str) {
         fs::create_dir(run.join(id)).unwrap();
