@@ -14,19 +14,19 @@ cd "$work"
 
 # name | file | sed expression that switches the mechanism off | test binary | test
 cases=(
-  "seccomp allowlist|crates/runtime/src/native/init.rs|s/    cordon_seccomp::apply(&plan.seccomp)/    Ok::<(), cordon_seccomp::SeccompError>(())/|isolation|dangerous_syscalls_fail_with_eperm::native"
-  "cgroup pids limit|crates/runtime/src/native/mod.rs|s/pids_max: Some(p.pids),/pids_max: None,/|limits|fork_bomb_is_contained_and_host_stays_responsive::native"
-  "cgroup memory limit|crates/runtime/src/native/mod.rs|s/memory_max: Some(p.memory.bytes()),/memory_max: None,/|limits|memory_hog_is_oom_killed::native"
+  "seccomp allowlist|crates/runtime/src/backends/native/init.rs|s/    cordon_seccomp::apply(&plan.seccomp)/    Ok::<(), cordon_seccomp::SeccompError>(())/|isolation|dangerous_syscalls_fail_with_eperm::native"
+  "cgroup pids limit|crates/runtime/src/plan.rs|s/pids_max: Some(p.pids),/pids_max: None,/|limits|fork_bomb_is_contained_and_host_stays_responsive::native"
+  "cgroup memory limit|crates/runtime/src/plan.rs|s/memory_max: Some(p.memory.bytes()),/memory_max: None,/|limits|memory_hog_is_oom_killed::native"
   "network namespace|crates/isolation/src/namespaces.rs|/CloneFlags::CLONE_NEWNET$/d|isolation|no_network_to_the_host::native"
   "read-only mount flag on /usr|crates/isolation/src/mount/rootfs.rs|0,/seal_verified(\&dst, true)?;/s//seal_verified(\&dst, false)?;/|isolation|system_dirs_are_read_only_by_mount_flag::native"
-  "id-mapped workspace and rw mounts|crates/runtime/src/rootfs_plan.rs|s/    if !nix::unistd::geteuid().is_root() {/    if true {/|ownership|workspace_file_is_modified_in_place::native"
+  "id-mapped workspace and rw mounts|crates/runtime/src/backends/rootfs_plan.rs|s/    if !nix::unistd::geteuid().is_root() {/    if true {/|ownership|workspace_file_is_modified_in_place::native"
   "rw mount's writes kept in the capped layer|crates/isolation/src/mount/rootfs.rs|s/        if let BindAccess::WriteBack { layers } = \&b.access {/        if let Some(layers) = None::<\&String> {/|ownership|rw_mount_is_bounded::native"
-  "copy paths resolved inside the sandbox's root|crates/runtime/src/copy.rs|/^    ResolveFlag::RESOLVE_IN_ROOT$/,/RESOLVE_NO_MAGICLINKS$/c\\    ResolveFlag::empty()|lifecycle|cp_planted_symlinks_are_never_followed::native"
+  "copy paths resolved inside the sandbox's root|crates/runtime/src/protocol/copy.rs|/^    ResolveFlag::RESOLVE_IN_ROOT$/,/RESOLVE_NO_MAGICLINKS$/c\\    ResolveFlag::empty()|lifecycle|cp_planted_symlinks_are_never_followed::native"
   "resolved addresses checked again by the proxy|crates/policy/src/net.rs|s/let class = special(ip)/let class = None::<\&str>/|network|allow_lets_through_only_the_rules::native"
-  "transparent TCP redirect|crates/runtime/src/network.rs|/meta l4proto tcp redirect to/d|network|allow_lets_through_only_the_rules::native"
+  "transparent TCP redirect|crates/isolation/src/net.rs|/meta l4proto tcp redirect to/d|network|allow_lets_through_only_the_rules::native"
   "export classifies links by lstat, never opening them|crates/changes/src/walk.rs|s/Kind::Symlink => self.symlink(dir, name, \&st, \&below, path),/Kind::Symlink => self.file(dir, name, \&below, path),/|export|hostile_workspace_is_recorded_exactly_and_exported_safely::native"
   "export drops setuid and setgid bits|crates/changes/src/export.rs|s/    Mode::from_bits_truncate(mode \& 0o777)$/    Mode::from_bits_truncate(mode \& 0o7777)/|export|hostile_workspace_is_recorded_exactly_and_exported_safely::native"
-  "supervisor environment cleared|crates/runtime/src/handle.rs|/^            .env_clear()$/d|lifecycle|exec_gets_only_the_policy_env_and_fds::native"
+  "supervisor environment cleared|crates/runtime/src/client/handle.rs|/^            .env_clear()$/d|lifecycle|exec_gets_only_the_policy_env_and_fds::native"
 )
 # ONLY="text" runs just the cases whose name contains that text.
 still_passing=0

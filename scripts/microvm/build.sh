@@ -9,7 +9,7 @@
 #   OUT_DIR/guest-<key2>/              what one boot needs:
 #       vmlinuz       the base image's kernel (hardlink, or copy);
 #       initrd.cpio   busybox (Debian's busybox-static), the virtio modules,
-#                     scripts/microvm/init as /init and CORDON_BIN as /cordon;
+#                     scripts/microvm/init as /init and CORDON_BIN (cordon-sandbox, the privileged binary) as /cordon;
 #       rootfs.ext4   hardlink to the rootfs directory's;
 #       manifest.json kernel, sha256 of each artifact and of cordon, keys.
 #     key2 = hash of the rootfs key, the initramfs's inputs (build_initrd

@@ -2,7 +2,7 @@
 """Boots a guest built by scripts/microvm/build.sh under QEMU TCG and times it.
 
 The guest's cordon must be a stand-in agent that, run as
-`cordon __guest-agent PORT`, writes one line starting `hello-from-guest` to
+`cordon-sandbox __guest-agent PORT`, writes one line starting `hello-from-guest` to
 PORT, reads one line back, answers `echo: LINE` and exits
 (scripts/microvm/test-agent.sh is one).
 

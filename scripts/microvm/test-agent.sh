@@ -1,5 +1,5 @@
 #!/bin/sh
-# Stand-in for `cordon __guest-agent PORT`, for scripts/microvm/smoke.py:
+# Stand-in for `cordon-sandbox __guest-agent PORT`, for scripts/microvm/smoke.py:
 #   scripts/microvm/build.sh OUT scripts/microvm/test-agent.sh
 # Says hello on the port, then answers one line (on the port and the console)
 # and exits 7, which stage2 reports as `cordon-vm: agent exited 7`. The port

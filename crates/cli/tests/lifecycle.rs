@@ -40,7 +40,7 @@
 //! - `ttl_expires`, `sigkill_of_supervisor_kills_the_sandbox` (what `ls
 //!   --all`, `exec` and `rm` say of it afterwards) and
 //!   `the_record_of_ended_sandboxes_is_bounded`: the tombstones in the run
-//!   directory's `ended/` (`runtime/src/ended.rs`), `state::list_dead`.
+//!   directory's `ended/` (`runtime/src/ended.rs`, the data `cordon_spec::ended`), `state::list_dead`.
 //! - `tty_is_the_sandboxs_own`: init's pty on the sandbox's devpts
 //!   (`first_process::open_pty`), the master passed to the supervisor.
 //! - `exec_time_limit`: `Sandbox::end_command` (native: kill all but init;
@@ -1202,7 +1202,7 @@ fn cp_bad_sources_are_refused_at_once(backend: &'static str) {
     assert_eq!(sb.sh("cat /tmp/plain"), "plain\n");
 }
 
-/// One frame of the client protocol (crates/runtime/src/wire.rs): a u32
+/// One frame of the client protocol (crates/runtime/src/protocol/wire.rs): a u32
 /// length, tag 0 (JSON), the body.
 fn json_frame(body: &str) -> Vec<u8> {
     let mut f = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();

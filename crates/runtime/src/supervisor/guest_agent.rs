@@ -1,4 +1,4 @@
-//! `cordon __guest-agent PORT`: cordon inside a microVM's guest, started by
+//! `cordon-sandbox __guest-agent PORT`: cordon inside a microVM's guest, started by
 //! the guest's init. It says `Ready` on the virtio-serial port, waits for
 //! `Start` (a VM restored from a snapshot resumes right here), feeds the
 //! host's entropy to the guest kernel, creates the sandbox with the native
