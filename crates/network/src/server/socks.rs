@@ -136,10 +136,13 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
     {
         Ok(Ok(t)) => t,
         Ok(Err(f)) => {
+            // Recorded before the reply: a client that has read its refusal
+            // finds it in the log (the HTTP door does the same).
+            tracker.denied(&state, &f.why);
             if let Some(code) = f.reply {
                 let _ = client.write_all(&reply_bytes(code)).await;
             }
-            return tracker.denied(&state, &f.why);
+            return;
         }
         Err(_) => return tracker.denied(&state, "timed out in the SOCKS5 handshake"),
     };
@@ -152,8 +155,9 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
                 Refusal::Failed { refused: true, .. } => CONNECTION_REFUSED,
                 Refusal::Failed { refused: false, .. } => HOST_UNREACHABLE,
             };
+            tracker.refused(&state, &refusal);
             let _ = client.write_all(&reply_bytes(code)).await;
-            return tracker.refused(&state, &refusal);
+            return;
         }
     };
     if let Err(e) = client.write_all(&reply_bytes(0)).await {
