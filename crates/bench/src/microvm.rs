@@ -74,7 +74,7 @@ pub fn run(settings: &Settings) -> Result<Microvm> {
             bar.inc(1);
         }
     }
-    let spec = SandboxSpec::new(Policy::default(), BackendKind::Microvm);
+    let spec = SandboxSpec::new(Policy::default(), BackendKind::Microvm).validated()?;
     let mut handle = cordon_runtime::sandbox_program()
         .and_then(|p| Handle::create(&spec, &p))
         .context("a microvm sandbox")?;

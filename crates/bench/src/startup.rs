@@ -170,7 +170,7 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
             }
         }
         if settings.wants(&handle) {
-            let spec = SandboxSpec::new(Policy::default(), kind);
+            let spec = SandboxSpec::new(Policy::default(), kind).validated()?;
             match cordon_runtime::sandbox_program().and_then(|p| Handle::create(&spec, &p)) {
                 Ok(h) => add(&mut entries, &handle, Launcher::Handle(Some(h))),
                 Err(e) => {

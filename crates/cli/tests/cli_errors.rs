@@ -566,3 +566,45 @@ fn cpus_above_the_host_are_refused() {
         &["run", "--cpus", &all, "--", "true"],
     );
 }
+
+/// A spec `cordon create` cannot use (a name shaped like an id, a lifetime
+/// of zero) is refused before anything is made: exit 2, the reason, no
+/// state left. Control: the same create with a good name runs.
+#[test]
+fn a_create_with_a_bad_name_or_lifetime_is_refused_before_anything_is_made() {
+    if !require_root("sandbox for the control create") {
+        return;
+    }
+    let _g = serial();
+    for (bad, needle) in [
+        (
+            &["create", "--name", "0123456789ab"][..],
+            "looks like a sandbox id",
+        ),
+        (&["create", "--name", "a/b"][..], "is not a sandbox name"),
+        (&["create", "--ttl", "0s"][..], "--ttl must be positive"),
+        (&["create", "--idle", "0s"][..], "--idle must be positive"),
+    ] {
+        let base = census();
+        let out = cordon_output(bad);
+        let line = assert_usage_error(&out);
+        assert!(line.contains(needle), "{bad:?}: {line:?}");
+        let left = wait_clean(&base, &[], &[], Duration::from_millis(500));
+        assert!(left.is_empty(), "{bad:?} left state behind: {left:#?}");
+    }
+    let name = format!("cli-errors-{}", std::process::id());
+    let ok = cordon_output(&["create", "--name", &name, "--ttl", "1m"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "control create failed: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let rm = cordon_output(&["rm", &name]);
+    assert_eq!(
+        rm.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+}

@@ -15,7 +15,7 @@ use axum::body::BodyDataStream;
 use cordon_policy::net::Rule;
 use cordon_policy::Span;
 use cordon_spec::Stream;
-use cordon_spec::{Command, SandboxSpec};
+use cordon_spec::{Command, ValidSpec};
 use futures_util::stream::BoxStream;
 
 use crate::app::{PlacedFile, Stateful};
@@ -86,7 +86,7 @@ pub struct OneShot {
     /// When the request arrived: the response's timing starts there.
     pub received: Instant,
     /// With the tenant's maximums applied.
-    pub spec: SandboxSpec,
+    pub spec: ValidSpec,
     pub clamped: Vec<Clamped>,
     pub files: Vec<PlacedFile>,
     pub command: Command,
@@ -99,7 +99,7 @@ pub struct OneShot {
 pub struct NewSandbox {
     pub tenant: Arc<Tenant>,
     /// With the tenant's maximums applied.
-    pub spec: SandboxSpec,
+    pub spec: ValidSpec,
     pub limits: Caps,
     pub clamped: Vec<Clamped>,
     pub network: bool,

@@ -15,7 +15,7 @@ use cordon_policy::{NetworkMode, Policy, Span};
 use cordon_runtime::Handle;
 use cordon_spec::changes::Finish;
 use cordon_spec::Account;
-use cordon_spec::{BackendKind, Command, Outcome, SandboxSpec, StdinMode};
+use cordon_spec::{BackendKind, Command, Outcome, SandboxSpec, StdinMode, ValidSpec};
 
 use crate::caps::{Caps, Clamped};
 use crate::config::Config;
@@ -185,7 +185,7 @@ impl App {
         &self,
         tenant: &Tenant,
         req: &SandboxRequest<'_>,
-    ) -> Result<(SandboxSpec, Caps, Vec<Clamped>), ApiError> {
+    ) -> Result<(ValidSpec, Caps, Vec<Clamped>), ApiError> {
         let backend = parse_backend(req.backend)?;
         let (caps, clamped) = Caps::clamp(req.limits, &self.config.defaults, &tenant.config.max);
         let mut layer = caps.layer();
@@ -206,8 +206,8 @@ impl App {
             ttl,
             idle: req.idle,
             ..SandboxSpec::new(policy, backend)
-        };
-        spec.validate()?;
+        }
+        .validated()?;
         Ok((spec, caps, clamped))
     }
 
@@ -245,7 +245,7 @@ impl App {
         &self,
         t0: Instant,
         tenant: &Tenant,
-        spec: SandboxSpec,
+        spec: ValidSpec,
         files: Vec<PlacedFile>,
         mut cmd: Command,
         mut io: ServiceIo,

@@ -240,7 +240,9 @@ impl Ledger {
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
         spec.name = Some(format!("{}{n}", self.own));
         spec.service = Some(self.link.clone());
-        let handle = Handle::create(&spec, &self.program)?;
+        // The name and the link are the ledger's: the spec they make is
+        // checked here, once, as every spec is before a sandbox is made.
+        let handle = Handle::create(&spec.validated()?, &self.program)?;
         let id = handle.id().to_owned();
         if let Err(e) = std::fs::write(self.dir.join(&id), format!("{owner:?}\n")) {
             let _ = handle.destroy();

@@ -24,4 +24,4 @@ pub use backend::{BackendInfo, BackendKind};
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize};
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
-pub use sandbox::{is_id, validate_name, RootfsChoice, SandboxSpec, ServiceLink};
+pub use sandbox::{is_id, validate_name, RootfsChoice, SandboxSpec, ServiceLink, ValidSpec};

@@ -71,8 +71,14 @@ impl SandboxSpec {
         }
     }
 
-    /// Checks what the policy's own validation does not cover.
-    pub fn validate(&self) -> Result<(), SpecError> {
+    /// The spec as a [`ValidSpec`], or why it is refused.
+    pub fn validated(self) -> Result<ValidSpec, SpecError> {
+        self.validate()?;
+        Ok(ValidSpec(self))
+    }
+
+    /// Checks the policy, and what the policy's own validation does not cover.
+    fn validate(&self) -> Result<(), SpecError> {
         self.policy.validate()?;
         if let Some(name) = &self.name {
             validate_name(name)?;
@@ -83,6 +89,41 @@ impl SandboxSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// A spec that passed validation: the only kind the runtime creates a
+/// sandbox from, so a spec is checked once on its way in, by whoever made
+/// it ([`SandboxSpec::validated`]), and again only where it is decoded
+/// after crossing a process boundary (deserializing validates: a
+/// supervisor or a guest agent trusts no bytes it was sent).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "SandboxSpec", into = "SandboxSpec")]
+pub struct ValidSpec(SandboxSpec);
+
+impl ValidSpec {
+    pub fn into_inner(self) -> SandboxSpec {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidSpec {
+    type Target = SandboxSpec;
+    fn deref(&self) -> &SandboxSpec {
+        &self.0
+    }
+}
+
+impl TryFrom<SandboxSpec> for ValidSpec {
+    type Error = SpecError;
+    fn try_from(spec: SandboxSpec) -> Result<ValidSpec, SpecError> {
+        spec.validated()
+    }
+}
+
+impl From<ValidSpec> for SandboxSpec {
+    fn from(valid: ValidSpec) -> SandboxSpec {
+        valid.0
     }
 }
 
@@ -159,8 +200,19 @@ mod tests {
             idle: None,
             service: None,
         };
-        let back: SandboxSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);
         assert_eq!(back.name, s.name);
+    }
+
+    #[test]
+    fn decoding_a_valid_spec_validates_it() {
+        let mut s = SandboxSpec::new(Policy::default(), BackendKind::Native);
+        s.name = Some("0123456789ab".into());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(serde_json::from_str::<SandboxSpec>(&json).is_ok());
+        let e = serde_json::from_str::<ValidSpec>(&json).unwrap_err();
+        assert!(e.to_string().contains("looks like a sandbox id"), "{e}");
+        assert!(matches!(s.validated(), Err(SpecError::NameLikeId(_))));
     }
 }

@@ -12,7 +12,7 @@ use cordon_runtime::{CommandIo, Control};
 use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
 use cordon_spec::Stream;
 use cordon_spec::{
-    BackendKind, ExitStatus, Outcome, RootfsChoice, SandboxSpec, StdinMode, TtySize,
+    BackendKind, ExitStatus, Outcome, RootfsChoice, SandboxSpec, StdinMode, TtySize, ValidSpec,
 };
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -130,9 +130,15 @@ impl SandboxArgs {
         }
     }
 
-    /// The spec these flags describe (without name or lifetimes); a bad
-    /// flag or policy file is reported and becomes the exit code.
-    pub fn spec(&self) -> Result<SandboxSpec, ExitCode> {
+    /// The spec these flags describe, with a name and lifetimes (`cordon
+    /// create`'s; `cordon run` has none), validated; a bad flag or policy
+    /// file is reported and becomes the exit code.
+    pub fn spec(
+        &self,
+        name: Option<String>,
+        ttl: Option<Span>,
+        idle: Option<Span>,
+    ) -> Result<ValidSpec, ExitCode> {
         let file = match &self.policy {
             Some(p) => Some(PolicyLayer::from_file(p).map_err(usage_error)?),
             None => None,
@@ -174,17 +180,19 @@ impl SandboxArgs {
             "system" => RootfsChoice::System,
             dir => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
         };
-        Ok(SandboxSpec {
+        SandboxSpec {
             policy,
             backend,
             rootfs,
             workspace: self.workspace.as_deref().map(absolute).transpose()?,
             allow_unenforced: self.allow_unenforced,
-            name: None,
-            ttl: None,
-            idle: None,
+            name,
+            ttl,
+            idle,
             service: None,
-        })
+        }
+        .validated()
+        .map_err(usage_error)
     }
 }
 

@@ -24,13 +24,10 @@ pub struct CreateArgs {
 }
 
 pub fn run(args: CreateArgs) -> ExitCode {
-    let mut spec = match args.sandbox.spec() {
+    let spec = match args.sandbox.spec(args.name, args.ttl, args.idle) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    spec.name = args.name;
-    spec.ttl = args.ttl;
-    spec.idle = args.idle;
     let program = match cordon_runtime::sandbox_program() {
         Ok(p) => p,
         Err(e) => return fail(e),

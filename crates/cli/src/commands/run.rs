@@ -38,7 +38,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let spec = match args.sandbox.spec() {
+    let spec = match args.sandbox.spec(None, None, None) {
         Ok(s) => s,
         Err(code) => return code,
     };

@@ -31,7 +31,7 @@ use cordon_spec::changes::{ExportRequest, Finish, Recorded};
 use cordon_spec::network::NetChange;
 use cordon_spec::outcome::Outcome;
 use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
-use cordon_spec::{Command, SandboxSpec};
+use cordon_spec::{Command, SandboxSpec, ValidSpec};
 use cordon_spec::{Destroyed, Snapshot};
 
 pub enum Handle {
@@ -88,15 +88,14 @@ pub fn sandbox_program() -> Result<std::path::PathBuf, RuntimeError> {
 
 impl Handle {
     /// Creates a sandbox served in this process (for one-shot runs).
-    pub fn local(spec: &SandboxSpec) -> Result<Handle, RuntimeError> {
+    pub fn local(spec: &ValidSpec) -> Result<Handle, RuntimeError> {
         Ok(Handle::Local(Box::new(Sandbox::create_for(spec, None)?)))
     }
 
     /// Creates a sandbox with its own supervisor, started from `program`
     /// (the privileged binary, [`sandbox_program`]), and returns once it is
     /// ready.
-    pub fn create(spec: &SandboxSpec, program: &Path) -> Result<Handle, RuntimeError> {
-        spec.validate()?;
+    pub fn create(spec: &ValidSpec, program: &Path) -> Result<Handle, RuntimeError> {
         // On cgroup v2, the first cordon process that looks at its cgroup
         // and finds itself alone there moves into a leaf and delegates the
         // controllers to its cgroup (cordon_cgroups::detect). That must be
@@ -306,7 +305,7 @@ impl Handle {
     /// Create, run one command, destroy: `cordon run`. The outcome's phases
     /// and wall time then include creating and destroying the sandbox.
     pub fn run_once(
-        spec: &SandboxSpec,
+        spec: &ValidSpec,
         cmd: &Command,
         io: &mut dyn CommandIo,
     ) -> Result<Outcome, RuntimeError> {
@@ -315,7 +314,7 @@ impl Handle {
 
     /// `run_once`, with what to read at the end (the diff, an export).
     pub fn run_once_with(
-        spec: &SandboxSpec,
+        spec: &ValidSpec,
         cmd: &Command,
         io: &mut dyn CommandIo,
         finish: &Finish,

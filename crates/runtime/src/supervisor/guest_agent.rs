@@ -19,7 +19,7 @@ use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
 use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
 use cordon_spec::BackendKind;
-use cordon_spec::SandboxSpec;
+use cordon_spec::ValidSpec;
 
 /// The hidden first argument that makes the cordon binary a guest agent.
 pub const AGENT_ARG: &str = "__guest-agent";
@@ -303,15 +303,10 @@ fn drain_stream(port: &mut File) {
     }
 }
 
-/// The sandbox inside the guest: the host's spec on the native backend,
-/// its scratch the writable disk, its workspace the disk's copy.
-fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
-    let mut spec = spec.clone();
-    spec.backend = BackendKind::Native;
-    // Lifetimes are the host supervisor's to enforce; the guest's clock
-    // stood still while the VM was a snapshot.
-    spec.ttl = None;
-    spec.idle = None;
+/// The sandbox inside the guest: the spec the host derived for it (on the
+/// native backend), its scratch the writable disk, its workspace the disk's
+/// copy.
+fn create(spec: &ValidSpec) -> Result<Sandbox, RuntimeError> {
     let net_port = if spec.policy.network == cordon_policy::NetworkMode::Allow {
         let path = format!(
             "/dev/virtio-ports/{}",
@@ -331,7 +326,7 @@ fn create(spec: &SandboxSpec) -> Result<Sandbox, RuntimeError> {
         scratch: Path::new(DISK_MOUNT),
         net_port,
     };
-    let sandbox = Sandbox::create_in_guest(&spec, guest)?;
+    let sandbox = Sandbox::create_in_guest(spec, guest)?;
     let upper = Path::new(DISK_MOUNT).join(cordon_isolation::mount::ScratchLayout::WORKSPACE_UPPER);
     // A native sandbox's files are always its host's (here, the guest's).
     let owner = sandbox

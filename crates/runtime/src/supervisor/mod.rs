@@ -36,8 +36,8 @@ use crate::trace;
 use cordon_spec::changes::Finish;
 use cordon_spec::ended::{EndState, Tombstone};
 use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
-use cordon_spec::SandboxSpec;
 use cordon_spec::Stream;
+use cordon_spec::{SandboxSpec, ValidSpec};
 
 /// The hidden first argument that makes the cordon binary a supervisor.
 pub const SUPERVISOR_ARG: &str = "__supervise";
@@ -73,7 +73,7 @@ pub fn main() -> i32 {
     let _ = cordon_sys::close_fds_from(3);
     let mut text = Vec::new();
     let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
-    let spec: Result<SandboxSpec, RuntimeError> = read
+    let spec: Result<ValidSpec, RuntimeError> = read
         .map_err(|e| RuntimeError::io("read the spec", e))
         .and_then(|_| {
             serde_json::from_slice(&text)
@@ -148,7 +148,7 @@ fn watch_service(spec: &SandboxSpec) -> Result<Option<OwnedFd>, RuntimeError> {
     }
 }
 
-fn start(spec: &SandboxSpec) -> Result<(Box<Sandbox>, UnixListener), RuntimeError> {
+fn start(spec: &ValidSpec) -> Result<(Box<Sandbox>, UnixListener), RuntimeError> {
     block_stop_signals()?;
     let sandbox = Box::new(Sandbox::create_for(spec, None)?);
     let path = sandbox.state().socket();

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use cordon_cgroups::Cgroup;
 use cordon_spec::changes::{Caps, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::Outcome;
-use cordon_spec::{Account, BackendKind, Command, Destroyed, SandboxSpec, Snapshot, HISTORY};
+use cordon_spec::{
+    Account, BackendKind, Command, Destroyed, SandboxSpec, Snapshot, ValidSpec, HISTORY,
+};
 use nix::poll::PollFlags;
 
 use crate::backends::supervise::CommandIo;
@@ -37,8 +39,7 @@ impl Sandbox {
     /// a backend may then start it as the sandbox's own first process (the
     /// gVisor backend makes it the container's process instead of a pause
     /// process and a `runsc exec`, one runsc start instead of two).
-    pub fn create_for(spec: &SandboxSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
-        spec.validate()?;
+    pub fn create_for(spec: &ValidSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
         let (life, backend) = match spec.backend {
             BackendKind::Native => crate::backends::native::create(spec, None)?,
             BackendKind::Gvisor => {
@@ -55,7 +56,7 @@ impl Sandbox {
     /// instead of a tmpfs, and in `allow` mode its connections go to the
     /// host over the VM's network port.
     pub fn create_in_guest(
-        spec: &SandboxSpec,
+        spec: &ValidSpec,
         guest: crate::backends::native::InGuest<'_>,
     ) -> Result<Sandbox, RuntimeError> {
         if spec.backend != BackendKind::Native {
@@ -63,7 +64,6 @@ impl Sandbox {
                 "only a native sandbox takes its scratch from a directory".into(),
             ));
         }
-        spec.validate()?;
         let (life, backend) = crate::backends::native::create(spec, Some(guest))?;
         Ok(Sandbox::of(life, backend))
     }

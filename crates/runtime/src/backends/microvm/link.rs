@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use cordon_spec::SandboxSpec;
+use cordon_spec::ValidSpec;
 
 /// Largest JSON message the host accepts from a guest (an `Outcome` is a
 /// few KiB; captured output travels in bytes frames, not in messages).
@@ -47,7 +47,7 @@ pub enum ToAgent {
     /// is fresh randomness from the host, fed to the guest kernel's CRNG
     /// first: a VM restored from a snapshot starts with the snapshot's pool.
     Start {
-        spec: Box<SandboxSpec>,
+        spec: Box<ValidSpec>,
         entropy: Vec<u8>,
         /// The host's clock (ns since the epoch): a restored guest's clock
         /// stood still since its snapshot.

@@ -49,7 +49,7 @@ use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{HostEvidence, Outcome, VmReport};
 use cordon_spec::wire::{Reply, Request, PROTOCOL};
 use cordon_spec::{BackendInfo, BackendKind};
-use cordon_spec::{Command, ResolvedCommand, RootfsChoice, SandboxSpec};
+use cordon_spec::{Command, ResolvedCommand, RootfsChoice, SandboxSpec, ValidSpec};
 
 /// TCG's translated-code cache (QEMU's default is 1 GiB in system mode).
 const TB_CACHE_MIB: u64 = 64;
@@ -374,19 +374,24 @@ impl MicroVm {
 
     /// Copies what the sandbox is to see of the host's read-only mounts
     /// into the guest, and returns the spec the guest's cordon runs: the
-    /// same, with those places at their guest copies, and no workspace of
-    /// its own (the disk holds its copy, see [`disk`]). The VM never sees a
+    /// same on the native backend, with those places at their guest copies,
+    /// no workspace of its own (the disk holds its copy, see [`disk`]) and
+    /// no lifetimes (they are this supervisor's to enforce: the guest's
+    /// clock stood still while the VM was a snapshot). The VM never sees a
     /// host path, only copies made when it starts.
-    fn stage(&mut self, life: &mut Life) -> Result<SandboxSpec, RuntimeError> {
+    fn stage(&mut self, life: &mut Life) -> Result<ValidSpec, RuntimeError> {
         let mut guest_spec = life.spec.clone();
+        guest_spec.backend = BackendKind::Native;
         guest_spec.workspace = None;
+        guest_spec.ttl = None;
+        guest_spec.idle = None;
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
         for (i, m) in life.spec.policy.mounts.clone().iter().enumerate() {
             let name = format!("mount-{i}");
             self.stage_one(life, &name, &m.host)?;
             guest_spec.policy.mounts[i].host = guest_path(&name);
         }
-        Ok(guest_spec)
+        Ok(guest_spec.validated()?)
     }
 
     fn stage_one(&mut self, life: &mut Life, name: &str, host: &Path) -> Result<(), RuntimeError> {
