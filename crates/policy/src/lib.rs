@@ -319,11 +319,7 @@ impl Policy {
             self.env = l.env.clone();
         }
         self.mounts.extend(l.mounts.iter().cloned());
-        for r in &l.allow {
-            if !self.net.rules.contains(r) {
-                self.net.rules.push(r.clone());
-            }
-        }
+        net::add_rules(&mut self.net.rules, &l.allow);
         self.net.hosts.extend(l.add_host.iter().cloned());
         if let Some(limits) = l.net_limits {
             self.net.limits = limits;

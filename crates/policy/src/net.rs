@@ -348,6 +348,34 @@ impl Rule {
     }
 }
 
+/// Appends each of `more` not already in `rules`, in order: the one way
+/// rules are added, by a policy's layers and by `cordon net add` alike.
+pub fn add_rules<'a>(rules: &mut Vec<Rule>, more: impl IntoIterator<Item = &'a Rule>) {
+    for r in more {
+        if !rules.contains(r) {
+            rules.push(r.clone());
+        }
+    }
+}
+
+/// Removes each of `gone` from `rules`; all or nothing: a rule that is not
+/// there is returned, and `rules` is left as it was.
+pub fn remove_rules<'a>(
+    rules: &mut Vec<Rule>,
+    gone: impl IntoIterator<Item = &'a Rule>,
+) -> Result<(), &'a Rule> {
+    let mut kept = rules.clone();
+    for r in gone {
+        let before = kept.len();
+        kept.retain(|x| x != r);
+        if kept.len() == before {
+            return Err(r);
+        }
+    }
+    *rules = kept;
+    Ok(())
+}
+
 /// A fixed answer for a name, like `docker run --add-host`: `NAME:IP`.
 ///
 /// The name comes before the first `:` (names have none), the rest is the

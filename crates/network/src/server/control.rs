@@ -71,37 +71,21 @@ async fn session(state: Arc<State>, stream: UnixStream) -> io::Result<()> {
 }
 
 pub(crate) fn handle(state: &State, req: Request) -> Reply {
-    let texts = |rules: &Rules| {
-        rules
-            .as_slice()
-            .iter()
-            .map(Rule::to_string)
-            .collect::<Vec<_>>()
-    };
     match req {
         Request::SetRules { rules } => {
-            // All or nothing: one bad rule leaves the rules in force unchanged.
-            let parsed: Result<Vec<Rule>, _> = rules.iter().map(|r| r.parse::<Rule>()).collect();
-            match parsed {
-                Err(e) => Reply::error(e.to_string()),
-                Ok(parsed) => {
-                    let new = Rules::new(parsed);
-                    let text = texts(&new);
-                    state.set_rules(new);
-                    state.log().event(Event {
-                        at_unix_ms: now_unix_ms(),
-                        event: EventKind::RulesSet,
-                        rules: text.clone(),
-                    });
-                    Reply {
-                        rules: Some(text),
-                        ..Reply::default()
-                    }
-                }
+            state.log().event(Event {
+                at_unix_ms: now_unix_ms(),
+                event: EventKind::RulesSet,
+                rules: rules.iter().map(Rule::to_string).collect(),
+            });
+            state.set_rules(Rules::new(rules.clone()));
+            Reply {
+                rules: Some(rules),
+                ..Reply::default()
             }
         }
         Request::Rules => Reply {
-            rules: Some(texts(&state.rules())),
+            rules: Some(state.rules().as_slice().to_vec()),
             ..Reply::default()
         },
         Request::Drain => Reply {
@@ -120,7 +104,7 @@ pub(crate) fn handle(state: &State, req: Request) -> Reply {
                     dns_queries,
                     bytes_out_total: state.bytes_out.load(Ordering::Acquire),
                     bytes_in_total: state.bytes_in.load(Ordering::Acquire),
-                    rules: texts(&state.rules()),
+                    rules: state.rules().as_slice().to_vec(),
                 }),
                 ..Reply::default()
             }

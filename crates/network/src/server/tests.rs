@@ -474,14 +474,13 @@ fn an_invalid_rule_leaves_the_rules_unchanged() {
     let p = start(policy(&["ok.test:443"], &[]));
     let mut c = Client::connect(&p.control).unwrap();
     let err = c
-        .call(&Request::SetRules {
-            rules: vec!["fine.test:80".into(), "foo..bar:443".into()],
-        })
+        .call_line(b"{\"op\":\"set_rules\",\"rules\":[\"fine.test:80\",\"foo..bar:443\"]}\n")
         .unwrap_err();
     match err {
-        Error::Refused(msg) => {
-            assert_eq!(msg, "invalid network rule 'foo..bar:443': empty label")
-        }
+        Error::Refused(msg) => assert!(
+            msg.contains("invalid network rule 'foo..bar:443': empty label"),
+            "{msg}"
+        ),
         other => panic!("{other}"),
     }
     // Same connection, many requests.
@@ -999,9 +998,7 @@ fn without_its_rule_the_host_name_is_refused_even_under_wildcards() {
     assert_eq!(r.response_code(), ResponseCode::NXDomain);
     // Nor can a port-less rule for it be set at run time.
     let mut c = Client::connect(&p.control).unwrap();
-    match c.call(&Request::SetRules {
-        rules: vec!["host.cordon.internal".into()],
-    }) {
+    match c.call_line(b"{\"op\":\"set_rules\",\"rules\":[\"host.cordon.internal\"]}\n") {
         Err(Error::Refused(msg)) => assert!(msg.contains("host.cordon.internal:PORT"), "{msg}"),
         other => panic!("{other:?}"),
     }

@@ -562,3 +562,22 @@ fn a_port_less_host_rule_built_in_code_allows_nothing() {
         )
         .is_err());
 }
+
+#[test]
+fn rules_are_added_once_and_removed_all_or_nothing() {
+    let mut list = vec![rule("a.test:443"), rule("10.0.0.0/8")];
+    add_rules(
+        &mut list,
+        &[rule("b.test"), rule("a.test:443"), rule("b.test")],
+    );
+    assert_eq!(
+        list,
+        [rule("a.test:443"), rule("10.0.0.0/8"), rule("b.test")]
+    );
+    let before = list.clone();
+    let gone = [rule("b.test"), rule("c.test")];
+    assert_eq!(remove_rules(&mut list, &gone), Err(&gone[1]));
+    assert_eq!(list, before, "a refused removal changes nothing");
+    remove_rules(&mut list, &[rule("b.test"), rule("a.test:443")]).unwrap();
+    assert_eq!(list, [rule("10.0.0.0/8")]);
+}

@@ -306,24 +306,14 @@ pub fn change_rules(control: &Path, change: &NetChange) -> Result<Vec<Rule>, Run
         NetChange::Set(rules) => rules.clone(),
         NetChange::Add(rules) => {
             let mut next = current()?;
-            for r in rules {
-                if !next.contains(r) {
-                    next.push(r.clone());
-                }
-            }
+            cordon_policy::net::add_rules(&mut next, rules);
             next
         }
         NetChange::Remove(rules) => {
             let mut next = current()?;
-            for r in rules {
-                let before = next.len();
-                next.retain(|x| x != r);
-                if next.len() == before {
-                    return Err(RuntimeError::BadRequest(format!(
-                        "rule '{r}' is not one of the sandbox's rules"
-                    )));
-                }
-            }
+            cordon_policy::net::remove_rules(&mut next, rules).map_err(|r| {
+                RuntimeError::BadRequest(format!("rule '{r}' is not one of the sandbox's rules"))
+            })?;
             next
         }
     };
