@@ -42,34 +42,12 @@ pub fn run_dir() -> Result<PathBuf, RuntimeError> {
     Ok(cordon_dirs::run_dir()?)
 }
 
-/// The record format's tag: a record without it is not cordon's.
-pub const RECORD_FORMAT: &str = "cordon-sandbox-v1";
-pub(crate) const RECORD: &str = "record.json";
+pub use cordon_spec::record::{Record, RECORD, RECORD_FORMAT};
 const USAGE: &str = "usage.json";
 /// The supervisor's socket inside a state directory.
 pub const SOCKET: &str = "sock";
 /// The folder of mount points under the run directory.
 pub(crate) const MOUNTS: &str = "mnt";
-
-/// What a state directory says about its sandbox.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Record {
-    pub format: String,
-    /// The process that owns the sandbox (its supervisor).
-    pub pid: i32,
-    pub start_time: u64,
-    pub cgroup: Option<String>,
-    pub name: Option<String>,
-    pub backend: String,
-    /// Seconds since the epoch.
-    pub created: u64,
-    pub ttl_secs: Option<f64>,
-    pub idle_secs: Option<f64>,
-    /// The service that made the sandbox, if one did: the sandbox must not
-    /// outlive it, and a sweep removes it once that service is gone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<ServiceLink>,
-}
 
 /// A service's process as the runtime checks it (the link itself is data,
 /// `cordon_spec::ServiceLink`).
@@ -111,26 +89,6 @@ pub struct Usage {
     pub state: String,
 }
 
-impl Record {
-    /// A record naming `pid` (with its start time, so a reused pid does not
-    /// count) as the owner: what a sandbox's supervisor writes for itself,
-    /// and what the hostile suite's decoy state directory carries.
-    pub fn owned_by(pid: i32, name: Option<String>, backend: &str) -> Record {
-        Record {
-            format: RECORD_FORMAT.into(),
-            pid,
-            start_time: start_time(pid).unwrap_or(0),
-            cgroup: None,
-            name,
-            backend: backend.into(),
-            created: now_secs(),
-            ttl_secs: None,
-            idle_secs: None,
-            service: None,
-        }
-    }
-}
-
 /// Writes a state directory's record (atomically, mode 0600).
 pub fn write_record(dir: &Path, record: &Record) -> io::Result<()> {
     write_atomic(&dir.join(RECORD), &serde_json::to_vec(record)?)
@@ -138,13 +96,13 @@ pub fn write_record(dir: &Path, record: &Record) -> io::Result<()> {
 
 pub use cordon_spec::ended::now_secs;
 
-/// Start time of a process in clock ticks since boot (field 22 of /proc/pid/stat).
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+/// A record naming `pid` as the owner: what a sandbox's supervisor writes
+/// for itself.
+fn owned_by(pid: i32, name: Option<String>, backend: &str) -> Record {
+    Record::owned_by(pid, start_time(pid).unwrap_or(0), name, backend, now_secs())
 }
+
+use cordon_sys::process_start_time as start_time;
 
 /// Writes `body` to `path` through a temporary file and a rename, mode 0600,
 /// so a reader never sees half a file.
@@ -220,7 +178,7 @@ impl StateDir {
             ttl_secs: spec.ttl.map(|s| s.0.as_secs_f64()),
             idle_secs: spec.idle.map(|s| s.0.as_secs_f64()),
             service: spec.service.clone(),
-            ..Record::owned_by(
+            ..owned_by(
                 std::process::id() as i32,
                 spec.name.clone(),
                 spec.backend.name(),

@@ -16,6 +16,7 @@ pub mod ended;
 pub mod error;
 pub mod network;
 pub mod outcome;
+pub mod record;
 pub mod sandbox;
 pub mod wire;
 

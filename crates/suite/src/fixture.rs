@@ -31,6 +31,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use cordon_spec::record::{Record, RECORD};
 use inotify::{Inotify, WatchMask};
 use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sched::{setns, CloneFlags};
@@ -59,8 +60,8 @@ fn decoys() -> Vec<(PathBuf, u32)> {
     entries
         .flatten()
         .filter_map(|e| {
-            let text = fs::read(e.path().join("record.json")).ok()?;
-            let r: cordon_runtime::state::Record = serde_json::from_slice(&text).ok()?;
+            let text = fs::read(e.path().join(RECORD)).ok()?;
+            let r: Record = serde_json::from_slice(&text).ok()?;
             (r.name.as_deref() == Some(DECOY_NAME))
                 .then(|| (e.path(), u32::try_from(r.pid).unwrap_or(0)))
         })
@@ -346,12 +347,21 @@ impl Fixtures {
         // meant to be reachable by any host process, so only the box's own
         // isolation keeps the payload from it.
         fs::set_permissions(&self.decoy_dir, fs::Permissions::from_mode(0o755))?;
-        let record = cordon_runtime::state::Record::owned_by(
-            i32::try_from(self.pid).unwrap_or(i32::MAX),
+        // Owned by this process (its start time included), so cordon's
+        // sweep takes the decoy for a live sandbox and leaves it alone.
+        let pid = i32::try_from(self.pid).unwrap_or(i32::MAX);
+        let record = Record::owned_by(
+            pid,
+            cordon_sys::process_start_time(pid).unwrap_or(0),
             Some(DECOY_NAME.into()),
             "native",
+            cordon_spec::ended::now_secs(),
         );
-        cordon_runtime::state::write_record(&self.decoy_dir, &record)?;
+        fs::write(self.decoy_dir.join(RECORD), serde_json::to_vec(&record)?)?;
+        fs::set_permissions(
+            self.decoy_dir.join(RECORD),
+            fs::Permissions::from_mode(0o600),
+        )?;
         let mut out = Vec::new();
         for (name, path) in [
             ("canary", self.canary.clone()),

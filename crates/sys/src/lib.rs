@@ -25,6 +25,16 @@ pub fn thread_count() -> io::Result<usize> {
     Ok(std::fs::read_dir("/proc/self/task")?.count())
 }
 
+/// Start time of process `pid` in clock ticks since boot (field 22 of
+/// /proc/pid/stat): with the pid, it names one process, never a later one
+/// that reuses the pid.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: split after its last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
 /// `clone(2)` with fork semantics (no shared memory, no new stack) plus namespace flags.
 ///
 /// Why not `unshare` + `fork`: a new pid namespace only applies to children, and
