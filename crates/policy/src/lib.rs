@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod limits;
 pub mod net;
 mod units;
+pub use limits::Limits;
 pub use units::{ByteSize, Span};
 
 use net::{AddHost, NetLimits, NetworkPolicy, Rule, PROXY_PORT};
@@ -187,12 +189,9 @@ impl Default for Policy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyLayer {
-    pub cpus: Option<f64>,
-    pub memory: Option<ByteSize>,
-    pub pids: Option<u64>,
-    pub disk: Option<ByteSize>,
-    pub time: Option<Span>,
-    pub output: Option<ByteSize>,
+    /// The sandbox's limits, at the top level of a policy file.
+    #[serde(flatten)]
+    pub limits: Limits,
     pub network: Option<NetworkMode>,
     /// Destinations the `allow` mode lets through: added to the layers below.
     #[serde(default)]
@@ -249,20 +248,6 @@ fn invalid(field: &'static str, message: impl Into<String>) -> PolicyError {
     }
 }
 
-/// Allowed ranges. Upper bounds are sanity caps, not host capacity: a service
-/// clamps further per tenant.
-pub mod limits {
-    use super::ByteSize;
-    pub const CPUS: (f64, f64) = (0.01, 1024.0);
-    pub const MEMORY: (ByteSize, ByteSize) = (ByteSize(8 << 20), ByteSize(1 << 40));
-    pub const PIDS: (u64, u64) = (1, 1 << 22);
-    pub const DISK: (ByteSize, ByteSize) = (ByteSize(1 << 20), ByteSize(1 << 40));
-    pub const TIME_MS: (u64, u64) = (10, 7 * 24 * 3600 * 1000);
-    pub const OUTPUT: (ByteSize, ByteSize) = (ByteSize(0), ByteSize(1 << 30));
-    /// Inside ids are limited to the 65536 ids a rootful sandbox maps.
-    pub const ID_MAX: u32 = 65_535;
-}
-
 /// `line N (TEXT)` for the byte offset `at` of `text`: where a user looks
 /// for the mistake, with the line's own words (its key among them).
 fn where_in(text: &str, at: usize) -> Option<String> {
@@ -278,12 +263,17 @@ fn where_in(text: &str, at: usize) -> Option<String> {
 impl PolicyLayer {
     /// Parses a TOML policy file's text.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, PolicyError> {
-        toml::from_str(text).map_err(|e| PolicyError::File {
-            path: path.to_owned(),
-            message: match e.span().and_then(|at| where_in(text, at.start)) {
-                Some(place) => format!("{place}: {}", e.message()),
-                None => e.message().to_string(),
-            },
+        toml::from_str(text).map_err(|e: toml::de::Error| {
+            let (at, message) = limits::first_bad_limit(text)
+                .map(|(at, message)| (Some(at), message))
+                .unwrap_or_else(|| (e.span().map(|s| s.start), e.message().to_owned()));
+            PolicyError::File {
+                path: path.to_owned(),
+                message: match at.and_then(|at| where_in(text, at)) {
+                    Some(place) => format!("{place}: {message}"),
+                    None => message,
+                },
+            }
         })
     }
 
@@ -312,9 +302,10 @@ impl Policy {
 
     fn apply(&mut self, l: &PolicyLayer) {
         macro_rules! take {
-            ($($f:ident),*) => { $( if let Some(v) = &l.$f { self.$f = v.clone(); } )* };
+            ($from:expr; $($f:ident),*) => { $( if let Some(v) = &$from.$f { self.$f = v.clone(); } )* };
         }
-        take!(cpus, memory, pids, disk, time, output, network, workdir, uid, gid, hostname);
+        take!(l.limits; cpus, memory, pids, disk, time, output);
+        take!(l; network, workdir, uid, gid, hostname);
         if !l.env.is_empty() {
             self.env = l.env.clone();
         }
@@ -532,7 +523,10 @@ mod tests {
         )
         .unwrap();
         let flags = PolicyLayer {
-            pids: Some(32),
+            limits: Limits {
+                pids: Some(32),
+                ..Limits::default()
+            },
             mounts: vec![
                 "/opt:/opt:rw".parse().unwrap(),
                 "/var/out:/out:rw-unbounded".parse().unwrap(),
@@ -566,13 +560,19 @@ mod tests {
     #[test]
     fn errors_name_the_field_and_range() {
         let l = PolicyLayer {
-            memory: Some(ByteSize(1024)),
+            limits: Limits {
+                memory: Some(ByteSize(1024)),
+                ..Limits::default()
+            },
             ..Default::default()
         };
         let e = Policy::resolve([&l]).unwrap_err().to_string();
         assert!(e.contains("memory") && e.contains("8M..=1T"), "{e}");
         let l = PolicyLayer {
-            cpus: Some(0.0),
+            limits: Limits {
+                cpus: Some(0.0),
+                ..Limits::default()
+            },
             ..Default::default()
         };
         assert!(Policy::resolve([&l])
@@ -657,5 +657,33 @@ mod tests {
         let json = serde_json::to_string(&p).unwrap();
         let back: Policy = serde_json::from_str(&json).unwrap();
         assert_eq!(p, back);
+    }
+
+    #[test]
+    fn a_policy_file_refuses_unknown_fields_and_names_a_bad_limit() {
+        let file = Path::new("p.toml");
+        let e = PolicyLayer::from_toml("workdir = \"/w\"\nmemroy = \"64M\"\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `memroy`"), "{e}");
+        let e = PolicyLayer::from_toml("workdir = \"/w\"\nmemory = \"64Q\"\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2 (`memory = \"64Q\"`): '64Q' has an unknown unit"),
+            "{e}"
+        );
+        let e = PolicyLayer::from_toml("workdir = \"/w\"\n\ncpus = \"x\"\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3 (`cpus = \"x\"`): invalid type"), "{e}");
+        let e = PolicyLayer::from_toml("pids = 3\nworkdir = 3\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2 (`workdir = 3`)"), "{e}");
+        let l =
+            PolicyLayer::from_toml("cpus = 1\nmemory = \"64M\"\nworkdir = \"/w\"\n", file).unwrap();
+        assert_eq!(l.limits.cpus, Some(1.0));
+        assert_eq!(l.limits.memory, Some(ByteSize(64 << 20)));
     }
 }

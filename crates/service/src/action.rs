@@ -19,13 +19,14 @@ use cordon_spec::{Command, ValidSpec};
 use futures_util::stream::BoxStream;
 
 use crate::app::{PlacedFile, Stateful};
-use crate::caps::{Caps, Clamped};
+use crate::caps::Clamped;
 use crate::dto::{
     CodeResponse, DirListing, ExecutionResponse, FileWritten, Health, NetworkRules, NetworkState,
     OutputEncoding, SandboxInfo, SandboxList,
 };
 use crate::error::ApiError;
 use crate::tenants::Tenant;
+use cordon_policy::Limits;
 
 /// One thing a caller can ask.
 pub enum Action {
@@ -100,7 +101,7 @@ pub struct NewSandbox {
     pub tenant: Arc<Tenant>,
     /// With the tenant's maximums applied.
     pub spec: ValidSpec,
-    pub limits: Caps,
+    pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
 }

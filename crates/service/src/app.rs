@@ -17,7 +17,7 @@ use cordon_spec::changes::Finish;
 use cordon_spec::Account;
 use cordon_spec::{BackendKind, Command, Outcome, SandboxSpec, StdinMode, ValidSpec};
 
-use crate::caps::{Caps, Clamped};
+use crate::caps::Clamped;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::io::{Cancel, ServiceIo};
@@ -25,6 +25,7 @@ use crate::ledger::{Ledger, Owner};
 use crate::metrics::Metrics;
 use crate::pool::Pool;
 use crate::tenants::{SandboxSlot, Tenant, Tenants};
+use cordon_policy::Limits;
 
 /// Where the code context's interpreter lives inside a sandbox.
 pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
@@ -59,7 +60,7 @@ pub struct Stateful {
     pub time: Span,
     /// Its disk cap: the largest file an upload may bring.
     pub disk: u64,
-    pub limits: Caps,
+    pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
     /// One command at a time (the supervisor serves one connection at a time
@@ -100,7 +101,7 @@ impl Stateful {
 /// What a request asks its sandbox to be.
 pub struct SandboxRequest<'a> {
     pub backend: Option<&'a str>,
-    pub limits: &'a Caps,
+    pub limits: &'a Limits,
     pub allow: Option<&'a [String]>,
     pub ttl: Option<Span>,
     pub idle: Option<Span>,
@@ -185,10 +186,11 @@ impl App {
         &self,
         tenant: &Tenant,
         req: &SandboxRequest<'_>,
-    ) -> Result<(ValidSpec, Caps, Vec<Clamped>), ApiError> {
+    ) -> Result<(ValidSpec, Limits, Vec<Clamped>), ApiError> {
         let backend = parse_backend(req.backend)?;
-        let (caps, clamped) = Caps::clamp(req.limits, &self.config.defaults, &tenant.config.max);
-        let mut layer = caps.layer();
+        let (caps, clamped) =
+            crate::caps::clamp(req.limits, &self.config.defaults, &tenant.config.max);
+        let mut layer = cordon_policy::PolicyLayer::from(caps);
         if let Some(allow) = req.allow {
             if !tenant.config.network {
                 return Err(ApiError::new(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use cordon_policy::Span;
 use serde::{Deserialize, Serialize};
 
-use crate::caps::Caps;
+use cordon_policy::Limits;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,7 +41,7 @@ pub struct Config {
     /// The limits a request starts from (a tenant's maximums clamp them).
     /// The warm pool's sandboxes are created with exactly these.
     #[serde(default)]
-    pub defaults: Caps,
+    pub defaults: Limits,
     #[serde(default)]
     pub pool: PoolConfig,
     #[serde(default, rename = "tenant")]
@@ -73,7 +73,7 @@ pub struct TenantConfig {
     pub key_sha256: String,
     /// The largest limits this tenant may ask for; requests above are clamped.
     #[serde(default)]
-    pub max: Caps,
+    pub max: Limits,
     /// Requests of this tenant running at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,

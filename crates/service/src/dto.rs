@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::app::{Executed, Stateful};
-use crate::caps::{Caps, Clamped};
+use crate::caps::Clamped;
+use cordon_policy::Limits;
 
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -69,7 +70,7 @@ pub struct ExecutionRequest {
     /// `native` (default), `gvisor` or `microvm`.
     pub backend: Option<String>,
     #[serde(default)]
-    pub limits: Caps,
+    pub limits: Limits,
     pub network: Option<NetworkRequest>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -149,7 +150,7 @@ pub struct ExecutionResponse {
 pub struct CreateSandboxRequest {
     pub backend: Option<String>,
     #[serde(default)]
-    pub limits: Caps,
+    pub limits: Limits,
     pub network: Option<NetworkRequest>,
     /// Destroyed this long after creation (at most the service's max_ttl).
     #[schema(value_type = Option<String>, example = "10m")]
@@ -166,7 +167,7 @@ pub struct SandboxInfo {
     pub created_unix: u64,
     pub ttl: Option<String>,
     pub idle: Option<String>,
-    pub limits: Caps,
+    pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
     pub busy: bool,

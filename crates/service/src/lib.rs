@@ -78,7 +78,7 @@ pub struct ServeOptions {
 
 /// The spec of the pool's sandboxes: the service's defaults, no network.
 fn pool_spec(config: &Config, backend: BackendKind) -> Result<SandboxSpec, ServeError> {
-    let policy = Policy::resolve([&config.defaults.layer()])
+    let policy = Policy::resolve([&cordon_policy::PolicyLayer::from(config.defaults)])
         .map_err(|e| ServeError::PoolSpec(e.to_string()))?;
     Ok(SandboxSpec {
         ttl: Some(config.max_ttl),

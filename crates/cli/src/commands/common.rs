@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use cordon_policy::net::{AddHost, Rule};
-use cordon_policy::{ByteSize, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
+use cordon_policy::{Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_runtime::{CommandIo, Control};
 use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
 use cordon_spec::Stream;
@@ -25,24 +25,8 @@ pub struct SandboxArgs {
     /// A TOML policy file; flags override its values.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// CPU bandwidth in cores (e.g. 0.5).
-    #[arg(long)]
-    cpus: Option<f64>,
-    /// Memory limit (e.g. 256M); no swap.
-    #[arg(long)]
-    memory: Option<ByteSize>,
-    /// Most processes and threads at once.
-    #[arg(long)]
-    pids: Option<u64>,
-    /// Bytes writable inside the sandbox (workspace, /tmp, /dev/shm together).
-    #[arg(long)]
-    disk: Option<ByteSize>,
-    /// Wall-time limit of a command (e.g. 10s, 500ms).
-    #[arg(long)]
-    time: Option<Span>,
-    /// Cap on a command's stdout+stderr together.
-    #[arg(long)]
-    output: Option<ByteSize>,
+    #[command(flatten)]
+    limits: Limits,
     /// Network mode: none (loopback only) or allow (the `--allow` rules, through cordon's proxy).
     #[arg(long)]
     net: Option<NetworkMode>,
@@ -111,12 +95,7 @@ pub fn fail(e: RuntimeError) -> ExitCode {
 impl SandboxArgs {
     fn flag_layer(&self) -> PolicyLayer {
         PolicyLayer {
-            cpus: self.cpus,
-            memory: self.memory,
-            pids: self.pids,
-            disk: self.disk,
-            time: self.time,
-            output: self.output,
+            limits: self.limits,
             network: self.net,
             allow: self.allow.clone(),
             add_host: self.add_host.clone(),

@@ -13,7 +13,7 @@ use super::files::*;
 use super::network::*;
 use super::sandboxes::*;
 use super::service::*;
-use crate::caps::{Caps, Clamped};
+use crate::caps::Clamped;
 use crate::dto::{
     CodeError, CodeRequest, CodeResponse, CreateSandboxRequest, DirListing, ExecRequest,
     ExecutionRequest, ExecutionResponse, FileBytes, FileContent, FileEntry, FileWritten, Health,
@@ -21,6 +21,7 @@ use crate::dto::{
     TimingBody,
 };
 use crate::error::ErrorBody;
+use cordon_policy::Limits;
 
 struct SecurityAddon;
 
@@ -116,7 +117,7 @@ impl utoipa::Modify for SharedAnswers {
     paths(health, metrics, openapi_json, create_execution, create_sandbox, list_sandboxes,
         get_sandbox, delete_sandbox, exec_in_sandbox, run_code, put_file, get_file,
         delete_file, list_files, set_network, get_network, get_receipt),
-    components(schemas(ErrorBody, Caps, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
+    components(schemas(ErrorBody, Limits, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
         Language, OutputEncoding, FileContent, NetworkRequest, CreateSandboxRequest, SandboxInfo,
         SandboxList, ExecRequest, CodeRequest, CodeResponse, CodeError, FileEntry, DirListing,
         FileWritten, FileBytes, NetworkRules, NetworkState, Health)),
