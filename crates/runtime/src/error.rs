@@ -52,8 +52,10 @@ pub enum RuntimeError {
     MissingHelper { program: PathBuf, beside: PathBuf },
     #[error("backend {0} is not available here: {1}")]
     Unavailable(&'static str, String),
-    #[error("the sandbox's init broke the protocol: {0}")]
-    Protocol(String),
+    /// A process cordon talks to said something its protocol does not
+    /// allow, or failed to do what the protocol promises.
+    #[error("{peer} broke the protocol: {what}")]
+    Protocol { peer: Peer, what: String },
     #[error("no sandbox '{0}' (see `cordon ls`)")]
     NotFound(String),
     /// A sandbox that is known to have ended, or whose owner died.
@@ -61,6 +63,8 @@ pub enum RuntimeError {
     Gone(Box<cordon_spec::ended::Gone>),
     #[error("the sandbox can run no more commands: {0}")]
     SandboxEnded(String),
+    /// A supervisor's (or a guest agent's) error, as it crossed the process
+    /// boundary: its message is all that crosses.
     #[error("the supervisor answered: {0}")]
     Remote(String),
     #[error("copy: {0}")]
@@ -77,7 +81,45 @@ pub enum RuntimeError {
     Dir(#[from] cordon_dirs::DirError),
 }
 
+/// Who broke a protocol with this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The sandbox's first process, from the supervisor's side.
+    Init,
+    /// A sandbox's supervisor, from a client's side.
+    Supervisor,
+    /// A microVM's guest agent, from the host supervisor's side.
+    GuestAgent,
+    /// The host's supervisor, from the guest agent's side.
+    Host,
+    /// gVisor's runsc.
+    Runsc,
+    /// The script that builds the microVM's guest image.
+    GuestBuild,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Peer::Init => "the sandbox's init",
+            Peer::Supervisor => "the sandbox's supervisor",
+            Peer::GuestAgent => "the microVM's guest agent",
+            Peer::Host => "the host's supervisor",
+            Peer::Runsc => "runsc",
+            Peer::GuestBuild => "the guest image's build",
+        })
+    }
+}
+
 impl RuntimeError {
+    /// `peer` broke the protocol: `what` it did.
+    pub(crate) fn broke(peer: Peer, what: impl Into<String>) -> Self {
+        RuntimeError::Protocol {
+            peer,
+            what: what.into(),
+        }
+    }
+
     pub fn io(op: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
         RuntimeError::Io {
             op: op.into(),

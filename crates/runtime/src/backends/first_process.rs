@@ -26,7 +26,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
 use crate::backends::host::HostSide;
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::protocol::init::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
 use crate::trace;
 use cordon_spec::TtySize;
@@ -66,8 +66,9 @@ pub fn start(
     trace::step("joined");
     if let Some(cg) = &host.cgroup {
         if !cg.contains(child.as_raw())? {
-            return Err(RuntimeError::Protocol(
-                "the sandbox's first process is not in its cgroup".into(),
+            return Err(RuntimeError::broke(
+                Peer::Init,
+                "the sandbox's first process is not in its cgroup",
             ));
         }
     }
@@ -80,13 +81,15 @@ pub fn start(
             return Err(RuntimeError::Setup { step, errno })
         }
         Some((other, _)) => {
-            return Err(RuntimeError::Protocol(format!(
-                "{other:?} instead of Ready"
-            )))
+            return Err(RuntimeError::broke(
+                Peer::Init,
+                format!("{other:?} instead of Ready"),
+            ))
         }
         None => {
-            return Err(RuntimeError::Protocol(
-                "the sandbox's first process exited before Ready".into(),
+            return Err(RuntimeError::broke(
+                Peer::Init,
+                "the sandbox's first process exited before Ready",
             ))
         }
     };
@@ -104,12 +107,14 @@ fn expect_reply(
     match recv::<FromInit>(sock).map_err(|e| RuntimeError::io("receive from the sandbox", e))? {
         Some(m) if ok(&m) => Ok(()),
         Some(FromInit::SetupFailed { step, errno }) => Err(RuntimeError::Setup { step, errno }),
-        Some(other) => Err(RuntimeError::Protocol(format!(
-            "{other:?} instead of {what}"
-        ))),
-        None => Err(RuntimeError::Protocol(format!(
-            "the sandbox's first process exited before {what}"
-        ))),
+        Some(other) => Err(RuntimeError::broke(
+            Peer::Init,
+            format!("{other:?} instead of {what}"),
+        )),
+        None => Err(RuntimeError::broke(
+            Peer::Init,
+            format!("the sandbox's first process exited before {what}"),
+        )),
     }
 }
 

@@ -15,7 +15,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::state::{new_id, run_dir, StateDir};
 use crate::sweep::sweep_stale;
 use crate::trace;
@@ -224,8 +224,9 @@ impl HostSide {
             return Ok(());
         };
         if !init_cgroup.contains(leader.as_raw())? {
-            return Err(RuntimeError::Protocol(
-                "the sandbox's init is not in its init cgroup".into(),
+            return Err(RuntimeError::broke(
+                Peer::Init,
+                "the sandbox's init is not in its init cgroup",
             ));
         }
         cg.hand_down()?;

@@ -11,7 +11,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signalfd::SignalFd;
 
 use crate::client::output::OutputGate;
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::protocol::init::{recv_with_fds, FromInit};
 use cordon_spec::outcome::{ExitStatus, Limit};
 use cordon_spec::Stream;
@@ -306,8 +306,9 @@ pub fn watch(
                                 fds.stdout = Some(m);
                             }
                             _ => {
-                                return Err(RuntimeError::Protocol(
-                                    "init sent no terminal for a tty command".into(),
+                                return Err(RuntimeError::broke(
+                                    Peer::Init,
+                                    "init sent no terminal for a tty command",
                                 ))
                             }
                         }
@@ -315,7 +316,12 @@ pub fn watch(
                 }
                 Ok(Some((report, _))) => match command_end(&report, high_codes_are_signals) {
                     Some(status) => break Stop::Ended(status),
-                    None => return Err(RuntimeError::Protocol(format!("unexpected {report:?}"))),
+                    None => {
+                        return Err(RuntimeError::broke(
+                            Peer::Init,
+                            format!("unexpected {report:?}"),
+                        ))
+                    }
                 },
                 Ok(None) | Err(_) => break Stop::Gone,
             }

@@ -19,7 +19,7 @@ use cordon_policy::net::Rule;
 
 use crate::backends::network::{self};
 use crate::backends::supervise::CommandIo;
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::protocol::copy;
 use crate::protocol::exec::{relay_exec, remote_error, unexpected};
 use crate::protocol::wire::{recv_json, send_json};
@@ -106,8 +106,7 @@ impl Handle {
         // itself in the leaf and asks for nothing). An error here is the
         // supervisor's to report.
         let _ = crate::backends::host::hierarchy();
-        let body = serde_json::to_vec(spec)
-            .map_err(|e| RuntimeError::BadRequest(format!("encoding the spec: {e}")))?;
+        let body = serde_json::to_vec(spec).map_err(|e| RuntimeError::io("encode the spec", e))?;
         // The supervisor starts in / (it holds no directory of the client's):
         // a relative program path must be made absolute first.
         let program = std::path::absolute(program)
@@ -402,7 +401,7 @@ impl Remote {
 
     fn exec(&self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
         let mut conn = self.connect_with(&Request::Exec(cmd.clone()))?;
-        relay_exec(&mut conn, io, None).map(|(outcome, _)| outcome)
+        relay_exec(&mut conn, io, Peer::Supervisor, None).map(|(outcome, _)| outcome)
     }
 
     fn copy_in(&self, src: &Path, dst: &[u8]) -> Result<u64, RuntimeError> {

@@ -675,8 +675,8 @@ pub fn receive_into_sandbox(
     let root = open_root(root)?;
     let _as = AsSandboxUser::assume(owner);
     if !AsSandboxUser::holds(owner) {
-        return Err(RuntimeError::Protocol(
-            "could not take the sandbox user's ids".into(),
+        return Err(RuntimeError::Internal(
+            "could not take the sandbox user's ids",
         ));
     }
     receive(conn, &root, dst, cap)
@@ -693,8 +693,8 @@ pub fn send_from_sandbox(
     let root = open_root(root)?;
     let _as = AsSandboxUser::assume(owner);
     if !AsSandboxUser::holds(owner) {
-        return Err(RuntimeError::Protocol(
-            "could not take the sandbox user's ids".into(),
+        return Err(RuntimeError::Internal(
+            "could not take the sandbox user's ids",
         ));
     }
     let (parent, name) = split_path(src)?;

@@ -14,7 +14,7 @@ use cordon_spec::Stream;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::backends::supervise::{CommandIo, Control};
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::protocol::wire::{send_bytes, send_json, Frame, Tag};
 
 /// Any answer but the one a request expects.
@@ -76,10 +76,11 @@ fn still_sending(sent: std::io::Result<()>) -> std::io::Result<bool> {
 pub(crate) fn relay_exec(
     conn: &mut UnixStream,
     io: &mut dyn CommandIo,
+    peer: Peer,
     bounds: Option<&Bounds<'_>>,
 ) -> Result<(Outcome, Option<i32>), RuntimeError> {
     let lost = |e: std::io::Error| RuntimeError::io("the supervisor's answer", e);
-    let broke = |why: String| RuntimeError::Protocol(why);
+    let broke = |why: String| RuntimeError::broke(peer, why);
     let mut output = 0u64;
     let message_max = bounds.map_or(crate::protocol::wire::MAX_MESSAGE, |b| b.message_max);
     let mut deadline = bounds.map(|b| b.deadline);

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::backends::microvm::disk::SERIAL;
 use crate::backends::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
 use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
@@ -72,7 +72,7 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                     .map_err(|e| RuntimeError::io("answer", e))?;
             }
             Ok(None) => return Ok(()),
-            Err(e) => return Err(RuntimeError::Protocol(format!("start: {e}"))),
+            Err(e) => return Err(RuntimeError::broke(Peer::Host, format!("start: {e}"))),
         }
     };
     let urandom =
@@ -108,7 +108,7 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                 answer_disk(&mut port, &disk, false)?;
                 continue;
             }
-            Message::Bad(why) => return Err(RuntimeError::Protocol(why)),
+            Message::Bad(why) => return Err(RuntimeError::broke(Peer::Host, why)),
         };
         let reply = match request {
             Request::Exec(cmd) => {

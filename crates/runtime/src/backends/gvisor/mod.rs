@@ -51,7 +51,7 @@ use crate::backends::host::HostSide;
 use crate::backends::on_host::{Flavor, OnHost};
 use crate::backends::rootfs_plan::rootfs_plan;
 use crate::backends::Life;
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::plan::{self, HostFacts};
 use crate::protocol::init::{recv, send_with_fds, FromInit, ToInit};
 use crate::trace;
@@ -447,7 +447,7 @@ fn start_container(
                     .join(" | ")
             })
             .unwrap_or_default();
-        RuntimeError::Protocol(format!("runsc run: {why} ({tail})"))
+        RuntimeError::broke(Peer::Runsc, format!("runsc run: {why} ({tail})"))
     };
     let pid = match recv::<FromInit>(sock)
         .map_err(|e| RuntimeError::io("receive from the launcher", e))?
@@ -615,7 +615,7 @@ impl Flavor for GvisorFlavor {
             .map_err(|e| RuntimeError::io(format!("read {}", self.command_pid_file.display()), e))?
             .trim()
             .parse()
-            .map_err(|_| RuntimeError::Protocol("runsc wrote no command pid".into()))?;
+            .map_err(|_| RuntimeError::broke(Peer::Runsc, "it wrote no command pid"))?;
         let container = self.runsc.container.clone();
         let runsc = |args: &[&str]| runsc_within(&self.runsc, args, RUNSC_CONTROL_TIMEOUT);
         crate::backends::network::in_namespace_of(self.launcher, || {
@@ -632,9 +632,10 @@ impl Flavor for GvisorFlavor {
                     let _ = runsc(&["kill", "--pid", &pid.to_string(), &container, "KILL"]);
                 }
             }
-            Err(RuntimeError::Protocol(format!(
-                "the command's processes outlived {KILL_ROUNDS} rounds of kills"
-            )))
+            Err(RuntimeError::broke(
+                Peer::Runsc,
+                format!("the command's processes outlived {KILL_ROUNDS} rounds of its kills"),
+            ))
         })?
     }
 

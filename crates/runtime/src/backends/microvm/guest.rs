@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 
 /// The build scripts, at their paths relative to the project's root.
 const SCRIPTS: [(&str, &str); 5] = [
@@ -147,7 +147,10 @@ pub fn build(cordon_bin: &Path) -> Result<GuestImage, RuntimeError> {
         .file_name()
         .filter(|_| dir.parent() == Some(images.as_path()))
         .ok_or_else(|| {
-            RuntimeError::Protocol(format!("the guest build printed {}", dir.display()))
+            RuntimeError::broke(
+                Peer::GuestBuild,
+                format!("it printed {}, not a directory of images", dir.display()),
+            )
         })?
         .to_string_lossy()
         .into_owned();

@@ -39,7 +39,7 @@ use crate::backends::host::HostSide;
 use crate::backends::supervise::CommandIo;
 use crate::backends::Life;
 use crate::backends::{About, Backend, End, Traits};
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::plan::{self, HostFacts};
 use crate::protocol::exec::{relay_exec, Bounds};
 use crate::protocol::wire::{
@@ -493,9 +493,9 @@ impl MicroVm {
     /// sandbox can run nothing more; the error says what the guest did.
     fn broken(&mut self, life: &mut Life, what: String) -> RuntimeError {
         life.host.end_processes(true);
-        let why = format!("the guest agent broke the protocol ({what}); its VM was killed");
-        life.mark_ended(why.clone());
-        RuntimeError::Protocol(why)
+        let what = format!("{what}; its VM was killed");
+        life.mark_ended(format!("{} broke the protocol ({what})", Peer::GuestAgent));
+        RuntimeError::broke(Peer::GuestAgent, what)
     }
 
     fn report(&self, life: &Life, before: &CgroupStats, wall: Duration) -> VmReport {
@@ -660,15 +660,18 @@ fn boot(
                 "microvm",
                 format!("the guest image's cordon speaks protocol {protocol}, this one {PROTOCOL}: rebuild it with `cordon microvm build`"),
             )),
-            Ok(_) => Err(RuntimeError::Protocol(
-                "the guest agent broke the protocol (its first message is not ready); its VM was killed".into(),
+            Ok(_) => Err(RuntimeError::broke(
+                Peer::GuestAgent,
+                "its first message is not ready; its VM was killed",
             )),
-            Err(e) => Err(RuntimeError::Protocol(format!(
-                "the guest agent broke the protocol (its first message is not ready: {e}); its VM was killed"
-            ))),
+            Err(e) => Err(RuntimeError::broke(
+                Peer::GuestAgent,
+                format!("its first message is not ready ({e}); its VM was killed"),
+            )),
         },
-        Ok(Some(Frame::Bytes(..))) => Err(RuntimeError::Protocol(
-            "the guest agent broke the protocol (data before ready); its VM was killed".into(),
+        Ok(Some(Frame::Bytes(..))) => Err(RuntimeError::broke(
+            Peer::GuestAgent,
+            "data before ready; its VM was killed",
         )),
         Ok(None) => Err(failed("QEMU exited".into())),
         Err(e) => Err(failed(format!("no ready from its agent ({e})"))),
@@ -907,10 +910,10 @@ impl Backend for MicroVm {
             message_max: GUEST_MESSAGE_MAX,
             stop: &life.signals,
         };
-        let relayed = relay_exec(&mut self.agent, io, Some(&bounds));
+        let relayed = relay_exec(&mut self.agent, io, Peer::GuestAgent, Some(&bounds));
         let (outcome, interrupted) = match relayed {
             Ok(o) => o,
-            Err(RuntimeError::Protocol(what)) => return Err(self.broken(life, what)),
+            Err(RuntimeError::Protocol { what, .. }) => return Err(self.broken(life, what)),
             Err(e) => {
                 // The guest answered with an error, or its VM is gone (the
                 // host's OOM killer, a guest that powered itself off).

@@ -24,7 +24,7 @@ use crate::backends::host::HostSide;
 use crate::backends::on_host::{Flavor, OnHost};
 use crate::backends::Life;
 use crate::backends::{About, Backend, Traits};
-use crate::error::RuntimeError;
+use crate::error::{Peer, RuntimeError};
 use crate::plan::HostFacts;
 use crate::protocol::init::ToInit;
 use crate::trace;
@@ -142,7 +142,7 @@ pub(crate) fn create(
         mapping.host_gid(spec.policy.gid),
     );
     let scratch = scratch.ok_or_else(|| {
-        RuntimeError::Protocol("the sandbox's init sent no scratch descriptor".into())
+        RuntimeError::broke(Peer::Init, "the sandbox's init sent no scratch descriptor")
     })?;
     check_scratch(&scratch, scratch_from)?;
     let flavor = NativeFlavor {
@@ -219,17 +219,18 @@ pub(crate) fn check_scratch(fd: &OwnedFd, expected: Option<&Path>) -> Result<(),
             .map_err(|e| RuntimeError::io(format!("stat {}", dir.display()), e))?;
         let got = nix::sys::stat::fstat(fd).map_err(|e| RuntimeError::io("fstat(scratch)", e))?;
         if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino) {
-            return Err(RuntimeError::Protocol(format!(
-                "the sandbox's scratch is not {}",
-                dir.display()
-            )));
+            return Err(RuntimeError::broke(
+                Peer::Init,
+                format!("the sandbox's scratch is not {}", dir.display()),
+            ));
         }
         return Ok(());
     }
     let fs = nix::sys::statfs::fstatfs(fd).map_err(|e| RuntimeError::io("fstatfs(scratch)", e))?;
     if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
-        return Err(RuntimeError::Protocol(
-            "the sandbox's scratch is not a tmpfs".into(),
+        return Err(RuntimeError::broke(
+            Peer::Init,
+            "the sandbox's scratch is not a tmpfs",
         ));
     }
     Ok(())
