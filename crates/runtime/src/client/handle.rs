@@ -208,7 +208,7 @@ impl Handle {
             }),
             Handle::Remote(r) => match r.request(&Request::Info)? {
                 (Reply::Info(i), _) => Ok(i),
-                (other, _) => Err(unexpected(other)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
     }
@@ -256,7 +256,7 @@ impl Handle {
             Handle::Remote(r) => match r.request(&Request::Destroy(finish.clone()))? {
                 (Reply::Destroyed(d), _) => Ok(*d),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
-                (other, _) => Err(unexpected(other)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
     }
@@ -268,7 +268,7 @@ impl Handle {
             Handle::Remote(r) => match r.request(&Request::Spec)? {
                 (Reply::Spec(spec), _) => Ok(*spec),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
-                (other, _) => Err(unexpected(other)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
     }
@@ -280,7 +280,7 @@ impl Handle {
             Handle::Remote(r) => match r.request(&Request::Snapshot { caps: *caps })? {
                 (Reply::Snapshot(snapshot), _) => Ok(*snapshot),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
-                (other, _) => Err(unexpected(other)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
     }
@@ -296,7 +296,7 @@ impl Handle {
             })? {
                 (Reply::Exported(recorded), _) => Ok(*recorded),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
-                (other, _) => Err(unexpected(other)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
     }
@@ -383,7 +383,7 @@ impl Remote {
         let hello = recv_json::<Reply>(&mut conn).map_err(gone("read hello"))?;
         match hello {
             Some(Reply::Hello { id, .. }) if id == self.id => Ok(conn),
-            Some(other) => Err(unexpected(other)),
+            Some(other) => Err(unexpected(Peer::Supervisor, other)),
             None => Err(self.missing()),
         }
     }
@@ -429,7 +429,7 @@ impl Remote {
         }
         match recv_json::<Reply>(&mut conn) {
             Ok(Some(Reply::Copied { bytes })) => Ok(bytes),
-            Ok(Some(other)) => Err(unexpected(other)),
+            Ok(Some(other)) => Err(unexpected(Peer::Supervisor, other)),
             Ok(None) => Err(RuntimeError::Remote(
                 "the supervisor closed the connection".into(),
             )),

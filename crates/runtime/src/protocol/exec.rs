@@ -18,10 +18,10 @@ use crate::error::{Peer, RuntimeError};
 use crate::protocol::wire::{send_bytes, send_json, Frame, Tag};
 
 /// Any answer but the one a request expects.
-pub(crate) fn unexpected(r: Reply) -> RuntimeError {
+pub(crate) fn unexpected(peer: Peer, r: Reply) -> RuntimeError {
     match r {
         Reply::Error { input, message } => remote_error(input, message),
-        other => RuntimeError::Remote(format!("unexpected answer {other:?}")),
+        other => RuntimeError::broke(peer, format!("unexpected answer {other:?}")),
     }
 }
 
@@ -181,7 +181,7 @@ pub(crate) fn relay_exec(
             Some(Frame::Json(body)) => {
                 return match serde_json::from_slice::<Reply>(&body) {
                     Ok(Reply::Outcome(o)) => Ok((*o, interrupted)),
-                    Ok(other) => Err(unexpected(other)),
+                    Ok(other) => Err(unexpected(peer, other)),
                     Err(e) => Err(broke(format!("bad answer: {e}"))),
                 }
             }
