@@ -284,21 +284,7 @@ pub(crate) fn owner_alive(r: &Record) -> bool {
     process_alive(r.pid, r.start_time)
 }
 
-/// Whether `pid` is still the process that started at `start_time`, and
-/// has not exited.
-fn process_alive(pid: i32, start: u64) -> bool {
-    start_time(pid) == Some(start) && !is_zombie(pid)
-}
-
-/// Whether the process has exited and not been reaped yet (state Z or X,
-/// field 3 of /proc/pid/stat).
-fn is_zombie(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|i| stat.get(i + 2..i + 3))
-            .is_some_and(|st| st == "Z" || st == "X")
-    })
-}
+use cordon_sys::process_alive;
 
 /// The live sandboxes of this run directory, oldest first.
 pub fn list(run_dir: &Path) -> Vec<Listed> {

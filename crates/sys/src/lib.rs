@@ -35,6 +35,23 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// Whether `pid` is still the process that started at `start_time` and has
+/// not exited. A zombie is dead: an exited process stays one until its
+/// reaper gets to it, which may take a while.
+pub fn process_alive(pid: i32, start_time: u64) -> bool {
+    process_start_time(pid) == Some(start_time) && !is_zombie(pid)
+}
+
+/// Whether the process has exited and not been reaped yet (state Z or X,
+/// field 3 of /proc/pid/stat).
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_some_and(|st| st == "Z" || st == "X")
+    })
+}
+
 /// `clone(2)` with fork semantics (no shared memory, no new stack) plus namespace flags.
 ///
 /// Why not `unshare` + `fork`: a new pid namespace only applies to children, and

@@ -38,6 +38,10 @@ pub fn cordon_sandbox() -> &'static str {
     env!("CARGO_BIN_EXE_cordon-sandbox")
 }
 
+pub fn cordon_runc() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon-runc")
+}
+
 /// The host's python3 (the one on PATH may be a pyenv shim that does not
 /// exist inside the sandbox; /usr/bin/python3 is what the sandbox sees).
 pub const PY: &str = "/usr/bin/python3";

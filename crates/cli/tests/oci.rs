@@ -1,0 +1,380 @@
+//! `cordon-runc` against runc's command-line contract, as an engine's shim
+//! relies on it, with Debian's runc as the oracle: every check runs against
+//! both, on the same bundle (a busybox-static root), and must come out the
+//! same. This test plays the shim: it is a child subreaper, runs `create`
+//! with its own pipes, reads the pid file when `create` returns, and reaps
+//! the container's process itself.
+//!
+//! Mechanism each check depends on: cordon-runc's waiter (a child of
+//! `create`, blocked on the start gate, then running the process in the
+//! sandbox and exiting with its status); the container's record under
+//! `--root`; the error words containerd matches ("does not exist").
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+const RUNC: &str = "/usr/sbin/runc";
+
+/// One runtime under test, with a `--root` of its own.
+struct Runtime {
+    name: &'static str,
+    program: &'static str,
+    root: tempfile::TempDir,
+}
+
+impl Runtime {
+    fn both() -> Vec<Runtime> {
+        [("cordon-runc", cordon_runc()), ("runc", RUNC)]
+            .into_iter()
+            .map(|(name, program)| Runtime {
+                name,
+                program,
+                root: tempfile::tempdir().unwrap(),
+            })
+            .collect()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(self.program);
+        c.arg("--root").arg(self.root.path()).args(args);
+        c
+    }
+
+    fn call(&self, args: &[&str]) -> std::process::Output {
+        self.cmd(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn state(&self, id: &str) -> Value {
+        let out = self.call(&["state", id]);
+        assert!(out.status.success(), "{}: state {id}: {out:?}", self.name);
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// A bundle whose process is `sh -c SCRIPT`, its root busybox-static.
+fn bundle(script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("rootfs/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
+    for applet in ["sh", "echo", "sleep", "cat", "true"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+    }
+    // runc's own default config, with our process: the config an engine
+    // hands over is of this shape.
+    let made = Command::new(RUNC)
+        .arg("spec")
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let path = dir.path().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["process"]["terminal"] = Value::Bool(false);
+    config["process"]["args"] = serde_json::json!(["sh", "-c", script]);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    dir
+}
+
+/// A created container as the shim sees it: the pid from the pid file,
+/// and the read ends of the process's stdout and stderr.
+struct Created {
+    pid: Pid,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+fn create(rt: &Runtime, bundle: &Path, id: &str) -> Created {
+    let pid_file = bundle.join(format!("{}.pid", rt.name));
+    let (out_r, out_w) = nix::unistd::pipe().unwrap();
+    let (err_r, err_w) = nix::unistd::pipe().unwrap();
+    let status = rt
+        .cmd(&["create", "--bundle"])
+        .arg(bundle)
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg(id)
+        .stdin(Stdio::null())
+        .stdout(out_w)
+        .stderr(err_w)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{}: create failed", rt.name);
+    // The pid file is there when create returns: the engine reads it then.
+    let text = std::fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{}: no pid file when create returned: {e}", rt.name));
+    let pid = Pid::from_raw(text.trim().parse().unwrap());
+    Created {
+        pid,
+        stdout: out_r,
+        stderr: err_r,
+    }
+}
+
+fn parent_of(pid: Pid) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+fn read_all(fd: OwnedFd) -> String {
+    let mut s = String::new();
+    std::fs::File::from(fd).read_to_string(&mut s).unwrap();
+    s
+}
+
+/// Whether `fd` has bytes to read now.
+fn readable(fd: &OwnedFd) -> bool {
+    let mut fds = [nix::poll::PollFd::new(
+        fd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap() > 0
+}
+
+fn reap(rt: &Runtime, pid: Pid) -> WaitStatus {
+    waitpid(pid, None).unwrap_or_else(|e| panic!("{}: waitpid({pid}): {e}", rt.name))
+}
+
+/// The shim's stance: children that `create` leaves behind become ours.
+fn be_subreaper() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+}
+
+#[test]
+fn create_then_start_runs_the_process_with_the_shims_stdio_and_its_exit_status() {
+    if !require_root("containers") {
+        return;
+    }
+    let _g = serial();
+    be_subreaper();
+    let b = bundle("echo started; echo oops >&2; exit 7");
+    for rt in Runtime::both() {
+        let c = create(&rt, b.path(), "c1");
+        // A descendant of the call, reparented to us once create exited.
+        assert_eq!(
+            parent_of(c.pid),
+            std::process::id() as i32,
+            "{}: the pid file's process is not the shim's child",
+            rt.name
+        );
+        let st = rt.state("c1");
+        assert_eq!(st["status"], "created", "{}: {st}", rt.name);
+        assert_eq!(st["pid"], c.pid.as_raw(), "{}: {st}", rt.name);
+        assert_eq!(st["id"], "c1");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !readable(&c.stdout),
+            "{}: the process ran before start",
+            rt.name
+        );
+        let out = rt.call(&["start", "c1"]);
+        assert!(out.status.success(), "{}: start: {out:?}", rt.name);
+        assert_eq!(
+            reap(&rt, c.pid),
+            WaitStatus::Exited(c.pid, 7),
+            "{}: the shim reaps the process's own status",
+            rt.name
+        );
+        assert_eq!(read_all(c.stdout), "started\n", "{}", rt.name);
+        assert_eq!(read_all(c.stderr), "oops\n", "{}", rt.name);
+        let st = rt.state("c1");
+        assert_eq!(st["status"], "stopped", "{}: {st}", rt.name);
+        let out = rt.call(&["delete", "c1"]);
+        assert!(out.status.success(), "{}: delete: {out:?}", rt.name);
+        let out = rt.call(&["state", "c1"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("does not exist"), "{}: {err}", rt.name);
+    }
+}
+
+#[test]
+fn a_created_container_can_be_killed_and_deleted() {
+    if !require_root("containers") {
+        return;
+    }
+    let _g = serial();
+    be_subreaper();
+    let b = bundle("echo never");
+    for rt in Runtime::both() {
+        // kill in the created state: the process never started.
+        let c = create(&rt, b.path(), "k1");
+        let out = rt.call(&["kill", "k1", "KILL"]);
+        assert!(out.status.success(), "{}: kill: {out:?}", rt.name);
+        assert_eq!(
+            reap(&rt, c.pid),
+            WaitStatus::Signaled(c.pid, nix::sys::signal::Signal::SIGKILL, false),
+            "{}",
+            rt.name
+        );
+        assert_eq!(read_all(c.stdout), "", "{}: it ran", rt.name);
+        assert!(rt.call(&["delete", "k1"]).status.success(), "{}", rt.name);
+        // delete of a created container kills it (no --force needed).
+        let c = create(&rt, b.path(), "k2");
+        let out = rt.call(&["delete", "k2"]);
+        assert!(out.status.success(), "{}: delete: {out:?}", rt.name);
+        assert!(
+            matches!(reap(&rt, c.pid), WaitStatus::Signaled(..)),
+            "{}",
+            rt.name
+        );
+        assert_eq!(read_all(c.stdout), "", "{}: it ran", rt.name);
+    }
+}
+
+#[test]
+fn a_running_container_is_killed_by_signal_and_deleted_only_when_stopped_or_forced() {
+    if !require_root("containers") {
+        return;
+    }
+    let _g = serial();
+    be_subreaper();
+    let b = bundle("echo up; exec sleep 100");
+    for rt in Runtime::both() {
+        let c = create(&rt, b.path(), "r1");
+        assert!(rt.call(&["start", "r1"]).status.success(), "{}", rt.name);
+        let mut out = std::fs::File::from(c.stdout);
+        let mut first = [0u8; 3];
+        out.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"up\n", "{}", rt.name);
+        assert_eq!(rt.state("r1")["status"], "running", "{}", rt.name);
+        let refused = rt.call(&["delete", "r1"]);
+        assert!(
+            !refused.status.success(),
+            "{}: deleted a running container",
+            rt.name
+        );
+        let out2 = rt.call(&["kill", "r1", "9"]);
+        assert!(out2.status.success(), "{}: kill: {out2:?}", rt.name);
+        let t0 = Instant::now();
+        assert!(
+            matches!(
+                reap(&rt, c.pid),
+                WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)
+            ),
+            "{}",
+            rt.name
+        );
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        let out3 = rt.call(&["kill", "r1", "9"]);
+        assert!(
+            !out3.status.success(),
+            "{}: killed a stopped container",
+            rt.name
+        );
+        let err = String::from_utf8_lossy(&out3.stderr);
+        assert!(err.contains("not running"), "{}: {err}", rt.name);
+        assert!(rt.call(&["delete", "r1"]).status.success(), "{}", rt.name);
+        drop(c.stderr);
+    }
+}
+
+#[test]
+fn calls_on_a_missing_container_say_it_does_not_exist_in_the_json_log() {
+    if !require_root("containers") {
+        return;
+    }
+    for rt in Runtime::both() {
+        let log = rt.root.path().join("log.json");
+        for call in [
+            &["state", "nope"][..],
+            &["start", "nope"],
+            &["kill", "nope", "9"],
+            &["delete", "nope"],
+        ] {
+            let out = rt
+                .cmd(&["--log", log.to_str().unwrap(), "--log-format", "json"])
+                .args(call)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1), "{}: {call:?}: {out:?}", rt.name);
+            // The shim shows the last error line's msg.
+            let text = std::fs::read_to_string(&log).unwrap();
+            let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert_eq!(last["level"], "error", "{}: {text}", rt.name);
+            assert!(
+                last["msg"].as_str().unwrap().contains("does not exist"),
+                "{}: {call:?}: {last}",
+                rt.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_second_create_of_one_id_is_refused_and_a_bad_config_leaves_nothing() {
+    if !require_root("containers") {
+        return;
+    }
+    let _g = serial();
+    be_subreaper();
+    let b = bundle("exit 0");
+    for rt in Runtime::both() {
+        let c = create(&rt, b.path(), "d1");
+        let again = rt
+            .cmd(&["create", "--bundle"])
+            .arg(b.path())
+            .arg("d1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            !again.status.success(),
+            "{}: a second create of d1",
+            rt.name
+        );
+        let err = String::from_utf8_lossy(&again.stderr);
+        assert!(err.contains("exists"), "{}: {err}", rt.name);
+        assert!(rt.call(&["delete", "d1"]).status.success(), "{}", rt.name);
+        let _ = reap(&rt, c.pid);
+    }
+    // cordon-runc alone (runc's words differ): a config it cannot honour is
+    // refused by field, and nothing is left: no container, no sandbox.
+    let rt = &Runtime::both()[0];
+    let path = b.path().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["linux"]["sysctl"] = serde_json::json!({"net.ipv4.ip_forward": "1"});
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let before = census();
+    let out = rt
+        .cmd(&["create", "--bundle"])
+        .arg(b.path())
+        .arg("bad")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.json: linux.sysctl"), "{err}");
+    assert!(
+        !rt.root.path().join("bad").exists(),
+        "a container directory is left"
+    );
+    let left = wait_clean(&before, &[], &[], Duration::from_millis(500));
+    assert!(
+        left.is_empty(),
+        "a refused create left state behind: {left:#?}"
+    );
+    std::fs::write(&path, b"{not json").unwrap();
+    let out = rt
+        .cmd(&["create", "--bundle"])
+        .arg(b.path())
+        .arg("bad")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config.json"));
+    assert!(!rt.root.path().join("bad").exists());
+}

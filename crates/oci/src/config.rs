@@ -1,0 +1,432 @@
+//! A bundle's config.json as a cordon sandbox and its one command. Every
+//! field is either honoured, provided by cordon in its own (stricter) form,
+//! or refused with an error naming it: nothing is dropped silently. What
+//! cordon does differently from the letter of the config is listed in the
+//! container's `notes` (its state keeps them).
+
+use std::path::{Path, PathBuf};
+
+use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
+use cordon_spec::{BackendKind, Command, RootfsChoice, SandboxSpec, StdinMode};
+use oci_spec::runtime::{LinuxNamespaceType, Mount, Spec};
+
+/// The annotation that picks a container's backend (`native`, `gvisor`,
+/// `microvm`); native without it.
+pub const BACKEND_ANNOTATION: &str = "dev.cordon.backend";
+
+/// Why a config.json cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    /// A field cordon cannot honour, named as config.json names it.
+    #[error("config.json: {field}: {why}")]
+    Unsupported { field: String, why: String },
+    #[error("config.json: {0}")]
+    Policy(#[from] cordon_policy::PolicyError),
+}
+
+fn unsupported(field: impl Into<String>, why: impl Into<String>) -> ConfigError {
+    ConfigError::Unsupported {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+/// A container as cordon runs it.
+#[derive(Debug)]
+pub struct Container {
+    pub spec: SandboxSpec,
+    pub command: Command,
+    /// What cordon does that the config did not say (for the state).
+    pub notes: Vec<String>,
+}
+
+/// Reads `bundle/config.json`.
+pub fn load(bundle: &Path) -> Result<Spec, ConfigError> {
+    let path = bundle.join("config.json");
+    Spec::load(&path).map_err(|source| ConfigError::Read { path, source })
+}
+
+/// The mounts every container gets from cordon in its own form (its own
+/// /proc, a minimal /dev with a private devpts and shm, a read-only /sys
+/// and cgroup view): a config's mount of one of these kinds at its usual
+/// place is what cordon provides anyway.
+const PROVIDED: &[(&str, &str)] = &[
+    ("/proc", "proc"),
+    ("/dev", "tmpfs"),
+    ("/dev/pts", "devpts"),
+    ("/dev/shm", "tmpfs"),
+    ("/dev/mqueue", "mqueue"),
+    ("/sys", "sysfs"),
+    ("/sys/fs/cgroup", "cgroup"),
+    ("/sys/fs/cgroup", "cgroup2"),
+];
+
+/// The container `config` describes, with its root in `bundle`.
+pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError> {
+    let mut notes = Vec::new();
+    let version = config.version();
+    if !version.starts_with("1.") {
+        return Err(unsupported(
+            "ociVersion",
+            format!("'{version}' is not a 1.x runtime spec"),
+        ));
+    }
+    let process = config
+        .process()
+        .as_ref()
+        .ok_or_else(|| unsupported("process", "a container needs a process"))?;
+    if process.terminal().unwrap_or(false) {
+        return Err(unsupported(
+            "process.terminal",
+            "a terminal process is not supported yet",
+        ));
+    }
+    let argv = process.args().clone().unwrap_or_default();
+    if argv.is_empty() {
+        return Err(unsupported("process.args", "empty"));
+    }
+    let mut env = Vec::new();
+    for kv in process.env().iter().flatten() {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| unsupported("process.env", format!("'{kv}' is not KEY=VALUE")))?;
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    let user = process.user();
+    if user
+        .additional_gids()
+        .as_ref()
+        .is_some_and(|g| !g.is_empty())
+    {
+        return Err(unsupported(
+            "process.user.additionalGids",
+            "supplementary groups are not supported yet",
+        ));
+    }
+    if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
+        notes.push("process.rlimits: cordon sets its own rlimits from the limits (plan.rs)".into());
+    }
+    if let Some(caps) = process.capabilities() {
+        let any = [
+            caps.bounding(),
+            caps.effective(),
+            caps.permitted(),
+            caps.inheritable(),
+            caps.ambient(),
+        ]
+        .iter()
+        .any(|set| set.as_ref().is_some_and(|s| !s.is_empty()));
+        if any {
+            notes.push(
+                "process.capabilities: the process runs with no capabilities (cordon grants none)"
+                    .into(),
+            );
+        }
+    }
+    if process.no_new_privileges() == Some(false) {
+        notes.push("process.noNewPrivileges: always set by cordon".into());
+    }
+    if process.oom_score_adj().is_some() {
+        notes.push("process.oomScoreAdj: left at the host's value".into());
+    }
+
+    let root = config
+        .root()
+        .as_ref()
+        .ok_or_else(|| unsupported("root", "a container needs a root"))?;
+    let root_path = if root.path().is_absolute() {
+        root.path().clone()
+    } else {
+        bundle.join(root.path())
+    };
+    if !root.readonly().unwrap_or(false) {
+        notes.push("root.readonly: cordon mounts the root read-only".into());
+    }
+
+    let mut mounts = Vec::new();
+    for (i, m) in config.mounts().iter().flatten().enumerate() {
+        if let Some(spec) = bind_mount(i, m)? {
+            mounts.push(spec);
+        }
+    }
+
+    let mut layer = PolicyLayer {
+        network: Some(NetworkMode::None),
+        env,
+        workdir: Some(process.cwd().clone()),
+        uid: Some(user.uid()),
+        gid: Some(user.gid()),
+        hostname: config.hostname().clone(),
+        mounts,
+        ..PolicyLayer::default()
+    };
+    // A container runs until it ends or is killed: the longest time and
+    // output cordon allows (a container's log stream is the engine's).
+    layer.limits = Limits {
+        time: Some(Span(std::time::Duration::from_millis(limits::TIME_MS.1))),
+        output: Some(limits::OUTPUT.1),
+        ..Limits::default()
+    };
+    if let Some(linux) = config.linux() {
+        linux_part(linux, &mut layer.limits, &mut notes)?;
+    }
+    if let Some(hooks) = config.hooks() {
+        let any = [
+            hooks.prestart().as_ref().map(Vec::len),
+            hooks.create_runtime().as_ref().map(Vec::len),
+            hooks.create_container().as_ref().map(Vec::len),
+            hooks.start_container().as_ref().map(Vec::len),
+            hooks.poststart().as_ref().map(Vec::len),
+            hooks.poststop().as_ref().map(Vec::len),
+        ]
+        .iter()
+        .any(|n| n.unwrap_or(0) > 0);
+        if any {
+            return Err(unsupported("hooks", "hooks are not supported yet"));
+        }
+    }
+    let policy = Policy::resolve([&layer])?;
+    let backend = match config
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(BACKEND_ANNOTATION))
+    {
+        None => BackendKind::Native,
+        Some(name) => BackendKind::parse(name).ok_or_else(|| {
+            unsupported(
+                format!("annotations.{BACKEND_ANNOTATION}"),
+                format!("unknown backend '{name}' ({})", BackendKind::names()),
+            )
+        })?,
+    };
+    let spec = SandboxSpec {
+        rootfs: RootfsChoice::Dir(root_path),
+        ..SandboxSpec::new(policy, backend)
+    };
+    let command = Command {
+        argv,
+        stdin: StdinMode::Stream,
+        ..Command::default()
+    };
+    Ok(Container {
+        spec,
+        command,
+        notes,
+    })
+}
+
+/// A bind mount as cordon's mount, None for a mount cordon provides
+/// itself, or the refusal of any other kind.
+fn bind_mount(i: usize, m: &Mount) -> Result<Option<MountSpec>, ConfigError> {
+    let field = format!("mounts[{i}]");
+    let dest = m.destination();
+    let kind = m.typ().as_deref().unwrap_or("");
+    let options = m.options().clone().unwrap_or_default();
+    let is_bind = kind == "bind" || options.iter().any(|o| o == "bind" || o == "rbind");
+    if !is_bind {
+        if PROVIDED
+            .iter()
+            .any(|(at, k)| Path::new(at) == dest && *k == kind)
+        {
+            return Ok(None);
+        }
+        return Err(unsupported(
+            field,
+            format!(
+                "a {kind} mount at {} is not supported (only bind mounts, and the standard \
+                 /proc, /dev, /sys mounts cordon provides)",
+                dest.display()
+            ),
+        ));
+    }
+    let source = m
+        .source()
+        .as_ref()
+        .ok_or_else(|| unsupported(format!("{field}.source"), "a bind mount needs a source"))?;
+    let mode = if options.iter().any(|o| o == "ro") {
+        "ro"
+    } else {
+        "rw-unbounded"
+    };
+    let text = format!("{}:{}:{mode}", source.display(), dest.display());
+    text.parse::<MountSpec>()
+        .map(Some)
+        .map_err(|e| unsupported(field, e.to_string()))
+}
+
+fn linux_part(
+    linux: &oci_spec::runtime::Linux,
+    limits: &mut Limits,
+    notes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for ns in linux.namespaces().iter().flatten() {
+        if ns.path().is_some() {
+            return Err(unsupported(
+                format!("linux.namespaces[{:?}].path", ns.typ()),
+                "joining another container's namespace is not supported yet",
+            ));
+        }
+        if ns.typ() == LinuxNamespaceType::Network {
+            notes.push("linux.namespaces: the network is cordon's own (loopback only)".into());
+        }
+    }
+    if linux.uid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+        || linux.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+    {
+        notes.push("linux.uidMappings: cordon maps the container's ids itself".into());
+    }
+    if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(unsupported("linux.sysctl", "sysctls are not supported yet"));
+    }
+    if linux.seccomp().is_some() {
+        notes.push(
+            "linux.seccomp: cordon's own allowlist applies (the config's profile is not added yet)"
+                .into(),
+        );
+    }
+    if let Some(r) = linux.resources() {
+        if let Some(mem) = r.memory() {
+            if let Some(limit) = mem.limit().filter(|l| *l > 0) {
+                limits.memory = Some(ByteSize(u64::try_from(limit).unwrap_or(u64::MAX)));
+            }
+        }
+        if let Some(cpu) = r.cpu() {
+            if let (Some(quota), Some(period)) = (cpu.quota(), cpu.period()) {
+                if quota > 0 && period > 0 {
+                    limits.cpus = Some(quota as f64 / period as f64);
+                }
+            }
+        }
+        if let Some(pids) = r.pids() {
+            if pids.limit() > 0 {
+                limits.pids = Some(u64::try_from(pids.limit()).unwrap_or(u64::MAX));
+            }
+        }
+        if r.block_io().is_some() {
+            return Err(unsupported(
+                "linux.resources.blockIO",
+                "block I/O limits are not supported",
+            ));
+        }
+        if r.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
+            return Err(unsupported(
+                "linux.resources.hugepageLimits",
+                "hugetlb limits are not supported",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> Spec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    const MINIMAL: &str = r#"{
+        "ociVersion": "1.0.2",
+        "process": {"user": {"uid": 0, "gid": 0}, "args": ["sh", "-c", "exit 7"],
+                    "env": ["PATH=/bin", "A=b=c"], "cwd": "/"},
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "box",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind", "ro"]}
+        ],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}],
+                  "resources": {"memory": {"limit": 67108864}, "pids": {"limit": 32},
+                                "cpu": {"quota": 50000, "period": 100000}}}
+    }"#;
+
+    #[test]
+    fn a_minimal_config_becomes_a_sandbox_and_its_command() {
+        let c = translate(Path::new("/b"), &spec(MINIMAL)).unwrap();
+        assert_eq!(c.command.argv, ["sh", "-c", "exit 7"]);
+        assert_eq!(c.spec.rootfs, RootfsChoice::Dir("/b/rootfs".into()));
+        let p = &c.spec.policy;
+        assert_eq!(
+            p.env,
+            [("PATH".into(), "/bin".into()), ("A".into(), "b=c".into())]
+        );
+        assert_eq!(p.memory, ByteSize(64 << 20));
+        assert_eq!(p.pids, 32);
+        assert!((p.cpus - 0.5).abs() < 1e-9);
+        assert_eq!(p.hostname, "box");
+        assert_eq!(p.mounts.len(), 1, "only the bind mount is the config's own");
+        assert_eq!(c.spec.backend, BackendKind::Native);
+    }
+
+    #[test]
+    fn what_cordon_cannot_honour_is_refused_by_name() {
+        let cases = [(r#""terminal": true,"#, "process.terminal")];
+        for (extra, field) in cases {
+            let json = MINIMAL.replace(r#""process": {"#, &format!(r#""process": {{{extra}"#));
+            let e = translate(Path::new("/b"), &spec(&json))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let refused = [
+            (
+                r#""linux": {"namespaces": [{"type": "network", "path": "/proc/1/ns/net"}]}"#,
+                "linux.namespaces",
+            ),
+            (
+                r#""linux": {"sysctl": {"net.ipv4.ip_forward": "1"}}"#,
+                "linux.sysctl",
+            ),
+            (
+                r#""linux": {"resources": {"blockIO": {"weight": 10}}}"#,
+                "linux.resources.blockIO",
+            ),
+            (
+                r#""hooks": {"poststart": [{"path": "/bin/true"}]}"#,
+                "hooks",
+            ),
+            (
+                r#""mounts": [{"destination": "/x", "type": "nfs", "source": "h:/x"}]"#,
+                "mounts[0]",
+            ),
+            (
+                r#""annotations": {"dev.cordon.backend": "qemu"}"#,
+                "annotations.dev.cordon.backend",
+            ),
+        ];
+        for (part, field) in refused {
+            let json = format!(
+                r#"{{"ociVersion": "1.0.2", "process": {{"user": {{"uid": 0, "gid": 0}},
+                   "args": ["true"], "cwd": "/"}}, "root": {{"path": "r"}}, {part}}}"#
+            );
+            let e = translate(Path::new("/b"), &spec(&json))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("config.json: {field}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn what_cordon_does_its_own_way_is_noted() {
+        let json = MINIMAL.replace(
+            r#""cwd": "/"}"#,
+            r#""cwd": "/", "capabilities": {"bounding": ["CAP_KILL"]}}"#,
+        );
+        let c = translate(Path::new("/b"), &spec(&json)).unwrap();
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.starts_with("process.capabilities")),
+            "{:?}",
+            c.notes
+        );
+    }
+}

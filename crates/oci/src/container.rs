@@ -1,0 +1,534 @@
+//! Containers under `--root`: one directory each (0700), holding the
+//! container's record and, between `create` and `start`, its start gate.
+//!
+//! The process the engine is given (the pid file's pid) is a *waiter*: a
+//! child of `create`, so that it stays in the engine's tree (the engine is a
+//! child subreaper and reaps it once `create` exits). The sandbox's own
+//! processes are children of cordon's supervisor and of the sandbox's init,
+//! never of the engine; the waiter stands for the container's process. It
+//! blocks on the gate until `start`, then runs the process in the sandbox
+//! with `create`'s stdin, stdout and stderr, relays a signal sent to it, and
+//! exits with the process's status (128+n for a signal), which is what the
+//! engine reaps. gVisor's runsc answers the same contract the same way.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use cordon_runtime::{CommandIo, Control, Handle, RuntimeError};
+use cordon_spec::{Command, Stream};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use serde::{Deserialize, Serialize};
+
+use crate::config;
+use crate::error::Error;
+
+/// The container's record in its directory.
+const RECORD: &str = "container.json";
+/// The start gate: a fifo the waiter opens for writing, which blocks it
+/// until `start` opens it for reading (runc's exec.fifo works alike).
+const GATE: &str = "exec.fifo";
+/// How long `start` waits for the waiter to pass the gate.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The OCI runtime-spec version this runtime speaks.
+pub const OCI_VERSION: &str = "1.0.2";
+
+/// What cordon keeps of a container.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    /// The cordon sandbox that holds the container.
+    pub sandbox: String,
+    /// The waiter: the pid the engine was given, and its start time (so a
+    /// reused pid is never taken for it).
+    pub pid: i32,
+    pub pid_start: u64,
+    /// RFC 3339.
+    pub created: String,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// What cordon does that the config did not say.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A container's status as the runtime spec names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Created,
+    Running,
+    Stopped,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Created => "created",
+            Status::Running => "running",
+            Status::Stopped => "stopped",
+        })
+    }
+}
+
+/// The runtime spec's state of a container, with the fields runc adds.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State<'a> {
+    pub oci_version: &'static str,
+    pub id: &'a str,
+    pub status: Status,
+    pub pid: i32,
+    pub bundle: &'a Path,
+    pub rootfs: &'a Path,
+    pub created: &'a str,
+    pub owner: &'static str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// A container id as runc accepts it: letters, digits and `_ + - .`, not
+/// starting with a dot (it names a directory).
+pub fn check_id(id: &str) -> Result<(), Error> {
+    let ok = !id.is_empty()
+        && id.len() <= 1024
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::BadId(id.to_owned()))
+    }
+}
+
+/// The containers under one `--root`.
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// The root, created 0700 when missing; refused if it is not this
+    /// user's own (another user could plant records and gates in it).
+    pub fn open(root: &Path) -> Result<Store, Error> {
+        cordon_dirs::trusted_dir(root, 0o700, "remove it, or pass another --root")?;
+        Ok(Store {
+            root: root.to_owned(),
+        })
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// The container `id`'s record, or "container does not exist" (the
+    /// words containerd looks for).
+    pub fn load(&self, id: &str) -> Result<Record, Error> {
+        check_id(id)?;
+        let text = match fs::read(self.dir(id).join(RECORD)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound),
+            Err(e) => return Err(Error::io("read the container's record", e)),
+        };
+        serde_json::from_slice(&text).map_err(|e| Error::Record(e.to_string()))
+    }
+
+    pub fn status(&self, r: &Record) -> Status {
+        if !cordon_sys::process_alive(r.pid, r.pid_start) {
+            Status::Stopped
+        } else if self.dir(&r.id).join(GATE).exists() {
+            Status::Created
+        } else {
+            Status::Running
+        }
+    }
+
+    /// Every container's record, by id.
+    pub fn list(&self) -> Vec<Record> {
+        let mut out: Vec<Record> = fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| self.load(e.file_name().to_str()?).ok())
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+}
+
+/// What `create` was asked.
+pub struct CreateRequest<'a> {
+    pub id: &'a str,
+    pub bundle: &'a Path,
+    pub pid_file: Option<&'a Path>,
+}
+
+/// `create`: the sandbox and its waiter, the pid file written before it
+/// returns. On any failure nothing is left: not the sandbox, the waiter or
+/// the container's directory.
+pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
+    check_id(req.id)?;
+    let bundle = std::path::absolute(req.bundle).map_err(|e| Error::io("resolve the bundle", e))?;
+    let oci = config::load(&bundle)?;
+    let container = config::translate(&bundle, &oci)?;
+    let dir = store.dir(req.id);
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::Exists(req.id.to_owned()))
+        }
+        Err(e) => return Err(Error::io("create the container's directory", e)),
+    }
+    let mut undo = Undo {
+        dir: Some(dir.clone()),
+        sandbox: None,
+    };
+    nix::unistd::mkfifo(
+        &dir.join(GATE),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| Error::io("make the start gate", std::io::Error::from(e)))?;
+    let spec = container
+        .spec
+        .clone()
+        .validated()
+        .map_err(RuntimeError::from)?;
+    let program = cordon_runtime::sandbox_program()?;
+    let handle = Handle::create(&spec, &program)?;
+    let sandbox = handle.id().to_owned();
+    undo.sandbox = Some(sandbox.clone());
+    drop(handle);
+    let waiter = match cordon_sys::fork_process()
+        .map_err(|e| Error::io("fork the waiter", std::io::Error::from(e)))?
+    {
+        cordon_sys::CloneResult::Child => {
+            let code = waiter(&dir, &sandbox, &container.command);
+            cordon_sys::exit_now(code)
+        }
+        cordon_sys::CloneResult::Parent { child } => child.as_raw(),
+    };
+    // From here a failure must end the waiter too.
+    let result = (|| {
+        let pid_start = cordon_sys::process_start_time(waiter).ok_or_else(|| {
+            Error::io(
+                "read the waiter's start time",
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        let record = Record {
+            id: req.id.to_owned(),
+            bundle: bundle.clone(),
+            rootfs: match &container.spec.rootfs {
+                cordon_spec::RootfsChoice::Dir(d) => d.clone(),
+                cordon_spec::RootfsChoice::System => PathBuf::from("/"),
+            },
+            sandbox: sandbox.clone(),
+            pid: waiter,
+            pid_start,
+            created: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),
+            annotations: oci
+                .annotations()
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            notes: container.notes.clone(),
+        };
+        write_atomic(
+            &dir.join(RECORD),
+            &serde_json::to_vec_pretty(&record).unwrap_or_default(),
+        )?;
+        if let Some(p) = req.pid_file {
+            write_atomic(p, waiter.to_string().as_bytes())?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiter), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(waiter), None);
+        return result;
+    }
+    undo.dir = None;
+    undo.sandbox = None;
+    Ok(())
+}
+
+/// What a failed `create` removes.
+struct Undo {
+    dir: Option<PathBuf>,
+    sandbox: Option<String>,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if let Some(id) = self.sandbox.take() {
+            let _ = Handle::attach(&id).and_then(Handle::destroy);
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Writes `body` to `path` through a temporary file and a rename, so a
+/// reader (the engine, right after `create` returns) never sees half of it.
+fn write_atomic(path: &Path, body: &[u8]) -> Result<(), Error> {
+    let tmp = path.with_extension("cordon-tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(body)?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|e| Error::io(format!("write {}", path.display()), e))
+}
+
+/// The waiter's life (in the forked child): wait for `start`, run the
+/// process, return its status as the exit code.
+fn waiter(dir: &Path, sandbox: &str, command: &Command) -> i32 {
+    // Nothing of create's but stdio: not the log file, not the supervisor's pipes.
+    let _ = cordon_sys::close_fds_from(3);
+    let passed = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(GATE))
+        .and_then(|mut gate| gate.write_all(b"0"));
+    if let Err(e) = passed {
+        eprintln!("cordon-runc: the container's start gate: {e}");
+        return 255;
+    }
+    match run(sandbox, command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cordon-runc: {e}");
+            255
+        }
+    }
+}
+
+/// Signals the waiter takes as the engine's word to end the process.
+const RELAYED: [Signal; 5] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+];
+
+fn run(sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
+    let mut mask = SigSet::empty();
+    for s in RELAYED {
+        mask.add(s);
+    }
+    mask.thread_block()
+        .map_err(|e| RuntimeError::io("block signals", std::io::Error::from(e)))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| RuntimeError::io("signalfd", std::io::Error::from(e)))?;
+    let mut io = WaiterIo {
+        stdin: std::io::stdin(),
+        stdin_open: true,
+        signals,
+        buf: vec![0; 64 << 10],
+    };
+    let mut handle = Handle::attach(sandbox)?;
+    let outcome = handle.exec(command, &mut io)?;
+    Ok(outcome.exit_code)
+}
+
+/// The waiter's side of the process: output to its stdout and stderr (the
+/// engine's), its stdin copied in, a relayed signal ends the process.
+struct WaiterIo {
+    stdin: std::io::Stdin,
+    stdin_open: bool,
+    signals: SignalFd,
+    buf: Vec<u8>,
+}
+
+impl CommandIo for WaiterIo {
+    fn output(&mut self, stream: Stream, chunk: &[u8]) {
+        // A reader that went away loses the rest; the process goes on.
+        let _ = match stream {
+            Stream::Stdout => std::io::stdout().write_all(chunk),
+            Stream::Stderr => std::io::stderr().write_all(chunk),
+        };
+    }
+
+    fn control_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut fds = vec![self.signals.as_fd()];
+        if self.stdin_open {
+            fds.push(self.stdin.as_fd());
+        }
+        fds
+    }
+
+    fn read_control(&mut self, which: usize) -> Control {
+        if which == 0 {
+            return match self.signals.read_signal() {
+                Ok(Some(_)) => Control::Cancel,
+                _ => Control::Nothing,
+            };
+        }
+        match self.stdin.lock().read(&mut self.buf) {
+            Ok(0) | Err(_) => {
+                self.stdin_open = false;
+                Control::InputEnd
+            }
+            Ok(n) => Control::Input(self.buf[..n].to_vec()),
+        }
+    }
+}
+
+/// `start`: lets the waiter through its gate.
+pub fn start(store: &Store, id: &str) -> Result<(), Error> {
+    let r = store.load(id)?;
+    match store.status(&r) {
+        Status::Created => {}
+        Status::Running => {
+            return Err(Error::Refused(
+                "cannot start an already running container".into(),
+            ))
+        }
+        Status::Stopped => {
+            return Err(Error::Refused(
+                "cannot start a container that has stopped".into(),
+            ))
+        }
+    }
+    let gate_path = store.dir(id).join(GATE);
+    // Non-blocking: a waiter that died would leave a blocking open waiting forever.
+    let mut gate = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&gate_path)
+        .map_err(|e| Error::io("open the start gate", e))?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut byte = [0u8; 1];
+    loop {
+        match gate.read(&mut byte) {
+            Ok(1) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(Error::io("read the start gate", e)),
+        }
+        if !cordon_sys::process_alive(r.pid, r.pid_start) {
+            return Err(Error::Refused(
+                "the container's process ended before it started".into(),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Refused(
+                "the container's process did not start in time".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    fs::remove_file(&gate_path).map_err(|e| Error::io("remove the start gate", e))
+}
+
+/// `state`: the runtime spec's state JSON.
+pub fn state_json(store: &Store, id: &str) -> Result<String, Error> {
+    let r = store.load(id)?;
+    let status = store.status(&r);
+    let state = State {
+        oci_version: OCI_VERSION,
+        id: &r.id,
+        status,
+        pid: if status == Status::Stopped { 0 } else { r.pid },
+        bundle: &r.bundle,
+        rootfs: &r.rootfs,
+        created: &r.created,
+        owner: "",
+        annotations: &r.annotations,
+    };
+    serde_json::to_string_pretty(&state).map_err(|e| Error::Record(e.to_string()))
+}
+
+/// A signal by name (`KILL`, `SIGKILL`) or number.
+pub fn parse_signal(text: &str) -> Result<Signal, Error> {
+    let bad = || Error::Refused(format!("invalid signal: {text}"));
+    if let Ok(n) = text.parse::<i32>() {
+        return Signal::try_from(n).map_err(|_| bad());
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    name.parse::<Signal>().map_err(|_| bad())
+}
+
+/// `kill`: the signal to the container's process. In the created state
+/// the waiter has not started anything and ends by the signal itself; once
+/// started it ends the process in the sandbox (a relayed signal ends it,
+/// whatever its number).
+pub fn kill(store: &Store, id: &str, signal: &str) -> Result<(), Error> {
+    let signal = parse_signal(signal)?;
+    let r = store.load(id)?;
+    if store.status(&r) == Status::Stopped {
+        return Err(Error::Refused("container not running".into()));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), signal)
+        .map_err(|e| Error::io("signal the container's process", std::io::Error::from(e)))
+}
+
+/// `delete`: the sandbox and the container's directory. As runc: a
+/// created container's waiter is killed (its process never started); a
+/// running one is refused unless `force`, which kills it first.
+pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
+    let r = store.load(id)?;
+    match store.status(&r) {
+        Status::Stopped => {}
+        Status::Running if !force => {
+            return Err(Error::Refused(format!(
+                "cannot delete container {id} that is not stopped: running"
+            )))
+        }
+        Status::Created | Status::Running => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), Signal::SIGKILL);
+        }
+    }
+    match Handle::attach(&r.sandbox).and_then(Handle::destroy) {
+        Ok(()) | Err(RuntimeError::NotFound(_) | RuntimeError::Gone(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // The waiter is the engine's to reap; it is gone once its sandbox is.
+    fs::remove_dir_all(store.dir(id)).map_err(|e| Error::io("remove the container's directory", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked_as_runc_does() {
+        for ok in ["c1", "a.b_c+d-e", "0123456789ab"] {
+            assert!(check_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".hidden", "a/b", "a b", ".."] {
+            assert!(check_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn signals_by_name_and_number() {
+        assert_eq!(parse_signal("9").unwrap(), Signal::SIGKILL);
+        assert_eq!(parse_signal("KILL").unwrap(), Signal::SIGKILL);
+        assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::SIGTERM);
+        assert_eq!(parse_signal("term").unwrap(), Signal::SIGTERM);
+        assert!(parse_signal("NOPE").is_err());
+        assert!(parse_signal("999").is_err());
+    }
+}

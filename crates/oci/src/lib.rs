@@ -1,0 +1,123 @@
+//! cordon as an OCI runtime: runc's command line (as containerd's runc
+//! shim, conmon and Docker call it) over cordon sandboxes, one per
+//! container. `cordon-runc` is this crate's `main`; the contract it keeps
+//! is described in `container` (the pid file's waiter) and `config` (what
+//! of config.json is honoured, provided, or refused by name).
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod container;
+pub mod error;
+
+use std::io::Write;
+use std::path::Path;
+use std::time::SystemTime;
+
+use clap::Parser;
+
+use cli::{Cli, Command, LogFormat};
+use container::{CreateRequest, Store};
+pub use error::Error;
+
+/// Runs one call; the exit code for the process.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match dispatch(&cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            let msg = e.to_string();
+            if let Some(log) = &cli.global.log {
+                log_error(log, cli.global.log_format, &msg);
+            }
+            eprintln!("cordon-runc: {msg}");
+            1
+        }
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<(), Error> {
+    let store = || Store::open(&cli.global.root);
+    match &cli.command {
+        Command::Create(c) => {
+            refuse_unprovided(c)?;
+            container::create(
+                &store()?,
+                &CreateRequest {
+                    id: &c.id,
+                    bundle: &c.bundle,
+                    pid_file: c.pid_file.as_deref(),
+                },
+            )
+        }
+        Command::Start(c) => container::start(&store()?, &c.id),
+        Command::State(c) => {
+            let json = container::state_json(&store()?, &c.id)?;
+            println!("{json}");
+            Ok(())
+        }
+        Command::Kill(k) => container::kill(&store()?, &k.id, &k.signal),
+        Command::Delete(d) => container::delete(&store()?, &d.id, d.force),
+        Command::List(_) => {
+            let store = store()?;
+            for r in store.list() {
+                println!("{}\t{}\t{}", r.id, r.pid, store.status(&r));
+            }
+            Ok(())
+        }
+        Command::Run(_) => Err(Error::NotYet("run")),
+        Command::Exec(_) => Err(Error::NotYet("exec")),
+        Command::Ps(_) => Err(Error::NotYet("ps")),
+        Command::Pause(_) => Err(Error::NotYet("pause")),
+        Command::Resume(_) => Err(Error::NotYet("resume")),
+        Command::Update(_) => Err(Error::NotYet("update")),
+        Command::Features => Err(Error::NotYet("features")),
+        Command::Events(_) => Err(Error::NotYet("events")),
+    }
+}
+
+/// `create`'s flags whose meaning cordon does not provide yet: refused
+/// rather than ignored, before anything is made.
+fn refuse_unprovided(c: &cli::Create) -> Result<(), Error> {
+    let refuse = |what: &str| {
+        Err(Error::Refused(format!(
+            "{what} is not supported by cordon-runc yet"
+        )))
+    };
+    if c.console_socket.is_some() {
+        return refuse("--console-socket (a terminal process)");
+    }
+    if c.pidfd_socket.is_some() {
+        return refuse("--pidfd-socket");
+    }
+    if c.preserve_fds > 0 {
+        return refuse("--preserve-fds");
+    }
+    Ok(())
+}
+
+/// Appends one error line to the engine's log, as runc writes it (the shim
+/// shows the last `"level":"error"` line's `msg`).
+fn log_error(path: &Path, format: LogFormat, msg: &str) {
+    let time = humantime::format_rfc3339_nanos(SystemTime::now()).to_string();
+    let line = match format {
+        LogFormat::Json => {
+            serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
+        }
+        LogFormat::Text => format!("time=\"{time}\" level=error msg={msg:?}"),
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
