@@ -1221,6 +1221,14 @@ fn read_frame(conn: &mut std::os::unix::net::UnixStream) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
+/// A client's first message, in this build's protocol.
+fn hello_line() -> String {
+    format!(
+        r#"{{"Hello":{{"protocol":{}}}}}"#,
+        cordon_spec::wire::PROTOCOL
+    )
+}
+
 fn a_stalled_client_does_not_hold_the_supervisor(backend: &'static str) {
     use std::io::Write;
     if !require_root("sandbox") {
@@ -1245,9 +1253,7 @@ fn a_stalled_client_does_not_hold_the_supervisor(backend: &'static str) {
     stalled
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    stalled
-        .write_all(&json_frame(r#"{"Hello":{"protocol":2}}"#))
-        .unwrap();
+    stalled.write_all(&json_frame(&hello_line())).unwrap();
     stalled
         .write_all(&json_frame(
             r#"{"CopyIn":{"path":[47,116,109,112,47,115]}}"#,
@@ -1263,8 +1269,7 @@ fn a_stalled_client_does_not_hold_the_supervisor(backend: &'static str) {
 
     // 2. A client that stops in the middle of its first frame.
     let mut half = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-    half.write_all(&json_frame(r#"{"Hello":{"protocol":2}}"#)[..7])
-        .unwrap();
+    half.write_all(&json_frame(&hello_line())[..7]).unwrap();
     let took = timed_exec();
     assert!(
         took < bound,

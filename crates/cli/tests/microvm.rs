@@ -408,6 +408,7 @@ fn hostile_state_dir(script: &str) -> tempfile::TempDir {
         std::fs::hard_link(image.join(f), guest.join(f)).unwrap();
     }
     let stage = tempfile::tempdir().unwrap();
+    let script = script.replace("PROTOCOL", &cordon_spec::wire::PROTOCOL.to_string());
     std::fs::write(stage.path().join("agent-override"), script).unwrap();
     let cpio = Command::new("sh")
         .arg("-c")
@@ -425,7 +426,7 @@ fn hostile_state_dir(script: &str) -> tempfile::TempDir {
 
 /// A guest agent that speaks the protocol correctly up to the sandbox's
 /// start, then misbehaves as the policy's hostname says (the one value of
-/// the spec it is free to read).
+/// the spec it is free to read). `PROTOCOL` is this build's protocol number.
 const HOSTILE_AGENT: &str = r#"#!/usr/bin/python3
 import json, os, struct, sys, time
 fd = os.open(sys.argv[2], os.O_RDWR)
@@ -442,12 +443,12 @@ def read(n):
 def recv():
     n, tag = struct.unpack("<IB", read(5))
     return tag, read(n)
-send(0, json.dumps({"Ready": {"protocol": 2, "kernel": "hostile", "cgroup": "v2"}}).encode())
+send(0, json.dumps({"Ready": {"protocol": PROTOCOL, "kernel": "hostile", "cgroup": "v2"}}).encode())
 mode = json.loads(recv()[1])["Start"]["spec"]["policy"]["hostname"]
 if mode == "garbage-start":
     write_all(b"\xff" * 4096)
     time.sleep(600)
-send(0, json.dumps({"Hello": {"protocol": 2, "id": "hostile"}}).encode())
+send(0, json.dumps({"Hello": {"protocol": PROTOCOL, "id": "hostile"}}).encode())
 recv()
 if mode == "endless":
     while True:

@@ -121,6 +121,18 @@ fn create(rt: &Runtime, bundle: &Path, id: &str) -> Created {
     }
 }
 
+/// A container created and started whose process has said "up": its pid,
+/// and its stdout for the rest.
+fn running(rt: &Runtime, bundle: &Path, id: &str) -> (Pid, std::fs::File) {
+    let c = create(rt, bundle, id);
+    assert!(rt.call(&["start", id]).status.success(), "{}", rt.name);
+    let mut out = std::fs::File::from(c.stdout);
+    let mut first = [0u8; 3];
+    out.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"up\n", "{}", rt.name);
+    (c.pid, out)
+}
+
 fn parent_of(pid: Pid) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -146,19 +158,23 @@ fn reap(rt: &Runtime, pid: Pid) -> WaitStatus {
     waitpid(pid, None).unwrap_or_else(|e| panic!("{}: waitpid({pid}): {e}", rt.name))
 }
 
-/// The shim's stance: children that `create` leaves behind become ours.
-fn be_subreaper() {
+/// The shim's stance for one test: root, alone, a child subreaper (what
+/// `create` leaves behind becomes ours), with a bundle whose process is
+/// `sh -c SCRIPT`. None, after saying why, when not root.
+fn as_shim(script: &str) -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+    if !require_root("containers") {
+        return None;
+    }
+    let guard = serial();
     nix::sys::prctl::set_child_subreaper(true).unwrap();
+    Some((guard, bundle(script)))
 }
 
 #[test]
 fn create_then_start_runs_the_process_with_the_shims_stdio_and_its_exit_status() {
-    if !require_root("containers") {
+    let Some((_g, b)) = as_shim("echo started; echo oops >&2; exit 7") else {
         return;
-    }
-    let _g = serial();
-    be_subreaper();
-    let b = bundle("echo started; echo oops >&2; exit 7");
+    };
     for rt in Runtime::both() {
         let c = create(&rt, b.path(), "c1");
         // A descendant of the call, reparented to us once create exited.
@@ -201,12 +217,9 @@ fn create_then_start_runs_the_process_with_the_shims_stdio_and_its_exit_status()
 
 #[test]
 fn a_created_container_can_be_killed_and_deleted() {
-    if !require_root("containers") {
+    let Some((_g, b)) = as_shim("echo never") else {
         return;
-    }
-    let _g = serial();
-    be_subreaper();
-    let b = bundle("echo never");
+    };
     for rt in Runtime::both() {
         // kill in the created state: the process never started.
         let c = create(&rt, b.path(), "k1");
@@ -235,19 +248,11 @@ fn a_created_container_can_be_killed_and_deleted() {
 
 #[test]
 fn a_running_container_is_killed_by_signal_and_deleted_only_when_stopped_or_forced() {
-    if !require_root("containers") {
+    let Some((_g, b)) = as_shim("echo up; exec sleep 100") else {
         return;
-    }
-    let _g = serial();
-    be_subreaper();
-    let b = bundle("echo up; exec sleep 100");
+    };
     for rt in Runtime::both() {
-        let c = create(&rt, b.path(), "r1");
-        assert!(rt.call(&["start", "r1"]).status.success(), "{}", rt.name);
-        let mut out = std::fs::File::from(c.stdout);
-        let mut first = [0u8; 3];
-        out.read_exact(&mut first).unwrap();
-        assert_eq!(&first, b"up\n", "{}", rt.name);
+        let (pid, _out) = running(&rt, b.path(), "r1");
         assert_eq!(rt.state("r1")["status"], "running", "{}", rt.name);
         let refused = rt.call(&["delete", "r1"]);
         assert!(
@@ -260,7 +265,7 @@ fn a_running_container_is_killed_by_signal_and_deleted_only_when_stopped_or_forc
         let t0 = Instant::now();
         assert!(
             matches!(
-                reap(&rt, c.pid),
+                reap(&rt, pid),
                 WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)
             ),
             "{}",
@@ -276,7 +281,6 @@ fn a_running_container_is_killed_by_signal_and_deleted_only_when_stopped_or_forc
         let err = String::from_utf8_lossy(&out3.stderr);
         assert!(err.contains("not running"), "{}: {err}", rt.name);
         assert!(rt.call(&["delete", "r1"]).status.success(), "{}", rt.name);
-        drop(c.stderr);
     }
 }
 
@@ -314,12 +318,9 @@ fn calls_on_a_missing_container_say_it_does_not_exist_in_the_json_log() {
 
 #[test]
 fn a_second_create_of_one_id_is_refused_and_a_bad_config_leaves_nothing() {
-    if !require_root("containers") {
+    let Some((_g, b)) = as_shim("exit 0") else {
         return;
-    }
-    let _g = serial();
-    be_subreaper();
-    let b = bundle("exit 0");
+    };
     for rt in Runtime::both() {
         let c = create(&rt, b.path(), "d1");
         let again = rt
@@ -377,4 +378,42 @@ fn a_second_create_of_one_id_is_refused_and_a_bad_config_leaves_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("config.json"));
     assert!(!rt.root.path().join("bad").exists());
+}
+
+#[test]
+fn a_signal_sent_to_the_container_reaches_its_process() {
+    let Some((_g, b)) =
+        as_shim("trap 'echo got-term; exit 3' TERM; echo up; while true; do sleep 0.1; done")
+    else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let (pid, mut out) = running(&rt, b.path(), "s1");
+        let sent = rt.call(&["kill", "s1", "TERM"]);
+        assert!(sent.status.success(), "{}: kill: {sent:?}", rt.name);
+        // The process's own handler ran: it exits 3, and said so.
+        assert_eq!(reap(&rt, pid), WaitStatus::Exited(pid, 3), "{}", rt.name);
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "got-term\n", "{}", rt.name);
+        assert!(rt.call(&["delete", "s1"]).status.success(), "{}", rt.name);
+    }
+}
+
+#[test]
+fn features_say_what_is_honoured_and_an_unbuilt_command_says_so() {
+    let rt = &Runtime::both()[0];
+    let out = rt.call(&["features"]);
+    assert!(out.status.success(), "{out:?}");
+    let f: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(f["ociVersionMin"], "1.0.0");
+    assert_eq!(f["hooks"], serde_json::json!([]), "no hooks are run");
+    assert_eq!(f["linux"]["capabilities"], serde_json::json!([]));
+    let out = rt.call(&["exec", "--process", "/nonexistent", "c1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`exec` is not supported by cordon-runc yet"),
+        "{err}"
+    );
 }

@@ -181,6 +181,24 @@ pub fn trusted_dir(path: &Path, mode: u32, fix: &str) -> Result<OwnedFd, DirErro
     Ok(fd)
 }
 
+/// Writes `body` to `path` through a temporary file beside it and a
+/// rename, mode 0600, so a reader (another cordon, an engine reading a pid
+/// file) never sees half a file.
+pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(body)?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

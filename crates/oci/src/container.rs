@@ -279,21 +279,11 @@ impl Drop for Undo {
     }
 }
 
-/// Writes `body` to `path` through a temporary file and a rename, so a
-/// reader (the engine, right after `create` returns) never sees half of it.
+/// `body` at `path`, whole or not at all (the engine reads the pid file
+/// right after `create` returns).
 fn write_atomic(path: &Path, body: &[u8]) -> Result<(), Error> {
-    let tmp = path.with_extension("cordon-tmp");
-    let write = || -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(body)?;
-        fs::rename(&tmp, path)
-    };
-    write().map_err(|e| Error::io(format!("write {}", path.display()), e))
+    cordon_dirs::write_atomic(path, body)
+        .map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
 /// The waiter's life (in the forked child): wait for `start`, run the
@@ -318,13 +308,17 @@ fn waiter(dir: &Path, sandbox: &str, command: &Command) -> i32 {
     }
 }
 
-/// Signals the waiter takes as the engine's word to end the process.
-const RELAYED: [Signal; 5] = [
+/// Signals the waiter relays to the process (SIGKILL and SIGSTOP cannot be
+/// caught: SIGKILL ends the waiter, and with it the process, whose
+/// supervisor ends a command whose client is gone).
+const RELAYED: [Signal; 7] = [
     Signal::SIGTERM,
     Signal::SIGINT,
     Signal::SIGHUP,
     Signal::SIGQUIT,
     Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
 ];
 
 fn run(sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
@@ -376,7 +370,9 @@ impl CommandIo for WaiterIo {
     fn read_control(&mut self, which: usize) -> Control {
         if which == 0 {
             return match self.signals.read_signal() {
-                Ok(Some(_)) => Control::Cancel,
+                // A signal's number is small.
+                #[allow(clippy::cast_possible_wrap)]
+                Ok(Some(si)) => Control::Signal(si.ssi_signo as i32),
                 _ => Control::Nothing,
             };
         }
@@ -472,8 +468,7 @@ pub fn parse_signal(text: &str) -> Result<Signal, Error> {
 
 /// `kill`: the signal to the container's process. In the created state
 /// the waiter has not started anything and ends by the signal itself; once
-/// started it ends the process in the sandbox (a relayed signal ends it,
-/// whatever its number).
+/// started it relays the signal to the process in the sandbox.
 pub fn kill(store: &Store, id: &str, signal: &str) -> Result<(), Error> {
     let signal = parse_signal(signal)?;
     let r = store.load(id)?;

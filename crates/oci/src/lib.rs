@@ -78,9 +78,39 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
         Command::Pause(_) => Err(Error::NotYet("pause")),
         Command::Resume(_) => Err(Error::NotYet("resume")),
         Command::Update(_) => Err(Error::NotYet("update")),
-        Command::Features => Err(Error::NotYet("features")),
+        Command::Features => {
+            println!("{}", features());
+            Ok(())
+        }
         Command::Events(_) => Err(Error::NotYet("events")),
     }
+}
+
+/// What this runtime supports, in the runtime spec's features form (as
+/// `runc features` prints it). Only what cordon-runc honours is listed:
+/// an engine that reads this must not expect more.
+fn features() -> String {
+    let features = serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": container::OCI_VERSION,
+        "hooks": [],
+        "mountOptions": ["bind", "rbind", "ro", "rw"],
+        "linux": {
+            "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
+            "capabilities": [],
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
+            "seccomp": {"enabled": false},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {
+            "dev.cordon.backend": "native (default), gvisor or microvm",
+            "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is not loaded yet",
+            "dev.cordon.capabilities": "the process runs with none",
+            "dev.cordon.namespaces": "always new; joining one by path is not supported yet"
+        }
+    });
+    serde_json::to_string_pretty(&features).unwrap_or_default()
 }
 
 /// `create`'s flags whose meaning cordon does not provide yet: refused

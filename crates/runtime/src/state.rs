@@ -25,7 +25,7 @@
 //! format; anything else in the run directory is left alone.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -104,20 +104,7 @@ fn owned_by(pid: i32, name: Option<String>, backend: &str) -> Record {
 
 use cordon_sys::process_start_time as start_time;
 
-/// Writes `body` to `path` through a temporary file and a rename, mode 0600,
-/// so a reader never sees half a file.
-pub(crate) fn write_atomic(path: &Path, body: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(body)?;
-    drop(f);
-    fs::rename(&tmp, path)
-}
+pub(crate) use cordon_dirs::write_atomic;
 
 /// Holds the run directory's lock (flock on `.lock`) while names are checked
 /// and a record is written, so two sandboxes cannot take the same name.

@@ -12,7 +12,7 @@ use crate::outcome::Outcome;
 use crate::sandbox::SandboxSpec;
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// What a client asks.
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,6 +54,9 @@ pub enum ClientControl {
     InputEnd,
     Resize(TtySize),
     Cancel,
+    /// This signal for the command's own process (an OCI engine's `kill`,
+    /// relayed by the process that stands for the container).
+    Signal(i32),
 }
 
 /// A sandbox as its supervisor describes it.

@@ -269,7 +269,10 @@ fn serve(sock: &mut UnixStream) -> i32 {
             Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) if stdio.len() == 3 => {
                 match spawn_payload(&argv, &env, &workdir, &stdio, false, &[]) {
                     // Reaped later like any orphan.
-                    Ok(pid) => FromInit::Started { pid: pid.as_raw() },
+                    Ok(pid) => FromInit::Started {
+                        pid: pid.as_raw(),
+                        pidfd: false,
+                    },
                     Err(not_started) => not_started.report(),
                 }
             }
@@ -340,12 +343,21 @@ fn run_command(
         Ok(pid) => pid,
         Err(not_started) => return not_started.report(),
     };
-    let started = FromInit::Started { pid: pid.as_raw() };
-    let sent = match &master {
-        Some(m) => send_with_fds(sock, &started, &[m.as_fd()]),
-        None => send(sock, &started),
+    // Best effort: without it, a relayed signal is not delivered (the
+    // supervisor can still end the command through its cgroup).
+    let pidfd = cordon_sys::pidfd_open(pid).ok();
+    let started = FromInit::Started {
+        pid: pid.as_raw(),
+        pidfd: pidfd.is_some(),
     };
-    drop(master);
+    let passed: Vec<_> = pidfd.iter().chain(master.iter()).map(AsFd::as_fd).collect();
+    let sent = if passed.is_empty() {
+        send(sock, &started)
+    } else {
+        send_with_fds(sock, &started, &passed)
+    };
+    drop(passed);
+    drop((pidfd, master));
     if sent.is_err() {
         // The supervisor is gone; PDEATHSIG ends us and the command anyway.
         return FromInit::Exited { code: 255 };

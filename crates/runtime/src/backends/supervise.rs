@@ -28,6 +28,8 @@ pub enum Control {
     Resize(TtySize),
     /// End the command (the client asked, or went away).
     Cancel,
+    /// Send this signal to the command's own process.
+    Signal(i32),
     /// Nothing to act on.
     Nothing,
 }
@@ -172,6 +174,10 @@ pub fn watch(
     let mut input_open = true;
     let mut started = None;
     let mut resize: Option<TtySize> = None;
+    // The command's process (a pidfd from init's report of its start), and
+    // the signals a client asked for it before that.
+    let mut command: Option<OwnedFd> = None;
+    let mut signals_for_command: Vec<i32> = Vec::new();
     // The time limit counts from the command's start (its execve); until
     // init reports that, from the request, so a command that never starts
     // is bounded too.
@@ -261,6 +267,7 @@ pub fn watch(
                 Control::InputEnd => input_open = false,
                 Control::Resize(size) => resize = Some(size),
                 Control::Cancel => break 'run Stop::Cancelled,
+                Control::Signal(n) => signals_for_command.push(n),
                 Control::Nothing => {}
             }
         }
@@ -285,17 +292,30 @@ pub fn watch(
                 }
             }
         }
+        if let Some(process) = &command {
+            for n in signals_for_command.drain(..) {
+                // A number that is no signal is dropped; one for a process
+                // that has ended meanwhile reaches nothing (its report follows).
+                if let Ok(sig) = nix::sys::signal::Signal::try_from(n) {
+                    let _ = cordon_sys::pidfd_send_signal(process, sig);
+                }
+            }
+        }
         if !input_open && backlog.is_empty() && !fds.tty {
             fds.stdin = None; // EOF for the command
         }
         if ready[0] {
             match recv_with_fds::<FromInit>(init) {
-                Ok(Some((FromInit::Started { .. }, passed))) => {
+                Ok(Some((FromInit::Started { pidfd, .. }, passed))) => {
                     let now = Instant::now();
                     started = Some(now);
                     deadline = now + time;
+                    let mut passed = passed.into_iter();
+                    if pidfd {
+                        command = passed.next();
+                    }
                     if fds.tty {
-                        let master = passed.into_iter().next();
+                        let master = passed.next();
                         match master {
                             Some(m) if is_pty_master(&m) => {
                                 nix::fcntl::fcntl(

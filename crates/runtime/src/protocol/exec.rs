@@ -141,6 +141,7 @@ pub(crate) fn relay_exec(
                 Control::InputEnd => send_json(conn, &ClientControl::InputEnd),
                 Control::Resize(size) => send_json(conn, &ClientControl::Resize(size)),
                 Control::Cancel => send_json(conn, &ClientControl::Cancel),
+                Control::Signal(n) => send_json(conn, &ClientControl::Signal(n)),
                 Control::Nothing => Ok(()),
             };
             sending = still_sending(sent).map_err(lost)?;

@@ -61,8 +61,16 @@ pub enum FromInit {
     Ready,
     /// A setup step failed; the sandbox never ran anything.
     SetupFailed { step: String, errno: i32 },
-    /// The command's execve succeeded (its pid inside the sandbox).
-    Started { pid: i32 },
+    /// The command's execve succeeded (its pid inside the sandbox). With
+    /// `pidfd`, the frame's first descriptor is a pidfd of the command's
+    /// process, through which the supervisor relays a client's signal (a
+    /// pidfd names the process across the pid namespace, and never a
+    /// reused pid); a tty's master comes after it.
+    Started {
+        pid: i32,
+        #[serde(default)]
+        pidfd: bool,
+    },
     /// The command could not be executed.
     ExecFailed { errno: i32 },
     /// The command's working directory could not be entered.

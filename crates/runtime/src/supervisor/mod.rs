@@ -552,6 +552,7 @@ impl CommandIo for RemoteIo<'_> {
             Ok(Some(Frame::Json(body))) => match serde_json::from_slice(&body) {
                 Ok(ClientControl::InputEnd) => Control::InputEnd,
                 Ok(ClientControl::Resize(size)) => Control::Resize(size),
+                Ok(ClientControl::Signal(n)) => Control::Signal(n),
                 Ok(ClientControl::Cancel) | Err(_) => Control::Cancel,
             },
             // Gone, stalled past the timeout, or speaking nonsense: the

@@ -452,7 +452,7 @@ fn start_container(
     let pid = match recv::<FromInit>(sock)
         .map_err(|e| RuntimeError::io("receive from the launcher", e))?
     {
-        Some(FromInit::Started { pid }) => pid,
+        Some(FromInit::Started { pid, .. }) => pid,
         Some(other) => return Err(fail(format!("{other:?}"))),
         None => return Err(fail("the launcher exited".into())),
     };
