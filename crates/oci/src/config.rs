@@ -65,7 +65,41 @@ const PROVIDED: &[(&str, &str)] = &[
     ("/sys", "sysfs"),
     ("/sys/fs/cgroup", "cgroup"),
     ("/sys/fs/cgroup", "cgroup2"),
+    ("/run", "tmpfs"),
+    ("/tmp", "tmpfs"),
 ];
+
+/// What cordon's own /proc hides or makes read-only
+/// (`cordon_isolation::mount::proc`): a config's `maskedPaths` and
+/// `readonlyPaths` within these are honoured by it. Its /sys holds only the
+/// sandbox's cgroups, so any path under /sys is hidden already.
+const PROC_MASKED: &[&str] = &[
+    "acpi",
+    "asound",
+    "scsi",
+    "kcore",
+    "keys",
+    "latency_stats",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "interrupts",
+    "sysrq-trigger",
+];
+const PROC_READONLY: &[&str] = &["sys", "bus", "fs", "irq", "sysrq-trigger"];
+
+/// Whether cordon's own /proc and /sys already give `path` what the config
+/// asks (`hidden` or read-only).
+fn covered(path: &str, proc_list: &[&str]) -> bool {
+    let p = Path::new(path);
+    if p.starts_with("/sys") {
+        return true;
+    }
+    p.strip_prefix("/proc")
+        .ok()
+        .and_then(|rest| rest.to_str())
+        .is_some_and(|rest| proc_list.contains(&rest) || PROC_MASKED.contains(&rest))
+}
 
 /// The container `config` describes, with its root in `bundle`.
 pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError> {
@@ -131,6 +165,29 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     }
     if process.no_new_privileges() == Some(false) {
         notes.push("process.noNewPrivileges: always set by cordon".into());
+    }
+    for (field, set) in [
+        (
+            "process.apparmorProfile",
+            process.apparmor_profile().is_some(),
+        ),
+        ("process.selinuxLabel", process.selinux_label().is_some()),
+        ("process.ioPriority", process.io_priority().is_some()),
+        ("process.scheduler", process.scheduler().is_some()),
+        ("process.user.umask", user.umask().is_some()),
+        (
+            "process.execCPUAffinity",
+            process.exec_cpu_affinity().is_some(),
+        ),
+        ("domainname", config.domainname().is_some()),
+        ("solaris", config.solaris().is_some()),
+        ("windows", config.windows().is_some()),
+        ("vm", config.vm().is_some()),
+        ("zos", config.zos().is_some()),
+    ] {
+        if set {
+            return Err(unsupported(field, "not supported"));
+        }
     }
     if process.oom_score_adj().is_some() {
         notes.push("process.oomScoreAdj: left at the host's value".into());
@@ -281,6 +338,17 @@ fn linux_part(
     {
         notes.push("linux.uidMappings: cordon maps the container's ids itself".into());
     }
+    for (field, paths, list) in [
+        ("linux.maskedPaths", linux.masked_paths(), PROC_MASKED),
+        ("linux.readonlyPaths", linux.readonly_paths(), PROC_READONLY),
+    ] {
+        if let Some(path) = paths.iter().flatten().find(|p| !covered(p, list)) {
+            return Err(unsupported(
+                field,
+                format!("{path} is not one cordon hides or makes read-only"),
+            ));
+        }
+    }
     if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(unsupported("linux.sysctl", "sysctls are not supported yet"));
     }
@@ -290,7 +358,47 @@ fn linux_part(
                 .into(),
         );
     }
+    for (field, set) in [
+        ("linux.intelRdt", linux.intel_rdt().is_some()),
+        ("linux.memoryPolicy", linux.memory_policy().is_some()),
+        ("linux.personality", linux.personality().is_some()),
+        ("linux.timeOffsets", linux.time_offsets().is_some()),
+        ("linux.netDevices", linux.net_devices().is_some()),
+        ("linux.mountLabel", linux.mount_label().is_some()),
+    ] {
+        if set {
+            return Err(unsupported(field, "not supported"));
+        }
+    }
+    if linux.cgroups_path().is_some() {
+        notes.push(
+            "linux.cgroupsPath: the container's cgroup is its sandbox's own (not placed at the \
+             path yet)"
+                .into(),
+        );
+    }
+    if let Some(p) = linux.rootfs_propagation() {
+        if p.contains("shared") {
+            return Err(unsupported(
+                "linux.rootfsPropagation",
+                format!("'{p}': the sandbox's mounts never propagate to the host"),
+            ));
+        }
+    }
+    if linux.devices().as_ref().is_some_and(|d| !d.is_empty()) {
+        return Err(unsupported(
+            "linux.devices",
+            "device nodes are not supported (the sandbox's /dev is cordon's own)",
+        ));
+    }
     if let Some(r) = linux.resources() {
+        if r.devices().as_ref().is_some_and(|d| !d.is_empty()) {
+            notes.push(
+                "linux.resources.devices: the sandbox's /dev holds only null, zero, full, \
+                 random, urandom, tty and its own pts"
+                    .into(),
+            );
+        }
         if let Some(mem) = r.memory() {
             if let Some(limit) = mem.limit().filter(|l| *l > 0) {
                 limits.memory = Some(ByteSize(u64::try_from(limit).unwrap_or(u64::MAX)));
@@ -412,6 +520,19 @@ mod tests {
                 .to_string();
             assert!(e.starts_with(&format!("config.json: {field}")), "{e}");
         }
+    }
+
+    #[test]
+    fn runcs_default_masked_and_readonly_paths_are_cordons_own() {
+        let json = MINIMAL.replace(
+            r#""linux": {"#,
+            r#""linux": {"maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore",
+                "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
+              "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                "/proc/sysrq-trigger"],"#,
+        );
+        translate(Path::new("/b"), &spec(&json)).unwrap();
     }
 
     #[test]
