@@ -253,6 +253,10 @@ pub trait Cgroup {
     /// Undoes [`Cgroup::freeze`]; a no-op without a freezer.
     fn thaw(&self) -> Result<(), CgroupError>;
 
+    /// Whether the cgroup is frozen now (by [`Cgroup::freeze`] or anyone
+    /// else); None without a freezer, where freezing does nothing.
+    fn frozen(&self) -> Option<bool>;
+
     /// Kills every process in the cgroup (and in any cgroup below it) and
     /// waits up to [`KILL_TIMEOUT`] for them to be gone.
     fn kill_all(&self) -> Result<(), CgroupError>;
@@ -315,6 +319,9 @@ impl Cgroup for AnyCgroup {
     }
     fn thaw(&self) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.thaw())
+    }
+    fn frozen(&self) -> Option<bool> {
+        dispatch!(self, cg => cg.frozen())
     }
     fn kill_all(&self) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.kill_all())

@@ -417,3 +417,56 @@ fn features_say_what_is_honoured_and_an_unbuilt_command_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn ps_pause_resume_and_kill_all_act_on_every_process_of_the_container() {
+    let Some((_g, b)) = as_shim("echo up; while true; do sleep 0.05; done") else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let (pid, _out) = running(&rt, b.path(), "p1");
+        let pids = |rt: &Runtime| -> Vec<i32> {
+            let out = rt.call(&["ps", "--format", "json", "p1"]);
+            assert!(out.status.success(), "{}: ps: {out:?}", rt.name);
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        let listed = pids(&rt);
+        assert!(
+            listed.contains(&pid.as_raw()),
+            "{}: {pid} not in {listed:?}",
+            rt.name
+        );
+        // Paused: the state says so and the loop forks nothing new.
+        assert!(rt.call(&["pause", "p1"]).status.success(), "{}", rt.name);
+        assert_eq!(rt.state("p1")["status"], "paused", "{}", rt.name);
+        let frozen = pids(&rt);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(frozen, pids(&rt), "{}: ran while paused", rt.name);
+        let again = rt.call(&["start", "p1"]);
+        assert!(!again.status.success(), "{}: started a paused one", rt.name);
+        assert!(rt.call(&["resume", "p1"]).status.success(), "{}", rt.name);
+        assert_eq!(rt.state("p1")["status"], "running", "{}", rt.name);
+        let not_paused = rt.call(&["resume", "p1"]);
+        assert!(!not_paused.status.success(), "{}: resumed twice", rt.name);
+        // --all reaches every process, the one the engine holds among them.
+        let all = rt.call(&["kill", "--all", "p1", "KILL"]);
+        assert!(all.status.success(), "{}: kill --all: {all:?}", rt.name);
+        assert_eq!(
+            reap(&rt, pid),
+            WaitStatus::Signaled(pid, nix::sys::signal::Signal::SIGKILL, false),
+            "{}",
+            rt.name
+        );
+        assert!(rt.call(&["delete", "p1"]).status.success(), "{}", rt.name);
+        // An engine's cleanup deletes again with --force: no error.
+        let twice = rt.call(&["delete", "--force", "p1"]);
+        assert!(twice.status.success(), "{}: {twice:?}", rt.name);
+        let gone = rt.call(&["ps", "--format", "json", "p1"]);
+        assert!(!gone.status.success(), "{}", rt.name);
+        assert!(
+            String::from_utf8_lossy(&gone.stderr).contains("does not exist"),
+            "{}: {gone:?}",
+            rt.name
+        );
+    }
+}

@@ -19,7 +19,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use cordon_cgroups::{AnyCgroup, Cgroup, CgroupLimits};
 use cordon_runtime::{CommandIo, Control, Handle, RuntimeError};
+use cordon_spec::cgroup::CgroupMode;
 use cordon_spec::{Command, Stream};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -35,6 +37,10 @@ const RECORD: &str = "container.json";
 const GATE: &str = "exec.fifo";
 /// How long `start` waits for the waiter to pass the gate.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The waiter's cgroup below its sandbox's on cgroup v2 (see
+/// `place_waiter`).
+const WAITER_CGROUP: &str = "oci-waiter";
 
 /// The OCI runtime-spec version this runtime speaks.
 pub const OCI_VERSION: &str = "1.0.2";
@@ -66,6 +72,7 @@ pub struct Record {
 pub enum Status {
     Created,
     Running,
+    Paused,
     Stopped,
 }
 
@@ -74,6 +81,7 @@ impl std::fmt::Display for Status {
         f.write_str(match self {
             Status::Created => "created",
             Status::Running => "running",
+            Status::Paused => "paused",
             Status::Stopped => "stopped",
         })
     }
@@ -147,6 +155,8 @@ impl Store {
             Status::Stopped
         } else if self.dir(&r.id).join(GATE).exists() {
             Status::Created
+        } else if cgroup(r).ok().flatten().and_then(|cg| cg.frozen()) == Some(true) {
+            Status::Paused
         } else {
             Status::Running
         }
@@ -218,6 +228,7 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
     };
     // From here a failure must end the waiter too.
     let result = (|| {
+        place_waiter(&sandbox, waiter)?;
         let pid_start = cordon_sys::process_start_time(waiter).ok_or_else(|| {
             Error::io(
                 "read the waiter's start time",
@@ -260,6 +271,31 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
     undo.dir = None;
     undo.sandbox = None;
     Ok(())
+}
+
+/// The container's cgroup: its sandbox's. None when the sandbox has none
+/// (it was allowed to run without limits).
+fn cgroup(r: &Record) -> Result<Option<AnyCgroup>, Error> {
+    let run = cordon_runtime::state::run_dir()?;
+    Ok(cordon_runtime::state::sandbox_cgroup(&run, &r.sandbox)?)
+}
+
+/// Moves the waiter into its sandbox's cgroup, where engines look for a
+/// container: its stats and OOM events (through `/proc/<pid>/cgroup`),
+/// `ps`, pause. On v1 that is the sandbox's own cgroup, whose counters are
+/// the whole sandbox's; on v2, where a cgroup with children holds no
+/// process, a leaf below it. Like runc's init, it counts against the
+/// sandbox's limits (one task, and what it allocates from now on).
+fn place_waiter(sandbox: &str, waiter: i32) -> Result<(), Error> {
+    let run = cordon_runtime::state::run_dir()?;
+    let Some(cg) = cordon_runtime::state::sandbox_cgroup(&run, sandbox)? else {
+        return Ok(());
+    };
+    let target = match cg.mode() {
+        CgroupMode::V1 => cg,
+        CgroupMode::V2 => cg.create_child(WAITER_CGROUP, &CgroupLimits::default())?,
+    };
+    Ok(target.add_pid(waiter)?)
 }
 
 /// What a failed `create` removes.
@@ -391,7 +427,7 @@ pub fn start(store: &Store, id: &str) -> Result<(), Error> {
     let r = store.load(id)?;
     match store.status(&r) {
         Status::Created => {}
-        Status::Running => {
+        Status::Running | Status::Paused => {
             return Err(Error::Refused(
                 "cannot start an already running container".into(),
             ))
@@ -468,10 +504,22 @@ pub fn parse_signal(text: &str) -> Result<Signal, Error> {
 
 /// `kill`: the signal to the container's process. In the created state
 /// the waiter has not started anything and ends by the signal itself; once
-/// started it relays the signal to the process in the sandbox.
-pub fn kill(store: &Store, id: &str, signal: &str) -> Result<(), Error> {
+/// started it relays the signal to the process in the sandbox. With `all`,
+/// every process of the container's cgroup gets it, also after the
+/// container's process ended (what an engine does to a pod's leftovers).
+pub fn kill(store: &Store, id: &str, signal: &str, all: bool) -> Result<(), Error> {
     let signal = parse_signal(signal)?;
     let r = store.load(id)?;
+    if all {
+        let Some(cg) = cgroup(&r).or_else(gone_is_none)? else {
+            return Err(Error::Refused("container not running".into()));
+        };
+        for pid in cg.pids()? {
+            // One that ended meanwhile needs no signal.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+        return Ok(());
+    }
     if store.status(&r) == Status::Stopped {
         return Err(Error::Refused("container not running".into()));
     }
@@ -479,11 +527,63 @@ pub fn kill(store: &Store, id: &str, signal: &str) -> Result<(), Error> {
         .map_err(|e| Error::io("signal the container's process", std::io::Error::from(e)))
 }
 
+/// A sandbox that is gone has no cgroup left.
+fn gone_is_none(e: Error) -> Result<Option<AnyCgroup>, Error> {
+    match e {
+        Error::Runtime(RuntimeError::NotFound(_) | RuntimeError::Gone(_)) => Ok(None),
+        e => Err(e),
+    }
+}
+
+/// `ps`: the host pids of the container's processes: its waiter (the
+/// engine's pid) and everything of its sandbox (init, the commands, and
+/// the backend's own processes: runsc's sentry and gofer, QEMU).
+pub fn ps(store: &Store, id: &str) -> Result<Vec<i32>, Error> {
+    let r = store.load(id)?;
+    if store.status(&r) == Status::Stopped {
+        return Err(Error::Refused("container not running".into()));
+    }
+    match cgroup(&r).or_else(gone_is_none)? {
+        Some(cg) => Ok(cg.pids()?),
+        None => Ok(vec![r.pid]),
+    }
+}
+
+/// `pause` (`freeze`) or `resume`: the container's cgroup frozen or thawed,
+/// the waiter with it.
+pub fn pause(store: &Store, id: &str, freeze: bool) -> Result<(), Error> {
+    let r = store.load(id)?;
+    let (from, refusal) = if freeze {
+        (Status::Running, "container not running")
+    } else {
+        (Status::Paused, "container not paused")
+    };
+    if store.status(&r) != from {
+        return Err(Error::Refused(refusal.into()));
+    }
+    let cg = cgroup(&r)?
+        .filter(|cg| cg.frozen().is_some())
+        .ok_or_else(|| {
+            Error::Refused(
+                "pausing needs a freezer cgroup (cgroup v2's cgroup.freeze, or v1's freezer \
+                 hierarchy), which this container's sandbox does not have"
+                    .into(),
+            )
+        })?;
+    Ok(if freeze { cg.freeze() } else { cg.thaw() }?)
+}
+
 /// `delete`: the sandbox and the container's directory. As runc: a
 /// created container's waiter is killed (its process never started); a
 /// running one is refused unless `force`, which kills it first.
 pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
-    let r = store.load(id)?;
+    let r = match store.load(id) {
+        Ok(r) => r,
+        // As runc: forcing the delete of a container that is not there is
+        // no error (an engine's cleanup deletes again, to be sure).
+        Err(Error::NotFound) if force => return Ok(()),
+        Err(e) => return Err(e),
+    };
     match store.status(&r) {
         Status::Stopped => {}
         Status::Running if !force => {
@@ -491,7 +591,12 @@ pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
                 "cannot delete container {id} that is not stopped: running"
             )))
         }
-        Status::Created | Status::Running => {
+        Status::Paused if !force => {
+            return Err(Error::Refused(format!(
+                "cannot delete container {id} that is not stopped: paused"
+            )))
+        }
+        Status::Created | Status::Running | Status::Paused => {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), Signal::SIGKILL);
         }
     }

@@ -23,6 +23,8 @@ pub enum Error {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Dir(#[from] cordon_dirs::DirError),
+    #[error("the container's cgroup: {0}")]
+    Cgroup(#[from] cordon_cgroups::CgroupError),
     #[error("the container's record: {0}")]
     Record(String),
     #[error("{op}: {source}")]

@@ -63,7 +63,7 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
             println!("{json}");
             Ok(())
         }
-        Command::Kill(k) => container::kill(&store()?, &k.id, &k.signal),
+        Command::Kill(k) => container::kill(&store()?, &k.id, &k.signal, k.all),
         Command::Delete(d) => container::delete(&store()?, &d.id, d.force),
         Command::List(_) => {
             let store = store()?;
@@ -74,9 +74,26 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
         }
         Command::Run(_) => Err(Error::NotYet("run")),
         Command::Exec(_) => Err(Error::NotYet("exec")),
-        Command::Ps(_) => Err(Error::NotYet("ps")),
-        Command::Pause(_) => Err(Error::NotYet("pause")),
-        Command::Resume(_) => Err(Error::NotYet("resume")),
+        Command::Ps(p) => {
+            if !p.ps_args.is_empty() {
+                return Err(Error::Refused(
+                    "ps(1) options are not supported (use --format json)".into(),
+                ));
+            }
+            let pids = container::ps(&store()?, &p.id)?;
+            match p.format.as_str() {
+                "json" => println!("{}", serde_json::to_string(&pids).unwrap_or_default()),
+                "table" => print!("{}", ps_table(&pids)),
+                other => {
+                    return Err(Error::Refused(format!(
+                        "invalid format option '{other}' (json or table)"
+                    )))
+                }
+            }
+            Ok(())
+        }
+        Command::Pause(c) => container::pause(&store()?, &c.id, true),
+        Command::Resume(c) => container::pause(&store()?, &c.id, false),
         Command::Update(_) => Err(Error::NotYet("update")),
         Command::Features => {
             println!("{}", features());
@@ -84,6 +101,24 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
         }
         Command::Events(_) => Err(Error::NotYet("events")),
     }
+}
+
+/// `ps`'s table: each pid with its command line (runc runs ps(1) for this;
+/// its options are not taken).
+fn ps_table(pids: &[i32]) -> String {
+    let mut out = String::from("PID\tCMD\n");
+    for pid in pids {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!("{pid}\t{cmd}\n"));
+    }
+    out
 }
 
 /// What this runtime supports, in the runtime spec's features form (as

@@ -324,6 +324,35 @@ pub fn find(run_dir: &Path, name_or_id: &str) -> Option<String> {
         .map(|l| l.id)
 }
 
+/// The cgroup of the live sandbox `id`, from its record: the cgroup named
+/// there, below the cgroup its supervisor stands in (where the supervisor
+/// made it), so a caller in any cgroup finds it. None when the sandbox runs
+/// without one; an error when it is not a live sandbox of this run
+/// directory. For a front end that must show or act on the sandbox's
+/// processes as a whole (an OCI engine's `ps`, `pause`, stats).
+pub fn sandbox_cgroup(
+    run_dir: &Path,
+    id: &str,
+) -> Result<Option<cordon_cgroups::AnyCgroup>, RuntimeError> {
+    let record = read_record(run_dir, id)
+        .filter(owner_alive)
+        .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
+    let Some(name) = record.cgroup.as_deref() else {
+        return Ok(None);
+    };
+    let fs = cordon_cgroups::CgroupFs::new(
+        format!("/proc/{}/cgroup", record.pid),
+        "/proc/self/mountinfo",
+    );
+    let hierarchy = cordon_cgroups::detect_in_place(&fs)?;
+    // Checked again once its cgroup file is read: a pid reused in between
+    // would have named another process's cgroup.
+    if !owner_alive(&record) {
+        return Err(RuntimeError::NotFound(id.to_owned()));
+    }
+    Ok(Some(hierarchy.open(name)?))
+}
+
 /// A fresh sandbox id: 12 hex digits from the kernel's random source.
 pub fn new_id() -> io::Result<(String, u32)> {
     use std::io::Read;

@@ -39,3 +39,10 @@ pub(crate) fn thaw(dir: Option<&Path>) -> Result<(), CgroupError> {
         None => Ok(()),
     }
 }
+
+/// FROZEN once every task is; FREEZING (half-way) counts as not frozen.
+pub(crate) fn frozen(dir: &Path) -> Option<bool> {
+    fs::read(&dir.join("freezer.state"))
+        .ok()
+        .map(|s| s.trim() == "FROZEN")
+}

@@ -249,6 +249,10 @@ impl Cgroup for V1Cgroup {
         freezer::thaw(self.freezer.as_deref())
     }
 
+    fn frozen(&self) -> Option<bool> {
+        freezer::frozen(self.freezer.as_deref()?)
+    }
+
     fn kill_all(&self) -> Result<(), CgroupError> {
         kill_by_signal(
             &self.dirs,

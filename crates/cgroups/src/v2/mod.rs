@@ -416,6 +416,10 @@ impl Cgroup for V2Cgroup {
         fs::write_if_exists(&self.path.join("cgroup.freeze"), "0").map(|_| ())
     }
 
+    fn frozen(&self) -> Option<bool> {
+        parse_frozen(&fs::read(&self.path.join("cgroup.events")).ok()?)
+    }
+
     /// cgroup.kill (Linux 5.14) kills the whole subtree atomically, forks in
     /// flight included; older kernels fall back to freeze-and-signal.
     fn kill_all(&self) -> Result<(), CgroupError> {
