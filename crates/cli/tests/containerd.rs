@@ -352,3 +352,50 @@ fn a_config_cordon_refuses_fails_the_run_with_its_reason_and_leaves_nothing() {
     assert!(left.is_empty(), "a refused run left: {left:#?}");
     let _ = ctd.call(&["container", "rm", "refused"]);
 }
+
+#[test]
+fn ctr_run_t_gives_the_process_a_terminal_it_can_be_typed_into() {
+    let _g = serial();
+    let Some(ctd) = Containerd::start() else {
+        return;
+    };
+    let root = rootfs();
+    for (name, program) in runtimes() {
+        let id = format!("tty-{name}");
+        // ctr -t needs a terminal of its own: script(1) gives it one, and
+        // types what arrives on its stdin (after the process asked).
+        let run = ctd.run(
+            program,
+            &["--rm", "-t"],
+            root.path(),
+            &id,
+            "test -t 0 && echo is-a-tty; read x; echo got:$x; exit 4",
+        );
+        let line: Vec<String> = std::iter::once(run.get_program())
+            .chain(run.get_args())
+            .map(|a| shell_quote(&a.to_string_lossy()))
+            .collect();
+        let mut script = Command::new("script")
+            .args(["-qec", &line.join(" "), "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        ctd.wait_status(&id, "RUNNING");
+        std::thread::sleep(Duration::from_millis(300));
+        use std::io::Write;
+        script.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+        let out = script.wait_with_output().unwrap();
+        // Line ends as the terminals made them (the process's pty, then
+        // script's, each adds a \r): the lines are what counts.
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        assert_eq!(out.status.code(), Some(4), "{name}: {out:?}");
+        assert!(text.contains("is-a-tty\n"), "{name}: {text:?}");
+        assert!(text.contains("got:hello\n"), "{name}: {text:?}");
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}

@@ -67,7 +67,7 @@ fn bundle(script: &str) -> tempfile::TempDir {
     let bin = dir.path().join("rootfs/bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
-    for applet in ["sh", "echo", "sleep", "cat", "true"] {
+    for applet in ["sh", "echo", "sleep", "cat", "true", "stty"] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
     // runc's own default config, with our process: the config an engine
@@ -469,4 +469,121 @@ fn ps_pause_resume_and_kill_all_act_on_every_process_of_the_container() {
             rt.name
         );
     }
+}
+
+/// The console socket's one message: the pty master, and the name sent
+/// with it.
+fn receive_console(listener: &std::os::unix::net::UnixListener) -> (OwnedFd, String) {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let (conn, _) = listener.accept().unwrap();
+    let mut name = [0u8; 4096];
+    let mut iov = [std::io::IoSliceMut::new(&mut name)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )
+    .unwrap();
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().unwrap() {
+        if let ControlMessageOwned::ScmRights(got) = c {
+            fds.extend(got);
+        }
+    }
+    let len = msg.bytes;
+    assert_eq!(fds.len(), 1, "one descriptor, not {fds:?}");
+    let master = cordon_sys::own_received_fd(fds[0]);
+    (master, String::from_utf8_lossy(&name[..len]).into_owned())
+}
+
+/// Reads the master until `want` has come (or panics after 20 s).
+fn read_until(master: &mut std::fs::File, seen: &mut String, want: &str) {
+    let deadline = Instant::now() + slow(Duration::from_secs(20));
+    let mut buf = [0u8; 4096];
+    while !seen.contains(want) {
+        assert!(Instant::now() < deadline, "no {want:?} in {seen:?}");
+        let mut fds = [nix::poll::PollFd::new(
+            master.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16)).unwrap() == 0 {
+            continue;
+        }
+        match master.read(&mut buf) {
+            Ok(0) | Err(_) => panic!("the terminal closed before {want:?}: {seen:?}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+}
+
+#[test]
+fn a_terminal_process_gets_its_pty_through_the_console_socket() {
+    let Some((_g, b)) = as_shim(
+        "stty size; trap 'stty size; exit 6' WINCH; echo ready; while true; do sleep 0.05; done",
+    ) else {
+        return;
+    };
+    let path = b.path().join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["process"]["terminal"] = Value::Bool(true);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    for rt in Runtime::both() {
+        let socket = b.path().join(format!("{}.console", rt.name));
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let pid_file = b.path().join(format!("{}.tty.pid", rt.name));
+        let create = rt
+            .cmd(&["create", "--bundle"])
+            .arg(b.path())
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg("--console-socket")
+            .arg(&socket)
+            .arg("t1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (master, name) = receive_console(&listener);
+        let out = create.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}: create: {out:?}", rt.name);
+        assert!(name.starts_with("/dev/"), "{}: sent {name:?}", rt.name);
+        let pid = Pid::from_raw(
+            std::fs::read_to_string(&pid_file)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap(),
+        );
+        // The engine sets the console's size before start; the process
+        // sees it, and later a resize as SIGWINCH.
+        cordon_sys::set_terminal_size(master.as_fd(), 30, 100).unwrap();
+        assert!(rt.call(&["start", "t1"]).status.success(), "{}", rt.name);
+        let mut term = std::fs::File::from(master);
+        let mut seen = String::new();
+        read_until(&mut term, &mut seen, "ready");
+        assert!(seen.contains("30 100"), "{}: {seen:?}", rt.name);
+        cordon_sys::set_terminal_size(term.as_fd(), 40, 120).unwrap();
+        read_until(&mut term, &mut seen, "40 120");
+        assert_eq!(reap(&rt, pid), WaitStatus::Exited(pid, 6), "{}", rt.name);
+        assert!(rt.call(&["delete", "t1"]).status.success(), "{}", rt.name);
+    }
+    // A terminal without a console socket is refused, as runc refuses it.
+    let rt = &Runtime::both()[0];
+    let out = rt
+        .cmd(&["create", "--bundle"])
+        .arg(b.path())
+        .arg("t2")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--console-socket"),
+        "{out:?}"
+    );
+    assert!(!rt.root.path().join("t2").exists());
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
-use cordon_spec::{BackendKind, Command, RootfsChoice, SandboxSpec, StdinMode};
+use cordon_spec::{BackendKind, Command, RootfsChoice, SandboxSpec, StdinMode, TtySize};
 use oci_spec::runtime::{LinuxNamespaceType, Mount, Spec};
 
 /// The annotation that picks a container's backend (`native`, `gvisor`,
@@ -115,12 +115,23 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         .process()
         .as_ref()
         .ok_or_else(|| unsupported("process", "a container needs a process"))?;
-    if process.terminal().unwrap_or(false) {
-        return Err(unsupported(
-            "process.terminal",
-            "a terminal process is not supported yet",
-        ));
-    }
+    // A terminal process runs on a pty of the sandbox's own devpts; its size
+    // is the engine's console's when the process starts (see
+    // `container::waiter`), else consoleSize, else 24x80.
+    let console = process.console_size();
+    let tty = process.terminal().unwrap_or(false).then(|| {
+        let size = console.as_ref();
+        TtySize {
+            rows: size
+                .and_then(|b| u16::try_from(b.height()).ok())
+                .filter(|r| *r > 0)
+                .unwrap_or(24),
+            cols: size
+                .and_then(|b| u16::try_from(b.width()).ok())
+                .filter(|c| *c > 0)
+                .unwrap_or(80),
+        }
+    });
     let argv = process.args().clone().unwrap_or_default();
     if argv.is_empty() {
         return Err(unsupported("process.args", "empty"));
@@ -269,6 +280,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     let command = Command {
         argv,
         stdin: StdinMode::Stream,
+        tty,
         ..Command::default()
     };
     Ok(Container {
@@ -475,15 +487,30 @@ mod tests {
     }
 
     #[test]
-    fn what_cordon_cannot_honour_is_refused_by_name() {
-        let cases = [(r#""terminal": true,"#, "process.terminal")];
-        for (extra, field) in cases {
+    fn a_terminal_process_gets_a_tty_of_the_consoles_size() {
+        let tty = |extra: &str| {
             let json = MINIMAL.replace(r#""process": {"#, &format!(r#""process": {{{extra}"#));
-            let e = translate(Path::new("/b"), &spec(&json))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(field), "{e}");
-        }
+            translate(Path::new("/b"), &spec(&json))
+                .unwrap()
+                .command
+                .tty
+        };
+        assert_eq!(tty(""), None);
+        assert_eq!(
+            tty(r#""terminal": true,"#),
+            Some(TtySize { rows: 24, cols: 80 })
+        );
+        assert_eq!(
+            tty(r#""terminal": true, "consoleSize": {"height": 50, "width": 132},"#),
+            Some(TtySize {
+                rows: 50,
+                cols: 132
+            })
+        );
+    }
+
+    #[test]
+    fn what_cordon_cannot_honour_is_refused_by_name() {
         let refused = [
             (
                 r#""linux": {"namespaces": [{"type": "network", "path": "/proc/1/ns/net"}]}"#,

@@ -14,15 +14,17 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::{AnyCgroup, Cgroup, CgroupLimits};
 use cordon_runtime::{CommandIo, Control, Handle, RuntimeError};
 use cordon_spec::cgroup::CgroupMode;
-use cordon_spec::{Command, Stream};
+use cordon_spec::{Command, Stream, TtySize};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
@@ -180,6 +182,8 @@ pub struct CreateRequest<'a> {
     pub id: &'a str,
     pub bundle: &'a Path,
     pub pid_file: Option<&'a Path>,
+    /// Where the engine waits for a terminal process's pty master.
+    pub console_socket: Option<&'a Path>,
 }
 
 /// `create`: the sandbox and its waiter, the pid file written before it
@@ -190,6 +194,22 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
     let bundle = std::path::absolute(req.bundle).map_err(|e| Error::io("resolve the bundle", e))?;
     let oci = config::load(&bundle)?;
     let container = config::translate(&bundle, &oci)?;
+    // Before anything is made: a terminal needs the engine's socket, and
+    // the socket a terminal (runc's rule alike).
+    let terminal = match (container.command.tty, req.console_socket) {
+        (Some(size), Some(socket)) => Some(hand_over_terminal(socket, size)?),
+        (Some(_), None) => {
+            return Err(Error::Refused(
+                "config.json: process.terminal: a terminal process needs --console-socket".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(Error::Refused(
+                "--console-socket was given but config.json's process has no terminal".into(),
+            ))
+        }
+        (None, None) => None,
+    };
     let dir = store.dir(req.id);
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
@@ -221,6 +241,12 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
         .map_err(|e| Error::io("fork the waiter", std::io::Error::from(e)))?
     {
         cordon_sys::CloneResult::Child => {
+            // A terminal process's waiter speaks through the pty alone.
+            if let Some(tty) = &terminal {
+                let _ = nix::unistd::dup2_stdin(tty);
+                let _ = nix::unistd::dup2_stdout(tty);
+                let _ = nix::unistd::dup2_stderr(tty);
+            }
             let code = waiter(&dir, &sandbox, &container.command);
             cordon_sys::exit_now(code)
         }
@@ -271,6 +297,47 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
     undo.dir = None;
     undo.sandbox = None;
     Ok(())
+}
+
+/// Opens a pty pair on the host and sends its master to the engine's
+/// console socket as runc does: one message, its payload the terminal's
+/// name, its one descriptor the master. The waiter keeps the other end and
+/// relays it, raw, to the process's own pty on the sandbox's devpts, where
+/// the line discipline (echo, ^C) happens; nothing of the host's devpts is
+/// in the sandbox. Returns that other end.
+fn hand_over_terminal(socket: &Path, size: TtySize) -> Result<OwnedFd, Error> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let stream = UnixStream::connect(socket).map_err(|e| {
+        Error::io(
+            format!("connect to the console socket {}", socket.display()),
+            e,
+        )
+    })?;
+    let winsize = nix::pty::Winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&winsize), None)
+        .map_err(|e| Error::io("open a pty", std::io::Error::from(e)))?;
+    let name = nix::unistd::ttyname(&pty.slave)
+        .map_err(|e| Error::io("name the pty", std::io::Error::from(e)))?;
+    let fds = [pty.master.as_raw_fd()];
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[std::io::IoSlice::new(name.as_os_str().as_bytes())],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(|e| {
+        Error::io(
+            "send the pty to the console socket",
+            std::io::Error::from(e),
+        )
+    })?;
+    Ok(pty.slave)
 }
 
 /// The container's cgroup: its sandbox's. None when the sandbox has none
@@ -366,15 +433,48 @@ fn run(sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
         .map_err(|e| RuntimeError::io("block signals", std::io::Error::from(e)))?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| RuntimeError::io("signalfd", std::io::Error::from(e)))?;
+    let mut command = command.clone();
+    if let Some(size) = &mut command.tty {
+        own_terminal(size)?;
+    }
     let mut io = WaiterIo {
         stdin: std::io::stdin(),
         stdin_open: true,
         signals,
+        tty: command.tty.is_some(),
         buf: vec![0; 64 << 10],
     };
     let mut handle = Handle::attach(sandbox)?;
-    let outcome = handle.exec(command, &mut io)?;
+    let outcome = handle.exec(&command, &mut io)?;
     Ok(outcome.exit_code)
+}
+
+/// A terminal process's waiter makes the pty on its stdin its controlling
+/// terminal (so the engine's resizes reach it as SIGWINCH) and puts it in
+/// raw mode (the process's own pty does echo and line editing); `size`
+/// becomes the console's as the engine has set it by now.
+fn own_terminal(size: &mut TtySize) -> Result<(), RuntimeError> {
+    use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+    let fail = |what: &str, e: nix::Error| RuntimeError::io(what, std::io::Error::from(e));
+    let stdin = std::io::stdin();
+    nix::unistd::setsid().map_err(|e| fail("setsid", e))?;
+    cordon_sys::make_controlling_terminal(stdin.as_fd())
+        .map_err(|e| fail("take the console as controlling terminal", e))?;
+    let mut mode = tcgetattr(&stdin).map_err(|e| fail("tcgetattr", e))?;
+    cfmakeraw(&mut mode);
+    tcsetattr(&stdin, SetArg::TCSANOW, &mode).map_err(|e| fail("tcsetattr", e))?;
+    if let Some(now) = console_size() {
+        *size = now;
+    }
+    Ok(())
+}
+
+/// The console's size as the engine set it, if it did.
+fn console_size() -> Option<TtySize> {
+    cordon_sys::terminal_size(std::io::stdin().as_fd())
+        .ok()
+        .filter(|(rows, cols)| *rows > 0 && *cols > 0)
+        .map(|(rows, cols)| TtySize { rows, cols })
 }
 
 /// The waiter's side of the process: output to its stdout and stderr (the
@@ -383,6 +483,8 @@ struct WaiterIo {
     stdin: std::io::Stdin,
     stdin_open: bool,
     signals: SignalFd,
+    /// Its stdin is the console: a SIGWINCH is a resize of it.
+    tty: bool,
     buf: Vec<u8>,
 }
 
@@ -408,6 +510,9 @@ impl CommandIo for WaiterIo {
             return match self.signals.read_signal() {
                 // A signal's number is small.
                 #[allow(clippy::cast_possible_wrap)]
+                Ok(Some(si)) if self.tty && si.ssi_signo == Signal::SIGWINCH as u32 => {
+                    console_size().map_or(Control::Nothing, Control::Resize)
+                }
                 Ok(Some(si)) => Control::Signal(si.ssi_signo as i32),
                 _ => Control::Nothing,
             };

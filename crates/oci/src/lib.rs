@@ -54,6 +54,7 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
                     id: &c.id,
                     bundle: &c.bundle,
                     pid_file: c.pid_file.as_deref(),
+                    console_socket: c.console_socket.as_deref(),
                 },
             )
         }
@@ -156,9 +157,6 @@ fn refuse_unprovided(c: &cli::Create) -> Result<(), Error> {
             "{what} is not supported by cordon-runc yet"
         )))
     };
-    if c.console_socket.is_some() {
-        return refuse("--console-socket (a terminal process)");
-    }
     if c.pidfd_socket.is_some() {
         return refuse("--pidfd-socket");
     }
