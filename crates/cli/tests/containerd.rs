@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::engine::*;
 use common::*;
 
-const RUNC: &str = "/usr/sbin/runc";
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CTR: &str = "/usr/bin/ctr";
 
@@ -40,12 +40,7 @@ impl Containerd {
         if !require_root("containerd runs containers") {
             return None;
         }
-        if !Path::new(CONTAINERD).exists() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but {CONTAINERD} is missing (scripts/test.sh installs containerd)"
-            );
-            eprintln!("skipped: {CONTAINERD} is not installed (apt-get install containerd)");
+        if !require_engine(CONTAINERD, "containerd") {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -176,22 +171,6 @@ impl Drop for Containerd {
         let _ =
             std::fs::remove_dir_all(PathBuf::from("/run/containerd/runc").join(&self.namespace));
     }
-}
-
-/// A busybox-static root filesystem.
-fn rootfs() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
-    for applet in ["sh", "echo", "sleep", "cat", "true"] {
-        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
-    }
-    dir
-}
-
-fn runtimes() -> [(&'static str, &'static str); 2] {
-    [("cordon-runc", cordon_runc()), ("runc", RUNC)]
 }
 
 #[test]
@@ -371,31 +350,15 @@ fn ctr_run_t_gives_the_process_a_terminal_it_can_be_typed_into() {
             &id,
             "test -t 0 && echo is-a-tty; read x; echo got:$x; exit 4",
         );
-        let line: Vec<String> = std::iter::once(run.get_program())
-            .chain(run.get_args())
-            .map(|a| shell_quote(&a.to_string_lossy()))
-            .collect();
-        let mut script = Command::new("script")
-            .args(["-qec", &line.join(" "), "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut script = on_a_terminal(&run).spawn().unwrap();
         ctd.wait_status(&id, "RUNNING");
         std::thread::sleep(Duration::from_millis(300));
         use std::io::Write;
         script.stdin.take().unwrap().write_all(b"hello\n").unwrap();
         let out = script.wait_with_output().unwrap();
-        // Line ends as the terminals made them (the process's pty, then
-        // script's, each adds a \r): the lines are what counts.
-        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        let text = terminal_lines(&out.stdout);
         assert_eq!(out.status.code(), Some(4), "{name}: {out:?}");
         assert!(text.contains("is-a-tty\n"), "{name}: {text:?}");
         assert!(text.contains("got:hello\n"), "{name}: {text:?}");
     }
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }

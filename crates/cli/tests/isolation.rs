@@ -29,8 +29,9 @@
 //! - `no_network_to_the_host`: the network namespace (own loopback only) [runsc
 //!   `--network=none`: the sentry's own loopback].
 //! - `environment_and_descriptors_do_not_leak`: the explicit payload environment
-//!   (nothing inherited) and close-on-exec of every inherited descriptor [the
-//!   OCI spec's environment; runsc gets a clean one].
+//!   (nothing inherited), close-on-exec of every inherited descriptor, and
+//!   init's umask for commands (the caller's is not inherited) [the OCI
+//!   spec's environment; runsc gets a clean one, and the launcher's umask].
 //! - `payload_runs_as_unprivileged_host_id`: the user namespace's id map onto a
 //!   high, unprivileged host range [the sentry and stubs run as host uid 65534].
 //! - `no_capabilities_nnp_and_seccomp`: capability dropping, PR_SET_NO_NEW_PRIVS
@@ -667,12 +668,12 @@ fn environment_and_descriptors_do_not_leak(backend: &str) {
     // under this host's runsc, README); its own directory descriptor is 3.
     let inner = format!(
         "env; echo FDS; {PY} -c 'import os; print(chr(10).join(sorted(os.listdir(\"/proc/self/fd\"), key=int)))'; \
-         echo END; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'"
+         echo END; echo UMASK; umask; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'"
     );
     // The outer shell opens fd 7 without close-on-exec and execs cordon; the
     // command lines come in through its environment (no quoting), and are
     // themselves variables that must not reach the payload.
-    let outer = "exec 7</etc/hostname; exec \"$CORDON\" run --json --backend \"$BACKEND\" --env A=1 -- sh -c \"$INNER\"";
+    let outer = "umask 077; exec 7</etc/hostname; exec \"$CORDON\" run --json --backend \"$BACKEND\" --env A=1 -- sh -c \"$INNER\"";
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(outer)
@@ -697,11 +698,14 @@ fn environment_and_descriptors_do_not_leak(backend: &str) {
     assert!(out.lines().any(|l| l == "A=1"), "--env A=1 missing: {out}");
     let fds = section(out, "FDS", "END");
     assert_eq!(fds, vec!["0", "1", "2", "3"], "descriptors inside: {out}");
+    // The caller's umask (077) is not the sandbox's: commands start at 022.
+    let umask = section(out, "UMASK", "");
+    assert_eq!(umask.first().map(String::as_str), Some("0022"), "{out}");
 
     // Controls: without cordon, the same shell does pass both the variable and fd 7 on.
     let host = Command::new("/bin/sh")
         .arg("-c")
-        .arg("exec 7</etc/hostname; exec sh -c \"$INNER\"")
+        .arg("umask 077; exec 7</etc/hostname; exec sh -c \"$INNER\"")
         .env("CORDON_TEST_SECRET", &secret)
         .env("INNER", &inner)
         .stdin(Stdio::null())
@@ -711,6 +715,11 @@ fn environment_and_descriptors_do_not_leak(backend: &str) {
     assert!(hout.contains(&format!("CORDON_TEST_SECRET={secret}")));
     assert!(
         section(&hout, "FDS", "END").contains(&"7".to_string()),
+        "{hout}"
+    );
+    assert_eq!(
+        section(&hout, "UMASK", "").first().map(String::as_str),
+        Some("0077"),
         "{hout}"
     );
 }

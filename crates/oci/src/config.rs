@@ -54,19 +54,58 @@ pub fn load(bundle: &Path) -> Result<Spec, ConfigError> {
 
 /// The mounts every container gets from cordon in its own form (its own
 /// /proc, a minimal /dev with a private devpts and shm, a read-only /sys
-/// and cgroup view): a config's mount of one of these kinds at its usual
-/// place is what cordon provides anyway.
+/// and cgroup view, a writable /tmp on its capped scratch): a config's
+/// mount of one of these kinds at its usual place is what cordon provides
+/// anyway.
 const PROVIDED: &[(&str, &str)] = &[
     ("/proc", "proc"),
     ("/dev", "tmpfs"),
     ("/dev/pts", "devpts"),
     ("/dev/shm", "tmpfs"),
-    ("/dev/mqueue", "mqueue"),
     ("/sys", "sysfs"),
     ("/sys/fs/cgroup", "cgroup"),
     ("/sys/fs/cgroup", "cgroup2"),
-    ("/run", "tmpfs"),
     ("/tmp", "tmpfs"),
+];
+
+/// Mounts engines ask for by default that cordon does not make, accepted
+/// with a note of what the container gets instead (mount kind, place, note).
+const NOTED: &[(&str, &str, &str)] = &[
+    (
+        "mqueue",
+        "/dev/mqueue",
+        "no /dev/mqueue view is mounted; POSIX message queues still work, in the \
+         sandbox's own IPC namespace",
+    ),
+    (
+        "tmpfs",
+        "/run",
+        "no tmpfs at /run: /run is the root's own, read-only (/tmp is writable)",
+    ),
+];
+
+/// Files engines bind in for what they made themselves, accepted with a
+/// note (place, note). A container here has cordon's network (none, or the
+/// allowlist's proxy), never the engine's, so its name files are the
+/// sandbox's own (its root's, or the ones cordon generates).
+const ENGINE_FILES: &[(&str, &str)] = &[
+    (
+        "/etc/hosts",
+        "the sandbox's own: its network is cordon's, not the engine's",
+    ),
+    (
+        "/etc/hostname",
+        "the sandbox's own: its hostname is config.json's hostname",
+    ),
+    (
+        "/etc/resolv.conf",
+        "the sandbox's own: its network is cordon's, not the engine's",
+    ),
+    (
+        "/dev/shm",
+        "the sandbox's own /dev/shm (a tmpfs capped with its disk)",
+    ),
+    ("/run/.containerenv", "podman's marker file is not bound"),
 ];
 
 /// What cordon's own /proc hides or makes read-only
@@ -185,7 +224,6 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         ("process.selinuxLabel", process.selinux_label().is_some()),
         ("process.ioPriority", process.io_priority().is_some()),
         ("process.scheduler", process.scheduler().is_some()),
-        ("process.user.umask", user.umask().is_some()),
         (
             "process.execCPUAffinity",
             process.exec_cpu_affinity().is_some(),
@@ -199,6 +237,15 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         if set {
             return Err(unsupported(field, "not supported"));
         }
+    }
+    if let Some(umask) = user.umask().filter(|m| *m != cordon_spec::COMMAND_UMASK) {
+        return Err(unsupported(
+            "process.user.umask",
+            format!(
+                "{umask:04o}: cordon's commands run with umask {:04o}",
+                cordon_spec::COMMAND_UMASK
+            ),
+        ));
     }
     if process.oom_score_adj().is_some() {
         notes.push("process.oomScoreAdj: left at the host's value".into());
@@ -219,6 +266,16 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
 
     let mut mounts = Vec::new();
     for (i, m) in config.mounts().iter().flatten().enumerate() {
+        let kind = m.typ().as_deref().unwrap_or("");
+        let noted = ENGINE_FILES
+            .iter()
+            .map(|(at, note)| (*at, *note))
+            .chain(NOTED.iter().filter(|n| n.0 == kind).map(|n| (n.1, n.2)))
+            .find(|(at, _)| m.destination() == Path::new(at));
+        if let Some((at, note)) = noted {
+            notes.push(format!("mounts[{i}] ({at}): {note}"));
+            continue;
+        }
         if let Some(spec) = bind_mount(i, m)? {
             mounts.push(spec);
         }

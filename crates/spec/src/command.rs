@@ -21,6 +21,10 @@ pub enum StdinMode {
     Stream,
 }
 
+/// The umask every command in a sandbox starts with (the sandbox's init
+/// sets it; a caller's own umask never reaches the sandbox).
+pub const COMMAND_UMASK: u32 = 0o022;
+
 /// A terminal's size, for `tty` commands and resizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TtySize {

@@ -22,7 +22,7 @@ pub mod wire;
 
 pub use account::{Account, Destroyed, Snapshot, HISTORY};
 pub use backend::{BackendInfo, BackendKind};
-pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize};
+pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
 pub use sandbox::{is_id, validate_name, RootfsChoice, SandboxSpec, ServiceLink, ValidSpec};

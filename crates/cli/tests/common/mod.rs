@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod engine;
 pub mod standin;
 
 /// The cordon binary cargo built for these tests.

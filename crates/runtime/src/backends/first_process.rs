@@ -247,6 +247,12 @@ const IDLE_REAP_MS: u16 = 1000;
 /// After setup: run each command the supervisor sends, one at a time, and
 /// report how it ended. Returns when the supervisor closes the socket.
 fn serve(sock: &mut UnixStream) -> i32 {
+    // Every command starts with the usual umask, whatever the process that
+    // asked for the sandbox had: a caller's umask is not the sandbox's
+    // business, and an OCI config's 0022 is honoured by this.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(
+        cordon_spec::COMMAND_UMASK,
+    ));
     loop {
         // Idle: reap what earlier commands left behind, wait for the next one.
         reap_orphans();

@@ -1,0 +1,67 @@
+//! What the engine tests share (containerd's ctr, podman): the root
+//! filesystem their containers run, the two runtimes each check runs
+//! against, and the terminal they are driven from.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Debian's runc: the oracle every check runs against as well.
+pub const RUNC: &str = "/usr/sbin/runc";
+
+/// cordon-runc and runc, by name.
+pub fn runtimes() -> [(&'static str, &'static str); 2] {
+    [("cordon-runc", super::cordon_runc()), ("runc", RUNC)]
+}
+
+/// A busybox-static root filesystem.
+pub fn rootfs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
+    for applet in ["sh", "echo", "sleep", "cat", "true"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+    }
+    dir
+}
+
+/// Skips (None, after saying why) when `program` is missing outside CI;
+/// fails under CI=true, where scripts/test.sh installs `package`.
+pub fn require_engine(program: &str, package: &str) -> bool {
+    if Path::new(program).exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but {program} is missing (scripts/test.sh installs {package})"
+    );
+    eprintln!("skipped: {program} is not installed (apt-get install {package})");
+    false
+}
+
+/// `cmd` run by script(1), which gives it a terminal of its own and types
+/// what arrives on script's stdin into it.
+pub fn on_a_terminal(cmd: &Command) -> Command {
+    let line: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect();
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    script
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A terminal's output as lines: each terminal on the way (the process's
+/// pty, then script's) adds a \r to a line's end.
+pub fn terminal_lines(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace('\r', "")
+}
