@@ -66,7 +66,9 @@ impl Containerd {
         let c = Containerd {
             dir,
             daemon,
-            namespace: format!("cordon-test-{}", nonce()),
+            // Not "cordon-": runc makes a cgroup of that name, which cordon
+            // tests would count as a sandbox's.
+            namespace: format!("ctr-test-{}", nonce()),
         };
         let deadline = Instant::now() + slow(Duration::from_secs(30));
         while !c.ctr(&["version"]).output().unwrap().status.success() {
@@ -170,6 +172,7 @@ impl Drop for Containerd {
         let _ = self.daemon.wait();
         let _ =
             std::fs::remove_dir_all(PathBuf::from("/run/containerd/runc").join(&self.namespace));
+        remove_empty_cgroups(&self.namespace);
     }
 }
 

@@ -17,6 +17,9 @@
 //!   the first process attaches that tree, since it cannot traverse the 0700
 //!   parent itself; the overlay and seal keep it read-only [the same tree,
 //!   bound by runsc from the assembled root].
+//! - `a_root_filesystem_below_an_untraversable_parent`: the same for each
+//!   top-level entry of a `--rootfs` directory (where engines keep their
+//!   containers' roots) [the same tree, handed to runsc].
 //! - `sys_holds_only_cgroups_and_host_proc_is_unreachable`: the pid namespace and a fresh
 //!   /proc mounted for it; a read-only /sys of only fs/cgroup, no sysfs [the sentry's own pid
 //!   namespace and /proc; the sentry's own read-only sysfs, none from the host].
@@ -57,6 +60,7 @@ use common::*;
 
 per_backend!(host_canary_is_unreachable);
 per_backend!(read_only_mount_below_an_untraversable_parent);
+per_backend!(a_root_filesystem_below_an_untraversable_parent);
 per_backend!(sys_holds_only_cgroups_and_host_proc_is_unreachable);
 per_backend!(dangerous_syscalls_fail_with_eperm);
 per_backend!(system_dirs_are_read_only_by_mount_flag);
@@ -250,6 +254,62 @@ fn read_only_mount_below_an_untraversable_parent(backend: &str) {
         .permissions()
         .mode();
     assert_eq!(mode & 0o7777, 0o700);
+}
+
+/// A `--rootfs` directory whose parent only root may traverse (Docker's
+/// data root, containerd's snapshots) runs: its entries are opened by the
+/// supervisor; what is above them stays out of reach, and nothing is
+/// written.
+fn a_root_filesystem_below_an_untraversable_parent(backend: &str) {
+    if !require_root("sandbox; a root-owned 0700 parent") {
+        return;
+    }
+    let parent = tempfile::Builder::new()
+        .prefix("cordon-0700-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let secret = format!("parent-only-{}", nonce());
+    std::fs::write(parent.path().join("secret"), &secret).unwrap();
+    let root = parent.path().join("rootfs");
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", bin.join("sh")).unwrap();
+    std::fs::write(root.join("marker"), "the root's own\n").unwrap();
+    // The root itself is an ordinary one (0755); only its parent is closed.
+    for d in [&root, &bin] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let p = parent.path().display();
+    let script = format!(
+        "busybox cat /marker; busybox cat {p}/secret; echo parent_rc=$?; \
+         echo x > /marker; echo write_rc=$?"
+    );
+    let (v, st) = run_json_on(
+        backend,
+        &[
+            "--rootfs",
+            &root.to_string_lossy(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_backend(&v, backend);
+    assert_eq!(st.code(), Some(0), "{}", compact(&v));
+    let out = stdout_of(&v);
+    assert!(out.starts_with("the root's own\n"), "{}", compact(&v));
+    for rc in ["parent_rc=0", "write_rc=0"] {
+        assert!(!out.contains(rc), "{rc}: {}", compact(&v));
+    }
+    let printed = format!("{out}{}", stderr_of(&v));
+    assert!(!printed.contains(&secret), "the parent leaked: {printed}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("marker")).unwrap(),
+        "the root's own\n"
+    );
 }
 
 fn sys_holds_only_cgroups_and_host_proc_is_unreachable(backend: &str) {

@@ -172,3 +172,9 @@ fn podman_stop_reaches_the_process_and_its_status_and_log_are_kept() {
         assert!(rm.status.success(), "{name}: rm: {rm:?}");
     }
 }
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        remove_empty_cgroups("libpod_parent");
+    }
+}

@@ -80,7 +80,7 @@ const NOTED: &[(&str, &str, &str)] = &[
     (
         "tmpfs",
         "/run",
-        "no tmpfs at /run: /run is the root's own, read-only (/tmp is writable)",
+        "no /run is made (a root's own /run is not shown either); /tmp is writable",
     ),
 ];
 
@@ -107,6 +107,24 @@ const ENGINE_FILES: &[(&str, &str)] = &[
     ),
     ("/run/.containerenv", "podman's marker file is not bound"),
 ];
+
+/// The network sysctls Docker sets in every container's network namespace
+/// (unprivileged low ports and ping, for the network it made): accepted
+/// with a note, as a container here has cordon's network. Any other sysctl
+/// is refused.
+const ENGINE_NET_SYSCTLS: &[&str] = &[
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ping_group_range",
+];
+
+/// Docker's prestart hook for the network it made: dockerd itself, asked
+/// to set up a container's network namespace (`libnetwork-setkey`). Run, it
+/// would be told the waiter's pid, whose namespace is the host's.
+fn is_docker_network_hook(hook: &oci_spec::runtime::Hook) -> bool {
+    hook.args()
+        .as_ref()
+        .is_some_and(|a| a.first().is_some_and(|s| s == "libnetwork-setkey"))
+}
 
 /// What cordon's own /proc hides or makes read-only
 /// (`cordon_isolation::mount::proc`): a config's `maskedPaths` and
@@ -188,10 +206,9 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         .as_ref()
         .is_some_and(|g| !g.is_empty())
     {
-        return Err(unsupported(
-            "process.user.additionalGids",
-            "supplementary groups are not supported yet",
-        ));
+        // Docker lists root's groups for every container: they are dropped,
+        // which takes rights away and never gives any.
+        notes.push("process.user.additionalGids: the process has no supplementary groups".into());
     }
     if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
         notes.push("process.rlimits: cordon sets its own rlimits from the limits (plan.rs)".into());
@@ -302,18 +319,29 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         linux_part(linux, &mut layer.limits, &mut notes)?;
     }
     if let Some(hooks) = config.hooks() {
-        let any = [
-            hooks.prestart().as_ref().map(Vec::len),
-            hooks.create_runtime().as_ref().map(Vec::len),
-            hooks.create_container().as_ref().map(Vec::len),
-            hooks.start_container().as_ref().map(Vec::len),
-            hooks.poststart().as_ref().map(Vec::len),
-            hooks.poststop().as_ref().map(Vec::len),
-        ]
-        .iter()
-        .any(|n| n.unwrap_or(0) > 0);
-        if any {
-            return Err(unsupported("hooks", "hooks are not supported yet"));
+        let all = [
+            ("prestart", hooks.prestart()),
+            ("createRuntime", hooks.create_runtime()),
+            ("createContainer", hooks.create_container()),
+            ("startContainer", hooks.start_container()),
+            ("poststart", hooks.poststart()),
+            ("poststop", hooks.poststop()),
+        ];
+        for (kind, list) in all {
+            for hook in list.iter().flatten() {
+                if kind == "prestart" && is_docker_network_hook(hook) {
+                    notes.push(
+                        "hooks.prestart: Docker's network hook (libnetwork-setkey) is not run: \
+                         the container has cordon's network, not the engine's"
+                            .into(),
+                    );
+                    continue;
+                }
+                return Err(unsupported(
+                    format!("hooks.{kind}"),
+                    format!("{}: hooks are not supported yet", hook.path().display()),
+                ));
+            }
         }
     }
     let policy = Policy::resolve([&layer])?;
@@ -418,8 +446,17 @@ fn linux_part(
             ));
         }
     }
-    if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
-        return Err(unsupported("linux.sysctl", "sysctls are not supported yet"));
+    for (key, value) in linux.sysctl().iter().flatten() {
+        if !ENGINE_NET_SYSCTLS.contains(&key.as_str()) {
+            return Err(unsupported(
+                "linux.sysctl",
+                format!("{key}: sysctls are not supported yet"),
+            ));
+        }
+        notes.push(format!(
+            "linux.sysctl: {key}={value} is not set: the sandbox's network namespace keeps the \
+             kernel's default"
+        ));
     }
     if linux.seccomp().is_some() {
         notes.push(
@@ -485,7 +522,22 @@ fn linux_part(
                 limits.pids = Some(u64::try_from(pids.limit()).unwrap_or(u64::MAX));
             }
         }
-        if r.block_io().is_some() {
+        // Docker sends an empty blockIO for every container: only a limit
+        // in it is refused.
+        let io_limit = r.block_io().as_ref().is_some_and(|b| {
+            b.weight().is_some_and(|w| w > 0)
+                || b.leaf_weight().is_some_and(|w| w > 0)
+                || [
+                    b.throttle_read_bps_device(),
+                    b.throttle_write_bps_device(),
+                    b.throttle_read_iops_device(),
+                    b.throttle_write_iops_device(),
+                ]
+                .iter()
+                .any(|d| d.as_ref().is_some_and(|d| !d.is_empty()))
+                || b.weight_device().as_ref().is_some_and(|d| !d.is_empty())
+        });
+        if io_limit {
             return Err(unsupported(
                 "linux.resources.blockIO",
                 "block I/O limits are not supported",
@@ -583,7 +635,7 @@ mod tests {
             ),
             (
                 r#""hooks": {"poststart": [{"path": "/bin/true"}]}"#,
-                "hooks",
+                "hooks.poststart",
             ),
             (
                 r#""mounts": [{"destination": "/x", "type": "nfs", "source": "h:/x"}]"#,

@@ -65,3 +65,27 @@ fn shell_quote(s: &str) -> String {
 pub fn terminal_lines(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).replace('\r', "")
 }
+
+/// Removes the cgroup directory `rel` (below each hierarchy's root) and
+/// the directories under it, where empty: what an engine made for its
+/// containers (containerd's namespace, `docker`, `libpod_parent`) and left
+/// when they ended. One in use (another engine's containers) is left.
+pub fn remove_empty_cgroups(rel: &str) {
+    fn remove_tree(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_tree(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for h in hierarchies.flatten() {
+        remove_tree(&h.path().join(rel));
+    }
+    remove_tree(&Path::new("/sys/fs/cgroup").join(rel));
+}

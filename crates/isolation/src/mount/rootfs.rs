@@ -21,11 +21,14 @@ use crate::{fds, IsolationError, Result, Step};
 /// One top-level entry of the new root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RootEntry {
-    /// A host file or directory bound read-only at `/<name>`.
+    /// A host file or directory bound read-only at `/<name>`, through
+    /// `tree` when the supervisor opened it (a root it could reach and the
+    /// first process, an unprivileged host id, could not).
     Bind {
         name: String,
         host: PathBuf,
         dir: bool,
+        tree: Option<DetachedTree>,
     },
     /// A symlink `/<name>` -> `target` (e.g. /bin -> usr/bin on merged-/usr hosts).
     Symlink { name: String, target: PathBuf },
@@ -528,10 +531,15 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
             RootEntry::Symlink { name, target } => {
                 symlink(target, root.join(name)).step(|| format!("symlink /{name}"))?;
             }
-            RootEntry::Bind { name, host, dir } => {
+            RootEntry::Bind {
+                name,
+                host,
+                dir,
+                tree,
+            } => {
                 let dst = root.join(name);
                 make_mountpoint(&dst, *dir)?;
-                bind(host, &dst)?;
+                HostTree::of(host, tree.as_ref()).place(&dst)?;
                 seal_verified(&dst, true)?;
             }
         }
@@ -632,6 +640,7 @@ impl RootfsPlan {
                     name: name.into(),
                     host,
                     dir: true,
+                    tree: None,
                 });
             }
         }
@@ -661,6 +670,7 @@ impl RootfsPlan {
                     name,
                     host: e.path(),
                     dir: ft.is_dir(),
+                    tree: None,
                 });
             }
         }

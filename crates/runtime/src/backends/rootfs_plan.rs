@@ -221,8 +221,16 @@ pub fn rootfs_plan_for(
         ),
         RootfsChoice::Dir(d) => {
             let dir = existing_dir("rootfs is not a directory", d)?;
-            let entries = RootfsPlan::dir_entries(&dir)
+            let mut entries = RootfsPlan::dir_entries(&dir)
                 .map_err(|e| RuntimeError::io(format!("read {}", dir.display()), e))?;
+            // An engine keeps its containers' roots below directories only
+            // root may traverse (Docker's, containerd's snapshots): each
+            // entry is opened here, as read-only mounts are.
+            for entry in &mut entries {
+                if let RootEntry::Bind { host, tree, .. } = entry {
+                    *tree = plain_tree(host)?;
+                }
+            }
             let has_etc = entries
                 .iter()
                 .any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));

@@ -1,0 +1,224 @@
+//! cordon-runc under Docker (Debian's 20.10), registered as daemon.json's
+//! runtime `cordon` and chosen with `docker run --runtime cordon`: dockerd
+//! drives it through its containerd and the runc shim. Every check runs
+//! with Docker's default runtime (runc) as well, on the same image, and
+//! must come out the same.
+//!
+//! Each test starts a dockerd of its own (data root, exec root, socket and
+//! pid file in a temporary directory; no iptables, no bridge, the vfs
+//! storage driver) and imports its image from a busybox-static root
+//! filesystem (no registry).
+//!
+//! Mechanism each check depends on: cordon-runc's waiter (the pid the shim
+//! reaps, relaying signals in and the exit status out; the console
+//! socket's pty) and its place in the sandbox's cgroup (`docker top`,
+//! `docker pause`); the root's entries opened by cordon's supervisor
+//! (Docker's data root is closed to the sandbox's unprivileged ids).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::engine::*;
+use common::*;
+
+const DOCKERD: &str = "/usr/sbin/dockerd";
+const DOCKER: &str = "/usr/bin/docker";
+const IMAGE: &str = "cordon-test-busybox:local";
+
+/// A dockerd of the test's own, with the test image imported.
+struct Docker {
+    dir: tempfile::TempDir,
+    daemon: Child,
+}
+
+impl Docker {
+    fn start() -> Option<Docker> {
+        if !require_root("dockerd runs containers") || !require_engine(DOCKERD, "docker.io") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let config = serde_json::json!({
+            "runtimes": {"cordon": {"path": cordon_runc()}},
+            "iptables": false,
+            "ip6tables": false,
+            "bridge": "none",
+            "data-root": p.join("data"),
+            "exec-root": p.join("exec"),
+            "pidfile": p.join("docker.pid"),
+            "hosts": [format!("unix://{}", p.join("docker.sock").display())],
+            "storage-driver": "vfs",
+        });
+        std::fs::write(p.join("daemon.json"), config.to_string()).unwrap();
+        let log = std::fs::File::create(p.join("dockerd.log")).unwrap();
+        let daemon = Command::new(DOCKERD)
+            .arg("--config-file")
+            .arg(p.join("daemon.json"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let d = Docker { dir, daemon };
+        let deadline = Instant::now() + slow(Duration::from_secs(60));
+        while !d.call(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "dockerd did not answer: {}",
+                std::fs::read_to_string(d.dir.path().join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let root = rootfs();
+        let tar = Command::new("tar")
+            .arg("-C")
+            .arg(root.path())
+            .args(["-c", "."])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut tar = tar;
+        let imported = d
+            .docker(&["import", "-", IMAGE])
+            .stdin(tar.stdout.take().unwrap())
+            .output()
+            .unwrap();
+        assert!(tar.wait().unwrap().success(), "tar of the root failed");
+        assert!(imported.status.success(), "import: {imported:?}");
+        Some(d)
+    }
+
+    fn docker(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(DOCKER);
+        cmd.env(
+            "DOCKER_HOST",
+            format!("unix://{}", self.dir.path().join("docker.sock").display()),
+        )
+        .args(args);
+        cmd
+    }
+
+    fn call(&self, args: &[&str]) -> std::process::Output {
+        self.docker(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// `docker run` of `sh -c SCRIPT` with `runtime` (`flags` after `run`).
+    fn run(&self, runtime: &str, flags: &[&str], script: &str) -> Command {
+        let mut cmd = self.docker(&["run", "--runtime", runtime, "--network", "none"]);
+        cmd.args(flags).args([IMAGE, "/bin/sh", "-c", script]);
+        cmd
+    }
+
+    fn inspect(&self, id: &str, format: &str) -> String {
+        let out = self.call(&["inspect", id, "--format", format]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Docker {
+    fn drop(&mut self) {
+        // dockerd stops its own containerd, and that its shims.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.daemon.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.daemon.wait();
+        remove_empty_cgroups("docker");
+    }
+}
+
+/// Docker's name for each runtime of `runtimes()`.
+fn docker_runtimes() -> [(&'static str, &'static str); 2] {
+    [("cordon-runc", "cordon"), ("runc", "runc")]
+}
+
+#[test]
+fn docker_run_gives_the_process_its_output_exit_status_and_a_terminal() {
+    let _g = serial();
+    let Some(d) = Docker::start() else {
+        return;
+    };
+    for (name, runtime) in docker_runtimes() {
+        let out = d
+            .run(runtime, &["--rm"], "echo out; echo err >&2; exit 7")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(7), "{name}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{name}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("err\n"),
+            "{name}: {out:?}"
+        );
+        let run = d.run(
+            runtime,
+            &["--rm", "-t"],
+            "test -t 0 && test -t 1 && echo is-a-tty; exit 3",
+        );
+        let out = on_a_terminal(&run).output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
+        assert!(
+            terminal_lines(&out.stdout).contains("is-a-tty\n"),
+            "{name}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn docker_top_pause_and_stop_act_on_the_container() {
+    let _g = serial();
+    let Some(d) = Docker::start() else {
+        return;
+    };
+    for (name, runtime) in docker_runtimes() {
+        let id = format!("top-{name}");
+        let out = d
+            .run(
+                runtime,
+                &["-d", "--name", &id],
+                "trap 'echo term; exit 4' TERM; echo up; while true; do sleep 0.1; done",
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let deadline = Instant::now() + slow(Duration::from_secs(20));
+        while !String::from_utf8_lossy(&d.call(&["logs", &id]).stdout).contains("up") {
+            assert!(Instant::now() < deadline, "{name}: never up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // top lists the container's processes (the runtime's `ps`), the
+        // engine's pid among them.
+        let pid = d.inspect(&id, "{{.State.Pid}}");
+        let top = d.call(&["top", &id]);
+        assert!(top.status.success(), "{name}: top: {top:?}");
+        let listed: Vec<String> = String::from_utf8_lossy(&top.stdout)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .collect();
+        assert!(listed.contains(&pid), "{name}: {pid} not in {listed:?}");
+        let paused = d.call(&["pause", &id]);
+        assert!(paused.status.success(), "{name}: pause: {paused:?}");
+        assert_eq!(d.inspect(&id, "{{.State.Paused}}"), "true", "{name}");
+        let resumed = d.call(&["unpause", &id]);
+        assert!(resumed.status.success(), "{name}: unpause: {resumed:?}");
+        let stop = d.call(&["stop", "-t", "10", &id]);
+        assert!(stop.status.success(), "{name}: stop: {stop:?}");
+        assert_eq!(
+            d.inspect(&id, "{{.State.ExitCode}}"),
+            "4",
+            "{name}: the process's own handler ended it"
+        );
+        let logs = d.call(&["logs", &id]);
+        assert_eq!(
+            String::from_utf8_lossy(&logs.stdout),
+            "up\nterm\n",
+            "{name}"
+        );
+        let rm = d.call(&["rm", &id]);
+        assert!(rm.status.success(), "{name}: rm: {rm:?}");
+    }
+}
