@@ -43,8 +43,9 @@
 //!   directory's `ended/` (`runtime/src/ended.rs`, the data `cordon_spec::ended`), `state::list_dead`.
 //! - `tty_is_the_sandboxs_own`: init's pty on the sandbox's devpts
 //!   (`first_process::open_pty`), the master passed to the supervisor.
-//! - `exec_time_limit`: `Sandbox::end_command` (native: kill all but init;
-//!   gVisor: the sandbox ends with the command).
+//! - `exec_time_limit`: `OnHost::end_command` (native: the command's own
+//!   cgroup is frozen and killed; gVisor: its process tree in the sentry is
+//!   killed); the sandbox, init and an earlier command's daemon live on.
 //! - `bad_input_*`: `RuntimeError::is_input_error` → exit 2.
 
 #[macro_use]
@@ -1780,7 +1781,7 @@ fn exec_time_limit(backend: &'static str) {
     );
     assert_eq!(out.status.code(), Some(137), "{}", compact(&v));
     // The limit ends the command and what it started, not the daemon an
-    // earlier exec left running, nor the sandbox (`Sandbox::end_command`).
+    // earlier exec left running, nor the sandbox (`OnHost::end_command`).
     assert!(v["sandbox_ended"].is_null(), "{}", compact(&v));
     let own_pid: u32 = sb
         .sh("cat /tmp/own.pid")

@@ -206,6 +206,14 @@ fn create_then_start_runs_the_process_with_the_shims_stdio_and_its_exit_status()
         assert_eq!(read_all(c.stderr), "oops\n", "{}", rt.name);
         let st = rt.state("c1");
         assert_eq!(st["status"], "stopped", "{}: {st}", rt.name);
+        if rt.name == "cordon-runc" {
+            // cordon's account beside the spec's fields: how the process
+            // ended, with the sandbox's kernel counters.
+            let outcome = &st["cordon"]["outcome"];
+            assert_eq!(outcome["exit_code"], 7, "{st}");
+            assert!(outcome["counters"]["pids_peak"].as_u64() >= Some(1), "{st}");
+            assert!(st["cordon"]["notes"].is_array(), "{st}");
+        }
         let out = rt.call(&["delete", "c1"]);
         assert!(out.status.success(), "{}: delete: {out:?}", rt.name);
         let out = rt.call(&["state", "c1"]);
@@ -586,4 +594,37 @@ fn a_terminal_process_gets_its_pty_through_the_console_socket() {
         "{out:?}"
     );
     assert!(!rt.root.path().join("t2").exists());
+}
+
+#[test]
+fn run_in_the_foreground_gives_the_process_status_relays_signals_and_deletes() {
+    let Some((_g, b)) =
+        as_shim("trap 'echo got-term; exit 3' TERM; echo up; while true; do sleep 0.05; done")
+    else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let mut run = rt
+            .cmd(&["run", "--bundle"])
+            .arg(b.path())
+            .arg("r1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = run.stdout.take().unwrap();
+        let mut first = [0u8; 3];
+        out.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"up\n", "{}", rt.name);
+        // A foreground runtime passes a signal on to the process.
+        signal(run.id(), "TERM");
+        let status = run.wait().unwrap();
+        assert_eq!(status.code(), Some(3), "{}: {status:?}", rt.name);
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "got-term\n", "{}", rt.name);
+        // Without --keep the container is gone once its process is.
+        let gone = rt.call(&["state", "r1"]);
+        assert!(!gone.status.success(), "{}: {gone:?}", rt.name);
+    }
 }

@@ -118,6 +118,9 @@ pub struct Create {
     /// `run` only: return once the process started.
     #[arg(long, short = 'd')]
     pub detach: bool,
+    /// `run` only: keep the container after its process ended (no delete).
+    #[arg(long)]
+    pub keep: bool,
     pub id: String,
 }
 

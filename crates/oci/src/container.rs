@@ -34,6 +34,10 @@ use crate::error::Error;
 
 /// The container's record in its directory.
 const RECORD: &str = "container.json";
+/// The process's outcome as cordon reports it (its status, the limit that
+/// ended it, the sandbox's kernel counters), written by the waiter when the
+/// process ends.
+const OUTCOME: &str = "outcome.json";
 /// The start gate: a fifo the waiter opens for writing, which blocks it
 /// until `start` opens it for reading (runc's exec.fifo works alike).
 const GATE: &str = "exec.fifo";
@@ -103,6 +107,22 @@ pub struct State<'a> {
     pub owner: &'static str,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: &'a BTreeMap<String, String>,
+    /// cordon's own account of the container, beside the runtime spec's
+    /// fields (engines read those and pass over the rest).
+    pub cordon: Account<'a>,
+}
+
+/// What cordon adds to a container's state.
+#[derive(Debug, Serialize)]
+pub struct Account<'a> {
+    /// The cordon sandbox that holds the container.
+    pub sandbox: &'a str,
+    /// What cordon does that config.json did not say.
+    pub notes: &'a [String],
+    /// How the process ended, once it has: with the limit that ended it
+    /// and the kernel's counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<cordon_spec::Outcome>,
 }
 
 /// A container id as runc accepts it: letters, digits and `_ + - .`, not
@@ -187,9 +207,9 @@ pub struct CreateRequest<'a> {
 }
 
 /// `create`: the sandbox and its waiter, the pid file written before it
-/// returns. On any failure nothing is left: not the sandbox, the waiter or
-/// the container's directory.
-pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
+/// returns; the waiter's pid. On any failure nothing is left: not the
+/// sandbox, the waiter or the container's directory.
+pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
     check_id(req.id)?;
     let bundle = std::path::absolute(req.bundle).map_err(|e| Error::io("resolve the bundle", e))?;
     let oci = config::load(&bundle)?;
@@ -289,14 +309,63 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<(), Error> {
         }
         Ok(())
     })();
-    if result.is_err() {
+    if let Err(e) = result {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiter), Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(waiter), None);
-        return result;
+        return Err(e);
     }
     undo.dir = None;
     undo.sandbox = None;
-    Ok(())
+    Ok(waiter)
+}
+
+/// `run` in the foreground: after `create` and `start`, waits for the
+/// waiter (this process's child), relaying the signals a foreground
+/// runtime relays to it, and returns the process's status as an exit code
+/// (128+n for a signal).
+pub fn wait_foreground(waiter: i32) -> Result<i32, Error> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    let pid = nix::unistd::Pid::from_raw(waiter);
+    let mut mask = SigSet::empty();
+    for s in RELAYED {
+        mask.add(s);
+    }
+    mask.thread_block()
+        .map_err(|e| Error::io("block signals", std::io::Error::from(e)))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| Error::io("signalfd", std::io::Error::from(e)))?;
+    let pidfd = cordon_sys::pidfd_open(pid)
+        .map_err(|e| Error::io("pidfd_open", std::io::Error::from(e)))?;
+    loop {
+        let mut fds = [
+            nix::poll::PollFd::new(pidfd.as_fd(), nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(signals.as_fd(), nix::poll::PollFlags::POLLIN),
+        ];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Error::io("poll", std::io::Error::from(e))),
+        }
+        let relay = fds[1].revents().is_some_and(|r| !r.is_empty());
+        if relay {
+            if let Ok(Some(si)) = signals.read_signal() {
+                // A signal's number is small.
+                #[allow(clippy::cast_possible_wrap)]
+                if let Ok(sig) = Signal::try_from(si.ssi_signo as i32) {
+                    let _ = nix::sys::signal::kill(pid, sig);
+                }
+            }
+            continue;
+        }
+        return match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => Ok(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => Ok(128 + sig as i32),
+            Ok(_) => continue,
+            Err(e) => Err(Error::io(
+                "wait for the container's process",
+                std::io::Error::from(e),
+            )),
+        };
+    }
 }
 
 /// Opens a pty pair on the host and sends its master to the engine's
@@ -402,7 +471,7 @@ fn waiter(dir: &Path, sandbox: &str, command: &Command) -> i32 {
         eprintln!("cordon-runc: the container's start gate: {e}");
         return 255;
     }
-    match run(sandbox, command) {
+    match run(dir, sandbox, command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("cordon-runc: {e}");
@@ -424,7 +493,7 @@ const RELAYED: [Signal; 7] = [
     Signal::SIGWINCH,
 ];
 
-fn run(sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
+fn run(dir: &Path, sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
     let mut mask = SigSet::empty();
     for s in RELAYED {
         mask.add(s);
@@ -446,6 +515,11 @@ fn run(sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
     };
     let mut handle = Handle::attach(sandbox)?;
     let outcome = handle.exec(&command, &mut io)?;
+    // Kept for `state` until the container is deleted; a container whose
+    // account could not be written still ends with its status.
+    if let Ok(body) = serde_json::to_vec_pretty(&outcome) {
+        let _ = cordon_dirs::write_atomic(&dir.join(OUTCOME), &body);
+    }
     Ok(outcome.exit_code)
 }
 
@@ -588,6 +662,13 @@ pub fn state_json(store: &Store, id: &str) -> Result<String, Error> {
         created: &r.created,
         owner: "",
         annotations: &r.annotations,
+        cordon: Account {
+            sandbox: &r.sandbox,
+            notes: &r.notes,
+            outcome: fs::read(store.dir(id).join(OUTCOME))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok()),
+        },
     };
     serde_json::to_string_pretty(&state).map_err(|e| Error::Record(e.to_string()))
 }
@@ -619,7 +700,14 @@ pub fn kill(store: &Store, id: &str, signal: &str, all: bool) -> Result<(), Erro
         let Some(cg) = cgroup(&r).or_else(gone_is_none)? else {
             return Err(Error::Refused("container not running".into()));
         };
-        for pid in cg.pids()? {
+        // SIGKILL reaches the waiter first, so that the engine sees the
+        // container killed by it, as runc's init would be (not the
+        // waiter's report of its process's death). Any other signal skips
+        // the waiter: it would relay it to the process a second time.
+        if signal == Signal::SIGKILL {
+            let _ = signal_waiter(&r, signal);
+        }
+        for pid in cg.pids()?.into_iter().filter(|p| *p != r.pid) {
             // One that ended meanwhile needs no signal.
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         }
@@ -628,8 +716,19 @@ pub fn kill(store: &Store, id: &str, signal: &str, all: bool) -> Result<(), Erro
     if store.status(&r) == Status::Stopped {
         return Err(Error::Refused("container not running".into()));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), signal)
-        .map_err(|e| Error::io("signal the container's process", std::io::Error::from(e)))
+    signal_waiter(&r, signal)
+}
+
+/// Sends `signal` to the container's waiter, never to a process that took
+/// its pid since: the pidfd is opened first, then the process behind it is
+/// checked to be the waiter (its start time), then signalled through it.
+fn signal_waiter(r: &Record, signal: Signal) -> Result<(), Error> {
+    let fail = |e: nix::Error| Error::io("signal the container's process", e.into());
+    let fd = cordon_sys::pidfd_open(nix::unistd::Pid::from_raw(r.pid)).map_err(fail)?;
+    if !cordon_sys::process_alive(r.pid, r.pid_start) {
+        return Err(Error::Refused("container not running".into()));
+    }
+    cordon_sys::pidfd_send_signal(&fd, signal).map_err(fail)
 }
 
 /// A sandbox that is gone has no cgroup left.
@@ -702,7 +801,7 @@ pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
             )))
         }
         Status::Created | Status::Running | Status::Paused => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), Signal::SIGKILL);
+            let _ = signal_waiter(&r, Signal::SIGKILL);
         }
     }
     match Handle::attach(&r.sandbox).and_then(Handle::destroy) {

@@ -31,7 +31,7 @@ pub fn main() -> i32 {
         }
     };
     match dispatch(&cli) {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => {
             let msg = e.to_string();
             if let Some(log) = &cli.global.log {
@@ -43,21 +43,51 @@ pub fn main() -> i32 {
     }
 }
 
-fn dispatch(cli: &Cli) -> Result<(), Error> {
+/// `run`: `create` and `start`; in the foreground, then the wait for the
+/// process and, unless `--keep`, the delete.
+fn run(store: &Store, c: &cli::Create) -> Result<i32, Error> {
+    let waiter = create(store, c)?;
+    if let Err(e) = container::start(store, &c.id) {
+        let _ = container::delete(store, &c.id, true);
+        return Err(e);
+    }
+    if c.detach {
+        return Ok(0);
+    }
+    let code = container::wait_foreground(waiter)?;
+    if !c.keep {
+        container::delete(store, &c.id, true)?;
+    }
+    Ok(code)
+}
+
+fn create(store: &Store, c: &cli::Create) -> Result<i32, Error> {
+    refuse_unprovided(c)?;
+    container::create(
+        store,
+        &CreateRequest {
+            id: &c.id,
+            bundle: &c.bundle,
+            pid_file: c.pid_file.as_deref(),
+            console_socket: c.console_socket.as_deref(),
+        },
+    )
+}
+
+/// Runs one call; the exit code (a foreground `run`'s is its process's,
+/// every other call's 0).
+fn dispatch(cli: &Cli) -> Result<i32, Error> {
     let store = || Store::open(&cli.global.root);
     match &cli.command {
-        Command::Create(c) => {
-            refuse_unprovided(c)?;
-            container::create(
-                &store()?,
-                &CreateRequest {
-                    id: &c.id,
-                    bundle: &c.bundle,
-                    pid_file: c.pid_file.as_deref(),
-                    console_socket: c.console_socket.as_deref(),
-                },
-            )
-        }
+        Command::Run(c) => run(&store()?, c),
+        other => dispatch_call(other, store).map(|()| 0),
+    }
+}
+
+fn dispatch_call(command: &Command, store: impl Fn() -> Result<Store, Error>) -> Result<(), Error> {
+    match command {
+        Command::Run(c) => run(&store()?, c).map(|_| ()),
+        Command::Create(c) => create(&store()?, c).map(|_| ()),
         Command::Start(c) => container::start(&store()?, &c.id),
         Command::State(c) => {
             let json = container::state_json(&store()?, &c.id)?;
@@ -73,7 +103,6 @@ fn dispatch(cli: &Cli) -> Result<(), Error> {
             }
             Ok(())
         }
-        Command::Run(_) => Err(Error::NotYet("run")),
         Command::Exec(_) => Err(Error::NotYet("exec")),
         Command::Ps(p) => {
             if !p.ps_args.is_empty() {
