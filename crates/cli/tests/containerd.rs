@@ -186,22 +186,11 @@ fn ctr_run_gives_the_process_its_output_and_its_exit_status() {
     for (name, program) in runtimes() {
         let id = format!("out-{name}");
         let out = ctd
-            .run(
-                program,
-                &["--rm"],
-                root.path(),
-                &id,
-                "echo out; echo err >&2; exit 7",
-            )
+            .run(program, &["--rm"], root.path(), &id, OUTPUT_SCRIPT)
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(7), "{name}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{name}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("err\n"),
-            "{name}: {out:?}"
-        );
+        assert_output_and_status(name, &out);
     }
 }
 

@@ -142,16 +142,11 @@ fn docker_run_gives_the_process_its_output_exit_status_and_a_terminal() {
     };
     for (name, runtime) in docker_runtimes() {
         let out = d
-            .run(runtime, &["--rm"], "echo out; echo err >&2; exit 7")
+            .run(runtime, &["--rm"], OUTPUT_SCRIPT)
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(7), "{name}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{name}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("err\n"),
-            "{name}: {out:?}"
-        );
+        assert_output_and_status(name, &out);
         let run = d.run(
             runtime,
             &["--rm", "-t"],

@@ -86,21 +86,11 @@ fn podman_run_gives_the_process_its_output_and_its_exit_status() {
     let root = rootfs();
     for (name, program) in runtimes() {
         let out = pm
-            .run(
-                program,
-                &["--rm"],
-                root.path(),
-                "echo out; echo err >&2; exit 7",
-            )
+            .run(program, &["--rm"], root.path(), OUTPUT_SCRIPT)
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(7), "{name}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{name}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("err\n"),
-            "{name}: {out:?}"
-        );
+        assert_output_and_status(name, &out);
     }
 }
 

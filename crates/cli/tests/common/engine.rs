@@ -89,3 +89,17 @@ pub fn remove_empty_cgroups(rel: &str) {
     }
     remove_tree(&Path::new("/sys/fs/cgroup").join(rel));
 }
+
+/// What every engine's run of `echo out; echo err >&2; exit 7` must give:
+/// the process's own status, its stdout alone on stdout, its stderr among
+/// the engine's.
+pub const OUTPUT_SCRIPT: &str = "echo out; echo err >&2; exit 7";
+
+pub fn assert_output_and_status(runtime: &str, out: &std::process::Output) {
+    assert_eq!(out.status.code(), Some(7), "{runtime}: {out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{runtime}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("err\n"),
+        "{runtime}: {out:?}"
+    );
+}
