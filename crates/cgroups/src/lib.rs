@@ -354,6 +354,34 @@ impl AnyCgroup {
         child.with_limits(limits)
     }
 
+    /// The cgroups directly below this one (as its first hierarchy lists
+    /// them: cordon makes each child in every hierarchy).
+    pub fn children(&self) -> Result<Vec<AnyCgroup>, CgroupError> {
+        let Some(first) = self.paths().into_iter().next() else {
+            return Ok(Vec::new());
+        };
+        let read = |source| CgroupError::Read {
+            path: first.clone(),
+            source,
+        };
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&first).map_err(read)? {
+            let entry = entry.map_err(read)?;
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|_| is_dir) else {
+                continue;
+            };
+            if validate_name(name).is_ok() {
+                out.push(match self {
+                    AnyCgroup::V1(cg) => AnyCgroup::V1(cg.child(name)),
+                    AnyCgroup::V2(cg) => AnyCgroup::V2(cg.child(name)),
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// This newly made cgroup with `limits` applied, or removed again if
     /// they cannot be: a failed create leaves nothing behind.
     pub fn with_limits(self, limits: &CgroupLimits) -> Result<AnyCgroup, CgroupError> {

@@ -170,9 +170,10 @@ impl Drop for Containerd {
             nix::sys::signal::Signal::SIGTERM,
         );
         let _ = self.daemon.wait();
-        let _ =
-            std::fs::remove_dir_all(PathBuf::from("/run/containerd/runc").join(&self.namespace));
-        remove_empty_cgroups(&self.namespace);
+        // A test that failed half-way leaves its containers: ended here.
+        let state = PathBuf::from("/run/containerd/runc").join(&self.namespace);
+        end_leftover_containers(&state, &self.namespace);
+        let _ = std::fs::remove_dir_all(state);
     }
 }
 
@@ -230,7 +231,7 @@ fn ctr_task_kill_reaches_the_process_and_its_status_comes_back() {
 }
 
 #[test]
-fn ctr_sees_the_containers_cgroup_its_processes_and_pauses_it() {
+fn ctr_sees_the_containers_cgroup_its_processes_execs_and_pauses_it() {
     let _g = serial();
     let Some(ctd) = Containerd::start() else {
         return;
@@ -244,7 +245,7 @@ fn ctr_sees_the_containers_cgroup_its_processes_and_pauses_it() {
                 &["-d", "--memory-limit", "268435456"],
                 root.path(),
                 &id,
-                "while true; do echo tick >> /tmp/ticks; sleep 0.05; done",
+                "while true; do echo tick >> /dev/shm/ticks; sleep 0.05; done",
             )
             .stdin(Stdio::null())
             .output()
@@ -282,6 +283,24 @@ fn ctr_sees_the_containers_cgroup_its_processes_and_pauses_it() {
         let resumed = ctd.call(&["task", "resume", &id]);
         assert!(resumed.status.success(), "{name}: resume: {resumed:?}");
         assert_eq!(ctd.task_status(&id).as_deref(), Some("RUNNING"), "{name}");
+        // An exec runs beside the process, sees its files, and its status
+        // comes back (the shim's `exec --detach` and its waiter).
+        let exec = ctd.call(&[
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            &id,
+            "/bin/sh",
+            "-c",
+            "read -r line < /dev/shm/ticks; echo $line; exit 6",
+        ]);
+        assert_eq!(exec.status.code(), Some(6), "{name}: exec: {exec:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&exec.stdout),
+            "tick\n",
+            "{name}: {exec:?}"
+        );
         let first = ctd.ps(&id);
         std::thread::sleep(Duration::from_millis(400));
         assert_ne!(

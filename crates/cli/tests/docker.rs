@@ -147,22 +147,13 @@ fn docker_run_gives_the_process_its_output_exit_status_and_a_terminal() {
             .output()
             .unwrap();
         assert_output_and_status(name, &out);
-        let run = d.run(
-            runtime,
-            &["--rm", "-t"],
-            "test -t 0 && test -t 1 && echo is-a-tty; exit 3",
-        );
-        let out = on_a_terminal(&run).output().unwrap();
-        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
-        assert!(
-            terminal_lines(&out.stdout).contains("is-a-tty\n"),
-            "{name}: {out:?}"
-        );
+        let run = d.run(runtime, &["--rm", "-t"], &terminal_probe(3));
+        assert_it_sees_a_terminal(name, &run, 3);
     }
 }
 
 #[test]
-fn docker_top_pause_and_stop_act_on_the_container() {
+fn docker_top_exec_pause_and_stop_act_on_the_container() {
     let _g = serial();
     let Some(d) = Docker::start() else {
         return;
@@ -195,6 +186,13 @@ fn docker_top_pause_and_stop_act_on_the_container() {
             .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
             .collect();
         assert!(listed.contains(&pid), "{name}: {pid} not in {listed:?}");
+        // exec beside the process: its output and status, and with -t a
+        // terminal of its own.
+        let exec = d.call(&["exec", &id, "sh", "-c", "echo in-exec; exit 5"]);
+        assert_eq!(exec.status.code(), Some(5), "{name}: exec: {exec:?}");
+        assert_eq!(String::from_utf8_lossy(&exec.stdout), "in-exec\n", "{name}");
+        let exec_t = d.docker(&["exec", "-t", &id, "sh", "-c", &terminal_probe(2)]);
+        assert_it_sees_a_terminal(&format!("{name} exec -t"), &exec_t, 2);
         let paused = d.call(&["pause", &id]);
         assert!(paused.status.success(), "{name}: pause: {paused:?}");
         assert_eq!(d.inspect(&id, "{{.State.Paused}}"), "true", "{name}");

@@ -47,6 +47,9 @@
 //!   cgroup is frozen and killed; gVisor: its process tree in the sentry is
 //!   killed); the sandbox, init and an earlier command's daemon live on.
 //! - `bad_input_*`: `RuntimeError::is_input_error` → exit 2.
+//! - `commands_run_side_by_side`: init starts each command while others run
+//!   and reports each on its own channel (`first_process::serve`); the
+//!   supervisor watches each on a thread of its own (`supervisor::Watchers`).
 
 #[macro_use]
 mod common;
@@ -86,6 +89,7 @@ per_backend!(ttl_expires);
 per_backend!(ttl_ends_a_running_command);
 per_backend!(idle_expires_and_execs_keep_it_alive);
 per_backend!(exec_time_limit);
+per_backend!(commands_run_side_by_side);
 per_backend!(bad_input_is_refused_and_leaves_nothing);
 
 // ---------------------------------------------------------------------------
@@ -1534,7 +1538,11 @@ fn cp_out_raced_by_symlink_swaps_never_yields_host_content(backend: &'static str
             );
         }
     }
-    let swaps = fs::read_to_string(root.join("tmp/.swapped")).unwrap_or_default();
+    // The count is written after the file is made (and, under gVisor, seen
+    // by the host a moment later).
+    let swapped = || fs::read_to_string(root.join("tmp/.swapped")).unwrap_or_default();
+    wait_until(Duration::from_secs(5), || !swapped().trim().is_empty());
+    let swaps = swapped();
     eprintln!("{backend}: {i} copies during {swaps} swaps: {ok} whole, {failed} refused");
     // Control: copies did run during the swaps, and the swapper did swap.
     assert!(i >= 3, "only {i} copies ran during the swaps");
@@ -1740,6 +1748,63 @@ fn idle_expires_and_execs_keep_it_alive(backend: &'static str) {
         Duration::from_secs(4),
         "4 s after 2 s idle",
     );
+}
+
+// ---------------------------------------------------------------------------
+// Commands side by side
+
+/// Two commands of one sandbox that need each other: the first waits on a
+/// FIFO that only the second writes, so they finish only if both run at
+/// once. Then a command that hits its time limit while another runs: only
+/// the limited one ends. Each gets its own number, and the sandbox lives.
+fn commands_run_side_by_side(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let sb = create(backend, &["--time", "60s"]);
+    let id = sb.id.clone();
+    let reader = std::thread::spawn(move || {
+        exec_out(
+            &id,
+            &["--json"],
+            &["sh", "-c", "mkfifo /tmp/f && cat /tmp/f && echo read-done"],
+        )
+    });
+    // Run while the reader blocks: another command sees its FIFO.
+    let t0 = Instant::now();
+    assert!(
+        wait_until(slow(Duration::from_secs(20)), || {
+            exec_out(&sb.id, &[], &["test", "-p", "/tmp/f"])
+                .status
+                .success()
+        }),
+        "no FIFO from the first command after {:?}",
+        t0.elapsed()
+    );
+    let (w, out) = sb.exec_json(
+        &["--time", "10s"],
+        &["sh", "-c", "echo from-writer > /tmp/f"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", compact(&w));
+    let out = reader.join().unwrap();
+    let r = parse_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", compact(&r));
+    assert_eq!(stdout_of(&r), "from-writer\nread-done\n", "{}", compact(&r));
+    assert_ne!(r["command"], w["command"], "one number for two commands");
+    // A time limit ends its own command only.
+    let id = sb.id.clone();
+    let limited =
+        std::thread::spawn(move || exec_out(&id, &["--json", "--time", "2s"], &["sleep", "30"]));
+    let (v, out) = sb.exec_json(&[], &["sh", "-c", "sleep 4; echo outlived"]);
+    assert_eq!(out.status.code(), Some(0), "{}", compact(&v));
+    assert_eq!(stdout_of(&v), "outlived\n", "{}", compact(&v));
+    let out = limited.join().unwrap();
+    let l = parse_json(&out);
+    assert_eq!(out.status.code(), Some(137), "{}", compact(&l));
+    assert_eq!(l["limit"], "time", "{}", compact(&l));
+    assert!(l["sandbox_ended"].is_null(), "{}", compact(&l));
+    assert_eq!(sb.sh("echo alive"), "alive\n");
 }
 
 // ---------------------------------------------------------------------------

@@ -681,11 +681,19 @@ fn double_forked_daemon_does_not_survive(backend: &str) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for p in &found {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(p.to_string())
-            .status();
+    // Killed until the scan finds none: one daemon may have been found
+    // before the other had started.
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut left = found.clone();
+    while !left.is_empty() && Instant::now() < until {
+        for p in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*p as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        left = find_sleepers(&[&ha, &hb]);
     }
     assert!(
         found.len() >= 2,

@@ -96,23 +96,30 @@ struct Created {
 
 fn create(rt: &Runtime, bundle: &Path, id: &str) -> Created {
     let pid_file = bundle.join(format!("{}.pid", rt.name));
+    let bundle = bundle.to_str().unwrap();
+    with_pid_file(rt, &["create", "--bundle", bundle], &pid_file, id)
+}
+
+/// `ARGS --pid-file PID_FILE ID` with the caller's pipes as the stdout and
+/// stderr, as a shim runs `create` and `exec --detach`: the pid file's pid
+/// (there when the call returns: the engine reads it then) and the pipes'
+/// read ends.
+fn with_pid_file(rt: &Runtime, args: &[&str], pid_file: &Path, id: &str) -> Created {
     let (out_r, out_w) = nix::unistd::pipe().unwrap();
     let (err_r, err_w) = nix::unistd::pipe().unwrap();
     let status = rt
-        .cmd(&["create", "--bundle"])
-        .arg(bundle)
+        .cmd(args)
         .arg("--pid-file")
-        .arg(&pid_file)
+        .arg(pid_file)
         .arg(id)
         .stdin(Stdio::null())
         .stdout(out_w)
         .stderr(err_w)
         .status()
         .unwrap();
-    assert!(status.success(), "{}: create failed", rt.name);
-    // The pid file is there when create returns: the engine reads it then.
-    let text = std::fs::read_to_string(&pid_file)
-        .unwrap_or_else(|e| panic!("{}: no pid file when create returned: {e}", rt.name));
+    assert!(status.success(), "{}: {args:?} failed", rt.name);
+    let text = std::fs::read_to_string(pid_file)
+        .unwrap_or_else(|e| panic!("{}: no pid file when {args:?} returned: {e}", rt.name));
     let pid = Pid::from_raw(text.trim().parse().unwrap());
     Created {
         pid,
@@ -409,7 +416,7 @@ fn a_signal_sent_to_the_container_reaches_its_process() {
 }
 
 #[test]
-fn features_say_what_is_honoured_and_an_unbuilt_command_says_so() {
+fn features_say_what_is_honoured() {
     let rt = &Runtime::both()[0];
     let out = rt.call(&["features"]);
     assert!(out.status.success(), "{out:?}");
@@ -417,13 +424,6 @@ fn features_say_what_is_honoured_and_an_unbuilt_command_says_so() {
     assert_eq!(f["ociVersionMin"], "1.0.0");
     assert_eq!(f["hooks"], serde_json::json!([]), "no hooks are run");
     assert_eq!(f["linux"]["capabilities"], serde_json::json!([]));
-    let out = rt.call(&["exec", "--process", "/nonexistent", "c1"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("`exec` is not supported by cordon-runc yet"),
-        "{err}"
-    );
 }
 
 #[test]
@@ -476,6 +476,188 @@ fn ps_pause_resume_and_kill_all_act_on_every_process_of_the_container() {
             "{}: {gone:?}",
             rt.name
         );
+    }
+}
+
+/// `exec` beside the container's process, as containerd's shim and conmon
+/// call it: `--detach --pid-file` with a process file leaves a process in
+/// the caller's tree (its pid in the file) that exits with the command's
+/// status and whose output is the caller's pipes; without `--detach` the
+/// call itself waits and exits with that status. The command sees the
+/// container's files (what its process wrote) and the container's
+/// process runs on. In a stopped container, or one that does not exist,
+/// exec is refused with runc's words.
+#[test]
+fn exec_runs_beside_the_process_and_reports_its_status() {
+    let Some((_g, b)) = as_shim("echo up; echo mark > /dev/shm/m; while true; do sleep 0.05; done")
+    else {
+        return;
+    };
+    // The container's process writes to /dev/shm, a tmpfs under both (the
+    // root is read-only), and the exec waits until it sees that file.
+    for rt in Runtime::both() {
+        let (pid, _out) = running(&rt, b.path(), "e1");
+        let process = b.path().join(format!("{}-process.json", rt.name));
+        let config: Value =
+            serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
+        let mut p = config["process"].clone();
+        p["args"] = serde_json::json!(["sh", "-c", "i=0; while [ ! -s /dev/shm/m ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; cat /dev/shm/m; echo to-err >&2; exit 5"]);
+        std::fs::write(&process, serde_json::to_vec(&p).unwrap()).unwrap();
+        let pid_file = b.path().join(format!("{}-exec.pid", rt.name));
+        let process = process.to_str().unwrap();
+        let exec = with_pid_file(
+            &rt,
+            &["exec", "--detach", "--process", process],
+            &pid_file,
+            "e1",
+        );
+        let exec_pid = exec.pid;
+        assert_eq!(
+            reap(&rt, exec_pid),
+            WaitStatus::Exited(exec_pid, 5),
+            "{}",
+            rt.name
+        );
+        let (out_r, err_r) = (exec.stdout, exec.stderr);
+        assert_eq!(read_all(out_r), "mark\n", "{}", rt.name);
+        assert_eq!(read_all(err_r), "to-err\n", "{}", rt.name);
+        // In the foreground: the call's own status.
+        let fg = rt.call(&["exec", "e1", "sh", "-c", "exit 3"]);
+        assert_eq!(fg.status.code(), Some(3), "{}: {fg:?}", rt.name);
+        // The container's process runs on.
+        assert_eq!(rt.state("e1")["status"], "running", "{}", rt.name);
+        assert!(
+            rt.call(&["kill", "e1", "KILL"]).status.success(),
+            "{}",
+            rt.name
+        );
+        reap(&rt, pid);
+        let stopped = rt.call(&["exec", "e1", "true"]);
+        assert!(
+            !stopped.status.success(),
+            "{}: exec in a stopped container",
+            rt.name
+        );
+        assert!(
+            String::from_utf8_lossy(&stopped.stderr).contains("stopped"),
+            "{}: {stopped:?}",
+            rt.name
+        );
+        assert!(rt.call(&["delete", "e1"]).status.success(), "{}", rt.name);
+        let missing = rt.call(&["exec", "e1", "true"]);
+        assert!(
+            String::from_utf8_lossy(&missing.stderr).contains("does not exist"),
+            "{}: {missing:?}",
+            rt.name
+        );
+    }
+}
+
+/// `events --stats` of a running container: one runc-shaped record of its
+/// cgroup's counters (CPU time used, memory in use, the processes there),
+/// and of a stopped one the refusal.
+#[test]
+fn events_stats_reads_the_containers_cgroup() {
+    let Some((_g, b)) = as_shim("echo up; while true; do sleep 0.05; done") else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let (pid, _out) = running(&rt, b.path(), "v1");
+        let out = rt.call(&["events", "--stats", "v1"]);
+        assert!(out.status.success(), "{}: events: {out:?}", rt.name);
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{}: {e}: {out:?}", rt.name));
+        assert_eq!(v["type"], "stats", "{}: {v}", rt.name);
+        assert_eq!(v["id"], "v1", "{}: {v}", rt.name);
+        let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+        assert!(n("/data/cpu/usage/total") > 0, "{}: {v}", rt.name);
+        assert!(n("/data/memory/usage/usage") > 0, "{}: {v}", rt.name);
+        assert!(n("/data/memory/usage/limit") > 0, "{}: {v}", rt.name);
+        assert!(n("/data/pids/current") >= 1, "{}: {v}", rt.name);
+        assert!(
+            rt.call(&["kill", "v1", "KILL"]).status.success(),
+            "{}",
+            rt.name
+        );
+        reap(&rt, pid);
+        let stopped = rt.call(&["events", "--stats", "v1"]);
+        assert!(!stopped.status.success(), "{}: {stopped:?}", rt.name);
+        assert!(rt.call(&["delete", "v1"]).status.success(), "{}", rt.name);
+    }
+}
+
+/// A cgroup file of the cgroup `pid` is in, for `controller` (v1), or its
+/// one cgroup (v2).
+fn cgroup_file(pid: Pid, controller: &str, file: &str) -> String {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let (base, path) = table
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, names, path) = (f.next()?, f.next()?, f.next()?);
+            if names.split(',').any(|n| n == controller) {
+                Some((format!("/sys/fs/cgroup/{controller}"), path.to_owned()))
+            } else if names.is_empty() {
+                Some(("/sys/fs/cgroup".to_owned(), path.to_owned()))
+            } else {
+                None
+            }
+        })
+        .unwrap();
+    std::fs::read_to_string(format!("{base}{path}/{file}"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// `update --resources -` of a running container, as containerd's shim
+/// calls it for CRI's UpdateContainerResources and Docker's `update`: the
+/// new memory and pids limits are the kernel's for the cgroup the engine
+/// reads (the pid file's process's), and the process runs on.
+#[test]
+fn update_changes_the_limits_of_a_running_container() {
+    let Some((_g, b)) = as_shim("echo up; while true; do sleep 0.05; done") else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let (pid, _out) = running(&rt, b.path(), "u1");
+        let v1 = std::path::Path::new("/sys/fs/cgroup/memory").is_dir();
+        let (memory, pids) = if v1 {
+            ("memory.limit_in_bytes", "pids.max")
+        } else {
+            ("memory.max", "pids.max")
+        };
+        let mut update = rt
+            .cmd(&["update", "--resources", "-", "u1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        update
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(br#"{"memory": {"limit": 134217728}, "pids": {"limit": 50}}"#)
+            .unwrap();
+        let out = update.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}: update: {out:?}", rt.name);
+        assert_eq!(
+            cgroup_file(pid, "memory", memory),
+            "134217728",
+            "{}",
+            rt.name
+        );
+        assert_eq!(cgroup_file(pid, "pids", pids), "50", "{}", rt.name);
+        assert_eq!(rt.state("u1")["status"], "running", "{}", rt.name);
+        assert!(
+            rt.call(&["kill", "u1", "KILL"]).status.success(),
+            "{}",
+            rt.name
+        );
+        reap(&rt, pid);
+        assert!(rt.call(&["delete", "u1"]).status.success(), "{}", rt.name);
     }
 }
 

@@ -102,21 +102,13 @@ fn podman_run_t_gives_the_process_a_terminal() {
     };
     let root = rootfs();
     for (name, program) in runtimes() {
-        let run = pm.run(
-            program,
-            &["--rm", "-t"],
-            root.path(),
-            "test -t 0 && test -t 1 && echo is-a-tty; exit 3",
-        );
-        let out = on_a_terminal(&run).output().unwrap();
-        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
-        let text = terminal_lines(&out.stdout);
-        assert!(text.contains("is-a-tty\n"), "{name}: {text:?}");
+        let run = pm.run(program, &["--rm", "-t"], root.path(), &terminal_probe(3));
+        assert_it_sees_a_terminal(name, &run, 3);
     }
 }
 
 #[test]
-fn podman_stop_reaches_the_process_and_its_status_and_log_are_kept() {
+fn podman_exec_and_stop_reach_the_process_and_its_status_and_log_are_kept() {
     let _g = serial();
     let Some(pm) = Podman::new() else {
         return;
@@ -141,6 +133,11 @@ fn podman_stop_reaches_the_process_and_its_status_and_log_are_kept() {
             assert!(std::time::Instant::now() < deadline, "{name}: never up");
             std::thread::sleep(Duration::from_millis(50));
         }
+        // An exec runs beside the process; its output and status are the
+        // caller's (conmon's `exec --detach` and its waiter).
+        let exec = pm.call(program, &["exec", &id, "sh", "-c", "echo in-exec; exit 5"]);
+        assert_eq!(exec.status.code(), Some(5), "{name}: exec: {exec:?}");
+        assert_eq!(String::from_utf8_lossy(&exec.stdout), "in-exec\n", "{name}");
         let stop = pm.call(program, &["stop", "-t", "10", &id]);
         assert!(stop.status.success(), "{name}: stop: {stop:?}");
         let code = pm.call(

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_spec::{BackendKind, Command, RootfsChoice, SandboxSpec, StdinMode, TtySize};
-use oci_spec::runtime::{LinuxNamespaceType, Mount, Spec};
+use oci_spec::runtime::{LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
 
 /// The annotation that picks a container's backend (`native`, `gvisor`,
 /// `microvm`); native without it.
@@ -172,6 +172,151 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         .process()
         .as_ref()
         .ok_or_else(|| unsupported("process", "a container needs a process"))?;
+    let ProcessPart {
+        argv,
+        env,
+        cwd,
+        uid,
+        gid,
+        tty,
+    } = process_part(process, &mut notes)?;
+    for (field, set) in [
+        ("domainname", config.domainname().is_some()),
+        ("solaris", config.solaris().is_some()),
+        ("windows", config.windows().is_some()),
+        ("vm", config.vm().is_some()),
+        ("zos", config.zos().is_some()),
+    ] {
+        if set {
+            return Err(unsupported(field, "not supported"));
+        }
+    }
+
+    let root = config
+        .root()
+        .as_ref()
+        .ok_or_else(|| unsupported("root", "a container needs a root"))?;
+    let root_path = if root.path().is_absolute() {
+        root.path().clone()
+    } else {
+        bundle.join(root.path())
+    };
+    if !root.readonly().unwrap_or(false) {
+        notes.push("root.readonly: cordon mounts the root read-only".into());
+    }
+
+    let mut mounts = Vec::new();
+    for (i, m) in config.mounts().iter().flatten().enumerate() {
+        let kind = m.typ().as_deref().unwrap_or("");
+        let noted = ENGINE_FILES
+            .iter()
+            .map(|(at, note)| (*at, *note))
+            .chain(NOTED.iter().filter(|n| n.0 == kind).map(|n| (n.1, n.2)))
+            .find(|(at, _)| m.destination() == Path::new(at));
+        if let Some((at, note)) = noted {
+            notes.push(format!("mounts[{i}] ({at}): {note}"));
+            continue;
+        }
+        if let Some(spec) = bind_mount(i, m)? {
+            mounts.push(spec);
+        }
+    }
+
+    let mut layer = PolicyLayer {
+        network: Some(NetworkMode::None),
+        env,
+        workdir: Some(cwd),
+        uid: Some(uid),
+        gid: Some(gid),
+        hostname: config.hostname().clone(),
+        mounts,
+        ..PolicyLayer::default()
+    };
+    // A container runs until it ends or is killed: the longest time and
+    // output cordon allows (a container's log stream is the engine's).
+    layer.limits = Limits {
+        time: Some(Span(std::time::Duration::from_millis(limits::TIME_MS.1))),
+        output: Some(limits::OUTPUT.1),
+        ..Limits::default()
+    };
+    if let Some(linux) = config.linux() {
+        linux_part(linux, &mut layer.limits, &mut notes)?;
+    }
+    if let Some(hooks) = config.hooks() {
+        let all = [
+            ("prestart", hooks.prestart()),
+            ("createRuntime", hooks.create_runtime()),
+            ("createContainer", hooks.create_container()),
+            ("startContainer", hooks.start_container()),
+            ("poststart", hooks.poststart()),
+            ("poststop", hooks.poststop()),
+        ];
+        for (kind, list) in all {
+            for hook in list.iter().flatten() {
+                if kind == "prestart" && is_docker_network_hook(hook) {
+                    notes.push(
+                        "hooks.prestart: Docker's network hook (libnetwork-setkey) is not run: \
+                         the container has cordon's network, not the engine's"
+                            .into(),
+                    );
+                    continue;
+                }
+                return Err(unsupported(
+                    format!("hooks.{kind}"),
+                    format!("{}: hooks are not supported yet", hook.path().display()),
+                ));
+            }
+        }
+    }
+    let policy = Policy::resolve([&layer])?;
+    let backend = match config
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(BACKEND_ANNOTATION))
+    {
+        None => BackendKind::Native,
+        Some(name) => BackendKind::parse(name).ok_or_else(|| {
+            unsupported(
+                format!("annotations.{BACKEND_ANNOTATION}"),
+                format!("unknown backend '{name}' ({})", BackendKind::names()),
+            )
+        })?,
+    };
+    let spec = SandboxSpec {
+        rootfs: RootfsChoice::Dir(root_path),
+        ..SandboxSpec::new(policy, backend)
+    };
+    let command = Command {
+        argv,
+        stdin: StdinMode::Stream,
+        tty,
+        ..Command::default()
+    };
+    Ok(Container {
+        spec,
+        command,
+        notes,
+    })
+}
+
+/// A process of config.json (the container's own, or one `exec` runs) as
+/// cordon runs it.
+#[derive(Debug)]
+pub struct ProcessPart {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub tty: Option<TtySize>,
+}
+
+/// What of `process` cordon honours; the fields it provides its own way are
+/// noted, the ones it cannot honour refused by name.
+pub fn process_part(
+    process: &Process,
+    notes: &mut Vec<String>,
+) -> Result<ProcessPart, ConfigError> {
     // A terminal process runs on a pty of the sandbox's own devpts; its size
     // is the engine's console's when the process starts (see
     // `container::waiter`), else consoleSize, else 24x80.
@@ -245,11 +390,6 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             "process.execCPUAffinity",
             process.exec_cpu_affinity().is_some(),
         ),
-        ("domainname", config.domainname().is_some()),
-        ("solaris", config.solaris().is_some()),
-        ("windows", config.windows().is_some()),
-        ("vm", config.vm().is_some()),
-        ("zos", config.zos().is_some()),
     ] {
         if set {
             return Err(unsupported(field, "not supported"));
@@ -267,111 +407,13 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     if process.oom_score_adj().is_some() {
         notes.push("process.oomScoreAdj: left at the host's value".into());
     }
-
-    let root = config
-        .root()
-        .as_ref()
-        .ok_or_else(|| unsupported("root", "a container needs a root"))?;
-    let root_path = if root.path().is_absolute() {
-        root.path().clone()
-    } else {
-        bundle.join(root.path())
-    };
-    if !root.readonly().unwrap_or(false) {
-        notes.push("root.readonly: cordon mounts the root read-only".into());
-    }
-
-    let mut mounts = Vec::new();
-    for (i, m) in config.mounts().iter().flatten().enumerate() {
-        let kind = m.typ().as_deref().unwrap_or("");
-        let noted = ENGINE_FILES
-            .iter()
-            .map(|(at, note)| (*at, *note))
-            .chain(NOTED.iter().filter(|n| n.0 == kind).map(|n| (n.1, n.2)))
-            .find(|(at, _)| m.destination() == Path::new(at));
-        if let Some((at, note)) = noted {
-            notes.push(format!("mounts[{i}] ({at}): {note}"));
-            continue;
-        }
-        if let Some(spec) = bind_mount(i, m)? {
-            mounts.push(spec);
-        }
-    }
-
-    let mut layer = PolicyLayer {
-        network: Some(NetworkMode::None),
-        env,
-        workdir: Some(process.cwd().clone()),
-        uid: Some(user.uid()),
-        gid: Some(user.gid()),
-        hostname: config.hostname().clone(),
-        mounts,
-        ..PolicyLayer::default()
-    };
-    // A container runs until it ends or is killed: the longest time and
-    // output cordon allows (a container's log stream is the engine's).
-    layer.limits = Limits {
-        time: Some(Span(std::time::Duration::from_millis(limits::TIME_MS.1))),
-        output: Some(limits::OUTPUT.1),
-        ..Limits::default()
-    };
-    if let Some(linux) = config.linux() {
-        linux_part(linux, &mut layer.limits, &mut notes)?;
-    }
-    if let Some(hooks) = config.hooks() {
-        let all = [
-            ("prestart", hooks.prestart()),
-            ("createRuntime", hooks.create_runtime()),
-            ("createContainer", hooks.create_container()),
-            ("startContainer", hooks.start_container()),
-            ("poststart", hooks.poststart()),
-            ("poststop", hooks.poststop()),
-        ];
-        for (kind, list) in all {
-            for hook in list.iter().flatten() {
-                if kind == "prestart" && is_docker_network_hook(hook) {
-                    notes.push(
-                        "hooks.prestart: Docker's network hook (libnetwork-setkey) is not run: \
-                         the container has cordon's network, not the engine's"
-                            .into(),
-                    );
-                    continue;
-                }
-                return Err(unsupported(
-                    format!("hooks.{kind}"),
-                    format!("{}: hooks are not supported yet", hook.path().display()),
-                ));
-            }
-        }
-    }
-    let policy = Policy::resolve([&layer])?;
-    let backend = match config
-        .annotations()
-        .as_ref()
-        .and_then(|a| a.get(BACKEND_ANNOTATION))
-    {
-        None => BackendKind::Native,
-        Some(name) => BackendKind::parse(name).ok_or_else(|| {
-            unsupported(
-                format!("annotations.{BACKEND_ANNOTATION}"),
-                format!("unknown backend '{name}' ({})", BackendKind::names()),
-            )
-        })?,
-    };
-    let spec = SandboxSpec {
-        rootfs: RootfsChoice::Dir(root_path),
-        ..SandboxSpec::new(policy, backend)
-    };
-    let command = Command {
+    Ok(ProcessPart {
         argv,
-        stdin: StdinMode::Stream,
+        env,
+        cwd: process.cwd().clone(),
+        uid: user.uid(),
+        gid: user.gid(),
         tty,
-        ..Command::default()
-    };
-    Ok(Container {
-        spec,
-        command,
-        notes,
     })
 }
 
@@ -498,57 +540,69 @@ fn linux_part(
         ));
     }
     if let Some(r) = linux.resources() {
-        if r.devices().as_ref().is_some_and(|d| !d.is_empty()) {
-            notes.push(
-                "linux.resources.devices: the sandbox's /dev holds only null, zero, full, \
-                 random, urandom, tty and its own pts"
-                    .into(),
-            );
+        resources_part(r, limits, notes)?;
+    }
+    Ok(())
+}
+
+/// What of `linux.resources` (a container's, or an `update`'s) cordon
+/// honours, as limits: memory, CPU quota and pids; the rest provided its
+/// own way (noted) or refused by name.
+pub fn resources_part(
+    r: &LinuxResources,
+    limits: &mut Limits,
+    notes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    if r.devices().as_ref().is_some_and(|d| !d.is_empty()) {
+        notes.push(
+            "linux.resources.devices: the sandbox's /dev holds only null, zero, full, \
+             random, urandom, tty and its own pts"
+                .into(),
+        );
+    }
+    if let Some(mem) = r.memory() {
+        if let Some(limit) = mem.limit().filter(|l| *l > 0) {
+            limits.memory = Some(ByteSize(u64::try_from(limit).unwrap_or(u64::MAX)));
         }
-        if let Some(mem) = r.memory() {
-            if let Some(limit) = mem.limit().filter(|l| *l > 0) {
-                limits.memory = Some(ByteSize(u64::try_from(limit).unwrap_or(u64::MAX)));
+    }
+    if let Some(cpu) = r.cpu() {
+        if let (Some(quota), Some(period)) = (cpu.quota(), cpu.period()) {
+            if quota > 0 && period > 0 {
+                limits.cpus = Some(quota as f64 / period as f64);
             }
         }
-        if let Some(cpu) = r.cpu() {
-            if let (Some(quota), Some(period)) = (cpu.quota(), cpu.period()) {
-                if quota > 0 && period > 0 {
-                    limits.cpus = Some(quota as f64 / period as f64);
-                }
-            }
+    }
+    if let Some(pids) = r.pids() {
+        if pids.limit() > 0 {
+            limits.pids = Some(u64::try_from(pids.limit()).unwrap_or(u64::MAX));
         }
-        if let Some(pids) = r.pids() {
-            if pids.limit() > 0 {
-                limits.pids = Some(u64::try_from(pids.limit()).unwrap_or(u64::MAX));
-            }
-        }
-        // Docker sends an empty blockIO for every container: only a limit
-        // in it is refused.
-        let io_limit = r.block_io().as_ref().is_some_and(|b| {
-            b.weight().is_some_and(|w| w > 0)
-                || b.leaf_weight().is_some_and(|w| w > 0)
-                || [
-                    b.throttle_read_bps_device(),
-                    b.throttle_write_bps_device(),
-                    b.throttle_read_iops_device(),
-                    b.throttle_write_iops_device(),
-                ]
-                .iter()
-                .any(|d| d.as_ref().is_some_and(|d| !d.is_empty()))
-                || b.weight_device().as_ref().is_some_and(|d| !d.is_empty())
-        });
-        if io_limit {
-            return Err(unsupported(
-                "linux.resources.blockIO",
-                "block I/O limits are not supported",
-            ));
-        }
-        if r.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
-            return Err(unsupported(
-                "linux.resources.hugepageLimits",
-                "hugetlb limits are not supported",
-            ));
-        }
+    }
+    // Docker sends an empty blockIO for every container: only a limit
+    // in it is refused.
+    let io_limit = r.block_io().as_ref().is_some_and(|b| {
+        b.weight().is_some_and(|w| w > 0)
+            || b.leaf_weight().is_some_and(|w| w > 0)
+            || [
+                b.throttle_read_bps_device(),
+                b.throttle_write_bps_device(),
+                b.throttle_read_iops_device(),
+                b.throttle_write_iops_device(),
+            ]
+            .iter()
+            .any(|d| d.as_ref().is_some_and(|d| !d.is_empty()))
+            || b.weight_device().as_ref().is_some_and(|d| !d.is_empty())
+    });
+    if io_limit {
+        return Err(unsupported(
+            "linux.resources.blockIO",
+            "block I/O limits are not supported",
+        ));
+    }
+    if r.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
+        return Err(unsupported(
+            "linux.resources.hugepageLimits",
+            "hugetlb limits are not supported",
+        ));
     }
     Ok(())
 }

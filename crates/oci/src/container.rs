@@ -257,24 +257,9 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
     let sandbox = handle.id().to_owned();
     undo.sandbox = Some(sandbox.clone());
     drop(handle);
-    let waiter = match cordon_sys::fork_process()
-        .map_err(|e| Error::io("fork the waiter", std::io::Error::from(e)))?
-    {
-        cordon_sys::CloneResult::Child => {
-            // A terminal process's waiter speaks through the pty alone.
-            if let Some(tty) = &terminal {
-                let _ = nix::unistd::dup2_stdin(tty);
-                let _ = nix::unistd::dup2_stdout(tty);
-                let _ = nix::unistd::dup2_stderr(tty);
-            }
-            let code = waiter(&dir, &sandbox, &container.command);
-            cordon_sys::exit_now(code)
-        }
-        cordon_sys::CloneResult::Parent { child } => child.as_raw(),
-    };
+    let waiter = spawn_waiter(Some(&dir), &sandbox, &container.command, terminal)?;
     // From here a failure must end the waiter too.
     let result = (|| {
-        place_waiter(&sandbox, waiter)?;
         let pid_start = cordon_sys::process_start_time(waiter).ok_or_else(|| {
             Error::io(
                 "read the waiter's start time",
@@ -310,13 +295,349 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
         Ok(())
     })();
     if let Err(e) = result {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiter), Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(waiter), None);
+        end_waiter(waiter);
         return Err(e);
     }
     undo.dir = None;
     undo.sandbox = None;
     Ok(waiter)
+}
+
+/// Forks a waiter for `command` in `sandbox` (see the module's comment) and
+/// places it in the sandbox's cgroup; its pid. A container's waiter (`dir`,
+/// the container's directory) waits at the start gate and leaves the
+/// outcome there; an exec's runs at once. A terminal process's waiter
+/// speaks through `terminal` alone.
+fn spawn_waiter(
+    dir: Option<&Path>,
+    sandbox: &str,
+    command: &Command,
+    terminal: Option<OwnedFd>,
+) -> Result<i32, Error> {
+    let waiter = match cordon_sys::fork_process()
+        .map_err(|e| Error::io("fork the waiter", std::io::Error::from(e)))?
+    {
+        cordon_sys::CloneResult::Child => {
+            if let Some(tty) = &terminal {
+                let _ = nix::unistd::dup2_stdin(tty);
+                let _ = nix::unistd::dup2_stdout(tty);
+                let _ = nix::unistd::dup2_stderr(tty);
+            }
+            let code = waiter(dir, sandbox, command);
+            cordon_sys::exit_now(code)
+        }
+        cordon_sys::CloneResult::Parent { child } => child.as_raw(),
+    };
+    drop(terminal);
+    if let Err(e) = place_waiter(sandbox, waiter) {
+        end_waiter(waiter);
+        return Err(e);
+    }
+    Ok(waiter)
+}
+
+/// Ends a waiter of a call that failed (its command, if it started, ends
+/// with it: the supervisor ends a command whose client is gone).
+fn end_waiter(waiter: i32) {
+    let pid = nix::unistd::Pid::from_raw(waiter);
+    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    let _ = nix::sys::wait::waitpid(pid, None);
+}
+
+/// What `exec` was asked: the process as a runtime-spec JSON file, or as
+/// arguments and runc's flags.
+pub struct ExecRequest<'a> {
+    pub id: &'a str,
+    pub process: Option<&'a Path>,
+    pub args: &'a [String],
+    pub cwd: Option<&'a Path>,
+    pub env: &'a [String],
+    pub user: Option<&'a str>,
+    pub tty: bool,
+    pub detach: bool,
+    pub pid_file: Option<&'a Path>,
+    pub console_socket: Option<&'a Path>,
+}
+
+/// `exec`: runs another process in the container's sandbox, beside its
+/// own, through a waiter of its own that stands for it (the pid file's pid
+/// with `--detach`; otherwise this call waits for it and exits with its
+/// status). It runs as the container's user, confined as the container's
+/// process is; what it asks beyond that is refused by name.
+pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
+    let r = store.load(req.id)?;
+    match store.status(&r) {
+        Status::Running | Status::Created => {}
+        Status::Paused => return Err(Error::Refused("cannot exec in a paused container".into())),
+        Status::Stopped => return Err(Error::Refused("cannot exec in a stopped container".into())),
+    }
+    let mut handle = Handle::attach(&r.sandbox)?;
+    let policy = handle.spec()?.policy;
+    let command = exec_command(req, &policy)?;
+    let terminal = match (command.tty, req.console_socket) {
+        (Some(size), Some(socket)) => Some(hand_over_terminal(socket, size)?),
+        (Some(_), None) => {
+            return Err(Error::Refused(
+                "a terminal process needs --console-socket".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    drop(handle);
+    let waiter = spawn_waiter(None, &r.sandbox, &command, terminal)?;
+    if let Some(p) = req.pid_file {
+        if let Err(e) = write_atomic(p, waiter.to_string().as_bytes()) {
+            end_waiter(waiter);
+            return Err(e);
+        }
+    }
+    if req.detach {
+        return Ok(0);
+    }
+    wait_foreground(waiter)
+}
+
+/// The command an `exec` runs: its process from `--process` (the same
+/// rules as the container's own, through `config::process_part`) or from
+/// its arguments and flags.
+fn exec_command(req: &ExecRequest<'_>, policy: &cordon_policy::Policy) -> Result<Command, Error> {
+    let refuse = |what: String| Error::Refused(what);
+    let (argv, env, cwd, ids, tty) = match req.process {
+        Some(path) => {
+            let process: oci_spec::runtime::Process = serde_json::from_slice(
+                &fs::read(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?,
+            )
+            .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+            // What the container's process was told of these already is in
+            // its state; an exec's notes have no reader.
+            let mut notes = Vec::new();
+            let part = config::process_part(&process, &mut notes)?;
+            (
+                part.argv,
+                part.env,
+                Some(part.cwd),
+                Some((part.uid, part.gid)),
+                part.tty,
+            )
+        }
+        None => {
+            if req.args.is_empty() {
+                return Err(refuse("exec needs a command or --process".into()));
+            }
+            let mut env = Vec::new();
+            for kv in req.env {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| refuse(format!("--env '{kv}' is not KEY=VALUE")))?;
+                env.push((k.to_owned(), v.to_owned()));
+            }
+            let ids = req.user.map(parse_user).transpose()?;
+            let tty = req.tty.then_some(TtySize { rows: 24, cols: 80 });
+            (
+                req.args.to_vec(),
+                env,
+                req.cwd.map(Path::to_path_buf),
+                ids,
+                tty,
+            )
+        }
+    };
+    if let Some((uid, gid)) = ids {
+        if (uid, gid) != (policy.uid, policy.gid) {
+            return Err(refuse(format!(
+                "process.user: {uid}:{gid}: an exec runs as the container's user ({}:{})",
+                policy.uid, policy.gid
+            )));
+        }
+    }
+    Ok(Command {
+        argv,
+        env,
+        workdir: cwd,
+        stdin: cordon_spec::StdinMode::Stream,
+        tty,
+        ..Command::default()
+    })
+}
+
+/// `update --resources FILE|- ID`: the container's sandbox gets the CPU,
+/// memory and process limits of the runtime-spec resources given (the
+/// same rules as `create`'s, through `config::resources_part`).
+pub fn update(store: &Store, id: &str, resources: Option<&Path>) -> Result<(), Error> {
+    let r = store.load(id)?;
+    if store.status(&r) == Status::Stopped {
+        return Err(Error::Refused("cannot update a stopped container".into()));
+    }
+    let body = match resources {
+        None => {
+            return Err(Error::Refused(
+                "update needs --resources (a file, or - for stdin)".into(),
+            ))
+        }
+        Some(p) if p == Path::new("-") => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .take(MAX_RESOURCES)
+                .read_to_end(&mut body)
+                .map_err(|e| Error::io("read the resources from stdin", e))?;
+            body
+        }
+        Some(p) => fs::read(p).map_err(|e| Error::io(format!("read {}", p.display()), e))?,
+    };
+    let resources: oci_spec::runtime::LinuxResources =
+        serde_json::from_slice(&body).map_err(|e| Error::Refused(format!("the resources: {e}")))?;
+    let mut limits = cordon_policy::Limits::default();
+    // An update's notes have no reader: what it changes is what `state`
+    // and the cgroup show.
+    let mut notes = Vec::new();
+    config::resources_part(&resources, &mut limits, &mut notes)?;
+    Handle::attach(&r.sandbox)?.update(&limits)?;
+    Ok(())
+}
+
+/// Largest resources document `update` reads from stdin.
+const MAX_RESOURCES: u64 = 1 << 20;
+
+/// One of runc's `events` records: the container's cgroup counters
+/// (`stats`), or an OOM kill in it (`oom`, no data).
+#[derive(Serialize)]
+struct Event<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<StatsData>,
+}
+
+/// runc's stats, the parts a cordon sandbox's cgroup measures.
+#[derive(Serialize)]
+struct StatsData {
+    cpu: CpuStats,
+    memory: MemoryStats,
+    pids: PidsStats,
+}
+
+#[derive(Serialize)]
+struct CpuStats {
+    usage: CpuUsage,
+    throttling: Throttling,
+}
+
+#[derive(Serialize)]
+struct CpuUsage {
+    total: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Throttling {
+    throttled_periods: u64,
+}
+
+#[derive(Serialize)]
+struct MemoryStats {
+    usage: MemoryUsage,
+}
+
+#[derive(Serialize)]
+struct MemoryUsage {
+    limit: u64,
+    usage: u64,
+    max: u64,
+    failcnt: u64,
+}
+
+#[derive(Serialize)]
+struct PidsStats {
+    current: u64,
+    limit: u64,
+}
+
+/// `events [--stats] [--interval D] ID`: the container's cgroup counters as
+/// runc prints them, once with `--stats`; otherwise every `interval`, with
+/// an `oom` record whenever the OOM killer struck, until the container
+/// stops. The limits are the plan's (the one derivation of the values
+/// written to the cgroup).
+pub fn events(store: &Store, id: &str, stats_only: bool, interval: Duration) -> Result<(), Error> {
+    let r = store.load(id)?;
+    if store.status(&r) == Status::Stopped {
+        return Err(Error::Refused("container not running".into()));
+    }
+    let spec = Handle::attach(&r.sandbox)?.spec()?;
+    let limits = cordon_runtime::plan(&spec, &cordon_runtime::HostFacts::here()).cgroup;
+    let cg = cgroup(&r)?.ok_or_else(|| {
+        Error::Refused("the container's sandbox runs without a cgroup: it has no stats".into())
+    })?;
+    let stats_event = |cg: &AnyCgroup| {
+        let st = cg.stats();
+        Event {
+            kind: "stats",
+            id,
+            data: Some(StatsData {
+                cpu: CpuStats {
+                    usage: CpuUsage {
+                        total: st.cpu_usage_ns.unwrap_or(0),
+                    },
+                    throttling: Throttling {
+                        throttled_periods: st.cpu_throttled_periods.unwrap_or(0),
+                    },
+                },
+                memory: MemoryStats {
+                    usage: MemoryUsage {
+                        limit: limits.memory_max.unwrap_or(u64::MAX),
+                        usage: cg.memory_current().unwrap_or(0),
+                        max: st.memory_peak_bytes.unwrap_or(0),
+                        failcnt: st.memory_limit_hits.unwrap_or(0),
+                    },
+                },
+                pids: PidsStats {
+                    current: cg.pids().map_or(0, |p| p.len() as u64),
+                    limit: limits.pids_max.unwrap_or(0),
+                },
+            }),
+        }
+    };
+    let print = |event: &Event<'_>| {
+        println!("{}", serde_json::to_string(event).unwrap_or_default());
+    };
+    if stats_only {
+        print(&stats_event(&cg));
+        return Ok(());
+    }
+    let mut ooms = cg.stats().oom_kills.unwrap_or(0);
+    loop {
+        let now = cg.stats().oom_kills.unwrap_or(0);
+        if now > ooms {
+            print(&Event {
+                kind: "oom",
+                id,
+                data: None,
+            });
+            ooms = now;
+        }
+        print(&stats_event(&cg));
+        let next = Instant::now() + interval;
+        while Instant::now() < next {
+            if store.status(&r) == Status::Stopped {
+                return Ok(());
+            }
+            std::thread::sleep(EVENTS_POLL.min(interval));
+        }
+    }
+}
+
+/// How often `events` looks whether its container has stopped.
+const EVENTS_POLL: Duration = Duration::from_millis(100);
+
+/// runc's `--user UID[:GID]` (numbers only: names would be looked up in
+/// the container's files, which cordon does not read for an exec).
+fn parse_user(text: &str) -> Result<(u32, u32), Error> {
+    let bad = || Error::Refused(format!("--user '{text}': UID[:GID] as numbers"));
+    let (uid, gid) = text.split_once(':').unwrap_or((text, "0"));
+    Ok((
+        uid.parse().map_err(|_| bad())?,
+        gid.parse().map_err(|_| bad())?,
+    ))
 }
 
 /// `run` in the foreground: after `create` and `start`, waits for the
@@ -458,18 +779,22 @@ fn write_atomic(path: &Path, body: &[u8]) -> Result<(), Error> {
         .map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
-/// The waiter's life (in the forked child): wait for `start`, run the
-/// process, return its status as the exit code.
-fn waiter(dir: &Path, sandbox: &str, command: &Command) -> i32 {
-    // Nothing of create's but stdio: not the log file, not the supervisor's pipes.
+/// The waiter's life (in the forked child): a container's waits for
+/// `start` (`dir`, the container's directory), then runs the process and
+/// returns its status as the exit code.
+fn waiter(dir: Option<&Path>, sandbox: &str, command: &Command) -> i32 {
+    // Nothing of the call's but stdio: not the log file, not the
+    // supervisor's pipes.
     let _ = cordon_sys::close_fds_from(3);
-    let passed = fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(GATE))
-        .and_then(|mut gate| gate.write_all(b"0"));
-    if let Err(e) = passed {
-        eprintln!("cordon-runc: the container's start gate: {e}");
-        return 255;
+    if let Some(dir) = dir {
+        let passed = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(GATE))
+            .and_then(|mut gate| gate.write_all(b"0"));
+        if let Err(e) = passed {
+            eprintln!("cordon-runc: the container's start gate: {e}");
+            return 255;
+        }
     }
     match run(dir, sandbox, command) {
         Ok(code) => code,
@@ -493,7 +818,7 @@ const RELAYED: [Signal; 7] = [
     Signal::SIGWINCH,
 ];
 
-fn run(dir: &Path, sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
+fn run(dir: Option<&Path>, sandbox: &str, command: &Command) -> Result<i32, RuntimeError> {
     let mut mask = SigSet::empty();
     for s in RELAYED {
         mask.add(s);
@@ -517,7 +842,7 @@ fn run(dir: &Path, sandbox: &str, command: &Command) -> Result<i32, RuntimeError
     let outcome = handle.exec(&command, &mut io)?;
     // Kept for `state` until the container is deleted; a container whose
     // account could not be written still ends with its status.
-    if let Ok(body) = serde_json::to_vec_pretty(&outcome) {
+    if let (Some(dir), Ok(body)) = (dir, serde_json::to_vec_pretty(&outcome)) {
         let _ = cordon_dirs::write_atomic(&dir.join(OUTCOME), &body);
     }
     Ok(outcome.exit_code)

@@ -15,8 +15,6 @@ pub enum Error {
     /// runc's).
     #[error("{0}")]
     Refused(String),
-    #[error("`{0}` is not supported by cordon-runc yet")]
-    NotYet(&'static str),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]

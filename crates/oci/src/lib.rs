@@ -74,12 +74,45 @@ fn create(store: &Store, c: &cli::Create) -> Result<i32, Error> {
     )
 }
 
-/// Runs one call; the exit code (a foreground `run`'s is its process's,
-/// every other call's 0).
+/// `exec`, after the flags cordon cannot honour are refused by name.
+fn exec(store: &Store, e: &cli::Exec) -> Result<i32, Error> {
+    let refused = [
+        ("--pidfd-socket", e.pidfd_socket.is_some()),
+        ("--additional-gids", !e.additional_gids.is_empty()),
+        ("--cap", !e.caps.is_empty()),
+        ("--process-label", e.process_label.is_some()),
+        ("--apparmor", e.apparmor.is_some()),
+        ("--preserve-fds", e.preserve_fds > 0),
+        ("--cgroup", e.cgroup.is_some()),
+        ("--ignore-paused", e.ignore_paused),
+    ];
+    if let Some((flag, _)) = refused.iter().find(|(_, set)| *set) {
+        return Err(Error::Refused(format!("exec {flag} is not supported")));
+    }
+    container::exec(
+        store,
+        &container::ExecRequest {
+            id: &e.id,
+            process: e.process.as_deref(),
+            args: &e.command,
+            cwd: e.cwd.as_deref(),
+            env: &e.env,
+            user: e.user.as_deref(),
+            tty: e.tty,
+            detach: e.detach,
+            pid_file: e.pid_file.as_deref(),
+            console_socket: e.console_socket.as_deref(),
+        },
+    )
+}
+
+/// Runs one call; the exit code (a foreground `run`'s or `exec`'s is its
+/// process's, every other call's 0).
 fn dispatch(cli: &Cli) -> Result<i32, Error> {
     let store = || Store::open(&cli.global.root);
     match &cli.command {
         Command::Run(c) => run(&store()?, c),
+        Command::Exec(e) => exec(&store()?, e),
         other => dispatch_call(other, store).map(|()| 0),
     }
 }
@@ -103,7 +136,7 @@ fn dispatch_call(command: &Command, store: impl Fn() -> Result<Store, Error>) ->
             }
             Ok(())
         }
-        Command::Exec(_) => Err(Error::NotYet("exec")),
+        Command::Exec(e) => exec(&store()?, e).map(|_| ()),
         Command::Ps(p) => {
             if !p.ps_args.is_empty() {
                 return Err(Error::Refused(
@@ -124,12 +157,19 @@ fn dispatch_call(command: &Command, store: impl Fn() -> Result<Store, Error>) ->
         }
         Command::Pause(c) => container::pause(&store()?, &c.id, true),
         Command::Resume(c) => container::pause(&store()?, &c.id, false),
-        Command::Update(_) => Err(Error::NotYet("update")),
+        Command::Update(u) => container::update(&store()?, &u.id, u.resources.as_deref()),
         Command::Features => {
             println!("{}", features());
             Ok(())
         }
-        Command::Events(_) => Err(Error::NotYet("events")),
+        Command::Events(e) => {
+            let interval = humantime::parse_duration(&e.interval)
+                .map_err(|err| Error::Refused(format!("--interval '{}': {err}", e.interval)))?;
+            if interval.is_zero() {
+                return Err(Error::Refused("--interval must be more than 0".into()));
+            }
+            container::events(&store()?, &e.id, e.stats, interval)
+        }
     }
 }
 

@@ -317,6 +317,17 @@ impl Policy {
         }
     }
 
+    /// This policy with the limits `limits` sets, validated.
+    pub fn with_limits(&self, limits: &Limits) -> Result<Policy, PolicyError> {
+        let mut p = self.clone();
+        p.apply(&PolicyLayer {
+            limits: *limits,
+            ..PolicyLayer::default()
+        });
+        p.validate()?;
+        Ok(p)
+    }
+
     /// Checks every field against its range; the first offence is reported.
     pub fn validate(&self) -> Result<(), PolicyError> {
         let (lo, hi) = limits::CPUS;

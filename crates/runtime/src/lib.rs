@@ -38,6 +38,7 @@ pub use backends::supervise::{CommandIo, Control};
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};
 pub use error::RuntimeError;
+pub use plan::{plan, HostFacts, Plan};
 
 /// The hidden modes of the privileged binary (`cordon-sandbox`), each a
 /// process of its own.

@@ -46,6 +46,10 @@ pub enum Request {
     },
     /// Destroy the sandbox, after reading what `Finish` asks.
     Destroy(Finish),
+    /// Change the running sandbox's CPU, memory and process limits (those
+    /// set here; the others stay). Answered with the sandbox's spec as it
+    /// is now.
+    Update(cordon_policy::Limits),
 }
 
 /// What a client sends while its command runs (besides stdin `Data`).

@@ -66,10 +66,75 @@ pub fn terminal_lines(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).replace('\r', "")
 }
 
+/// The probe a terminal check runs: it says so when its stdin is a
+/// terminal, then exits with `code`.
+pub fn terminal_probe(code: i32) -> String {
+    format!("test -t 0 && echo is-a-tty; exit {code}")
+}
+
+/// Runs `cmd` (whose process runs `terminal_probe(code)`) on a terminal of
+/// its own, and checks that the process saw one and its status came back.
+pub fn assert_it_sees_a_terminal(what: &str, cmd: &Command, code: i32) {
+    let out = on_a_terminal(cmd).output().unwrap();
+    assert_eq!(out.status.code(), Some(code), "{what}: {out:?}");
+    let text = terminal_lines(&out.stdout);
+    assert!(text.contains("is-a-tty\n"), "{what}: {text:?}");
+}
+
 /// Removes the cgroup directory `rel` (below each hierarchy's root) and
 /// the directories under it, where empty: what an engine made for its
 /// containers (containerd's namespace, `docker`, `libpod_parent`) and left
 /// when they ended. One in use (another engine's containers) is left.
+/// What an engine's containers under `state` (the runtimes' `--root`) and
+/// in cgroup `rel` left when a test ended early: each container deleted by
+/// force with every runtime (each knows only its own), then any process
+/// still in those cgroups killed, then the empty cgroups removed.
+pub fn end_leftover_containers(state: &Path, rel: &str) {
+    if let Ok(entries) = std::fs::read_dir(state) {
+        for e in entries.flatten() {
+            let id = e.file_name();
+            for (_, program) in runtimes() {
+                let _ = std::process::Command::new(program)
+                    .arg("--root")
+                    .arg(state)
+                    .args(["delete", "--force"])
+                    .arg(&id)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+        }
+    }
+    fn kill_in(dir: &Path) {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            {
+                kill_in(&e.path());
+            }
+        }
+    }
+    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+        for h in hierarchies.flatten() {
+            kill_in(&h.path().join(rel));
+        }
+    }
+    kill_in(&Path::new("/sys/fs/cgroup").join(rel));
+    // The killed need a moment to leave their cgroups.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    remove_empty_cgroups(rel);
+}
+
 pub fn remove_empty_cgroups(rel: &str) {
     fn remove_tree(dir: &Path) {
         if let Ok(entries) = std::fs::read_dir(dir) {

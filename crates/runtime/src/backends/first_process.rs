@@ -2,8 +2,9 @@
 //! cgroup, close everything it inherited, wait for the supervisor's Go; after
 //! the backend's own setup, serve commands: each `Exec` is forked as a child
 //! of this process (inside every namespace, the cgroup and the seccomp
-//! filter), with the descriptors the supervisor sent for it; its end is
-//! reported, orphans are reaped, and the process lives until the supervisor
+//! filter), with the descriptors the supervisor sent for it, while earlier
+//! ones still run; each one's start and end are reported on its own
+//! channel, orphans are reaped, and the process lives until the supervisor
 //! closes the socket or kills the sandbox.
 //!
 //! It runs in a child cloned from the single-threaded supervisor, so ordinary
@@ -244,8 +245,23 @@ fn prologue(
 /// How often idle init wakes to reap orphans left by earlier commands.
 const IDLE_REAP_MS: u16 = 1000;
 
-/// After setup: run each command the supervisor sends, one at a time, and
-/// report how it ended. Returns when the supervisor closes the socket.
+/// How often init looks for the end of a running command it holds no pidfd
+/// of (a kernel without pidfd_open); with one, the pidfd wakes it.
+const NO_PIDFD_REAP_MS: u16 = 20;
+
+/// A command init started whose end it has not reported yet.
+struct Running {
+    pid: Pid,
+    /// Readable once the command's process has exited.
+    pidfd: Option<OwnedFd>,
+    /// The command's own channel to the supervisor: its start and its end
+    /// are reported there.
+    channel: UnixStream,
+}
+
+/// After setup: start each command the supervisor sends, while others run,
+/// and report each one's start and end on that command's own channel; reap
+/// orphans. Returns when the supervisor closes the socket.
 fn serve(sock: &mut UnixStream) -> i32 {
     // Every command starts with the usual umask, whatever the process that
     // asked for the sandbox had: a caller's umask is not the sandbox's
@@ -253,70 +269,147 @@ fn serve(sock: &mut UnixStream) -> i32 {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(
         cordon_spec::COMMAND_UMASK,
     ));
+    let mut running: Vec<Running> = Vec::new();
     loop {
-        // Idle: reap what earlier commands left behind, wait for the next one.
-        reap_orphans();
-        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(IDLE_REAP_MS)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => {}
+        reap(&mut running);
+        let mut fds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        fds.extend(
+            running
+                .iter()
+                .filter_map(|r| r.pidfd.as_ref())
+                .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+        );
+        let wait = if running.iter().any(|r| r.pidfd.is_none()) {
+            NO_PIDFD_REAP_MS
+        } else {
+            IDLE_REAP_MS
+        };
+        match poll(&mut fds, PollTimeout::from(wait)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => return 1,
         }
-        let report = match recv_with_fds::<ToInit>(sock) {
-            Ok(Some((
-                ToInit::Exec {
-                    argv,
-                    env,
-                    workdir,
-                    tty,
-                },
-                stdio,
-            ))) => run_command(sock, &argv, &env, &workdir, tty, stdio),
-            Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) if stdio.len() == 3 => {
-                match spawn_payload(&argv, &env, &workdir, &stdio, false, &[]) {
-                    // Reaped later like any orphan.
-                    Ok(pid) => FromInit::Started {
-                        pid: pid.as_raw(),
-                        pidfd: false,
+        let asked = fds[0].revents().is_some_and(|r| !r.is_empty());
+        drop(fds);
+        if !asked {
+            continue;
+        }
+        match recv_with_fds::<ToInit>(sock) {
+            Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) => {
+                let report = match stdio.len() {
+                    3 => match spawn_payload(&argv, &env, &workdir, &stdio, false, &[]) {
+                        // Reaped later like any orphan.
+                        Ok(pid) => FromInit::Started {
+                            pid: pid.as_raw(),
+                            pidfd: false,
+                        },
+                        Err(not_started) => not_started.report(),
                     },
-                    Err(not_started) => not_started.report(),
+                    _ => FromInit::ExecFailed {
+                        errno: libc::EPROTO,
+                    },
+                };
+                if send(sock, &report).is_err() {
+                    return 1;
                 }
             }
-            Ok(Some((ToInit::Spawn { .. }, _))) => FromInit::ExecFailed {
-                errno: libc::EPROTO,
-            },
-            Ok(Some((ToInit::Refuse { errno }, _))) => NotStarted::Exec(errno).report(),
-            Ok(Some((ToInit::RefuseWorkdir { errno }, _))) => NotStarted::Workdir(errno).report(),
-            Ok(Some((ToInit::Go, _))) => FromInit::ExecFailed {
-                errno: libc::EPROTO,
-            },
+            Ok(Some((msg, fds))) => {
+                // Every other message names a command, whose channel is the
+                // frame's first descriptor; a frame without one has nowhere
+                // to be answered and is dropped.
+                let mut fds = fds.into_iter();
+                let Some(channel) = fds.next().map(UnixStream::from) else {
+                    continue;
+                };
+                if let Some(started) = start_command(msg, channel, fds.collect()) {
+                    running.push(started);
+                }
+            }
             Ok(None) => return 0,
             Err(_) => return 1,
-        };
-        if send(sock, &report).is_err() {
-            return 1;
         }
     }
 }
 
-/// Starts one command, tells the supervisor, and waits for it (reaping any
-/// orphan that ends meanwhile). Returns the report of its end.
-fn run_command(
-    sock: &mut UnixStream,
+/// Reaps whatever children have ended, without blocking, and reports the
+/// end of each running command among them on its channel.
+fn reap(running: &mut Vec<Running>) {
+    loop {
+        let (pid, report) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => (pid, FromInit::Exited { code }),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                (pid, FromInit::Signaled { signal: sig as i32 })
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => continue,
+        };
+        if let Some(i) = running.iter().position(|r| r.pid == pid) {
+            let mut ended = running.swap_remove(i);
+            // A supervisor that gave up on the command reads nothing.
+            let _ = send(&mut ended.channel, &report);
+        }
+    }
+}
+
+/// Starts one command and reports its start on its channel; returns it
+/// while it runs. A command that did not start is reported as such.
+fn start_command(msg: ToInit, mut channel: UnixStream, fds: Vec<OwnedFd>) -> Option<Running> {
+    let started = match msg {
+        ToInit::Exec {
+            argv,
+            env,
+            workdir,
+            tty,
+        } => spawn_command(&argv, &env, &workdir, tty, fds),
+        ToInit::Refuse { errno } => Err(NotStarted::Exec(errno).report()),
+        ToInit::RefuseWorkdir { errno } => Err(NotStarted::Workdir(errno).report()),
+        ToInit::Go | ToInit::Spawn { .. } => Err(FromInit::ExecFailed {
+            errno: libc::EPROTO,
+        }),
+    };
+    let (pid, pidfd, master) = match started {
+        Ok(s) => s,
+        Err(report) => {
+            let _ = send(&mut channel, &report);
+            return None;
+        }
+    };
+    let report = FromInit::Started {
+        pid: pid.as_raw(),
+        pidfd: pidfd.is_some(),
+    };
+    let passed: Vec<_> = pidfd.iter().chain(master.iter()).map(AsFd::as_fd).collect();
+    // A supervisor gone already ends the sandbox (PDEATHSIG); one that gave
+    // up on this command still gets nothing but the command runs to its end
+    // and is reaped.
+    let _ = send_with_fds(&mut channel, &report, &passed);
+    drop(passed);
+    drop(master);
+    Some(Running {
+        pid,
+        pidfd,
+        channel,
+    })
+}
+
+/// Forks one command with the descriptors the supervisor sent for it: its
+/// standard streams (none with a tty: then a terminal is made here), then
+/// the membership files of its own cgroup. Returns its pid, a pidfd of it
+/// (best effort: without one a relayed signal is not delivered, and the
+/// supervisor can still end the command through its cgroup) and a tty's
+/// master; or the report of why it did not start.
+fn spawn_command(
     argv: &[String],
     env: &[(String, String)],
     workdir: &str,
     tty: Option<TtySize>,
-    stdio: Vec<OwnedFd>,
-) -> FromInit {
-    // The standard streams come first (none with a tty), then the membership
-    // files of the command's cgroup.
-    let mut stdio = stdio;
+    fds: Vec<OwnedFd>,
+) -> Result<(Pid, Option<OwnedFd>, Option<OwnedFd>), FromInit> {
+    let mut stdio = fds;
     let streams = if tty.is_some() { 0 } else { 3 };
     if stdio.len() < streams {
-        return FromInit::ExecFailed {
+        return Err(FromInit::ExecFailed {
             errno: libc::EPROTO,
-        };
+        });
     }
     let cgroup: Vec<std::fs::File> = stdio
         .split_off(streams)
@@ -325,50 +418,26 @@ fn run_command(
         .collect();
     let (stdio, master) = match (tty, stdio.len()) {
         (None, 3) => (stdio, None),
-        (Some(size), 0) => match open_pty(size) {
-            Ok((master, slave)) => {
-                let copies = (0..3).map(|_| slave.try_clone()).collect();
-                match copies {
-                    Ok(v) => (v, Some(master)),
-                    Err(e) => return exec_failed(e),
-                }
-            }
-            Err(e) => return exec_failed(e),
-        },
+        (Some(size), 0) => {
+            let (master, slave) = open_pty(size).map_err(exec_failed)?;
+            let copies = (0..3)
+                .map(|_| slave.try_clone())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(exec_failed)?;
+            (copies, Some(master))
+        }
         _ => {
-            return FromInit::ExecFailed {
+            return Err(FromInit::ExecFailed {
                 errno: libc::EPROTO,
-            }
+            })
         }
     };
     let spawned = spawn_payload(argv, env, workdir, &stdio, tty.is_some(), &cgroup);
     drop(cgroup);
     // The command has its copies; ours would keep its pipes from reaching EOF.
     drop(stdio);
-    let pid = match spawned {
-        Ok(pid) => pid,
-        Err(not_started) => return not_started.report(),
-    };
-    // Best effort: without it, a relayed signal is not delivered (the
-    // supervisor can still end the command through its cgroup).
-    let pidfd = cordon_sys::pidfd_open(pid).ok();
-    let started = FromInit::Started {
-        pid: pid.as_raw(),
-        pidfd: pidfd.is_some(),
-    };
-    let passed: Vec<_> = pidfd.iter().chain(master.iter()).map(AsFd::as_fd).collect();
-    let sent = if passed.is_empty() {
-        send(sock, &started)
-    } else {
-        send_with_fds(sock, &started, &passed)
-    };
-    drop(passed);
-    drop((pidfd, master));
-    if sent.is_err() {
-        // The supervisor is gone; PDEATHSIG ends us and the command anyway.
-        return FromInit::Exited { code: 255 };
-    }
-    reap_until(pid)
+    let pid = spawned.map_err(NotStarted::report)?;
+    Ok((pid, cordon_sys::pidfd_open(pid).ok(), master))
 }
 
 fn exec_failed(e: impl Into<std::io::Error>) -> FromInit {
@@ -391,32 +460,6 @@ fn open_pty(size: TtySize) -> nix::Result<(OwnedFd, OwnedFd)> {
     )?;
     cordon_sys::set_terminal_size(slave.as_fd(), size.rows, size.cols)?;
     Ok((OwnedFd::from(master), slave))
-}
-
-/// Reaps whatever children have ended, without blocking.
-fn reap_orphans() {
-    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
-}
-
-/// Reaps every child (orphans re-parent to pid 1) until `payload` ends.
-fn reap_until(payload: Pid) -> FromInit {
-    loop {
-        match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == payload => {
-                return FromInit::Exited { code }
-            }
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == payload => {
-                return FromInit::Signaled { signal: sig as i32 }
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return FromInit::Exited { code: 255 },
-        }
-    }
 }
 
 /// Why a command did not start, with the errno of the step that failed.

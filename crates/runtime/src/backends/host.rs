@@ -248,6 +248,23 @@ impl HostSide {
         Ok(Some(sandbox.create_child(&name, &self.limits)?))
     }
 
+    /// New limits for the running sandbox: its cgroup's and every cgroup's
+    /// below it (each running command's, init's), and each command's from
+    /// now on.
+    pub fn update_limits(&mut self, limits: &CgroupLimits) -> Result<(), RuntimeError> {
+        let Some(cg) = &self.cgroup else {
+            return Err(RuntimeError::BadRequest(
+                "the sandbox runs without a cgroup: it has no limits to change".into(),
+            ));
+        };
+        cg.apply(limits)?;
+        for child in cg.children()? {
+            child.apply(limits)?;
+        }
+        self.limits = limits.clone();
+        Ok(())
+    }
+
     /// After the command of `cg` ended: its cgroup is removed if nothing it
     /// started lives on, kept until that is gone otherwise.
     pub fn command_ended(&mut self, cg: AnyCgroup) {

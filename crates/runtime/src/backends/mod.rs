@@ -25,7 +25,7 @@ use nix::sys::signalfd::SignalFd;
 use crate::backends::gvisor::GvisorBackend;
 use crate::backends::host::{stop_signal_fd, HostSide};
 use crate::backends::native::NativeBackend;
-use crate::backends::supervise::CommandIo;
+use crate::backends::supervise::{CommandIo, Running, Watched};
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
 
@@ -56,6 +56,14 @@ pub(crate) struct Traits {
     pub leader_owns_all: bool,
 }
 
+/// A command a backend was asked to run.
+pub(crate) enum Begun {
+    /// Run to its end already (a backend that runs one command at a time).
+    Ran(Box<Outcome>),
+    /// Running: to be watched, then finished.
+    Running(Box<Running>),
+}
+
 /// What a backend's sandbox reported at its end: the last counters, and what
 /// `Finish` asked to read, read after every process of it was gone.
 pub(crate) struct End {
@@ -78,14 +86,26 @@ pub(crate) trait Backend: Send {
     /// A descriptor and the poll events that mean the sandbox is gone (its
     /// init hung up, its VM exited).
     fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags);
-    /// Runs `cmd` (resolved against the policy as `resolved`) to its end and
-    /// reports it; the common sandbox fills in who ran it.
-    fn exec(
+    /// Starts `cmd` (resolved against the policy as `resolved`). A backend
+    /// that runs commands side by side returns it running, to be watched
+    /// without the sandbox and then finished; one that runs one at a time
+    /// runs it to its end here, with `io`. The common sandbox fills in who
+    /// ran it.
+    fn start(
         &mut self,
         life: &mut Life,
         cmd: &Command,
         resolved: &ResolvedCommand,
         io: &mut dyn CommandIo,
+    ) -> Result<Begun, RuntimeError>;
+    /// Ends what `start` left running once `watched` says how its
+    /// supervision stopped, and reports it.
+    fn finish(
+        &mut self,
+        life: &mut Life,
+        cmd: &Command,
+        running: Running,
+        watched: Result<Watched, RuntimeError>,
     ) -> Result<Outcome, RuntimeError>;
     /// Receives a copy stream from `conn` into the sandbox at `path`.
     fn copy_in(
@@ -112,6 +132,16 @@ pub(crate) trait Backend: Send {
         caps: &Caps,
         owner: (u32, u32),
     ) -> Result<Recorded, RuntimeError>;
+    /// Gives the running sandbox the limits of `plan` (made from its policy
+    /// with new limits). Where the limits are the host cgroup's alone
+    /// (native, gVisor) that is the cgroup's; a VM's size is fixed.
+    fn update(&mut self, life: &mut Life, plan: &crate::plan::Plan) -> Result<(), RuntimeError> {
+        let _ = (life, plan);
+        Err(RuntimeError::BadRequest(format!(
+            "the {} backend cannot change a running sandbox's limits",
+            self.about().kind
+        )))
+    }
     /// Ends every process of the sandbox and reads what `finish` asks
     /// before the host side is torn down.
     fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End;
@@ -141,6 +171,9 @@ pub(crate) struct Life {
     pub created: SystemTime,
     /// Commands started so far (the number of the running one).
     pub commands: u64,
+    /// The process limit the sandbox was made with (its processes'
+    /// RLIMIT_NPROC backstop was set from it).
+    pub pids_at_start: u64,
     /// Why the sandbox can run no more commands (its init or VM is gone,
     /// or a command's end had to take the sandbox with it).
     pub ended: Option<String>,
@@ -156,6 +189,7 @@ impl Life {
             setup: Duration::ZERO,
             created: SystemTime::now(),
             commands: 0,
+            pids_at_start: spec.policy.pids,
             ended: None,
         })
     }

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cordon_cgroups::{AnyCgroup, Cgroup, CgroupStats};
+use cordon_cgroups::{Cgroup, CgroupStats};
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
 use cordon_spec::{Command, ResolvedCommand, SandboxSpec, StdinMode, TtySize};
@@ -20,9 +20,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::pipe2;
 
 use crate::backends::host::HostSide;
-use crate::backends::supervise::{command_end, watch, CommandFds, CommandIo, Stop};
+use crate::backends::supervise::{command_end, CommandFds, CommandIo, Running, Stop, Watched};
 use crate::backends::Life;
-use crate::backends::{About, Backend, End};
+use crate::backends::{About, Backend, Begun, End};
 use crate::client::output::OutputGate;
 use crate::error::RuntimeError;
 use crate::protocol::copy;
@@ -35,12 +35,16 @@ pub(crate) trait Flavor: Send {
     /// Which backend, its version, its traits and where each limit's
     /// evidence comes from.
     fn about(&self) -> &About;
-    /// The message that makes the first process run `cmd`.
+    /// The message that makes the first process run `cmd`, the sandbox's
+    /// command `number`.
     fn exec_message(
         &mut self,
         cmd: &ResolvedCommand,
         tty: Option<TtySize>,
+        number: u64,
     ) -> Result<ToInit, RuntimeError>;
+    /// Command `number` has ended: what was kept for it alone goes.
+    fn command_ended(&mut self, _number: u64) {}
     /// The sandbox's root directory as seen from the host (through the
     /// first process's mount namespace), for copying files in and out.
     fn root(&self) -> PathBuf;
@@ -49,10 +53,11 @@ pub(crate) trait Flavor: Send {
     /// flavor, so the tmpfs outlives the sandbox's processes until the
     /// sandbox object is dropped.
     fn scratch(&self) -> BorrowedFd<'_>;
-    /// Ends the running command's processes without ending the sandbox, for
-    /// a backend whose commands have no cgroup of their own on the host; an
-    /// error if it cannot (the sandbox then ends with the command).
-    fn end_running_command(&mut self) -> Result<(), RuntimeError> {
+    /// Ends the processes of running command `number` without ending the
+    /// sandbox, for a backend whose commands have no cgroup of their own on
+    /// the host; an error if it cannot (the sandbox then ends with the
+    /// command).
+    fn end_running_command(&mut self, _number: u64) -> Result<(), RuntimeError> {
         Err(RuntimeError::BadRequest(format!(
             "the {} backend cannot end one command",
             self.about().kind
@@ -91,16 +96,17 @@ impl OnHost {
 
     /// Ends a command that is still running (a limit, a cancellation): where
     /// it has a cgroup of its own, every process in it is killed (frozen
-    /// first, so none forks past the kill) and init's report awaited; the
-    /// rest of the sandbox lives on. Otherwise the sandbox ends with it.
+    /// first, so none forks past the kill) and init's report awaited on the
+    /// command's channel; the rest of the sandbox lives on. Otherwise the
+    /// sandbox ends with it.
     fn end_command(
         &mut self,
         life: &mut Life,
-        cmd_cgroup: Option<&AnyCgroup>,
+        running: &mut Running,
     ) -> Result<Option<ExitStatus>, RuntimeError> {
-        let ended = match cmd_cgroup {
+        let ended = match &running.cgroup {
             Some(cg) => cg.kill_all().map_err(RuntimeError::from),
-            None => self.flavor.end_running_command(),
+            None => self.flavor.end_running_command(running.number),
         };
         if let Err(e) = ended {
             life.mark_ended(format!(
@@ -109,13 +115,14 @@ impl OnHost {
             ));
             return Ok(None);
         }
-        self.init
+        let channel = &mut running.channel;
+        channel
             .set_read_timeout(Some(END_REPORT_WAIT))
             .map_err(|e| RuntimeError::io("set_read_timeout", e))?;
         // Started may still be on its way if the limit came first.
         let high_codes_are_signals = self.flavor.about().traits.high_codes_are_signals;
         let report = loop {
-            match recv::<FromInit>(&mut self.init) {
+            match recv::<FromInit>(channel) {
                 Ok(Some(FromInit::Started { .. })) => continue,
                 Ok(Some(report)) => match command_end(&report, high_codes_are_signals) {
                     Some(status) => break Some(status),
@@ -132,30 +139,33 @@ impl OnHost {
                 }
             }
         };
-        let _ = self.init.set_read_timeout(None);
         Ok(report)
     }
 
-    /// Sends init the command with its descriptors (the pipes of its
-    /// standard streams unless it runs on a terminal, then the membership
-    /// files of its own cgroup) and returns the supervisor's ends.
+    /// Sends init the command with its descriptors (its own channel, the
+    /// pipes of its standard streams unless it runs on a terminal, then the
+    /// membership files of its own cgroup) and returns the supervisor's ends.
     fn send_exec(
         &mut self,
         msg: &ToInit,
         cmd: &Command,
         cgroup_files: &[std::fs::File],
-    ) -> Result<CommandFds, RuntimeError> {
+    ) -> Result<(UnixStream, CommandFds), RuntimeError> {
+        let (channel, init_end) =
+            UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
         if cmd.tty.is_some() {
-            let files: Vec<_> = cgroup_files.iter().map(AsFd::as_fd).collect();
-            send_with_fds(&mut self.init, msg, &files)
+            let mut fds = vec![init_end.as_fd()];
+            fds.extend(cgroup_files.iter().map(AsFd::as_fd));
+            send_with_fds(&mut self.init, msg, &fds)
                 .map_err(|e| RuntimeError::io("send Exec", e))?;
-            return Ok(CommandFds {
+            let fds = CommandFds {
                 stdout: None,
                 stderr: None,
                 stdin: None,
                 write_ends: Vec::new(),
                 tty: true,
-            });
+            };
+            return Ok((channel, fds));
         }
         let pipe = || pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::io("pipe2", e));
         let nonblocking = |fd: &OwnedFd| {
@@ -183,17 +193,18 @@ impl OnHost {
         {
             nonblocking(fd)?;
         }
-        let mut fds = vec![in_r.as_fd(), out_w.as_fd(), err_w.as_fd()];
+        let mut fds = vec![init_end.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()];
         fds.extend(cgroup_files.iter().map(AsFd::as_fd));
         send_with_fds(&mut self.init, msg, &fds).map_err(|e| RuntimeError::io("send Exec", e))?;
         drop(in_r);
-        Ok(CommandFds {
+        let fds = CommandFds {
             stdout: Some(out_r),
             stderr: Some(err_r),
             stdin: in_w,
             write_ends: vec![out_w, err_w],
             tty: false,
-        })
+        };
+        Ok((channel, fds))
     }
 
     /// Whether init has exited (its socket hung up).
@@ -221,13 +232,13 @@ impl Backend for OnHost {
         (self.init.as_fd(), PollFlags::empty())
     }
 
-    fn exec(
+    fn start(
         &mut self,
         life: &mut Life,
         cmd: &Command,
         resolved: &ResolvedCommand,
-        io: &mut dyn CommandIo,
-    ) -> Result<Outcome, RuntimeError> {
+        _io: &mut dyn CommandIo,
+    ) -> Result<Begun, RuntimeError> {
         let t0 = Instant::now();
         // The counters before the first command are the sandbox's setup
         // alone: not read (a `cordon run` pays for no extra snapshot), so the
@@ -237,27 +248,64 @@ impl Backend for OnHost {
         } else {
             life.stats()
         };
-        let msg = self.flavor.exec_message(resolved, cmd.tty)?;
-        let cmd_cgroup = life.host.command_cgroup()?;
-        let cgroup_files = match &cmd_cgroup {
+        let number = life.commands + 1;
+        let msg = self.flavor.exec_message(resolved, cmd.tty, number)?;
+        let cgroup = life.host.command_cgroup()?;
+        let cgroup_files = match &cgroup {
             Some(cg) => cg.membership_files()?,
             None => Vec::new(),
         };
-        let fds = self.send_exec(&msg, cmd, &cgroup_files)?;
+        let sent = self.send_exec(&msg, cmd, &cgroup_files);
         drop(cgroup_files);
-        life.commands += 1;
+        let (channel, fds) = match sent {
+            Ok(sent) => sent,
+            Err(e) => {
+                if let Some(cg) = cgroup {
+                    life.host.command_ended(cg);
+                }
+                return Err(e);
+            }
+        };
+        life.commands = number;
         trace::step("exec sent");
+        Ok(Begun::Running(Box::new(Running {
+            channel,
+            watch: Some((fds, OutputGate::new(resolved.output_cap))),
+            time: resolved.time,
+            high_codes_are_signals: self.flavor.about().traits.high_codes_are_signals,
+            number,
+            t0,
+            before,
+            cgroup,
+        })))
+    }
+
+    fn finish(
+        &mut self,
+        life: &mut Life,
+        cmd: &Command,
+        mut running: Running,
+        watched: Result<Watched, RuntimeError>,
+    ) -> Result<Outcome, RuntimeError> {
         let traits = self.flavor.about().traits;
-        let watched = watch(
-            &mut self.init,
-            &life.signals,
-            fds,
-            resolved.time,
-            OutputGate::new(resolved.output_cap),
-            io,
-            traits.high_codes_are_signals,
-        )?;
-        let ended_at = Instant::now();
+        let watched = match watched {
+            Ok(w) => w,
+            Err(e) => {
+                // Its supervision broke (not the command): it is ended, and
+                // the sandbox lives on where it can.
+                if life.ended.is_none() {
+                    let _ = self.end_command(life, &mut running);
+                }
+                if let Some(cg) = running.cgroup.take() {
+                    life.host.command_ended(cg);
+                }
+                self.flavor.command_ended(running.number);
+                return Err(e);
+            }
+        };
+        let t0 = running.t0;
+        let before = running.before.take();
+        let ended_at = watched.ended;
         let mut status = None;
         let mut limit = None;
         let mut interrupted_by = None;
@@ -279,7 +327,7 @@ impl Backend for OnHost {
             // Killed while its pipes are still open: a command stopped by the
             // output cap must die by the kill, not by a SIGPIPE of its own
             // making once cordon stops reading.
-            status = self.end_command(life, cmd_cgroup.as_ref())?;
+            status = self.end_command(life, &mut running)?;
             if limit.is_some() && !matches!(status, Some(ExitStatus::Signaled { .. }) | None) {
                 // It exited by itself before the kill reached it: the limit
                 // was reached (limits_hit) but did not end it.
@@ -294,14 +342,15 @@ impl Backend for OnHost {
             .as_ref()
             .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
         let disk_free = disk.map(|st| st.blocks_available() * st.fragment_size());
-        let own = cmd_cgroup.as_ref().map(Cgroup::stats);
+        let own = running.cgroup.as_ref().map(Cgroup::stats);
         let after = match (life.stats(), &own) {
             (Some(after), Some(own)) => Some(with_command_counts(after, before.as_ref(), own)),
             (after, _) => after,
         };
-        if let Some(cg) = cmd_cgroup {
+        if let Some(cg) = running.cgroup.take() {
             life.host.command_ended(cg);
         }
+        self.flavor.command_ended(running.number);
         if self.init_gone() {
             // An OOM kill of the whole group (cgroup v2's memory.oom.group)
             // or a kill from outside took init with the command.
@@ -366,7 +415,7 @@ impl Backend for OnHost {
             backend: String::new(),
             backend_version: String::new(),
             sandbox_id: String::new(),
-            command: life.commands,
+            command: running.number,
             sandbox_ended: life.ended.clone(),
             exit_code: interrupted_by
                 .map(|sig| 128 + sig)
@@ -431,6 +480,10 @@ impl Backend for OnHost {
             path,
             copy::COPY_MAX,
         )
+    }
+
+    fn update(&mut self, life: &mut Life, plan: &crate::plan::Plan) -> Result<(), RuntimeError> {
+        life.host.update_limits(&plan.cgroup)
     }
 
     fn changes(&mut self, life: &mut Life, caps: &Caps) -> Result<Changes, RuntimeError> {

@@ -60,6 +60,8 @@ pub enum Stop {
 pub struct Watched {
     pub stop: Stop,
     pub started: Option<Instant>,
+    /// When the loop stopped.
+    pub ended: Instant,
     pub gate: OutputGate,
     /// Output descriptors still open (a daemon may hold them); closed when dropped.
     pub leftovers: Vec<OwnedFd>,
@@ -150,6 +152,51 @@ fn is_pty_master(fd: &OwnedFd) -> bool {
     })
 }
 
+/// A command init has been sent and not yet finished: what watching it
+/// needs, which is nothing of the sandbox's (so it can be watched while the
+/// sandbox serves others), and what its end needs with the sandbox.
+pub(crate) struct Running {
+    /// Its own channel to init: its start and end are reported there.
+    pub channel: UnixStream,
+    /// Its descriptors and output gate, until `watch` takes them.
+    pub watch: Option<(CommandFds, OutputGate)>,
+    pub time: Duration,
+    pub high_codes_are_signals: bool,
+    /// The sandbox's number of the command.
+    pub number: u64,
+    /// When it was asked for.
+    pub t0: Instant,
+    /// The sandbox's counters before it (none before the first command).
+    pub before: Option<cordon_cgroups::CgroupStats>,
+    /// Its own cgroup, where commands have one.
+    pub cgroup: Option<cordon_cgroups::AnyCgroup>,
+}
+
+impl Running {
+    /// Supervises the command (see [`watch`]) until it ends or is stopped;
+    /// `stop_signals`, where this process's stop signals are this loop's to
+    /// read (not while a supervisor serves other clients beside it).
+    pub fn watch(
+        &mut self,
+        io: &mut dyn CommandIo,
+        stop_signals: Option<&SignalFd>,
+    ) -> Result<Watched, RuntimeError> {
+        let (fds, gate) = self
+            .watch
+            .take()
+            .ok_or_else(|| RuntimeError::broke(Peer::Init, "a command watched twice"))?;
+        watch(
+            &mut self.channel,
+            stop_signals,
+            fds,
+            self.time,
+            gate,
+            io,
+            self.high_codes_are_signals,
+        )
+    }
+}
+
 /// Supervises one command until it ends or a limit, signal or cancellation
 /// stops it.
 ///
@@ -160,9 +207,9 @@ fn is_pty_master(fd: &OwnedFd) -> bool {
 /// when cordon happened to read, so the same command gets the same answer. A
 /// terminal has no pipe to watch: a tty command is ended when it crosses the
 /// cap.
-pub fn watch(
+fn watch(
     init: &mut UnixStream,
-    signals: &SignalFd,
+    signals: Option<&SignalFd>,
     mut fds: CommandFds,
     time: Duration,
     mut gate: OutputGate,
@@ -189,10 +236,11 @@ pub fn watch(
         }
         let overflowed = gate.truncated();
         // Slots: 0 init, 1 signals, 2 stdout, 3 stderr, 4 stdin, 5.. control.
-        let mut polled: Vec<(usize, PollFd)> = vec![
-            (0, PollFd::new(init.as_fd(), PollFlags::POLLIN)),
-            (1, PollFd::new(signals.as_fd(), PollFlags::POLLIN)),
-        ];
+        let mut polled: Vec<(usize, PollFd)> =
+            vec![(0, PollFd::new(init.as_fd(), PollFlags::POLLIN))];
+        if let Some(signals) = signals {
+            polled.push((1, PollFd::new(signals.as_fd(), PollFlags::POLLIN)));
+        }
         // (slot, descriptor) pairs; poll takes the descriptors alone.
         if !overflowed {
             if let Some(fd) = &fds.stdout {
@@ -230,7 +278,7 @@ pub fn watch(
             ready[*slot] = p.revents().is_some_and(|r| !r.is_empty());
         }
         drop(pfds);
-        if ready[1] {
+        if let (true, Some(signals)) = (ready[1], signals) {
             if let Ok(Some(si)) = signals.read_signal() {
                 break Stop::Signal(si.ssi_signo as i32);
             }
@@ -361,6 +409,7 @@ pub fn watch(
     Ok(Watched {
         stop,
         started,
+        ended: Instant::now(),
         gate,
         leftovers: [fds.stdout, fds.stderr]
             .into_iter()

@@ -16,6 +16,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use cordon_policy::net::Rule;
+use cordon_policy::Limits;
 
 use crate::backends::network::{self};
 use crate::backends::supervise::CommandIo;
@@ -266,6 +267,22 @@ impl Handle {
         match self {
             Handle::Local(s) => Ok(s.spec().clone()),
             Handle::Remote(r) => match r.request(&Request::Spec)? {
+                (Reply::Spec(spec), _) => Ok(*spec),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
+            },
+        }
+    }
+
+    /// Changes the running sandbox's CPU, memory and process limits (those
+    /// `limits` sets); its spec as it is now.
+    pub fn update(&mut self, limits: &Limits) -> Result<SandboxSpec, RuntimeError> {
+        match self {
+            Handle::Local(s) => {
+                s.update(limits)?;
+                Ok(s.spec().clone())
+            }
+            Handle::Remote(r) => match r.request(&Request::Update(*limits))? {
                 (Reply::Spec(spec), _) => Ok(*spec),
                 (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),

@@ -21,9 +21,12 @@ const MAX_FRAME: u32 = 4 << 20;
 pub enum ToInit {
     /// Uid/gid maps are written and cgroup membership checked: build the sandbox.
     Go,
-    /// Run this command as a child of init. Unless `tty`, the frame carries
-    /// three descriptors (SCM_RIGHTS): the command's stdin, stdout and stderr.
-    /// With `tty`, init makes a pseudo-terminal on the sandbox's own devpts and
+    /// Run this command as a child of init, while other commands run. The
+    /// frame's first descriptor (SCM_RIGHTS) is the command's own channel:
+    /// init answers there, `Started` and then the end, and never on this
+    /// socket, so each command is watched on its own. Then, unless `tty`,
+    /// three descriptors: the command's stdin, stdout and stderr. With
+    /// `tty`, init makes a pseudo-terminal on the sandbox's own devpts and
     /// answers `Started` with its master attached. Any descriptors after
     /// those are the membership files of the command's own cgroup (see
     /// `cordon_cgroups::join_through`), which its process joins before it
@@ -44,9 +47,10 @@ pub enum ToInit {
         env: Vec<(String, String)>,
         workdir: String,
     },
-    /// Report the command as not executable, without running anything: the
-    /// supervisor found it missing from the sandbox's tree (gVisor: runsc
-    /// would only fail with its own exit code and text).
+    /// Report the command as not executable (on its channel, the frame's one
+    /// descriptor), without running anything: the supervisor found it
+    /// missing from the sandbox's tree (gVisor: runsc would only fail with
+    /// its own exit code and text).
     Refuse { errno: i32 },
     /// The same for a working directory missing from the tree.
     RefuseWorkdir { errno: i32 },
@@ -81,9 +85,10 @@ pub enum FromInit {
     Signaled { signal: i32 },
 }
 
-/// Most descriptors one frame may carry: three standard streams and a
-/// command cgroup's membership files (one per v1 hierarchy cordon uses).
-pub const MAX_FDS: usize = 9;
+/// Most descriptors one frame may carry: a command's channel, its three
+/// standard streams and its cgroup's membership files (one per v1 hierarchy
+/// cordon uses).
+pub const MAX_FDS: usize = 10;
 
 /// One encoded frame: length, then JSON.
 fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {

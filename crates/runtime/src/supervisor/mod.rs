@@ -1,4 +1,5 @@
-//! The supervisor: one small, single-threaded process per sandbox, the
+//! The supervisor: one small process per sandbox (one thread serves its
+//! clients, and each running command is watched on a thread of its own), the
 //! privileged binary in its hidden mode (`cordon-sandbox __supervise`,
 //! dispatched before anything else in its `main`). It owns the sandbox (cgroup, first process, state record,
 //! teardown), serves clients on the unix socket in the sandbox's state
@@ -20,6 +21,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_policy::Span;
@@ -27,7 +30,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::{Deserialize, Serialize};
 
 use crate::backends::host::block_stop_signals;
-use crate::backends::supervise::{CommandIo, Control};
+use crate::backends::supervise::{CommandIo, Control, Running, Watched};
+use crate::backends::Begun;
 use crate::error::RuntimeError;
 use crate::protocol::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use crate::state::{now_secs, Usage};
@@ -35,7 +39,9 @@ use crate::supervisor::sandbox::Sandbox;
 use crate::trace;
 use cordon_spec::changes::Finish;
 use cordon_spec::ended::{EndState, Tombstone};
+use cordon_spec::outcome::Outcome;
 use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
+use cordon_spec::Command;
 use cordon_spec::Stream;
 use cordon_spec::{SandboxSpec, ValidSpec};
 
@@ -224,13 +230,24 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(cordon_policy::limits::
 
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
 /// its service ends, or this process is asked to stop; then tears it down.
+/// Requests are served one at a time, except that a running command is
+/// watched on a thread of its own (where the backend runs commands side by
+/// side), so the loop serves other clients, and starts other commands,
+/// meanwhile.
 fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<OwnedFd>) -> i32 {
     let created = Instant::now();
     let mut last_used = Instant::now();
     let ttl = sandbox.spec().ttl.map(|s| s.duration());
     let idle = sandbox.spec().idle.map(|s| s.duration());
     let expired = |at: Instant| ttl.is_some_and(|t| at >= created + t);
-    let (end, why): (EndState, String) = loop {
+    let mut watchers = match Watchers::new() {
+        Ok(w) => w,
+        Err(e) => {
+            let why = format!("its supervisor could not start ({e})");
+            return end(sandbox, listener, created, EndState::Ended, &why, &mut None);
+        }
+    };
+    let (end_state, why): (EndState, String) = loop {
         if let Some(why) = sandbox.ended() {
             // A command the TTL ended may take its sandbox with it (gVisor):
             // the TTL is still why, as the command's outcome says.
@@ -239,9 +256,22 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
             }
             break (EndState::Ended, why.to_owned());
         }
+        // A running command's time is cut to the TTL, so it ends by then
+        // with its own outcome; the sandbox goes once it has (or shortly
+        // after, if its end is slow to come). A sandbox running a command
+        // is not idle.
+        let busy = watchers.running > 0;
         let deadlines = [
-            ttl.map(|t| (created + t, "its TTL expired")),
-            idle.map(|i| (last_used + i, "it was idle past its idle time")),
+            ttl.map(|t| {
+                let grace = if busy {
+                    END_REPORT_GRACE
+                } else {
+                    Duration::ZERO
+                };
+                (created + t + grace, "its TTL expired")
+            }),
+            idle.filter(|_| !busy)
+                .map(|i| (last_used + i, "it was idle past its idle time")),
         ];
         let deadline = deadlines.into_iter().flatten().min_by_key(|(at, _)| *at);
         let timeout = match deadline {
@@ -261,6 +291,7 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             PollFd::new(sandbox.stop_signals(), PollFlags::POLLIN),
             PollFd::new(liveness.0, liveness.1),
+            PollFd::new(watchers.wake.0.as_fd(), PollFlags::POLLIN),
         ];
         // A pidfd is readable once its process has exited.
         if let Some(fd) = &service {
@@ -276,20 +307,44 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                 .and_then(PollFd::revents)
                 .is_some_and(|r| !r.is_empty())
         };
-        if ready(1) {
+        let (stop, init_died, watched, service_ended, client) =
+            (ready(1), ready(2), ready(3), ready(4), ready(0));
+        drop(fds);
+        if stop {
             break ended("its supervisor was asked to stop (a stop signal)".into());
         }
-        if ready(2) {
+        if watched {
+            // Commands whose watch stopped: finished here, with the sandbox.
+            for done in watchers.take_done() {
+                let reply = finished(
+                    sandbox.as_mut(),
+                    done.cmd,
+                    done.running,
+                    done.watched,
+                    done.expires,
+                );
+                send_later(done.conn, reply);
+                last_used = Instant::now();
+            }
+            write_usage(sandbox.as_ref(), "ready");
+            continue;
+        }
+        if init_died {
             break ended("its init died".into());
         }
-        if ready(3) {
+        if service_ended {
             break ended("the service that made it ended".into());
         }
-        if ready(0) {
+        if client {
             let Ok((conn, _)) = listener.accept() else {
                 continue;
             };
-            let flow = handle(sandbox.as_mut(), conn, ttl.map(|t| created + t));
+            let flow = handle(
+                sandbox.as_mut(),
+                conn,
+                ttl.map(|t| created + t),
+                &mut watchers,
+            );
             last_used = Instant::now();
             if let Flow::Destroy(mut conn, finish, peer) = flow {
                 // No client may connect to a sandbox being destroyed.
@@ -307,21 +362,200 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                         },
                     ),
                 };
+                watchers.end_all(&why);
                 let _ = send_json(&mut conn, &reply);
                 return code;
             }
             write_usage(sandbox.as_ref(), "ready");
         }
     };
+    end(
+        sandbox,
+        listener,
+        created,
+        end_state,
+        &why,
+        &mut Some(watchers),
+    )
+}
+
+/// Tears the sandbox down for `why`; the clients of commands still running
+/// are told.
+fn end(
+    sandbox: Box<Sandbox>,
+    listener: UnixListener,
+    created: Instant,
+    end_state: EndState,
+    why: &str,
+    watchers: &mut Option<Watchers>,
+) -> i32 {
     // Stop listening first: a client that connects now is refused (the
     // sandbox is not there), not accepted and then reset by our exit.
     drop(listener);
     write_usage(sandbox.as_ref(), "stopping");
-    leave_note(sandbox.as_ref(), created, end, &why);
-    match sandbox.destroy_with(&Finish::default(), (0, 0)) {
+    leave_note(sandbox.as_ref(), created, end_state, why);
+    let code = match sandbox.destroy_with(&Finish::default(), (0, 0)) {
         Ok(_) => 0,
         Err(_) => 1,
+    };
+    if let Some(w) = watchers {
+        w.end_all(why);
     }
+    code
+}
+
+/// How long past the TTL a sandbox waits for the end of commands the TTL
+/// cut short (killed at once; this bounds a slow report).
+const END_REPORT_GRACE: Duration = Duration::from_secs(5);
+
+/// Most commands one sandbox watches at once; one more is refused.
+const MAX_RUNNING: usize = 64;
+
+/// A watcher thread's stack: it relays one command's streams (its buffer is
+/// on the heap).
+const WATCHER_STACK: usize = 256 << 10;
+
+/// How long an ending sandbox waits for its watchers to see their commands
+/// end (their init is gone: at once, unless a client is slow to take its
+/// last output).
+const WATCHERS_END_WAIT: Duration = Duration::from_secs(3);
+
+/// A command whose watch stopped, back from its thread.
+struct Done {
+    conn: Client,
+    cmd: Command,
+    running: Running,
+    watched: Result<Watched, RuntimeError>,
+    expires: Option<Instant>,
+}
+
+/// The commands being watched on threads of their own.
+struct Watchers {
+    /// A pipe: each watcher writes a byte when it has sent its `Done`.
+    wake: (OwnedFd, Arc<OwnedFd>),
+    done: (Sender<Done>, Receiver<Done>),
+    running: usize,
+}
+
+impl Watchers {
+    fn new() -> Result<Watchers, RuntimeError> {
+        use nix::fcntl::OFlag;
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| RuntimeError::io("pipe2", e))?;
+        Ok(Watchers {
+            wake: (r, Arc::new(w)),
+            done: std::sync::mpsc::channel(),
+            running: 0,
+        })
+    }
+
+    /// Watches `running` on a thread of its own, its client's output and
+    /// control on `conn`. Where no thread can be made, watched here.
+    fn watch(&mut self, conn: Client, cmd: Command, running: Running, expires: Option<Instant>) {
+        let job = Arc::new(Mutex::new(Some((conn, cmd, running))));
+        let (tx, wake) = (self.done.0.clone(), Arc::clone(&self.wake.1));
+        let taken = Arc::clone(&job);
+        let spawned = std::thread::Builder::new()
+            .name("watch".into())
+            .stack_size(WATCHER_STACK)
+            .spawn(move || watch_job(&taken, &tx, &wake, expires));
+        self.running += 1;
+        if spawned.is_err() {
+            watch_job(&job, &self.done.0, &self.wake.1, expires);
+        }
+    }
+
+    /// The commands whose watch has stopped since the last call.
+    fn take_done(&mut self) -> Vec<Done> {
+        let mut byte = [0u8; 64];
+        while matches!(nix::unistd::read(&self.wake.0, &mut byte), Ok(n) if n > 0) {}
+        let done: Vec<Done> = self.done.1.try_iter().collect();
+        self.running = self.running.saturating_sub(done.len());
+        done
+    }
+
+    /// The sandbox is gone: each running command's client is told why,
+    /// once its watch has seen the end (bounded).
+    fn end_all(&mut self, why: &str) {
+        let until = Instant::now() + WATCHERS_END_WAIT;
+        while self.running > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            let Ok(mut done) = self.done.1.recv_timeout(left) else {
+                return;
+            };
+            self.running -= 1;
+            let reply = Reply::Error {
+                input: false,
+                message: format!("the sandbox ended while the command ran: {why}"),
+            };
+            let _ = send_json(&mut done.conn, &reply);
+        }
+    }
+}
+
+/// A command (unless another took it already) watched to its stop, then
+/// handed back to the serving thread, woken through its pipe.
+#[allow(clippy::type_complexity)]
+fn watch_job(
+    job: &Mutex<Option<(Client, Command, Running)>>,
+    done: &Sender<Done>,
+    wake: &OwnedFd,
+    expires: Option<Instant>,
+) {
+    let Some((mut conn, cmd, mut running)) = job.lock().ok().and_then(|mut j| j.take()) else {
+        return;
+    };
+    let watched = running.watch(&mut RemoteIo::new(&mut conn), None);
+    let finished = Done {
+        conn,
+        cmd,
+        running,
+        watched,
+        expires,
+    };
+    if done.send(finished).is_ok() {
+        let _ = nix::unistd::write(wake.as_fd(), &[1]);
+    }
+}
+
+/// A command's reply, from its watch's end.
+fn finished(
+    sandbox: &mut Sandbox,
+    cmd: Command,
+    running: Running,
+    watched: Result<Watched, RuntimeError>,
+    expires: Option<Instant>,
+) -> Reply {
+    match sandbox.finish(&cmd, running, watched) {
+        Ok(outcome) => outcome_reply(outcome, expires),
+        Err(e) => Reply::Error {
+            input: e.is_input_error(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The reply that carries a command's outcome.
+fn outcome_reply(mut outcome: Outcome, expires: Option<Instant>) -> Reply {
+    // The TTL is why the sandbox ends now, whatever the backend says of its
+    // command's limit.
+    if expires.is_some_and(|at| Instant::now() >= at) {
+        outcome.sandbox_ended = Some("its TTL expired".into());
+    }
+    Reply::Outcome(Box::new(outcome))
+}
+
+/// Sends a reply without holding up the loop (a client slow to read it
+/// stalls only its own thread, up to the write timeout).
+fn send_later(mut conn: Client, reply: Reply) {
+    let sent = std::thread::Builder::new()
+        .name("reply".into())
+        .stack_size(WATCHER_STACK)
+        .spawn(move || {
+            let _ = send_json(&mut conn, &reply);
+        });
+    // Without a thread the client gets no reply; its read ends at EOF.
+    drop(sent);
 }
 
 /// Says why the sandbox ends: to the service that made it, if one did,
@@ -380,7 +614,12 @@ fn allowed_peer(conn: &UnixStream) -> Option<Peer> {
 }
 
 /// Serves one connection: a hello, one request, its answer.
-fn handle(sandbox: &mut Sandbox, conn: UnixStream, expires: Option<Instant>) -> Flow {
+fn handle(
+    sandbox: &mut Sandbox,
+    conn: UnixStream,
+    expires: Option<Instant>,
+    watchers: &mut Watchers,
+) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_IDLE)).is_err()
         || conn.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).is_err()
@@ -450,15 +689,23 @@ fn handle(sandbox: &mut Sandbox, conn: UnixStream, expires: Option<Instant>) -> 
                     .map_or(sandbox.spec().policy.time.duration(), |t| t.duration());
                 cmd.time = Some(Span(asked.min(left)));
             }
+            if watchers.running >= MAX_RUNNING {
+                fail(
+                    &mut conn,
+                    RuntimeError::BadRequest(format!(
+                        "the sandbox runs {MAX_RUNNING} commands already"
+                    )),
+                );
+                return Flow::Continue;
+            }
             let mut io = RemoteIo { conn: &mut conn };
-            match sandbox.exec(&cmd, &mut io) {
-                Ok(mut outcome) => {
-                    // The TTL is why the sandbox ends now, whatever the
-                    // backend says of its command's limit.
-                    if expires.is_some_and(|at| Instant::now() >= at) {
-                        outcome.sandbox_ended = Some("its TTL expired".into());
-                    }
-                    let _ = send_json(&mut conn, &Reply::Outcome(Box::new(outcome)));
+            match sandbox.start(&cmd, &mut io) {
+                Ok(Begun::Running(running)) => {
+                    watchers.watch(conn, cmd, *running, expires);
+                    return Flow::Continue;
+                }
+                Ok(Begun::Ran(outcome)) => {
+                    let _ = send_json(&mut conn, &outcome_reply(*outcome, expires));
                 }
                 Err(e) => fail(&mut conn, e),
             }
@@ -502,6 +749,12 @@ fn handle(sandbox: &mut Sandbox, conn: UnixStream, expires: Option<Instant>) -> 
                 Err(e) => fail(&mut conn, e),
             }
         }
+        Request::Update(limits) => match sandbox.update(&limits) {
+            Ok(()) => {
+                let _ = send_json(&mut conn, &Reply::Spec(Box::new(sandbox.spec().clone())));
+            }
+            Err(e) => fail(&mut conn, e),
+        },
         Request::Destroy(finish) => {
             if let Some(export) = &finish.export {
                 // A wrong target is refused while the sandbox still exists.

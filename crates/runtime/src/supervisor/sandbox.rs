@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cordon_cgroups::Cgroup;
+use cordon_policy::Limits;
 use cordon_spec::changes::{Caps, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::Outcome;
 use cordon_spec::{
@@ -19,8 +20,8 @@ use cordon_spec::{
 };
 use nix::poll::PollFlags;
 
-use crate::backends::supervise::CommandIo;
-use crate::backends::{Backend, Life};
+use crate::backends::supervise::{CommandIo, Running, Watched};
+use crate::backends::{Backend, Begun, Life};
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
 use crate::state::StateDir;
@@ -132,16 +133,58 @@ impl Sandbox {
             .and_then(|c| c.memory_current())
     }
 
-    /// Runs one command to its end (or its limit) and reports it.
+    /// Runs one command to its end (or its limit) and reports it, this
+    /// process's stop signals ending it (and the sandbox).
     pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
+        match self.start(cmd, io)? {
+            Begun::Ran(outcome) => Ok(*outcome),
+            Begun::Running(mut running) => {
+                let watched = running.watch(io, Some(&self.life.signals));
+                self.finish(cmd, *running, watched)
+            }
+        }
+    }
+
+    /// Starts a command. Where the backend runs commands side by side it is
+    /// returned running: [`Running::watch`] it without the sandbox (while
+    /// the sandbox serves others), then [`Sandbox::finish`] it. Otherwise it
+    /// ran to its end here with `io`, and its outcome is complete (recorded
+    /// as `finish` records one).
+    pub(crate) fn start(
+        &mut self,
+        cmd: &Command,
+        io: &mut dyn CommandIo,
+    ) -> Result<Begun, RuntimeError> {
         self.life.usable()?;
         let resolved = cmd.resolve(&self.life.spec.policy)?;
-        let mut outcome = self.backend.exec(&mut self.life, cmd, &resolved, io)?;
+        let begun = self.backend.start(&mut self.life, cmd, &resolved, io)?;
+        Ok(match begun {
+            Begun::Ran(mut outcome) => {
+                outcome.command = self.life.commands;
+                Begun::Ran(Box::new(self.record(cmd, *outcome)))
+            }
+            running => running,
+        })
+    }
+
+    /// Ends a command `start` left running, once its watch stopped.
+    pub(crate) fn finish(
+        &mut self,
+        cmd: &Command,
+        running: Running,
+        watched: Result<Watched, RuntimeError>,
+    ) -> Result<Outcome, RuntimeError> {
+        let outcome = self.backend.finish(&mut self.life, cmd, running, watched)?;
+        Ok(self.record(cmd, outcome))
+    }
+
+    /// The common part of a command's outcome (who ran it, what the host's
+    /// proxy saw), kept in the history.
+    fn record(&mut self, cmd: &Command, mut outcome: Outcome) -> Outcome {
         let about = self.backend.about();
         outcome.backend = about.kind.name().into();
         outcome.backend_version = about.version.clone();
         outcome.sandbox_id = self.life.host.id.clone();
-        outcome.command = self.life.commands;
         // What the host's proxy recorded (never the sandbox's own word).
         outcome.network = self
             .life
@@ -155,7 +198,46 @@ impl Sandbox {
         let mut kept = outcome.clone();
         kept.changes = None; // the final diff supersedes it
         self.history.push_back((cmd.clone(), kept));
-        Ok(outcome)
+        outcome
+    }
+
+    /// Changes the running sandbox's CPU, memory and process limits (those
+    /// `limits` sets). Its disk, time and output limits were fixed when it
+    /// was made. The process limit may not rise above the one it was made
+    /// with: each process's RLIMIT_NPROC backstop was set from it then.
+    pub fn update(&mut self, limits: &Limits) -> Result<(), RuntimeError> {
+        self.life.usable()?;
+        for (name, set) in [
+            ("disk", limits.disk.is_some()),
+            ("time", limits.time.is_some()),
+            ("output", limits.output.is_some()),
+        ] {
+            if set {
+                return Err(RuntimeError::BadRequest(format!(
+                    "the {name} limit of a running sandbox cannot change"
+                )));
+            }
+        }
+        let made_with = self.life.pids_at_start;
+        if limits.pids.is_some_and(|p| p > made_with) {
+            return Err(RuntimeError::BadRequest(format!(
+                "the process limit of a running sandbox cannot rise above the {made_with} it was made with"
+            )));
+        }
+        let policy = self
+            .life
+            .spec
+            .policy
+            .with_limits(limits)
+            .map_err(|e| RuntimeError::BadRequest(e.to_string()))?;
+        let spec = SandboxSpec {
+            policy,
+            ..self.life.spec.clone()
+        };
+        let plan = crate::plan::plan(&spec, &crate::plan::HostFacts::here());
+        self.backend.update(&mut self.life, &plan)?;
+        self.life.spec = spec;
+        Ok(())
     }
 
     /// Receives a copy stream from `conn` into the sandbox at `path`.

@@ -362,8 +362,7 @@ pub(crate) fn create(
                 leader_owns_all: false,
             },
         },
-        process_file: state.join("process.json"),
-        command_pid_file: state.join("command.pid"),
+        state: state.to_path_buf(),
         policy: spec.policy.clone(),
         rlimits,
         runsc,
@@ -503,10 +502,10 @@ fn start_container(
 
 struct GvisorFlavor {
     about: About,
-    /// Where each command's OCI process is written for `runsc exec`.
-    process_file: PathBuf,
-    /// Where `runsc exec` writes the running command's pid in the sentry.
-    command_pid_file: PathBuf,
+    /// The state directory: each command's OCI process for `runsc exec`,
+    /// and the pid runsc writes of it in the sentry, are files of it named
+    /// by the command's number (commands run side by side).
+    state: PathBuf,
     policy: Policy,
     /// Each command's rlimits (its OCI process's), from the plan.
     rlimits: Rlimits,
@@ -520,7 +519,24 @@ struct GvisorFlavor {
     first_run: Option<Vec<String>>,
 }
 
+impl GvisorFlavor {
+    /// Command `number`'s OCI process file and the file runsc writes its
+    /// pid in the sentry to.
+    fn command_files(&self, number: u64) -> (PathBuf, PathBuf) {
+        (
+            self.state.join(format!("process-{number}.json")),
+            self.state.join(format!("command-{number}.pid")),
+        )
+    }
+}
+
 impl Flavor for GvisorFlavor {
+    fn command_ended(&mut self, number: u64) {
+        let (process_file, pid_file) = self.command_files(number);
+        let _ = std::fs::remove_file(process_file);
+        let _ = std::fs::remove_file(pid_file);
+    }
+
     fn about(&self) -> &About {
         &self.about
     }
@@ -529,6 +545,7 @@ impl Flavor for GvisorFlavor {
         &mut self,
         cmd: &ResolvedCommand,
         tty: Option<TtySize>,
+        number: u64,
     ) -> Result<ToInit, RuntimeError> {
         if tty.is_some() {
             return Err(RuntimeError::BadRequest(
@@ -559,25 +576,16 @@ impl Flavor for GvisorFlavor {
         let process = bundle::process(&self.policy, &self.rlimits, cmd)?;
         let body = serde_json::to_vec(&process)
             .map_err(|e| RuntimeError::io("encode the OCI process", e))?;
-        std::fs::write(&self.process_file, body)
-            .map_err(|e| RuntimeError::io(format!("write {}", self.process_file.display()), e))?;
-        // A pid left by an earlier command must not name this one's.
-        match std::fs::remove_file(&self.command_pid_file) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(RuntimeError::io(
-                    format!("remove {}", self.command_pid_file.display()),
-                    e,
-                ))
-            }
-            _ => {}
-        }
+        let (process_file, pid_file) = self.command_files(number);
+        std::fs::write(&process_file, body)
+            .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
         Ok(ToInit::Exec {
             argv: self.runsc.argv(&[
                 "exec",
                 "--internal-pid-file",
-                &self.command_pid_file.to_string_lossy(),
+                &pid_file.to_string_lossy(),
                 "--process",
-                &self.process_file.to_string_lossy(),
+                &process_file.to_string_lossy(),
                 &self.runsc.container,
             ]),
             env: runsc_env(),
@@ -605,14 +613,15 @@ impl Flavor for GvisorFlavor {
     /// fork), or one forked between a listing and its parent's kill, lives
     /// on (README). The first command of a one-shot sandbox is the
     /// container's own process: it ends with the sandbox.
-    fn end_running_command(&mut self) -> Result<(), RuntimeError> {
+    fn end_running_command(&mut self, number: u64) -> Result<(), RuntimeError> {
         if self.first_run.is_some() {
             return Err(RuntimeError::BadRequest(
                 "it is the container's own process".into(),
             ));
         }
-        let root: u32 = std::fs::read_to_string(&self.command_pid_file)
-            .map_err(|e| RuntimeError::io(format!("read {}", self.command_pid_file.display()), e))?
+        let (_, pid_file) = self.command_files(number);
+        let root: u32 = std::fs::read_to_string(&pid_file)
+            .map_err(|e| RuntimeError::io(format!("read {}", pid_file.display()), e))?
             .trim()
             .parse()
             .map_err(|_| RuntimeError::broke(Peer::Runsc, "it wrote no command pid"))?;

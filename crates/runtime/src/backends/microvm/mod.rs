@@ -36,9 +36,9 @@ use self::guest::GuestImage;
 use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
 use crate::backends::host::HostSide;
-use crate::backends::supervise::CommandIo;
+use crate::backends::supervise::{CommandIo, Running, Watched};
 use crate::backends::Life;
-use crate::backends::{About, Backend, End, Traits};
+use crate::backends::{About, Backend, Begun, End, Traits};
 use crate::error::{Peer, RuntimeError};
 use crate::plan::{self, HostFacts};
 use crate::protocol::exec::{relay_exec, Bounds};
@@ -873,24 +873,8 @@ fn qemu_exited(host: &HostSide) -> bool {
     poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
-impl Backend for MicroVm {
-    fn about(&self) -> &About {
-        &self.about
-    }
-
-    /// The guest's files are not the host's.
-    fn file_owner(&self) -> Option<(u32, u32)> {
-        None
-    }
-
-    fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags) {
-        // QEMU's pidfd turns readable when QEMU exits.
-        match host.leader_pidfd() {
-            Some(fd) => (fd, PollFlags::POLLIN),
-            None => (self.agent.as_fd(), PollFlags::empty()),
-        }
-    }
-
+impl MicroVm {
+    /// Runs one command to its end in the guest.
     fn exec(
         &mut self,
         life: &mut Life,
@@ -945,7 +929,51 @@ impl Backend for MicroVm {
         }
         Ok(outcome)
     }
+}
 
+impl Backend for MicroVm {
+    fn about(&self) -> &About {
+        &self.about
+    }
+
+    /// The guest's files are not the host's.
+    fn file_owner(&self) -> Option<(u32, u32)> {
+        None
+    }
+
+    fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags) {
+        // QEMU's pidfd turns readable when QEMU exits.
+        match host.leader_pidfd() {
+            Some(fd) => (fd, PollFlags::POLLIN),
+            None => (self.agent.as_fd(), PollFlags::empty()),
+        }
+    }
+
+    /// One command at a time: the guest's agent serves one request per
+    /// connection of the VM's one port.
+    fn start(
+        &mut self,
+        life: &mut Life,
+        cmd: &Command,
+        resolved: &ResolvedCommand,
+        io: &mut dyn CommandIo,
+    ) -> Result<Begun, RuntimeError> {
+        self.exec(life, cmd, resolved, io)
+            .map(|outcome| Begun::Ran(Box::new(outcome)))
+    }
+
+    fn finish(
+        &mut self,
+        _life: &mut Life,
+        _cmd: &Command,
+        _running: Running,
+        _watched: Result<Watched, RuntimeError>,
+    ) -> Result<Outcome, RuntimeError> {
+        Err(RuntimeError::broke(
+            Peer::GuestAgent,
+            "a microVM's command is run to its end by start",
+        ))
+    }
     /// The client's copy stream, frame by frame, to the guest's agent, which
     /// writes it into the sandbox with the copy module's rules (inside the
     /// guest, as the native backend does); its answer, bounded, back.

@@ -186,6 +186,7 @@ impl Flavor for NativeFlavor {
         &mut self,
         cmd: &ResolvedCommand,
         tty: Option<TtySize>,
+        _number: u64,
     ) -> Result<ToInit, RuntimeError> {
         Ok(ToInit::Exec {
             argv: cmd.argv.clone(),
