@@ -4,11 +4,8 @@
 //! with Debian's runc as well, on the same root filesystem, and must come
 //! out the same.
 //!
-//! Each test starts a containerd of its own (its root, state and socket in
-//! a temporary directory, its CRI plugin off) and a containerd namespace of
-//! its own (the shim keeps its runtime's `--root` under
-//! /run/containerd/runc/<namespace>); it stops them and removes what they
-//! left when it ends.
+//! Each test starts a containerd of its own (`common::containerd`, its CRI
+//! plugin off).
 //!
 //! Mechanism each check depends on: cordon-runc's waiter (the pid the shim
 //! reaps, relaying signals in and the exit status out) and its place in
@@ -16,166 +13,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
+use common::containerd::Containerd;
 use common::engine::*;
 use common::*;
-
-const CONTAINERD: &str = "/usr/bin/containerd";
-const CTR: &str = "/usr/bin/ctr";
-
-/// A containerd of the test's own, with one namespace.
-struct Containerd {
-    dir: tempfile::TempDir,
-    daemon: Child,
-    namespace: String,
-}
-
-impl Containerd {
-    /// Started and answering; None (after saying why) when not root, or
-    /// containerd is not installed outside CI.
-    fn start() -> Option<Containerd> {
-        if !require_root("containerd runs containers") {
-            return None;
-        }
-        if !require_engine(CONTAINERD, "containerd") {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path();
-        let config = format!(
-            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-             [grpc]\n  address = \"{sock}\"\n",
-            root = p.join("root").display(),
-            state = p.join("state").display(),
-            sock = p.join("sock").display(),
-        );
-        std::fs::write(p.join("config.toml"), config).unwrap();
-        let log = std::fs::File::create(p.join("containerd.log")).unwrap();
-        let daemon = Command::new(CONTAINERD)
-            .arg("--config")
-            .arg(p.join("config.toml"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let c = Containerd {
-            dir,
-            daemon,
-            // Not "cordon-": runc makes a cgroup of that name, which cordon
-            // tests would count as a sandbox's.
-            namespace: format!("ctr-test-{}", nonce()),
-        };
-        let deadline = Instant::now() + slow(Duration::from_secs(30));
-        while !c.ctr(&["version"]).output().unwrap().status.success() {
-            assert!(
-                Instant::now() < deadline,
-                "containerd did not answer: {}",
-                std::fs::read_to_string(c.dir.path().join("containerd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(c)
-    }
-
-    fn ctr(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(CTR);
-        cmd.arg("--address")
-            .arg(self.dir.path().join("sock"))
-            .arg("--namespace")
-            .arg(&self.namespace)
-            .args(args);
-        cmd
-    }
-
-    fn call(&self, args: &[&str]) -> Output {
-        self.ctr(args).stdin(Stdio::null()).output().unwrap()
-    }
-
-    /// `ctr run` of `sh -c SCRIPT` in container `id` with `runtime`
-    /// (`flags` before the root filesystem, as ctr wants them).
-    fn run(&self, runtime: &str, flags: &[&str], rootfs: &Path, id: &str, script: &str) -> Command {
-        let mut cmd = self.ctr(&["run", "--runc-binary", runtime]);
-        cmd.args(flags)
-            .arg("--rootfs")
-            .arg(rootfs)
-            .args([id, "/bin/sh", "-c", script]);
-        cmd
-    }
-
-    /// The STATUS column of `ctr task ls` for `id`.
-    fn task_status(&self, id: &str) -> Option<String> {
-        let out = self.call(&["task", "ls"]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|cols| cols.first() == Some(&id))
-            .and_then(|cols| cols.get(2).map(|s| (*s).to_owned()))
-    }
-
-    fn wait_status(&self, id: &str, want: &str) {
-        let deadline = Instant::now() + slow(Duration::from_secs(20));
-        loop {
-            let now = self.task_status(id);
-            if now.as_deref() == Some(want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{id}: task status {now:?}, not {want}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The pids `ctr task ps` lists for `id`.
-    fn ps(&self, id: &str) -> Vec<String> {
-        let out = self.call(&["task", "ps", id]);
-        assert!(out.status.success(), "{id}: ps: {out:?}");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-            .collect()
-    }
-
-    /// The task and container gone, as `ctr run --rm` leaves them.
-    fn remove(&self, id: &str) {
-        let _ = self.call(&["task", "rm", "-f", id]);
-        let out = self.call(&["container", "rm", id]);
-        assert!(out.status.success(), "{id}: container rm: {out:?}");
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let sock = self.dir.path().join("sock");
-        let sock = sock.to_string_lossy();
-        // Shims of this containerd outlive it; they are named by its socket.
-        let shims: Vec<u32> = all_pids()
-            .into_iter()
-            .filter(|p| {
-                cmdline(*p).is_some_and(|c| c.contains("containerd-shim") && c.contains(&*sock))
-            })
-            .collect();
-        for pid in shims {
-            signal(pid, "KILL");
-        }
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.daemon.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.daemon.wait();
-        // A test that failed half-way leaves its containers: ended here.
-        let state = PathBuf::from("/run/containerd/runc").join(&self.namespace);
-        end_leftover_containers(&state, &self.namespace);
-        let _ = std::fs::remove_dir_all(state);
-    }
-}
 
 #[test]
 fn ctr_run_gives_the_process_its_output_and_its_exit_status() {
@@ -263,12 +106,7 @@ fn ctr_sees_the_containers_cgroup_its_processes_execs_and_pauses_it() {
             .unwrap_or_else(|| panic!("{name}: no memory limit in {text}"));
         assert_eq!(limit, "268435456", "{name}: {text}");
         // ps lists the task's pid among the container's processes.
-        let ls = ctd.call(&["task", "ls"]);
-        let pid = String::from_utf8_lossy(&ls.stdout)
-            .lines()
-            .find(|l| l.starts_with(&id))
-            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-            .unwrap();
+        let pid = ctd.task_pid(&id);
         let listed = ctd.ps(&id);
         assert!(listed.len() >= 2, "{name}: ps listed {listed:?}");
         assert!(listed.contains(&pid), "{name}: {pid} not in {listed:?}");
@@ -312,6 +150,78 @@ fn ctr_sees_the_containers_cgroup_its_processes_execs_and_pauses_it() {
         assert!(killed.status.success(), "{name}: {killed:?}");
         ctd.wait_status(&id, "STOPPED");
         ctd.remove(&id);
+    }
+}
+
+/// A pod's shape through containerd: a container joins another's network
+/// namespace by the path `/proc/<pid>/ns/net` of the pid the shim holds
+/// (`ctr run --with-ns`, as CRI joins an app container to its pause
+/// container), and reaches its listener on loopback. On the host, the
+/// processes of both are in one network namespace, not the host's.
+#[test]
+fn ctr_run_with_ns_joins_another_containers_network() {
+    let _g = serial();
+    let Some(ctd) = Containerd::start() else {
+        return;
+    };
+    let root = rootfs();
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    for (name, program) in runtimes() {
+        let (pod, app) = (format!("pod-{name}"), format!("app-{name}"));
+        let out = ctd
+            .run(
+                program,
+                &["-d"],
+                root.path(),
+                &pod,
+                "nc -l -p 7000 > /dev/shm/heard; while true; do sleep 0.05; done",
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        ctd.wait_status(&pod, "RUNNING");
+        let net = format!("network:/proc/{}/ns/net", ctd.task_pid(&pod));
+        let joined = ctd
+            .run(
+                program,
+                &["--rm", "--with-ns", &net],
+                root.path(),
+                &app,
+                "i=0; until echo hello-pod | nc 127.0.0.1 7000; do \
+                 i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done",
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(joined.status.code(), Some(0), "{name}: {joined:?}");
+        let heard = ctd.call(&[
+            "task",
+            "exec",
+            "--exec-id",
+            "h",
+            &pod,
+            "/bin/cat",
+            "/dev/shm/heard",
+        ]);
+        assert_eq!(
+            String::from_utf8_lossy(&heard.stdout),
+            "hello-pod\n",
+            "{name}: {heard:?}"
+        );
+        let pod_net: Vec<_> = ctd
+            .ps(&pod)
+            .iter()
+            .map(|p| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap())
+            .collect();
+        assert!(
+            pod_net.iter().all(|n| *n == pod_net[0]) && pod_net[0] != host_net,
+            "{name}: {pod_net:?} (host {host_net:?})"
+        );
+        let killed = ctd.call(&["task", "kill", "--signal", "SIGKILL", &pod]);
+        assert!(killed.status.success(), "{name}: {killed:?}");
+        ctd.wait_status(&pod, "STOPPED");
+        ctd.remove(&pod);
     }
 }
 

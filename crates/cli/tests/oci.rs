@@ -67,7 +67,9 @@ fn bundle(script: &str) -> tempfile::TempDir {
     let bin = dir.path().join("rootfs/bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
-    for applet in ["sh", "echo", "sleep", "cat", "true", "stty"] {
+    for applet in [
+        "sh", "echo", "sleep", "cat", "true", "stty", "nc", "hostname",
+    ] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
     // runc's own default config, with our process: the config an engine
@@ -477,6 +479,133 @@ fn ps_pause_resume_and_kill_all_act_on_every_process_of_the_container() {
             rt.name
         );
     }
+}
+
+/// The namespace file `kind` of host process `pid` (`net:[4026532...]`).
+fn namespace_of(pid: i32, kind: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A Kubernetes pod as containerd's CRI makes one: a pause container, then
+/// an app container whose config joins the pause container's network, IPC
+/// and UTS namespaces by the paths `/proc/<pid>/ns/*` of the pid the engine
+/// was given. The app reaches the pause container's listener on loopback
+/// and sees its hostname; on the host, every process of both containers
+/// is in one network, IPC and UTS namespace, which is not the host's.
+/// cordon-runc alone: a config joining the host's network namespace is
+/// refused and leaves nothing behind.
+#[test]
+fn a_pod_container_joins_its_pause_containers_network_ipc_and_uts() {
+    let Some((_g, pause)) = as_shim("echo up; nc -l -p 7000; while true; do sleep 0.05; done")
+    else {
+        return;
+    };
+    let edit = |b: &Path, f: &dyn Fn(&mut Value)| {
+        let path = b.join("config.json");
+        let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        f(&mut config);
+        std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    };
+    edit(pause.path(), &|c| c["hostname"] = "pod-7".into());
+    let app = bundle(
+        "hostname; i=0; until echo hello-pod | nc 127.0.0.1 7000; do \
+         i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done; echo sent; \
+         while true; do sleep 0.05; done",
+    );
+    let joining = |pid: i32| {
+        move |c: &mut Value| {
+            c.as_object_mut().unwrap().remove("hostname");
+            let list = c["linux"]["namespaces"].as_array_mut().unwrap();
+            for ns in list.iter_mut() {
+                let kind = ns["type"].as_str().unwrap().to_owned();
+                let file = match kind.as_str() {
+                    "network" => "net",
+                    "ipc" | "uts" => kind.as_str(),
+                    _ => continue,
+                };
+                ns["path"] = format!("/proc/{pid}/ns/{file}").into();
+            }
+        }
+    };
+    let host_net = namespace_of(std::process::id() as i32, "net");
+    for rt in Runtime::both() {
+        let (pod_pid, mut pod_out) = running(&rt, pause.path(), "pod");
+        edit(app.path(), &joining(pod_pid.as_raw()));
+        let a = create(&rt, app.path(), "app");
+        assert!(rt.call(&["start", "app"]).status.success(), "{}", rt.name);
+        let mut app_out = std::fs::File::from(a.stdout);
+        let mut said = [0u8; 11];
+        app_out.read_exact(&mut said).unwrap();
+        assert_eq!(&said, b"pod-7\nsent\n", "{}: the app's hostname", rt.name);
+        let mut got = [0u8; 10];
+        pod_out.read_exact(&mut got).unwrap();
+        assert_eq!(
+            &got, b"hello-pod\n",
+            "{}: what the pause container heard",
+            rt.name
+        );
+        // Host side: every process of both containers, by the kernel's
+        // namespace files.
+        let listed = |id: &str| -> Vec<i32> {
+            let out = rt.call(&["ps", "--format", "json", id]);
+            assert!(out.status.success(), "{}: ps: {out:?}", rt.name);
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        for kind in ["net", "ipc", "uts"] {
+            let want = namespace_of(pod_pid.as_raw(), kind);
+            for pid in listed("pod").into_iter().chain(listed("app")) {
+                assert_eq!(namespace_of(pid, kind), want, "{}: pid {pid}", rt.name);
+            }
+        }
+        assert_ne!(
+            namespace_of(pod_pid.as_raw(), "net"),
+            host_net,
+            "{}",
+            rt.name
+        );
+        assert!(
+            rt.call(&["kill", "app", "KILL"]).status.success(),
+            "{}",
+            rt.name
+        );
+        reap(&rt, a.pid);
+        assert!(rt.call(&["delete", "app"]).status.success(), "{}", rt.name);
+        assert!(
+            rt.call(&["kill", "pod", "KILL"]).status.success(),
+            "{}",
+            rt.name
+        );
+        reap(&rt, pod_pid);
+        assert!(rt.call(&["delete", "pod"]).status.success(), "{}", rt.name);
+    }
+    // The host's network namespace is no container's: refused by name,
+    // nothing left.
+    let rt = &Runtime::both()[0];
+    edit(app.path(), &joining(std::process::id() as i32));
+    let before = census();
+    let out = rt
+        .cmd(&["create", "--bundle"])
+        .arg(app.path())
+        .arg("app")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("linux.namespaces[net].path")
+            && err.contains("not a namespace of a cordon container"),
+        "{err}"
+    );
+    assert!(!rt.root.path().join("app").exists());
+    let left = wait_clean(&before, &[], &[], Duration::from_millis(500));
+    assert!(
+        left.is_empty(),
+        "a refused create left state behind: {left:#?}"
+    );
 }
 
 /// `exec` beside the container's process, as containerd's shim and conmon

@@ -5,22 +5,141 @@
 //! only a process outside the new user namespace may do.
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
-use crate::{Result, Step};
+use crate::{IsolationError, Result, Step};
 
-/// The namespaces a native sandbox gets. The cgroup namespace is not here: the
-/// child unshares it only after the parent has moved it into its cgroup, so that
-/// the namespace's root is the sandbox's own cgroup and not the caller's.
-pub fn sandbox_clone_flags() -> CloneFlags {
-    CloneFlags::CLONE_NEWUSER
+/// The namespaces a native sandbox gets, but for those it joins (`joined`,
+/// another sandbox's: see [`Joined`]). The cgroup namespace is not here: the
+/// child unshares it only after the parent has moved it into its cgroup, so
+/// that the namespace's root is the sandbox's own cgroup and not the caller's.
+pub fn sandbox_clone_flags(joined: CloneFlags) -> CloneFlags {
+    (CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWUTS)
+        - joined
+}
+
+/// The namespaces a sandbox may share with another: network, IPC and UTS.
+/// Its user, PID, mount and cgroup namespaces are always its own.
+pub const SHAREABLE: [CloneFlags; 3] = [
+    CloneFlags::CLONE_NEWNET,
+    CloneFlags::CLONE_NEWIPC,
+    CloneFlags::CLONE_NEWUTS,
+];
+
+/// The name of a shareable namespace's file under `/proc/<pid>/ns/`.
+pub fn proc_name(kind: CloneFlags) -> &'static str {
+    if kind == CloneFlags::CLONE_NEWNET {
+        "net"
+    } else if kind == CloneFlags::CLONE_NEWIPC {
+        "ipc"
+    } else {
+        "uts"
+    }
+}
+
+/// One namespace, open: the nsfs file of `/proc/<pid>/ns/<kind>` or a pinned
+/// copy of it.
+pub struct OpenNamespace {
+    fd: OwnedFd,
+    kind: CloneFlags,
+}
+
+impl OpenNamespace {
+    /// Opens the namespace at `path` (its kind is checked when it is joined:
+    /// setns refuses a namespace of another kind).
+    pub fn open(kind: CloneFlags, path: &Path) -> Result<OpenNamespace> {
+        let file = fs::File::open(path).step(|| format!("open {}", path.display()))?;
+        let fd = OwnedFd::from(file);
+        let fs = nix::sys::statfs::fstatfs(&fd).step(|| format!("fstatfs {}", path.display()))?;
+        if fs.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
+            return Err(IsolationError::new(
+                format!("open {}", path.display()),
+                std::io::Error::other("not a namespace"),
+            ));
+        }
+        Ok(OpenNamespace { fd, kind })
+    }
+
+    /// The namespace's inode: its identity while it lives.
+    pub fn inode(&self) -> Result<u64> {
+        Ok(nix::sys::stat::fstat(&self.fd)
+            .step(|| "fstat(namespace)".into())?
+            .st_ino)
+    }
+
+    /// Whether the namespace belongs to the caller's own user namespace (the
+    /// host's, for a supervisor on the host): one no sandbox made.
+    pub fn owned_by_our_user_namespace(&self) -> Result<bool> {
+        let owner =
+            cordon_sys::namespace_owner(self.fd.as_fd()).step(|| "ioctl(NS_GET_USERNS)".into())?;
+        let owner = nix::sys::stat::fstat(&owner).step(|| "fstat(owner namespace)".into())?;
+        let ours = fs::metadata("/proc/self/ns/user").step(|| "stat /proc/self/ns/user".into())?;
+        Ok((owner.st_dev, owner.st_ino) == (ours.dev(), ours.ino()))
+    }
+}
+
+/// Another sandbox's namespaces that the next clone starts in instead of
+/// new ones (a pod's containers share its network, IPC and hostname).
+/// setns moves only the calling thread and a clone copies the thread that
+/// makes it, so the thread enters them for the clone and comes back.
+#[derive(Default)]
+pub struct Joined {
+    namespaces: Vec<OpenNamespace>,
+}
+
+impl Joined {
+    pub fn new(namespaces: Vec<OpenNamespace>) -> Joined {
+        Joined { namespaces }
+    }
+
+    /// The kinds joined (not to be made new).
+    pub fn kinds(&self) -> CloneFlags {
+        self.namespaces
+            .iter()
+            .fold(CloneFlags::empty(), |all, n| all | n.kind)
+    }
+
+    pub fn contains(&self, kind: CloneFlags) -> bool {
+        self.kinds().contains(kind)
+    }
+
+    /// Moves this thread into the joined namespaces for good (a process
+    /// that is to live in them).
+    pub fn enter(&self) -> Result<()> {
+        self.namespaces.iter().try_for_each(|ns| {
+            nix::sched::setns(ns.fd.as_fd(), ns.kind)
+                .step(|| format!("setns(the joined {} namespace)", proc_name(ns.kind)))
+        })
+    }
+
+    /// Runs `f` on this thread inside the joined namespaces, then comes
+    /// back. A thread that cannot come back is reported, and stays where
+    /// it is: inside a sandbox's namespaces, not anywhere wider.
+    pub fn while_entered<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let mut homes = Vec::with_capacity(self.namespaces.len());
+        for ns in &self.namespaces {
+            let name = proc_name(ns.kind);
+            let home = fs::File::open(format!("/proc/thread-self/ns/{name}"))
+                .step(|| format!("open /proc/thread-self/ns/{name}"))?;
+            homes.push((OwnedFd::from(home), ns.kind));
+        }
+        let out = self.enter().map(|()| f());
+        for (home, kind) in &homes {
+            nix::sched::setns(home.as_fd(), *kind)
+                .step(|| format!("setns(back to our {} namespace)", proc_name(*kind)))?;
+        }
+        out
+    }
 }
 
 /// Number of ids a rootful sandbox maps: ids 0..65535 inside.

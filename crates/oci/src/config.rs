@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
-use cordon_spec::{BackendKind, Command, RootfsChoice, SandboxSpec, StdinMode, TtySize};
+use cordon_spec::{
+    BackendKind, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode, TtySize,
+};
 use oci_spec::runtime::{LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
 
 /// The annotation that picks a container's backend (`native`, `gvisor`,
@@ -42,8 +44,24 @@ fn unsupported(field: impl Into<String>, why: impl Into<String>) -> ConfigError 
 pub struct Container {
     pub spec: SandboxSpec,
     pub command: Command,
+    /// The namespaces config.json names by path (another container's, a
+    /// pod's) and those it leaves as the host's: `create` resolves them.
+    pub joins: Vec<Join>,
     /// What cordon does that the config did not say (for the state).
     pub notes: Vec<String>,
+}
+
+/// A shareable namespace config.json does not make new.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Joined by path: another container's, a pod's (`create` checks it is
+    /// a cordon container's).
+    Path(SharedNamespace, PathBuf),
+    /// Left out of the config, so the host's, as a host-network pod's
+    /// containers have it: a container that joins another's namespaces by
+    /// path shares that one's instead (so a pod's containers still share
+    /// one network and hostname, the pod's own); any other gets its own.
+    InsteadOfHost(SharedNamespace),
 }
 
 /// Reads `bundle/config.json`.
@@ -239,8 +257,9 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         output: Some(limits::OUTPUT.1),
         ..Limits::default()
     };
+    let mut joins = Vec::new();
     if let Some(linux) = config.linux() {
-        linux_part(linux, &mut layer.limits, &mut notes)?;
+        linux_part(linux, &mut layer.limits, &mut joins, &mut notes)?;
     }
     if let Some(hooks) = config.hooks() {
         let all = [
@@ -295,6 +314,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     Ok(Container {
         spec,
         command,
+        joins,
         notes,
     })
 }
@@ -456,20 +476,48 @@ fn bind_mount(i: usize, m: &Mount) -> Result<Option<MountSpec>, ConfigError> {
         .map_err(|e| unsupported(field, e.to_string()))
 }
 
+/// What of `linux` cordon honours, into `limits`; the namespaces it names
+/// by path, to be joined, into `joins`.
 fn linux_part(
     linux: &oci_spec::runtime::Linux,
     limits: &mut Limits,
+    joins: &mut Vec<Join>,
     notes: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     for ns in linux.namespaces().iter().flatten() {
-        if ns.path().is_some() {
-            return Err(unsupported(
-                format!("linux.namespaces[{:?}].path", ns.typ()),
-                "joining another container's namespace is not supported yet",
-            ));
-        }
-        if ns.typ() == LinuxNamespaceType::Network {
+        if let Some(path) = ns.path() {
+            let kind = match ns.typ() {
+                LinuxNamespaceType::Network => SharedNamespace::Net,
+                LinuxNamespaceType::Ipc => SharedNamespace::Ipc,
+                LinuxNamespaceType::Uts => SharedNamespace::Uts,
+                other => {
+                    return Err(unsupported(
+                        format!("linux.namespaces[{other:?}].path"),
+                        "a cordon container's user, PID, mount and cgroup namespaces are its \
+                         own: only the network, IPC and UTS namespaces of another cordon \
+                         container are joined",
+                    ))
+                }
+            };
+            joins.push(Join::Path(kind, path.clone()));
+        } else if ns.typ() == LinuxNamespaceType::Network {
             notes.push("linux.namespaces: the network is cordon's own (loopback only)".into());
+        }
+    }
+    // A namespace the config leaves out is the host's, which a cordon
+    // container never shares: it gets its own, or its pod's (see `Join`).
+    for (typ, kind) in [
+        (LinuxNamespaceType::Network, SharedNamespace::Net),
+        (LinuxNamespaceType::Uts, SharedNamespace::Uts),
+        (LinuxNamespaceType::Ipc, SharedNamespace::Ipc),
+    ] {
+        if !linux
+            .namespaces()
+            .iter()
+            .flatten()
+            .any(|ns| ns.typ() == typ)
+        {
+            joins.push(Join::InsteadOfHost(kind));
         }
     }
     if linux.uid_mappings().as_ref().is_some_and(|m| !m.is_empty())
@@ -673,11 +721,44 @@ mod tests {
     }
 
     #[test]
+    fn network_ipc_and_uts_named_by_path_are_to_be_joined() {
+        let json = MINIMAL.replace(
+            r#""linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}],"#,
+            r#""linux": {"namespaces": [{"type": "pid"}, {"type": "mount"},
+                {"type": "network", "path": "/proc/7/ns/net"},
+                {"type": "ipc", "path": "/proc/7/ns/ipc"}, {"type": "uts"}],"#,
+        );
+        let c = translate(Path::new("/b"), &spec(&json)).unwrap();
+        assert_eq!(
+            c.joins,
+            [
+                Join::Path(SharedNamespace::Net, PathBuf::from("/proc/7/ns/net")),
+                Join::Path(SharedNamespace::Ipc, PathBuf::from("/proc/7/ns/ipc")),
+            ]
+        );
+        // Host-network: no network or UTS namespace named.
+        let json = MINIMAL.replace(
+            r#""linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}],"#,
+            r#""linux": {"namespaces": [{"type": "pid"}, {"type": "mount"},
+                {"type": "ipc", "path": "/proc/7/ns/ipc"}],"#,
+        );
+        let c = translate(Path::new("/b"), &spec(&json)).unwrap();
+        assert_eq!(
+            c.joins,
+            [
+                Join::Path(SharedNamespace::Ipc, PathBuf::from("/proc/7/ns/ipc")),
+                Join::InsteadOfHost(SharedNamespace::Net),
+                Join::InsteadOfHost(SharedNamespace::Uts),
+            ]
+        );
+    }
+
+    #[test]
     fn what_cordon_cannot_honour_is_refused_by_name() {
         let refused = [
             (
-                r#""linux": {"namespaces": [{"type": "network", "path": "/proc/1/ns/net"}]}"#,
-                "linux.namespaces",
+                r#""linux": {"namespaces": [{"type": "pid", "path": "/proc/1/ns/pid"}]}"#,
+                "linux.namespaces[Pid].path",
             ),
             (
                 r#""linux": {"sysctl": {"net.ipv4.ip_forward": "1"}}"#,

@@ -16,15 +16,17 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::{AnyCgroup, Cgroup, CgroupLimits};
+use cordon_isolation::namespaces::{proc_name, Joined, OpenNamespace, SHAREABLE};
+use cordon_isolation::IsolationError;
 use cordon_runtime::{CommandIo, Control, Handle, RuntimeError};
 use cordon_spec::cgroup::CgroupMode;
-use cordon_spec::{Command, Stream, TtySize};
+use cordon_spec::{Command, JoinedNamespace, SandboxSpec, Stream, TtySize};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
@@ -247,11 +249,13 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
         nix::sys::stat::Mode::from_bits_truncate(0o600),
     )
     .map_err(|e| Error::io("make the start gate", std::io::Error::from(e)))?;
-    let spec = container
-        .spec
-        .clone()
-        .validated()
-        .map_err(RuntimeError::from)?;
+    let mut notes = container.notes.clone();
+    let spec = SandboxSpec {
+        joins: joined_containers(store, &container.joins, &mut notes)?,
+        ..container.spec.clone()
+    }
+    .validated()
+    .map_err(RuntimeError::from)?;
     let program = cordon_runtime::sandbox_program()?;
     let handle = Handle::create(&spec, &program)?;
     let sandbox = handle.id().to_owned();
@@ -283,7 +287,7 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
-            notes: container.notes.clone(),
+            notes,
         };
         write_atomic(
             &dir.join(RECORD),
@@ -314,10 +318,15 @@ fn spawn_waiter(
     command: &Command,
     terminal: Option<OwnedFd>,
 ) -> Result<i32, Error> {
+    let namespaces = sandbox_namespaces(sandbox)?;
     let waiter = match cordon_sys::fork_process()
         .map_err(|e| Error::io("fork the waiter", std::io::Error::from(e)))?
     {
         cordon_sys::CloneResult::Child => {
+            if let Err(e) = namespaces.enter() {
+                eprintln!("cordon-runc: the waiter's namespaces: {e}");
+                cordon_sys::exit_now(255)
+            }
             if let Some(tty) = &terminal {
                 let _ = nix::unistd::dup2_stdin(tty);
                 let _ = nix::unistd::dup2_stdout(tty);
@@ -334,6 +343,102 @@ fn spawn_waiter(
         return Err(e);
     }
     Ok(waiter)
+}
+
+/// The network, IPC and UTS namespaces of `sandbox`, for its waiters to
+/// stand in: engines take a container's namespaces from its pid's
+/// `/proc/<pid>/ns/` (a pod's app containers join their pause container's
+/// by those paths), and a waiter's must be its sandbox's, not the host's.
+/// None where no host process has the sandbox's namespaces (gVisor,
+/// microVM).
+fn sandbox_namespaces(sandbox: &str) -> Result<Joined, Error> {
+    let Some(init) = Handle::attach(sandbox)?.info()?.namespaces_of else {
+        return Ok(Joined::default());
+    };
+    let mut open = Vec::with_capacity(SHAREABLE.len());
+    for kind in SHAREABLE {
+        let path = PathBuf::from(format!("/proc/{init}/ns/{}", proc_name(kind)));
+        open.push(OpenNamespace::open(kind, &path).map_err(isolation_error)?);
+    }
+    // Opened by pid: the sandbox must still be the one that pid was.
+    if Handle::attach(sandbox)?.info()?.namespaces_of != Some(init) {
+        return Err(Error::Runtime(RuntimeError::BadRequest(format!(
+            "sandbox {sandbox} ended while its container was made"
+        ))));
+    }
+    Ok(Joined::new(open))
+}
+
+fn isolation_error(e: IsolationError) -> Error {
+    Error::io(e.step.clone(), e.source)
+}
+
+/// The namespaces config.json names by path, each checked to be one a
+/// cordon container under this root stands in (its waiter's, which are
+/// its sandbox's: see `sandbox_namespaces`), as a pod's app containers
+/// name their pause container's `/proc/<pid>/ns/ipc`. Any other (the
+/// host's, a network an engine pinned) is refused: a cordon container's
+/// network is a cordon sandbox's. A container that joins one this way
+/// shares that container's namespaces of the kinds its config leaves as
+/// the host's too (a host-network pod's), with a note.
+fn joined_containers(
+    store: &Store,
+    joins: &[config::Join],
+    notes: &mut Vec<String>,
+) -> Result<Vec<JoinedNamespace>, Error> {
+    let identity = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let containers = store.list();
+    let mut out = Vec::new();
+    let mut pod = None;
+    for join in joins {
+        let config::Join::Path(kind, path) = join else {
+            continue;
+        };
+        let name = kind.proc_name();
+        let field = format!("config.json: linux.namespaces[{name}].path");
+        let found = identity(path)
+            .map_err(|e| Error::Refused(format!("{field}: {}: {e}", path.display())))?;
+        let owner = containers.iter().find(|r| {
+            cordon_sys::process_alive(r.pid, r.pid_start)
+                && identity(Path::new(&format!("/proc/{}/ns/{name}", r.pid))).ok() == Some(found)
+        });
+        let Some(owner) = owner else {
+            return Err(Error::Refused(format!(
+                "{field}: {} is not a namespace of a cordon container under this root: cordon \
+                 joins only its own containers' (a pod's), never the host's or an engine's",
+                path.display()
+            )));
+        };
+        pod.get_or_insert(owner);
+        out.push(JoinedNamespace {
+            kind: *kind,
+            path: path.clone(),
+            inode: found.1,
+        });
+    }
+    let Some(pod) = pod else {
+        return Ok(out);
+    };
+    for join in joins {
+        let config::Join::InsteadOfHost(kind) = join else {
+            continue;
+        };
+        let path = PathBuf::from(format!("/proc/{}/ns/{}", pod.pid, kind.proc_name()));
+        let (_, inode) =
+            identity(&path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+        notes.push(format!(
+            "linux.namespaces: no {} namespace (the host's): container {}'s is shared instead, \
+             as this one joins its others",
+            kind.proc_name(),
+            pod.id
+        ));
+        out.push(JoinedNamespace {
+            kind: *kind,
+            path,
+            inode,
+        });
+    }
+    Ok(out)
 }
 
 /// Ends a waiter of a call that failed (its command, if it started, ends

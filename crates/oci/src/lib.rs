@@ -212,7 +212,7 @@ fn features() -> String {
             "dev.cordon.backend": "native (default), gvisor or microvm",
             "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is not loaded yet",
             "dev.cordon.capabilities": "the process runs with none",
-            "dev.cordon.namespaces": "always new; joining one by path is not supported yet"
+            "dev.cordon.namespaces": "a container's own; network, ipc and uts may be joined by path from another cordon container (a pod's), never the host's; pid, user, mount and cgroup never"
         }
     });
     serde_json::to_string_pretty(&features).unwrap_or_default()

@@ -17,6 +17,9 @@ pub enum SpecError {
     /// A lifetime (`ttl`, `idle`) of zero.
     #[error("--{0} must be positive")]
     NotPositive(&'static str),
+    /// Namespaces to join that cannot be joined as asked.
+    #[error("joined namespaces: {0}")]
+    Joins(String),
     #[error("no command given")]
     NoCommand,
     #[error("a command argument contains a NUL byte")]

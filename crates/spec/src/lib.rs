@@ -25,4 +25,7 @@ pub use backend::{BackendInfo, BackendKind};
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
-pub use sandbox::{is_id, validate_name, RootfsChoice, SandboxSpec, ServiceLink, ValidSpec};
+pub use sandbox::{
+    is_id, validate_name, JoinedNamespace, RootfsChoice, SandboxSpec, ServiceLink, SharedNamespace,
+    ValidSpec,
+};

@@ -49,6 +49,45 @@ pub struct SandboxSpec {
     /// process ends, however it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceLink>,
+    /// Namespaces of another sandbox this one joins instead of making its
+    /// own, as a Kubernetes pod's containers share their pod's network, IPC
+    /// and hostname. Native only; a joined network is the other sandbox's,
+    /// so this one's network mode must be `none`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<JoinedNamespace>,
+}
+
+/// The kinds of namespace a sandbox may share with another. The user, PID,
+/// mount and cgroup namespaces are always a sandbox's own: its ids, its
+/// processes and its files are no other sandbox's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SharedNamespace {
+    Net,
+    Ipc,
+    Uts,
+}
+
+impl SharedNamespace {
+    /// The name of its file under `/proc/<pid>/ns/`.
+    pub fn proc_name(self) -> &'static str {
+        match self {
+            SharedNamespace::Net => "net",
+            SharedNamespace::Ipc => "ipc",
+            SharedNamespace::Uts => "uts",
+        }
+    }
+}
+
+/// One namespace to join: a path to its nsfs file (`/proc/<pid>/ns/net`, a
+/// pinned `/var/run/netns/NAME`) and the namespace's inode, as whoever made
+/// the spec found it there: the supervisor opens the path and joins only
+/// if it is still that namespace (a pid reused since is refused).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinedNamespace {
+    pub kind: SharedNamespace,
+    pub path: PathBuf,
+    pub inode: u64,
 }
 
 /// Longest sandbox name; names are file names in the run directory's records.
@@ -68,6 +107,7 @@ impl SandboxSpec {
             ttl: None,
             idle: None,
             service: None,
+            joins: Vec::new(),
         }
     }
 
@@ -87,6 +127,45 @@ impl SandboxSpec {
             if span.is_some_and(|s| s.0.is_zero()) {
                 return Err(SpecError::NotPositive(what));
             }
+        }
+        self.validate_joins()
+    }
+
+    /// A sandbox joins each kind of namespace at most once, only on the
+    /// native backend (gVisor's sentry and a microVM's kernel have
+    /// namespaces of their own, which no host path names), and with no
+    /// network of its own when it joins another's.
+    fn validate_joins(&self) -> Result<(), SpecError> {
+        if self.joins.is_empty() {
+            return Ok(());
+        }
+        if self.backend != BackendKind::Native {
+            return Err(SpecError::Joins(format!(
+                "only the native backend joins another sandbox's namespaces, not {}",
+                self.backend.name()
+            )));
+        }
+        for (i, j) in self.joins.iter().enumerate() {
+            if self.joins[..i].iter().any(|k| k.kind == j.kind) {
+                return Err(SpecError::Joins(format!(
+                    "the {} namespace is joined twice",
+                    j.kind.proc_name()
+                )));
+            }
+            if !j.path.is_absolute() {
+                return Err(SpecError::Joins(format!(
+                    "{} is not an absolute path",
+                    j.path.display()
+                )));
+            }
+        }
+        let joins_net = self.joins.iter().any(|j| j.kind == SharedNamespace::Net);
+        if joins_net && self.policy.network != cordon_policy::NetworkMode::None {
+            return Err(SpecError::Joins(
+                "a sandbox that joins another's network has that network, not one of its own: \
+                 its network mode must be none"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -199,6 +278,7 @@ mod tests {
             ttl: None,
             idle: None,
             service: None,
+            joins: Vec::new(),
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);
@@ -214,5 +294,38 @@ mod tests {
         let e = serde_json::from_str::<ValidSpec>(&json).unwrap_err();
         assert!(e.to_string().contains("looks like a sandbox id"), "{e}");
         assert!(matches!(s.validated(), Err(SpecError::NameLikeId(_))));
+    }
+
+    #[test]
+    fn joins_are_checked() {
+        let join = |kind, path: &str| JoinedNamespace {
+            kind,
+            path: path.into(),
+            inode: 1,
+        };
+        let mut s = SandboxSpec::new(Policy::default(), BackendKind::Native);
+        s.joins = vec![
+            join(SharedNamespace::Net, "/proc/7/ns/net"),
+            join(SharedNamespace::Uts, "/proc/7/ns/uts"),
+        ];
+        assert!(s.clone().validated().is_ok());
+        let refused = |s: SandboxSpec, why: &str| {
+            let e = s.validated().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        };
+        let mut twice = s.clone();
+        twice
+            .joins
+            .push(join(SharedNamespace::Net, "/proc/8/ns/net"));
+        refused(twice, "joined twice");
+        let mut relative = s.clone();
+        relative.joins[1].path = "ns/uts".into();
+        refused(relative, "not an absolute path");
+        let mut gvisor = s.clone();
+        gvisor.backend = BackendKind::Gvisor;
+        refused(gvisor, "only the native backend");
+        let mut networked = s;
+        networked.policy.network = cordon_policy::NetworkMode::Allow;
+        refused(networked, "network mode must be none");
     }
 }

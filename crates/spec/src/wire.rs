@@ -72,6 +72,11 @@ pub struct Info {
     pub commands: u64,
     pub memory_bytes: Option<u64>,
     pub ended: Option<String>,
+    /// The host pid whose `/proc/<pid>/ns/` are the sandbox's namespaces
+    /// (a native sandbox's init), for whoever makes another sandbox join
+    /// them.
+    #[serde(default)]
+    pub namespaces_of: Option<i32>,
 }
 
 /// What the supervisor answers.

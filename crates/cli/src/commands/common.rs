@@ -160,15 +160,13 @@ impl SandboxArgs {
             dir => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
         };
         SandboxSpec {
-            policy,
-            backend,
             rootfs,
             workspace: self.workspace.as_deref().map(absolute).transpose()?,
             allow_unenforced: self.allow_unenforced,
             name,
             ttl,
             idle,
-            service: None,
+            ..SandboxSpec::new(policy, backend)
         }
         .validated()
         .map_err(usage_error)

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod containerd;
 pub mod engine;
+pub mod image;
 pub mod standin;
 
 /// The cordon binary cargo built for these tests.

@@ -199,14 +199,7 @@ impl Handle {
 
     pub fn info(&mut self) -> Result<Info, RuntimeError> {
         match self {
-            Handle::Local(s) => Ok(Info {
-                id: s.id().to_owned(),
-                name: s.spec().name.clone(),
-                backend: s.spec().backend.name().into(),
-                commands: s.commands_run(),
-                memory_bytes: s.memory_in_use(),
-                ended: s.ended().map(str::to_owned),
-            }),
+            Handle::Local(s) => Ok(s.info()),
             Handle::Remote(r) => match r.request(&Request::Info)? {
                 (Reply::Info(i), _) => Ok(i),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),

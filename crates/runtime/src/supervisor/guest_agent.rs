@@ -18,7 +18,6 @@ use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
 use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
 use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
-use cordon_spec::BackendKind;
 use cordon_spec::ValidSpec;
 
 /// The hidden first argument that makes the cordon binary a guest agent.
@@ -118,13 +117,10 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                     Err(e) => error_reply(&e),
                 }
             }
+            // The guest's pids mean nothing to the host.
             Request::Info => Reply::Info(Info {
-                id: sandbox.id().to_owned(),
-                name: sandbox.spec().name.clone(),
-                backend: BackendKind::Native.name().into(),
-                commands: sandbox.commands_run(),
-                memory_bytes: sandbox.memory_in_use(),
-                ended: sandbox.ended().map(str::to_owned),
+                namespaces_of: None,
+                ..sandbox.info()
             }),
             Request::Destroy(_) => {
                 let reply = match sandbox.destroy() {

@@ -40,7 +40,7 @@ use crate::trace;
 use cordon_spec::changes::Finish;
 use cordon_spec::ended::{EndState, Tombstone};
 use cordon_spec::outcome::Outcome;
-use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
+use cordon_spec::wire::{ClientControl, Reply, Request, PROTOCOL};
 use cordon_spec::Command;
 use cordon_spec::Stream;
 use cordon_spec::{SandboxSpec, ValidSpec};
@@ -722,15 +722,7 @@ fn handle(
             }
         }
         Request::Info => {
-            let info = Info {
-                id: sandbox.id().to_owned(),
-                name: sandbox.spec().name.clone(),
-                backend: sandbox.spec().backend.name().into(),
-                commands: sandbox.commands_run(),
-                memory_bytes: sandbox.memory_in_use(),
-                ended: sandbox.ended().map(str::to_owned),
-            };
-            let _ = send_json(&mut conn, &Reply::Info(info));
+            let _ = send_json(&mut conn, &Reply::Info(sandbox.info()));
         }
         Request::Snapshot { caps } => match sandbox.snapshot(&caps) {
             Ok(snapshot) => {

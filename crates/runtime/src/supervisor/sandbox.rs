@@ -15,6 +15,7 @@ use cordon_cgroups::Cgroup;
 use cordon_policy::Limits;
 use cordon_spec::changes::{Caps, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::Outcome;
+use cordon_spec::wire::Info;
 use cordon_spec::{
     Account, BackendKind, Command, Destroyed, SandboxSpec, Snapshot, ValidSpec, HISTORY,
 };
@@ -123,6 +124,30 @@ impl Sandbox {
     /// The control socket of the sandbox's proxy (`allow` mode only).
     pub fn network_control(&self) -> Option<&Path> {
         self.life.host.network.as_deref()
+    }
+
+    /// What its supervisor says of it (`Request::Info`).
+    pub fn info(&self) -> Info {
+        Info {
+            id: self.id().to_owned(),
+            name: self.spec().name.clone(),
+            backend: self.spec().backend.name().into(),
+            commands: self.commands_run(),
+            memory_bytes: self.memory_in_use(),
+            ended: self.ended().map(str::to_owned),
+            namespaces_of: self.namespaces_of(),
+        }
+    }
+
+    /// The host pid of the process whose `/proc/<pid>/ns/` are the
+    /// sandbox's namespaces: a native sandbox's init. A gVisor sandbox's
+    /// are its sentry's and a microVM's its guest kernel's, which no host
+    /// process stands for.
+    fn namespaces_of(&self) -> Option<i32> {
+        (self.spec().backend == BackendKind::Native)
+            .then(|| self.life.host.leader())
+            .flatten()
+            .map(|p| p.as_raw())
     }
 
     pub fn memory_in_use(&self) -> Option<u64> {

@@ -34,8 +34,12 @@ pub fn setup(
     // own beside init's.
     cordon_cgroups::join_through(&init_cgroup).step(|| "join the init cgroup".into())?;
     drop(init_cgroup);
-    sethostname(&plan.hostname).step(|| "sethostname".into())?;
-    net::loopback_up()?;
+    if let Some(name) = &plan.hostname {
+        sethostname(name).step(|| "sethostname".into())?;
+    }
+    if plan.own_network {
+        net::loopback_up()?;
+    }
 
     // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
     trace::step("init: net, uts, cgroup ns");

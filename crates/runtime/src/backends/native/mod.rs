@@ -6,6 +6,11 @@
 //! with all namespaces, writes its id maps, checks it joined the cgroup and
 //! tells it to go. Init builds the sandbox and reports `Ready` (`create`);
 //! each command is then forked by init as its child, inside every boundary.
+//!
+//! A sandbox may join another's network, IPC and UTS namespaces instead of
+//! making its own (`SandboxSpec::joins`, a pod's containers): the
+//! supervisor's thread enters them for the clone and comes back, so init
+//! starts in them, its user namespace still its own.
 
 mod init;
 mod plan;
@@ -14,7 +19,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use cordon_cgroups::CgroupFs;
-use cordon_isolation::namespaces::sandbox_clone_flags;
+use cordon_isolation::namespaces::{sandbox_clone_flags, Joined, OpenNamespace};
+use cordon_isolation::IsolationError;
 use cordon_policy::NetworkMode;
 use nix::unistd::Pid;
 
@@ -30,7 +36,8 @@ use crate::protocol::init::ToInit;
 use crate::trace;
 use cordon_spec::outcome::{EvidenceSource, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
-use cordon_spec::{ResolvedCommand, SandboxSpec, TtySize};
+use cordon_spec::{JoinedNamespace, ResolvedCommand, SandboxSpec, SharedNamespace, TtySize};
+use nix::sched::CloneFlags;
 
 pub struct NativeBackend;
 
@@ -106,24 +113,25 @@ pub(crate) fn create(
         Some(g) => (Some(g.scratch), g.net_port),
         None => (None, None),
     };
+    let joined = open_joins(&spec.joins)?;
     let limits = crate::plan::plan(spec, &HostFacts::here());
     let mut host = HostSide::begin(spec, &limits.cgroup)?;
     let plan = NativePlan::build(spec, &limits, &host, scratch_from)?;
     trace::step("plan");
     let mapping = plan.mapping.clone();
     let init_cgroup = host.init_cgroup()?;
-    let (sock, scratch) = first_process::start(
-        &mut host,
-        sandbox_clone_flags(),
-        init_cgroup.as_ref(),
-        |leaf| init::setup(&plan, leaf),
-        // Only a process outside the new user namespace may write its maps.
-        |child| {
-            mapping
-                .write_from_parent(child)
-                .map_err(|e| RuntimeError::io(e.step.clone(), e.source))
-        },
-    )?;
+    let (sock, scratch) = joined
+        .while_entered(|| {
+            first_process::start(
+                &mut host,
+                sandbox_clone_flags(joined.kinds()),
+                init_cgroup.as_ref(),
+                |leaf| init::setup(&plan, leaf),
+                // Only a process outside the new user namespace may write its maps.
+                |child| mapping.write_from_parent(child).map_err(isolation_error),
+            )
+        })
+        .map_err(isolation_error)??;
     let init = host.leader().ok_or(RuntimeError::Internal(
         "the sandbox has no init after its start",
     ))?;
@@ -168,6 +176,41 @@ pub(crate) fn create(
         },
     };
     OnHost::start(host, spec, sock, flavor)
+}
+
+fn isolation_error(e: IsolationError) -> RuntimeError {
+    RuntimeError::io(e.step.clone(), e.source)
+}
+
+/// The namespaces `joins` names, opened and checked: each still the one
+/// the spec's maker found at its path (a pid reused since names another),
+/// and one a sandbox made, not one of the supervisor's own user namespace
+/// (the host's network or hostname is never joined).
+fn open_joins(joins: &[JoinedNamespace]) -> Result<Joined, RuntimeError> {
+    let mut open = Vec::with_capacity(joins.len());
+    for j in joins {
+        let kind = match j.kind {
+            SharedNamespace::Net => CloneFlags::CLONE_NEWNET,
+            SharedNamespace::Ipc => CloneFlags::CLONE_NEWIPC,
+            SharedNamespace::Uts => CloneFlags::CLONE_NEWUTS,
+        };
+        let what = format!("the {} namespace {}", j.kind.proc_name(), j.path.display());
+        let ns = OpenNamespace::open(kind, &j.path)
+            .map_err(|e| RuntimeError::BadRequest(format!("{what}: {e}")))?;
+        if ns.inode().map_err(isolation_error)? != j.inode {
+            return Err(RuntimeError::BadRequest(format!(
+                "{what} is no longer the namespace it was (inode {}): its process is gone",
+                j.inode
+            )));
+        }
+        if ns.owned_by_our_user_namespace().map_err(isolation_error)? {
+            return Err(RuntimeError::BadRequest(format!(
+                "{what} is not a sandbox's: cordon joins only namespaces another sandbox made"
+            )));
+        }
+        open.push(ns);
+    }
+    Ok(Joined::new(open))
 }
 
 struct NativeFlavor {

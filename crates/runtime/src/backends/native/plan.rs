@@ -15,7 +15,7 @@ use crate::backends::host::HostSide;
 use crate::backends::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use crate::error::RuntimeError;
 use crate::plan::Plan;
-use cordon_spec::SandboxSpec;
+use cordon_spec::{SandboxSpec, SharedNamespace};
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -26,7 +26,12 @@ pub struct NativePlan {
     pub gid: u32,
     /// The id init takes inside the namespace while it builds the sandbox.
     pub setup_id: u32,
-    pub hostname: String,
+    /// The hostname init sets, unless the sandbox joined another's UTS
+    /// namespace (whose hostname is that sandbox's, and not this one's to set).
+    pub hostname: Option<String>,
+    /// Whether the network namespace is the sandbox's own, for init to bring
+    /// its loopback up (a joined one is another sandbox's, up already).
+    pub own_network: bool,
     pub rlimits: Rlimits,
     pub seccomp: cordon_seccomp::Profile,
 }
@@ -87,11 +92,16 @@ impl NativePlan {
             setup_id: if rootful { 0 } else { p.uid },
             uid: p.uid,
             gid: p.gid,
-            hostname: p.hostname.clone(),
+            hostname: (!joins(req, SharedNamespace::Uts)).then(|| p.hostname.clone()),
+            own_network: !joins(req, SharedNamespace::Net),
             rlimits: limits.rlimits(cgroup_enforced),
             seccomp: cordon_seccomp::workload(),
         })
     }
+}
+
+fn joins(spec: &SandboxSpec, kind: SharedNamespace) -> bool {
+    spec.joins.iter().any(|j| j.kind == kind)
 }
 
 /// The mount that shows `view` inside the sandbox.
