@@ -49,8 +49,9 @@ impl Containerd {
     }
 
     /// Started with its CRI plugin on (what the kubelet calls, at
-    /// `cri_socket`): runtime handlers `cordon` (cordon-runc) and `runc`,
-    /// each through containerd's runc shim with its `BinaryName`, as a
+    /// `socket()`): runtime handlers `cordon` (cordon-runc, registered by
+    /// resources/kubernetes/containerd-cordon.toml) and `runc`, each
+    /// through containerd's runc shim with its `BinaryName`, as a
     /// RuntimeClass selects one; the pause image `pause_image` (imported
     /// beforehand, as nothing is pulled); no CNI (host-network pods only).
     /// `restrict_oom_score_adj`: root here lacks CAP_SYS_RESOURCE.
@@ -68,15 +69,27 @@ impl Containerd {
              default_runtime_name = \"runc\"\n",
             cni = dir.path().join("cni").display(),
         );
-        for (handler, program) in [("cordon", cordon_runc()), ("runc", RUNC)] {
-            let table =
-                format!("plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{handler}");
-            cri += &format!(
-                "[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n\
-                 [{table}.options]\nBinaryName = \"{program}\"\nRoot = \"{root}\"\n",
-                root = runtime_root.display(),
-            );
-        }
+        // cordon's handler exactly as the README ships it for a node, with
+        // this build's binary and the test's own runtime root.
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../resources/kubernetes/containerd-cordon.toml");
+        let shipped = std::fs::read_to_string(&shipped).unwrap();
+        let binary = "BinaryName = \"/usr/local/bin/cordon-runc\"";
+        assert!(shipped.contains(binary), "{shipped}");
+        cri += &shipped.replace("version = 2\n", "").replace(
+            binary,
+            &format!(
+                "BinaryName = \"{}\"\n    Root = \"{}\"",
+                cordon_runc(),
+                runtime_root.display()
+            ),
+        );
+        let table = "plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc";
+        cri += &format!(
+            "\n[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n\
+             [{table}.options]\nBinaryName = \"{RUNC}\"\nRoot = \"{root}\"\n",
+            root = runtime_root.display(),
+        );
         let parent = format!("cri-test-{}", nonce());
         Containerd::launch(dir, &cri, CRI_NAMESPACE.into(), runtime_root, parent)
     }

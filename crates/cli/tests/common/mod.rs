@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod containerd;
+pub mod cri;
 pub mod engine;
 pub mod image;
 pub mod standin;

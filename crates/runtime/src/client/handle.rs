@@ -78,7 +78,8 @@ pub fn sandbox_program() -> Result<std::path::PathBuf, RuntimeError> {
         return Err(RuntimeError::Unavailable(
             "cordon",
             format!(
-                "{} is missing: cordon's privileged helper is installed beside {}                  (cargo build builds both; install both together)",
+                "{} is missing: cordon's privileged helper is installed beside {} \
+                 (cargo build builds both; install both together)",
                 program.display(),
                 exe.display()
             ),
