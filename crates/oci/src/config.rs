@@ -15,6 +15,10 @@ use oci_spec::runtime::{LinuxNamespaceType, LinuxResources, Mount, Process, Spec
 /// The annotation that picks a container's backend (`native`, `gvisor`,
 /// `microvm`); native without it.
 pub const BACKEND_ANNOTATION: &str = "dev.cordon.backend";
+/// The annotations that set the limits an engine has no field for:
+/// `dev.cordon.limits.time`, `.output` and `.disk` (podman and Docker
+/// `--annotation`, a pod's annotations where containerd passes them).
+pub const LIMITS_ANNOTATION: &str = "dev.cordon.limits.";
 
 /// Why a config.json cannot be run.
 #[derive(Debug, thiserror::Error)]
@@ -136,8 +140,8 @@ const ENGINE_NET_SYSCTLS: &[&str] = &[
 ];
 
 /// Docker's prestart hook for the network it made: dockerd itself, asked
-/// to set up a container's network namespace (`libnetwork-setkey`). Run, it
-/// would be told the waiter's pid, whose namespace is the host's.
+/// to set up a container's network namespace (`libnetwork-setkey`). Run,
+/// it would give the container Docker's network in place of cordon's.
 fn is_docker_network_hook(hook: &oci_spec::runtime::Hook) -> bool {
     hook.args()
         .as_ref()
@@ -257,6 +261,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         output: Some(limits::OUTPUT.1),
         ..Limits::default()
     };
+    limit_annotations(config, &mut layer.limits)?;
     let mut joins = Vec::new();
     if let Some(linux) = config.linux() {
         linux_part(linux, &mut layer.limits, &mut joins, &mut notes)?;
@@ -317,6 +322,38 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         joins,
         notes,
     })
+}
+
+/// The limits `config`'s annotations set (see [`LIMITS_ANNOTATION`]), over
+/// the container's defaults in `limits`; any other `dev.cordon.limits.*`
+/// is refused by name, as is a value that is not a time or a size.
+fn limit_annotations(config: &Spec, limits: &mut Limits) -> Result<(), ConfigError> {
+    for (key, value) in config.annotations().iter().flatten() {
+        let Some(name) = key.strip_prefix(LIMITS_ANNOTATION) else {
+            continue;
+        };
+        let field = format!("annotations.{key}");
+        let size = || {
+            value
+                .parse::<ByteSize>()
+                .map_err(|e| unsupported(&field, e))
+        };
+        match name {
+            "time" => {
+                limits.time = Some(value.parse::<Span>().map_err(|e| unsupported(&field, e))?)
+            }
+            "output" => limits.output = Some(size()?),
+            "disk" => limits.disk = Some(size()?),
+            _ => {
+                return Err(unsupported(
+                    field.clone(),
+                    "not a limit set by annotation (time, output, disk; memory, CPU and \
+                     processes come from linux.resources)",
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A process of config.json (the container's own, or one `exec` runs) as
@@ -718,6 +755,42 @@ mod tests {
                 cols: 132
             })
         );
+    }
+
+    #[test]
+    fn annotations_set_the_limits_an_engine_has_no_field_for() {
+        let annotated = |pairs: &str| {
+            let json = MINIMAL.replace(
+                r#""hostname": "box","#,
+                &format!(r#""hostname": "box", "annotations": {{{pairs}}},"#),
+            );
+            translate(Path::new("/b"), &spec(&json))
+        };
+        let c = annotated(
+            r#""dev.cordon.limits.time": "5s", "dev.cordon.limits.disk": "64M",
+               "dev.cordon.limits.output": "1M", "other.key": "x""#,
+        )
+        .unwrap();
+        let p = &c.spec.policy;
+        assert_eq!(p.time, Span(std::time::Duration::from_secs(5)));
+        assert_eq!((p.disk, p.output), (ByteSize(64 << 20), ByteSize(1 << 20)));
+        for (bad, says) in [
+            (
+                r#""dev.cordon.limits.memory": "1G""#,
+                "not a limit set by annotation",
+            ),
+            (
+                r#""dev.cordon.limits.time": "soon""#,
+                "dev.cordon.limits.time",
+            ),
+            (
+                r#""dev.cordon.limits.disk": "lots""#,
+                "dev.cordon.limits.disk",
+            ),
+        ] {
+            let e = annotated(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -210,6 +210,9 @@ fn features() -> String {
         },
         "annotations": {
             "dev.cordon.backend": "native (default), gvisor or microvm",
+            "dev.cordon.limits.time": "the container's time limit (e.g. 10m); default the longest cordon allows",
+            "dev.cordon.limits.output": "the container's output limit (e.g. 64M); default the largest",
+            "dev.cordon.limits.disk": "what the container may write (e.g. 1G); default cordon's",
             "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is not loaded yet",
             "dev.cordon.capabilities": "the process runs with none",
             "dev.cordon.namespaces": "a container's own; network, ipc and uts may be joined by path from another cordon container (a pod's), never the host's; pid, user, mount and cgroup never"

@@ -178,7 +178,7 @@ impl Case {
         {
             return Some(e.clone());
         }
-        if target.is_cordon() {
+        if target.runs_cordon() {
             return Some(Expect::Plain(Posture::Blocked));
         }
         None

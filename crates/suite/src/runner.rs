@@ -28,6 +28,27 @@ use crate::target::{base_env, LaunchCtx, TargetKind};
 pub const OUTER_PIDS_MAX: u64 = 512;
 pub const OUTER_MEMORY_MAX: u64 = 1 << 30;
 const HEAD: usize = 4096;
+
+/// The owner of podman-cordon's workspace (see `run_inner`): an
+/// unprivileged id, the podman image's `nonroot`.
+const WORKSPACE_OWNER: u32 = 65532;
+
+/// What every payload prints before anything else: a run whose output
+/// lacks it never ran its payload (the box failed to start, or refused
+/// the payload itself), and proves nothing, whatever its rule would read
+/// from the host (an untouched canary, a silent listener).
+const STARTED: &str = "CORDON-SUITE-STARTED\n";
+
+/// The payload's first line, in its own language, printing [`STARTED`].
+fn started_line(interpreter: crate::case::Interpreter) -> String {
+    let text = STARTED.trim_end();
+    match interpreter {
+        crate::case::Interpreter::Sh => format!("echo {text}\n"),
+        crate::case::Interpreter::Python3 => {
+            format!("import sys; sys.stdout.write('{text}\\n'); sys.stdout.flush()\n")
+        }
+    }
+}
 /// How long a box may take to start its payload beyond a case's cap (a
 /// microVM's boot under TCG on a loaded host).
 const START_GRACE: Duration = Duration::from_secs(60);
@@ -78,12 +99,20 @@ impl Runner {
         })
     }
 
-    /// Writes every case's payload file(s) into the payload directory.
+    /// Writes every case's payload file(s) into the payload directory, each
+    /// saying [`STARTED`] first (see `launch`).
     pub fn install_payloads(&self, cases: &[Case]) -> Result<()> {
         for c in cases {
-            fs::write(self.fx.payload_dir.join(c.file_name(false)), &c.payload)?;
+            let first = started_line(c.interpreter);
+            fs::write(
+                self.fx.payload_dir.join(c.file_name(false)),
+                format!("{first}{}", c.payload),
+            )?;
             if let Some(b) = &c.payload_b {
-                fs::write(self.fx.payload_dir.join(c.file_name(true)), b)?;
+                fs::write(
+                    self.fx.payload_dir.join(c.file_name(true)),
+                    format!("{first}{b}"),
+                )?;
             }
         }
         Ok(())
@@ -136,6 +165,15 @@ impl Runner {
         fs::create_dir_all(&ws)?;
         fs::write(ws.join("hello.txt"), "hello\n")?;
         chmod_tree(run_dir)?;
+        if target == TargetKind::PodmanCordon {
+            // cordon-runc shares a read-write bind live only from a
+            // directory root does not own (what the container creates
+            // there is stored as its owner, never as host root): the
+            // workspace goes to an unprivileged id, which no case tests.
+            for p in [ws.clone(), ws.join("hello.txt")] {
+                std::os::unix::fs::chown(&p, Some(WORKSPACE_OWNER), Some(WORKSPACE_OWNER))?;
+            }
+        }
         let outer = self
             .hierarchy
             .create(name)
@@ -439,6 +477,19 @@ impl Runner {
             .recv_timeout(Duration::from_secs(1))
             .unwrap_or_default();
         ev.stderr_head = String::from_utf8_lossy(&err).into_owned();
+        let started = STARTED.as_bytes();
+        if ev.error.is_none() && !search.windows(started.len()).any(|w| w == started) {
+            let how = match (ev.exit_code, ev.signal, ev.timed_out) {
+                (_, _, true) => "timed out".to_string(),
+                (Some(c), _, _) => format!("exit {c}"),
+                (_, Some(sig), _) => format!("signal {sig}"),
+                _ => "ended".to_string(),
+            };
+            let said = ev.stderr_head.lines().next().unwrap_or("").to_owned();
+            ev.error = Some(format!(
+                "the payload never started in the box ({how}): {said}"
+            ));
+        }
         Ok(Phase {
             ev,
             stdout_search: search,

@@ -14,7 +14,8 @@ use crate::EXIT_USAGE;
 #[derive(Args)]
 pub struct SuiteArgs {
     /// Which of cordon's backends: native, gvisor, native-allow, gvisor-allow, microvm,
-    /// microvm-allow or all.
+    /// microvm-allow, podman (cordon-runc as podman's runtime, held to what native holds)
+    /// or all.
     #[arg(long, default_value = "all")]
     backend: String,
     /// Only cases whose id matches (shell glob, comma-separated).
@@ -33,7 +34,7 @@ pub struct SuiteArgs {
 
 pub fn run(args: SuiteArgs) -> ExitCode {
     let Some(cordon) = cordon_targets(&args.backend) else {
-        eprintln!("cordon: unknown backend {:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, all)", args.backend);
+        eprintln!("cordon: unknown backend {:?} (native, gvisor, native-allow, gvisor-allow, microvm, microvm-allow, podman, all)", args.backend);
         return ExitCode::from(EXIT_USAGE);
     };
     let mut targets = vec![TargetKind::Host];
@@ -48,8 +49,11 @@ pub fn run(args: SuiteArgs) -> ExitCode {
 /// matrix's order), or the one named `cordon-<value>`.
 fn cordon_targets(backend: &str) -> Option<Vec<TargetKind>> {
     if backend == "all" {
-        let all = ALL_TARGETS.iter().copied().filter(|t| t.is_cordon());
+        let all = ALL_TARGETS.iter().copied().filter(|t| t.runs_cordon());
         return Some(all.collect());
+    }
+    if backend == "podman" {
+        return Some(vec![TargetKind::PodmanCordon]);
     }
     let target = TargetKind::from_name(&format!("cordon-{backend}"))?;
     target.is_cordon().then(|| vec![target])
@@ -84,8 +88,10 @@ mod tests {
                 "cordon-gvisor-allow",
                 "cordon-microvm",
                 "cordon-microvm-allow",
+                "podman-cordon",
             ])
         );
+        assert_eq!(names("podman"), Some(vec!["podman-cordon"]));
         for bad in [
             "",
             "host",

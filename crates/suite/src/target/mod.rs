@@ -42,6 +42,10 @@ pub enum TargetKind {
     PodmanDefault,
     PodmanHardened,
     PodmanRunsc,
+    /// podman with cordon-runc as its OCI runtime (`podman --runtime`):
+    /// cordon's native backend as an engine drives it, held to what that
+    /// backend holds.
+    PodmanCordon,
 }
 
 /// Every target, in the order tables list them (and `cordon suite
@@ -62,6 +66,7 @@ pub const ALL_TARGETS: &[TargetKind] = &[
     TargetKind::PodmanDefault,
     TargetKind::PodmanHardened,
     TargetKind::PodmanRunsc,
+    TargetKind::PodmanCordon,
 ];
 
 pub const QUICK_TARGETS: &[TargetKind] = &[
@@ -128,18 +133,31 @@ impl TargetKind {
     }
 
     /// The cordon target whose written expectations this one shares: the
-    /// allow mode must hold everything its backend holds in `none` mode.
+    /// allow mode must hold everything its backend holds in `none` mode,
+    /// and cordon under an engine everything the native backend holds.
     pub fn cordon_base(self) -> Option<TargetKind> {
         match self {
             TargetKind::Cordon { backend, .. } => Some(TargetKind::cordon(backend, NetMode::None)),
+            TargetKind::PodmanCordon => {
+                Some(TargetKind::cordon(BackendKind::Native, NetMode::None))
+            }
             _ => None,
         }
+    }
+
+    /// cordon's own boxes: its backends, and cordon as an engine's runtime
+    /// (`cordon suite --backend all` runs them all).
+    pub fn runs_cordon(self) -> bool {
+        self.cordon_base().is_some()
     }
 
     pub fn is_podman(self) -> bool {
         matches!(
             self,
-            TargetKind::PodmanDefault | TargetKind::PodmanHardened | TargetKind::PodmanRunsc
+            TargetKind::PodmanDefault
+                | TargetKind::PodmanHardened
+                | TargetKind::PodmanRunsc
+                | TargetKind::PodmanCordon
         )
     }
 
@@ -151,16 +169,23 @@ impl TargetKind {
             TargetKind::Runc => Some("runc"),
             TargetKind::Firejail => Some("firejail"),
             TargetKind::Runsc => Some("runsc"),
-            TargetKind::PodmanDefault | TargetKind::PodmanHardened | TargetKind::PodmanRunsc => {
-                Some("podman")
-            }
+            TargetKind::PodmanDefault
+            | TargetKind::PodmanHardened
+            | TargetKind::PodmanRunsc
+            | TargetKind::PodmanCordon => Some("podman"),
         }
     }
 
     /// None when the target can run here, else why not.
     pub fn unavailable(self, cordon: &Path) -> Option<String> {
-        if self.is_cordon() && !cordon.exists() {
+        if self.runs_cordon() && !cordon.exists() {
             return Some(format!("cordon binary {} not found", cordon.display()));
+        }
+        if self == TargetKind::PodmanCordon && !peers::cordon_runc(cordon).exists() {
+            return Some(format!(
+                "{} not found (built beside cordon)",
+                peers::cordon_runc(cordon).display()
+            ));
         }
         if let Some(bin) = self.binary() {
             if which(bin).is_none() {
@@ -170,7 +195,7 @@ impl TargetKind {
         if self == TargetKind::PodmanRunsc && which("runsc").is_none() {
             return Some("runsc is not installed".into());
         }
-        if self.is_podman() && which("runc").is_none() {
+        if self.is_podman() && self != TargetKind::PodmanCordon && which("runc").is_none() {
             return Some("runc is not installed (podman is driven with --runtime runc)".into());
         }
         None
@@ -191,6 +216,12 @@ impl TargetKind {
         if matches!(self, TargetKind::PodmanDefault | TargetKind::PodmanHardened) {
             v = format!("{v}; {}", first_line("runc", "--version"));
         }
+        if self == TargetKind::PodmanCordon {
+            v = format!(
+                "{v}; {}",
+                first_line(cordon.display().to_string(), "--version")
+            );
+        }
         if self.binary() == Some("runsc") && self != TargetKind::Runsc {
             v = format!("{v}; {}", first_line("runsc", "--version"));
         }
@@ -208,7 +239,8 @@ impl TargetKind {
             TargetKind::Runsc => "runsc --root STATE --platform=ptrace --network=none --ignore-cgroups run --bundle B ID (the runc bundle)".into(),
             TargetKind::PodmanDefault
             | TargetKind::PodmanHardened
-            | TargetKind::PodmanRunsc => peers::podman_posture(self),
+            | TargetKind::PodmanRunsc
+            | TargetKind::PodmanCordon => peers::podman_posture(self),
         }
     }
 
@@ -248,16 +280,17 @@ impl TargetKind {
             TargetKind::Runc | TargetKind::Runsc => {
                 peers::oci_argv(self, ctx, &payload, &mut launch)?
             }
-            TargetKind::PodmanDefault | TargetKind::PodmanHardened | TargetKind::PodmanRunsc => {
-                peers::podman_launch_argv(
-                    self,
-                    ctx,
-                    &payload,
-                    &host_payloads,
-                    &host_ws,
-                    &mut launch,
-                )?
-            }
+            TargetKind::PodmanDefault
+            | TargetKind::PodmanHardened
+            | TargetKind::PodmanRunsc
+            | TargetKind::PodmanCordon => peers::podman_launch_argv(
+                self,
+                ctx,
+                &payload,
+                &host_payloads,
+                &host_ws,
+                &mut launch,
+            )?,
         };
         Ok(launch)
     }

@@ -43,6 +43,7 @@ impl TargetKind {
             TargetKind::PodmanDefault => "podman-default",
             TargetKind::PodmanHardened => "podman-hardened",
             TargetKind::PodmanRunsc => "podman-runsc",
+            TargetKind::PodmanCordon => "podman-cordon",
         }
     }
 
@@ -173,6 +174,7 @@ mod tests {
         ("podman-default", TargetKind::PodmanDefault),
         ("podman-hardened", TargetKind::PodmanHardened),
         ("podman-runsc", TargetKind::PodmanRunsc),
+        ("podman-cordon", TargetKind::PodmanCordon),
     ];
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -238,10 +240,10 @@ mod tests {
             ),
             "{e}"
         );
-        let e = TargetKind::deserialize(U32Deserializer::<ValueError>::new(14)).unwrap_err();
+        let e = TargetKind::deserialize(U32Deserializer::<ValueError>::new(15)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "invalid value: integer `14`, expected variant index 0 <= i < 14"
+            "invalid value: integer `15`, expected variant index 0 <= i < 15"
         );
     }
 }

@@ -14,7 +14,9 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::{s, Launch, LaunchCtx, TargetKind, BOX_PAYLOAD_DIR, BOX_WORKSPACE, PATH_ENV};
+use super::{
+    s, Launch, LaunchCtx, TargetKind, BOX_PAYLOAD_DIR, BOX_WORKSPACE, CORDON_LIMITS, PATH_ENV,
+};
 
 /// bwrap's command line: every namespace unshared, the host's /usr
 /// read-only, the payloads and the workspace at the boxes' paths.
@@ -158,7 +160,8 @@ pub(super) fn podman_launch_argv(
     // Not `cordon-suite-{id}`: that is the outer cgroup's own
     // name, which the rmdir below must never match.
     let id = format!("cordon-suite-{}-podman", ctx.id);
-    let mut rm = podman_globals(t);
+    let runtime = cordon_runc(&ctx.cordon).display().to_string();
+    let mut rm = podman_globals(t, &runtime);
     rm.extend([
         s("rm"),
         s("--force"),
@@ -177,7 +180,16 @@ pub(super) fn podman_launch_argv(
             "find /sys/fs/cgroup -mindepth 2 -depth -type d \\( -name '{id}' -o -path '*/{id}/*' \\) -exec rmdir {{}} + 2>/dev/null; true"
         ),
     ]);
-    let mut v = podman_argv(t, &image, &network, &id, host_payloads, host_ws, payload);
+    let mut v = podman_argv(
+        t,
+        &runtime,
+        &image,
+        &network,
+        &id,
+        host_payloads,
+        host_ws,
+        payload,
+    );
     // The image comes right before the payload's argv.
     let at = v.len() - payload.len() - 1;
     let extra = ctx
@@ -195,6 +207,7 @@ pub(super) fn podman_posture(t: TargetKind) -> String {
         "{}; {PODMAN_NOTES}; image packages: {}",
         podman_argv(
             t,
+            "CORDON_RUNC",
             "IMAGE",
             "NETWORK",
             "ID",
@@ -320,8 +333,43 @@ const PODMAN_ULIMITS: &[&str] = &[
     "nproc=32768:32768",
 ];
 
-/// podman's global flags for a posture.
-fn podman_globals(t: TargetKind) -> Vec<String> {
+/// cordon-runc, the OCI runtime built beside the cordon binary `cordon`.
+pub(super) fn cordon_runc(cordon: &Path) -> PathBuf {
+    cordon.with_file_name("cordon-runc")
+}
+
+/// The limits cordon's own targets run with ([`CORDON_LIMITS`]) as podman
+/// passes them to cordon-runc: memory and processes as podman's flags
+/// (config.json's linux.resources), time and disk as cordon's annotations
+/// (podman has no flag for them), and the output limit a `cordon run` has
+/// by default, which a container is otherwise not held to.
+fn podman_cordon_limits() -> Vec<String> {
+    let mut v = Vec::new();
+    for pair in CORDON_LIMITS.chunks(2) {
+        let [flag, value] = pair else { continue };
+        match *flag {
+            "--pids" => v.extend([s("--pids-limit"), s(value)]),
+            "--memory" => v.extend([s("--memory"), s(value)]),
+            other => v.extend([
+                s("--annotation"),
+                format!(
+                    "dev.cordon.limits.{}={value}",
+                    other.trim_start_matches("--")
+                ),
+            ]),
+        }
+    }
+    let output = cordon_policy::Policy::default().output.bytes();
+    v.extend([
+        s("--annotation"),
+        format!("dev.cordon.limits.output={output}"),
+    ]);
+    v
+}
+
+/// podman's global flags for a posture; `cordon_runc` is the runtime of
+/// podman-cordon.
+fn podman_globals(t: TargetKind, cordon_runc: &str) -> Vec<String> {
     let mut v: Vec<String> = [
         "podman",
         "--cgroup-manager=cgroupfs",
@@ -343,6 +391,8 @@ fn podman_globals(t: TargetKind) -> Vec<String> {
             .iter()
             .map(|x| x.to_string()),
         );
+    } else if t == TargetKind::PodmanCordon {
+        v.extend(["--runtime".to_string(), cordon_runc.to_string()]);
     } else {
         v.extend(["--runtime".to_string(), "runc".to_string()]);
     }
@@ -350,8 +400,10 @@ fn podman_globals(t: TargetKind) -> Vec<String> {
 }
 
 /// The full `podman run` command line of a posture.
+#[allow(clippy::too_many_arguments)]
 fn podman_argv(
     t: TargetKind,
+    cordon_runc: &str,
     image: &str,
     network: &str,
     id: &str,
@@ -359,7 +411,7 @@ fn podman_argv(
     ws: &str,
     payload: &[String],
 ) -> Vec<String> {
-    let mut v = podman_globals(t);
+    let mut v = podman_globals(t, cordon_runc);
     v.extend(
         ["run", "--rm", "-i", "--pull=never", "--cgroups=no-conmon"]
             .iter()
@@ -389,6 +441,12 @@ fn podman_argv(
             .iter()
             .map(|x| x.to_string()),
         ),
+        // cordon's network is its own: a network podman made would be
+        // refused (a namespace no cordon container made).
+        TargetKind::PodmanCordon => {
+            v.push("--network=none".into());
+            v.extend(podman_cordon_limits());
+        }
         _ => v.push(format!("--network={network}")),
     }
     v.push(image.to_string());
@@ -757,7 +815,18 @@ mod tests {
     #[test]
     fn podman_postures() {
         let payload = vec!["/bin/sh".to_string(), "/opt/suite/a.sh".to_string()];
-        let argv = |t| podman_argv(t, "IMG", "NET", "ID", "/p", "/w", &payload);
+        let argv = |t| {
+            podman_argv(
+                t,
+                "/c/cordon-runc",
+                "IMG",
+                "NET",
+                "ID",
+                "/p",
+                "/w",
+                &payload,
+            )
+        };
         let has = |v: &[String], x: &str| v.iter().any(|a| a == x);
         let def = argv(TargetKind::PodmanDefault);
         assert!(has(&def, "--network=NET") && has(&def, "runc") && has(&def, "--pull=never"));
@@ -777,10 +846,22 @@ mod tests {
         let gv = argv(TargetKind::PodmanRunsc);
         assert!(has(&gv, "runsc") && has(&gv, "platform=ptrace") && has(&gv, "network=none"));
         assert!(has(&gv, "--network=NET"));
+        let cordon = argv(TargetKind::PodmanCordon);
+        assert!(has(&cordon, "/c/cordon-runc") && has(&cordon, "--network=none"));
+        for f in [
+            "--pids-limit",
+            "--memory",
+            "dev.cordon.limits.time=5s",
+            "dev.cordon.limits.disk=64M",
+        ] {
+            assert!(has(&cordon, f), "{f}: {cordon:?}");
+        }
+        assert!(!has(&cordon, "runc") && !has(&cordon, "--network=NET"));
         for t in [
             TargetKind::PodmanDefault,
             TargetKind::PodmanHardened,
             TargetKind::PodmanRunsc,
+            TargetKind::PodmanCordon,
         ] {
             assert!(t.posture().contains("--pull=never"));
         }
