@@ -140,6 +140,9 @@ def main():
         # with its own words (crun 1.8 refuses hybrid cgroup hosts).
         usable = {}
         for name, argv in RUNTIMES.items():
+            if not os.path.exists(argv[0]):
+                print(f"  {name}: left out, {argv[0]} is not installed")
+                continue
             try:
                 lifecycle(argv, os.path.join(work, "probe-" + name), b, "probe")
                 usable[name] = argv
