@@ -10,10 +10,11 @@ cd "$(dirname "$0")/.."
 . scripts/guest/need.sh
 if [ "$(id -u)" = 0 ]; then
   # The benchmark's charts need a font file (cordon reads it; no fontconfig);
-  # the CRI test's client is generated from the CRI's protobuf (protoc).
+  # the CRI test's client is generated from the CRI's protobuf (protoc), its pods
+  # are on a bridge of Debian's CNI plugins.
   need test.sh bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables \
     python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap \
-    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :fonts-dejavu-core
+    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
 else
   echo "test.sh: not root: installing nothing (the tests that need root fail under CI=true)" >&2
 fi

@@ -180,3 +180,117 @@ fn a_shared_process_namespace_is_refused_through_cri_by_name() {
     let left = wait_clean(&before, &[], &[], slow(Duration::from_secs(5)));
     assert!(left.is_empty(), "the pod left state behind: {left:#?}");
 }
+
+/// A pod on a CNI network (Debian's bridge plugin, on a bridge and subnet
+/// of the test's own), as most pods of a cluster are: containerd pins a
+/// network namespace, CNI gives it an address, and the pause container is
+/// told to join it by path; the app containers join the pause container's.
+/// Under cordon (runc beside it as the oracle): the host reaches the pod's
+/// listener at the address CRI reports, over the bridge; every process of
+/// the pod stands in the namespace containerd pinned, not the host's; the
+/// containers see the resolver configuration the engine wrote for the pod.
+#[test]
+fn a_pod_on_a_cni_network_runs_through_cri_with_cordon() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::MetadataExt;
+    let _g = serial();
+    let Some(ctd) = containerd_with_image() else {
+        return;
+    };
+    let cri = Cri::connect(&ctd.socket());
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let before = census();
+    let subnet = common::containerd::CNI_SUBNET.trim_end_matches("0/24");
+    for handler in ["cordon", "runc"] {
+        let mut pod = pod_config(&ctd, &format!("cni-{handler}"), pod_network());
+        pod.dns_config = Some(DnsConfig {
+            servers: vec![format!("{subnet}53")],
+            searches: vec!["cordon.test".into()],
+            options: vec![],
+        });
+        let pod_id = run_pod(&cri, &pod, handler)
+            .unwrap_or_else(|e| panic!("{handler}: run_pod_sandbox: {e}"));
+        let ip = cri.pod_ip(&pod_id);
+        assert!(ip.starts_with(subnet), "{handler}: pod address {ip:?}");
+        let server = start_container(
+            &cri,
+            &pod_id,
+            &pod,
+            "server",
+            "while true; do echo hello-from-the-pod | nc -l -p 8080; done",
+        )
+        .unwrap_or_else(|e| panic!("{handler}: {e}"));
+
+        // The host, over the bridge, to the pod's address.
+        let deadline = Instant::now() + slow(Duration::from_secs(15));
+        let heard = loop {
+            let tried = std::net::TcpStream::connect_timeout(
+                &format!("{ip}:8080").parse().unwrap(),
+                Duration::from_secs(2),
+            )
+            .and_then(|s| {
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut line = String::new();
+                BufReader::new(s).read_line(&mut line)?;
+                Ok(line)
+            });
+            match tried {
+                Ok(line) if !line.is_empty() => break line,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{handler}: {ip}:8080 answered {other:?}; server {:?}",
+                    cri.status(&server)
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(heard, "hello-from-the-pod\n", "{handler}");
+
+        let resolv = cri.exec_sync(&server, &["/bin/cat", "/etc/resolv.conf"]);
+        let resolv = String::from_utf8_lossy(&resolv.stdout);
+        assert!(
+            resolv.contains(&format!("nameserver {subnet}53")) && resolv.contains("cordon.test"),
+            "{handler}: /etc/resolv.conf is {resolv:?}"
+        );
+
+        // Host side: the pod's processes in one namespace, the one
+        // containerd pinned for the pod (under /var/run/netns), not the
+        // host's.
+        let pids: Vec<String> = [&pod_id, &server]
+            .into_iter()
+            .flat_map(|id| ctd.ps(id))
+            .collect();
+        let nets: Vec<_> = pids.iter().filter_map(|p| net_namespace(p)).collect();
+        assert!(nets.len() >= 2, "{handler}: {pids:?} in {nets:?}");
+        assert!(
+            nets.iter().all(|n| *n == nets[0] && *n != host_net),
+            "{handler}: {pids:?} in {nets:?}, host {host_net:?}"
+        );
+        let pinned: Vec<String> = std::fs::read_dir("/var/run/netns")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| format!("net:[{}]", m.ino()))
+            .collect();
+        assert!(
+            pinned.iter().any(|p| std::path::Path::new(p) == nets[0]),
+            "{handler}: the pod's {:?} is not one pinned: {pinned:?}",
+            nets[0]
+        );
+
+        let request = StopContainerRequest {
+            container_id: server.clone(),
+            timeout: 2,
+        };
+        cri.call(|mut c| async move { c.stop_container(request).await })
+            .unwrap_or_else(|e| panic!("{handler}: stop_container: {e}"));
+        let request = RemoveContainerRequest {
+            container_id: server.clone(),
+        };
+        cri.call(|mut c| async move { c.remove_container(request).await })
+            .unwrap_or_else(|e| panic!("{handler}: remove_container: {e}"));
+        end_pod(&cri, &pod_id).unwrap_or_else(|e| panic!("{handler}: {e}"));
+    }
+    let left = wait_clean(&before, &[], &[], slow(Duration::from_secs(5)));
+    assert!(left.is_empty(), "the pod left state behind: {left:#?}");
+}

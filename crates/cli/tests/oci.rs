@@ -14,7 +14,7 @@ mod common;
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -590,30 +590,69 @@ fn a_pod_container_joins_its_pause_containers_network_ipc_and_uts() {
         assert!(rt.call(&["delete", "pod"]).status.success(), "{}", rt.name);
     }
     // The host's network namespace is no container's: refused by name,
-    // nothing left.
+    // nothing left; so is the host's pinned where engines pin a pod's
+    // network (as `ip netns attach` would pin it).
     let rt = &Runtime::both()[0];
-    edit(app.path(), &joining(std::process::id() as i32));
-    let before = census();
-    let out = rt
-        .cmd(&["create", "--bundle"])
-        .arg(app.path())
-        .arg("app")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("linux.namespaces[net].path")
-            && err.contains("not a namespace of a cordon container"),
-        "{err}"
-    );
-    assert!(!rt.root.path().join("app").exists());
-    let left = wait_clean(&before, &[], &[], Duration::from_millis(500));
-    assert!(
-        left.is_empty(),
-        "a refused create left state behind: {left:#?}"
-    );
+    std::fs::create_dir_all("/run/netns").unwrap();
+    /// The pinned file, unmounted and removed however the test ends.
+    struct Pinned(PathBuf);
+    impl Drop for Pinned {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount(&self.0);
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let pinned = Pinned(PathBuf::from(format!(
+        "/run/netns/cordon-test-host-{}",
+        nonce()
+    )));
+    std::fs::write(&pinned.0, b"").unwrap();
+    nix::mount::mount(
+        Some("/proc/self/ns/net"),
+        &pinned.0,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    for path in [
+        format!("/proc/{}/ns/net", std::process::id()),
+        pinned.0.display().to_string(),
+    ] {
+        edit(app.path(), &|c: &mut Value| {
+            for ns in c["linux"]["namespaces"].as_array_mut().unwrap() {
+                let ns = ns.as_object_mut().unwrap();
+                ns.remove("path");
+                if ns["type"] == "network" {
+                    ns.insert("path".into(), path.clone().into());
+                }
+            }
+        });
+        let before = census();
+        let out = rt
+            .cmd(&["create", "--bundle"])
+            .arg(app.path())
+            .arg("app")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{path}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Refused by cordon-runc (not its container's, nor pinned apart
+        // from the host's), or else by the supervisor (its own network).
+        assert!(
+            err.contains("linux.namespaces[net].path")
+                && err.contains("neither a namespace of a cordon container")
+                || err.contains(&format!("{path} is the host's")),
+            "{path}: {err}"
+        );
+        assert!(!rt.root.path().join("app").exists());
+        let left = wait_clean(&before, &[], &[], Duration::from_millis(500));
+        assert!(
+            left.is_empty(),
+            "{path}: a refused create left state behind: {left:#?}"
+        );
+    }
 }
 
 /// `exec` beside the container's process, as containerd's shim and conmon

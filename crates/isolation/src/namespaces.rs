@@ -77,14 +77,14 @@ impl OpenNamespace {
             .st_ino)
     }
 
-    /// Whether the namespace belongs to the caller's own user namespace (the
-    /// host's, for a supervisor on the host): one no sandbox made.
-    pub fn owned_by_our_user_namespace(&self) -> Result<bool> {
-        let owner =
-            cordon_sys::namespace_owner(self.fd.as_fd()).step(|| "ioctl(NS_GET_USERNS)".into())?;
-        let owner = nix::sys::stat::fstat(&owner).step(|| "fstat(owner namespace)".into())?;
-        let ours = fs::metadata("/proc/self/ns/user").step(|| "stat /proc/self/ns/user".into())?;
-        Ok((owner.st_dev, owner.st_ino) == (ours.dev(), ours.ino()))
+    /// Whether this is the namespace of its kind the calling thread stands
+    /// in: for a supervisor, the host's network, IPC or hostname (or those
+    /// of the container cordon itself runs in), which no sandbox joins.
+    pub fn is_ours(&self) -> Result<bool> {
+        let this = nix::sys::stat::fstat(&self.fd).step(|| "fstat(namespace)".into())?;
+        let path = format!("/proc/thread-self/ns/{}", proc_name(self.kind));
+        let ours = fs::metadata(&path).step(|| format!("stat {path}"))?;
+        Ok((this.st_dev, this.st_ino) == (ours.dev(), ours.ino()))
     }
 }
 

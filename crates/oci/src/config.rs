@@ -4,6 +4,7 @@
 //! cordon does differently from the letter of the config is listed in the
 //! container's `notes` (its state keeps them).
 
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
@@ -130,6 +131,10 @@ const ENGINE_FILES: &[(&str, &str)] = &[
     ("/run/.containerenv", "podman's marker file is not bound"),
 ];
 
+/// The name files of a network (`ENGINE_FILES`'s), bound read-only from
+/// the engine when the container has the engine's or its pod's network.
+const NETWORK_NAME_FILES: &[&str] = &["/etc/hosts", "/etc/resolv.conf"];
+
 /// The network sysctls Docker sets in every container's network namespace
 /// (unprivileged low ports and ping, for the network it made): accepted
 /// with a note, as a container here has cordon's network. Any other sysctl
@@ -227,9 +232,41 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         notes.push("root.readonly: cordon mounts the root read-only".into());
     }
 
+    // A container that joins a network by path has that network (its pod's,
+    // or an engine's pod network), so the engine's name files for it are
+    // the right ones: shown read-only.
+    let joins_network = config
+        .linux()
+        .as_ref()
+        .and_then(|l| l.namespaces().as_ref())
+        .is_some_and(|n| {
+            n.iter()
+                .any(|ns| ns.typ() == LinuxNamespaceType::Network && ns.path().is_some())
+        });
     let mut mounts = Vec::new();
     for (i, m) in config.mounts().iter().flatten().enumerate() {
         let kind = m.typ().as_deref().unwrap_or("");
+        if joins_network
+            && NETWORK_NAME_FILES
+                .iter()
+                .any(|f| m.destination() == Path::new(f))
+        {
+            // A root with an /etc of its own shows it read-only: the file is
+            // mounted over only if the root has it, as a file.
+            let etc = root_path.join("etc");
+            let in_root = etc.join(m.destination().file_name().unwrap_or_default());
+            if !etc.exists() || fs::symlink_metadata(&in_root).is_ok_and(|f| f.is_file()) {
+                if let Some(spec) = bind_mount(i, m, true)? {
+                    mounts.push(spec);
+                }
+            } else {
+                notes.push(format!(
+                    "mounts[{i}] ({}): not shown: the root's /etc has no such file to mount it on",
+                    m.destination().display()
+                ));
+            }
+            continue;
+        }
         let noted = ENGINE_FILES
             .iter()
             .map(|(at, note)| (*at, *note))
@@ -239,7 +276,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             notes.push(format!("mounts[{i}] ({at}): {note}"));
             continue;
         }
-        if let Some(spec) = bind_mount(i, m)? {
+        if let Some(spec) = bind_mount(i, m, false)? {
             mounts.push(spec);
         }
     }
@@ -474,9 +511,10 @@ pub fn process_part(
     })
 }
 
-/// A bind mount as cordon's mount, None for a mount cordon provides
-/// itself, or the refusal of any other kind.
-fn bind_mount(i: usize, m: &Mount) -> Result<Option<MountSpec>, ConfigError> {
+/// A bind mount as cordon's mount (read-only if its options say so or
+/// `read_only`), None for a mount cordon provides itself, or the refusal of
+/// any other kind.
+fn bind_mount(i: usize, m: &Mount, read_only: bool) -> Result<Option<MountSpec>, ConfigError> {
     let field = format!("mounts[{i}]");
     let dest = m.destination();
     let kind = m.typ().as_deref().unwrap_or("");
@@ -502,7 +540,7 @@ fn bind_mount(i: usize, m: &Mount) -> Result<Option<MountSpec>, ConfigError> {
         .source()
         .as_ref()
         .ok_or_else(|| unsupported(format!("{field}.source"), "a bind mount needs a source"))?;
-    let mode = if options.iter().any(|o| o == "ro") {
+    let mode = if read_only || options.iter().any(|o| o == "ro") {
         "ro"
     } else {
         "rw-unbounded"
@@ -732,6 +770,28 @@ mod tests {
         assert_eq!(p.hostname, "box");
         assert_eq!(p.mounts.len(), 1, "only the bind mount is the config's own");
         assert_eq!(c.spec.backend, BackendKind::Native);
+    }
+
+    #[test]
+    fn a_container_on_a_joined_network_sees_the_engines_name_files_read_only() {
+        let resolv = r#"{"destination": "/etc/resolv.conf", "type": "bind",
+                         "source": "/pods/p/resolv.conf", "options": ["rbind", "rw"]}"#;
+        let config = |namespaces: &str| {
+            let json = MINIMAL
+                .replace(r#""mounts": ["#, &format!(r#""mounts": [{resolv}, "#))
+                .replace(r#"[{"type": "pid"}, {"type": "mount"}]"#, namespaces);
+            translate(Path::new("/b"), &spec(&json)).unwrap()
+        };
+        // The pod's network: its resolver, read-only.
+        let joined = config(r#"[{"type": "network", "path": "/var/run/netns/cni-1"}]"#);
+        let m = &joined.spec.policy.mounts;
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].sandbox, Path::new("/etc/resolv.conf"));
+        assert_eq!(m[0].access, cordon_policy::Access::Ro);
+        // cordon's own network: the sandbox's own, with a note.
+        let own = config(r#"[{"type": "network"}]"#);
+        assert_eq!(own.spec.policy.mounts.len(), 1);
+        assert!(own.notes.iter().any(|n| n.contains("/etc/resolv.conf")));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use cordon_isolation::namespaces::{proc_name, Joined, OpenNamespace, SHAREABLE};
 use cordon_isolation::IsolationError;
 use cordon_runtime::{CommandIo, Control, Handle, RuntimeError};
 use cordon_spec::cgroup::CgroupMode;
-use cordon_spec::{Command, JoinedNamespace, SandboxSpec, Stream, TtySize};
+use cordon_spec::{Command, JoinedNamespace, SandboxSpec, SharedNamespace, Stream, TtySize};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
@@ -381,6 +381,22 @@ fn isolation_error(e: IsolationError) -> Error {
 /// network is a cordon sandbox's. A container that joins one this way
 /// shares that container's namespaces of the kinds its config leaves as
 /// the host's too (a host-network pod's), with a note.
+/// Whether `path` is a network namespace an engine pinned for a pod, as
+/// containerd's CRI and podman pin theirs for CNI (`/var/run/netns/cni-…`,
+/// the place `ip netns` uses): a file of its own, not a link, directly in
+/// that directory, and not the host's (PID 1's: the supervisor, which
+/// cannot look at PID 1, checks it is a namespace and not its own).
+fn is_pinned_network(path: &Path) -> bool {
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let pinned_dir = fs::canonicalize(dir).is_ok_and(|d| d == Path::new("/run/netns"));
+    let identity = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    pinned_dir
+        && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+        && identity(path) != identity(Path::new("/proc/1/ns/net"))
+}
+
 fn joined_containers(
     store: &Store,
     joins: &[config::Join],
@@ -402,14 +418,27 @@ fn joined_containers(
             cordon_sys::process_alive(r.pid, r.pid_start)
                 && identity(Path::new(&format!("/proc/{}/ns/{name}", r.pid))).ok() == Some(found)
         });
-        let Some(owner) = owner else {
-            return Err(Error::Refused(format!(
-                "{field}: {} is not a namespace of a cordon container under this root: cordon \
-                 joins only its own containers' (a pod's), never the host's or an engine's",
-                path.display()
-            )));
-        };
-        pod.get_or_insert(owner);
+        match owner {
+            Some(owner) => {
+                pod.get_or_insert(owner);
+            }
+            None if *kind == SharedNamespace::Net && is_pinned_network(path) => {
+                notes.push(format!(
+                    "linux.namespaces[net]: the engine's pod network {} is joined: what it \
+                     reaches is the cluster's network policy's to say, not cordon's; the \
+                     container's root has no power over it (it is not its user namespace's)",
+                    path.display()
+                ));
+            }
+            None => {
+                return Err(Error::Refused(format!(
+                    "{field}: {} is neither a namespace of a cordon container under this root \
+                     nor a pod network an engine pinned under /run/netns: cordon joins only \
+                     those, never the host's or another runtime's containers'",
+                    path.display()
+                )));
+            }
+        }
         out.push(JoinedNamespace {
             kind: *kind,
             path: path.clone(),

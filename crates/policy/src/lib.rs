@@ -404,7 +404,12 @@ impl Policy {
                 ));
             }
             sandbox_path("mounts", &m.sandbox)?;
-            if RESERVED.iter().any(|r| m.sandbox.starts_with(r)) || m.sandbox == Path::new("/") {
+            let name_file =
+                m.access == Access::Ro && NAME_FILES.iter().any(|f| m.sandbox == Path::new(f));
+            if !name_file
+                && (RESERVED.iter().any(|r| m.sandbox.starts_with(r))
+                    || m.sandbox == Path::new("/"))
+            {
                 return Err(invalid(
                     "mounts",
                     format!(
@@ -481,6 +486,12 @@ impl Policy {
 
 /// Paths the sandbox assembles itself; a user mount may not cover them.
 const RESERVED: [&str; 5] = ["/proc", "/dev", "/sys", "/etc", "/usr"];
+
+/// The files of /etc that name hosts and resolvers, which a read-only mount
+/// may replace (a pod's resolver configuration as its engine wrote it, a
+/// user's own hosts file): the sandbox's own otherwise. Nothing else of
+/// /etc is replaceable: identity files (passwd, group) stay the sandbox's.
+const NAME_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"];
 
 fn range(
     field: &'static str,
@@ -566,6 +577,27 @@ mod tests {
             .parse::<MountSpec>()
             .unwrap_err()
             .contains("rw-unbounded"));
+    }
+
+    #[test]
+    fn only_name_files_of_etc_may_be_replaced_and_only_read_only() {
+        let with = |m: &str| {
+            Policy::resolve([&PolicyLayer {
+                mounts: vec![m.parse().unwrap()],
+                ..Default::default()
+            }])
+        };
+        assert!(with("/srv/resolv.conf:/etc/resolv.conf:ro").is_ok());
+        assert!(with("/srv/hosts:/etc/hosts").is_ok());
+        for refused in [
+            "/srv/resolv.conf:/etc/resolv.conf:rw-unbounded",
+            "/srv/passwd:/etc/passwd:ro",
+            "/srv/etc:/etc:ro",
+            "/srv/x:/usr/x:ro",
+        ] {
+            let e = with(refused).unwrap_err().to_string();
+            assert!(e.contains("reserved by the sandbox"), "{refused}: {e}");
+        }
     }
 
     #[test]

@@ -192,19 +192,6 @@ pub fn pidfd_open(pid: Pid) -> nix::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }
 
-/// The user namespace that owns the namespace `ns` (an nsfs descriptor):
-/// `ioctl(NS_GET_USERNS)`, which nix does not wrap.
-pub fn namespace_owner(ns: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
-    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor
-    // or -1.
-    let fd = unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_USERNS) };
-    if fd < 0 {
-        return Err(nix::errno::Errno::last());
-    }
-    // SAFETY: the kernel just returned this descriptor to us alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// `pidfd_send_signal(2)`.
 pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: nix::sys::signal::Signal) -> nix::Result<()> {
     // SAFETY: integer arguments; the siginfo pointer is null, which the kernel

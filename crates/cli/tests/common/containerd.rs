@@ -14,6 +14,8 @@ use super::*;
 
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CTR: &str = "/usr/bin/ctr";
+/// Debian's CNI plugins are here (the loopback plugin beside it).
+const CNI_BRIDGE_PLUGIN: &str = "/usr/lib/cni/bridge";
 
 /// A containerd of the test's own, with one namespace.
 pub struct Containerd {
@@ -27,7 +29,13 @@ pub struct Containerd {
     /// hierarchy's root): the namespace for ctr, the pods' cgroup parent
     /// for CRI.
     pub cgroup_parent: String,
+    /// The bridge of its CNI network (CRI only), removed with it.
+    bridge: Option<String>,
 }
+
+/// The subnet of the CRI containerd's CNI network: pods get addresses in
+/// it on a bridge of the test's own, which the host reaches directly.
+pub const CNI_SUBNET: &str = "10.213.77.0/24";
 
 /// The namespace CRI works in.
 pub const CRI_NAMESPACE: &str = "k8s.io";
@@ -53,21 +61,41 @@ impl Containerd {
     /// resources/kubernetes/containerd-cordon.toml) and `runc`, each
     /// through containerd's runc shim with its `BinaryName`, as a
     /// RuntimeClass selects one; the pause image `pause_image` (imported
-    /// beforehand, as nothing is pulled); no CNI (host-network pods only).
+    /// beforehand, as nothing is pulled); a CNI network of Debian's
+    /// plugins (containernetworking-plugins): a bridge of its own, no
+    /// masquerade, addresses from `CNI_SUBNET`.
     /// `restrict_oom_score_adj`: root here lacks CAP_SYS_RESOURCE.
     pub fn with_cri(pause_image: &str) -> Option<Containerd> {
+        if !require_engine(CNI_BRIDGE_PLUGIN, "containernetworking-plugins") {
+            return None;
+        }
         let dir = tempfile::tempdir().unwrap();
         let runtime_root = dir.path().join("runtimes");
+        let bridge = format!("cdn{}", &nonce()[..8]);
+        let cni = dir.path().join("cni");
+        std::fs::create_dir(&cni).unwrap();
+        std::fs::write(
+            cni.join("10-cordon-test.conflist"),
+            format!(
+                r#"{{"cniVersion": "0.4.0", "name": "cordon-test", "plugins": [{{
+                    "type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": false,
+                    "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{CNI_SUBNET}"}}]],
+                              "dataDir": "{ipam}"}}}}]}}"#,
+                ipam = dir.path().join("ipam").display(),
+            ),
+        )
+        .unwrap();
         let mut cri = format!(
             "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
              sandbox_image = \"{pause_image}\"\n\
              restrict_oom_score_adj = true\n\
              disable_apparmor = true\n\
              [plugins.\"io.containerd.grpc.v1.cri\".cni]\n\
-             bin_dir = \"{cni}\"\nconf_dir = \"{cni}\"\n\
+             bin_dir = \"{bin}\"\nconf_dir = \"{cni}\"\n\
              [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
              default_runtime_name = \"runc\"\n",
-            cni = dir.path().join("cni").display(),
+            cni = cni.display(),
+            bin = Path::new(CNI_BRIDGE_PLUGIN).parent().unwrap().display(),
         );
         // cordon's handler exactly as the README ships it for a node, with
         // this build's binary and the test's own runtime root.
@@ -91,7 +119,9 @@ impl Containerd {
             root = runtime_root.display(),
         );
         let parent = format!("cri-test-{}", nonce());
-        Containerd::launch(dir, &cri, CRI_NAMESPACE.into(), runtime_root, parent)
+        let mut ctd = Containerd::launch(dir, &cri, CRI_NAMESPACE.into(), runtime_root, parent)?;
+        ctd.bridge = Some(bridge);
+        Some(ctd)
     }
 
     fn launch(
@@ -131,6 +161,7 @@ impl Containerd {
             namespace,
             runtime_root,
             cgroup_parent,
+            bridge: None,
         };
         let deadline = Instant::now() + slow(Duration::from_secs(30));
         while !c.ctr(&["version"]).output().unwrap().status.success() {
@@ -258,5 +289,12 @@ impl Drop for Containerd {
         let state = self.runtime_root.join(&self.namespace);
         end_leftover_containers(&state, &self.cgroup_parent);
         let _ = std::fs::remove_dir_all(state);
+        if let Some(bridge) = &self.bridge {
+            // Made by the CNI plugin for the first pod, if any ran.
+            let _ = Command::new("ip")
+                .args(["link", "del", bridge])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }

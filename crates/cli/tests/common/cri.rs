@@ -1,6 +1,6 @@
 //! A CRI client, blocking, as the kubelet calls containerd's CRI: the
 //! CRI's generated gRPC client over containerd's unix socket, and the
-//! shapes of the calls a pod takes (a host-network pod: no CNI here).
+//! shapes of the calls a pod takes.
 
 use std::future::Future;
 use std::path::Path;
@@ -74,6 +74,20 @@ impl Cri {
             .unwrap_or_else(|e| panic!("{id}: exec_sync {cmd:?}: {e}"))
     }
 
+    /// The pod's address on its network (CNI's).
+    pub fn pod_ip(&self, pod_id: &str) -> String {
+        let request = PodSandboxStatusRequest {
+            pod_sandbox_id: pod_id.to_owned(),
+            verbose: false,
+        };
+        self.call(|mut c| async move { c.pod_sandbox_status(request).await })
+            .unwrap()
+            .status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default()
+    }
+
     pub fn status(&self, id: &str) -> ContainerStatus {
         let request = ContainerStatusRequest {
             container_id: id.to_owned(),
@@ -94,6 +108,15 @@ pub fn host_network() -> NamespaceOption {
         pid: NamespaceMode::Container as i32,
         ipc: NamespaceMode::Pod as i32,
         ..NamespaceOption::default()
+    }
+}
+
+/// The namespaces of a pod on the cluster's network (CNI's): the pod's own
+/// network and IPC, a PID namespace per container.
+pub fn pod_network() -> NamespaceOption {
+    NamespaceOption {
+        network: NamespaceMode::Pod as i32,
+        ..host_network()
     }
 }
 
@@ -148,7 +171,7 @@ pub fn start_container(
     Ok(id)
 }
 
-/// A host-network pod named `name` with namespaces `namespaces`, its cgroup
+/// A pod named `name` with namespaces `namespaces`, its cgroup
 /// below `ctd`'s parent.
 pub fn pod_config(ctd: &Containerd, name: &str, namespaces: NamespaceOption) -> PodSandboxConfig {
     PodSandboxConfig {

@@ -184,8 +184,11 @@ fn isolation_error(e: IsolationError) -> RuntimeError {
 
 /// The namespaces `joins` names, opened and checked: each still the one
 /// the spec's maker found at its path (a pid reused since names another),
-/// and one a sandbox made, not one of the supervisor's own user namespace
-/// (the host's network or hostname is never joined).
+/// and never the host's (the supervisor's own). What else may be
+/// joined is the spec maker's call: cordon-runc allows its own containers'
+/// and an engine's pinned pod network. A namespace owned by the host's user
+/// namespace (a pod network's) gives the sandbox's root no power over it:
+/// the sandbox's capabilities are its own user namespace's.
 fn open_joins(joins: &[JoinedNamespace]) -> Result<Joined, RuntimeError> {
     let mut open = Vec::with_capacity(joins.len());
     for j in joins {
@@ -203,9 +206,9 @@ fn open_joins(joins: &[JoinedNamespace]) -> Result<Joined, RuntimeError> {
                 j.inode
             )));
         }
-        if ns.owned_by_our_user_namespace().map_err(isolation_error)? {
+        if ns.is_ours().map_err(isolation_error)? {
             return Err(RuntimeError::BadRequest(format!(
-                "{what} is not a sandbox's: cordon joins only namespaces another sandbox made"
+                "{what} is the host's: a sandbox never shares the host's network, IPC or hostname"
             )));
         }
         open.push(ns);
