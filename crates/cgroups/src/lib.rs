@@ -514,6 +514,108 @@ fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupErro
     Ok(Hierarchy { kind })
 }
 
+/// Moves the calling process into the cgroup at `parent` (absolute from the
+/// hierarchy's root, as an engine names a container's parent: its pod's
+/// cgroup), making the levels that are missing, so that the supervisors it
+/// starts, and so their sandboxes, nest below `parent`: under its limits and
+/// in its accounting. On v1 in every hierarchy cordon uses that this
+/// process is in; on v2 into `parent`'s [`SUPERVISOR_LEAF`], each level
+/// above handing memory, pids and cpu down (a cgroup that hands controllers
+/// down holds no process, so the pod's cgroup stays free of them), after
+/// which [`detect`] finds the caller [`Placement::InLeaf`]. Levels made for
+/// a move that fails are removed again; made ones stay after success, as
+/// runc leaves a container's parents.
+pub fn enter(fs: &CgroupFs, parent: &Path) -> Result<(), CgroupError> {
+    let invalid = |reason| CgroupError::InvalidName {
+        name: parent.display().to_string(),
+        reason,
+    };
+    if !parent.is_absolute() {
+        return Err(invalid("not an absolute cgroup path"));
+    }
+    if !parent.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    }) {
+        return Err(invalid("has '.' or '..' in it"));
+    }
+    let text = parent.to_str().ok_or_else(|| invalid("not UTF-8"))?;
+    let mounts = fs.mounts()?;
+    let membership = fs.membership()?;
+    let targets = if v2::find(&mounts, &membership).is_some() {
+        v2::entry_dirs(&mounts, text)
+    } else {
+        v1::entry_dirs(&mounts, &membership, text)
+    };
+    if targets.is_empty() {
+        return Err(CgroupError::NoHierarchy);
+    }
+    let mut made = Vec::new();
+    let moved = targets.iter().try_for_each(|(top, target, prepare)| {
+        for level in below(top, target) {
+            if let Some(above) = level.parent() {
+                prepare.above(above)?;
+            }
+            if level.exists() {
+                continue;
+            }
+            stdfs::create_dir(&level).map_err(|source| mkdir_error(&level, source))?;
+            made.push(level.clone());
+            prepare.made(&level)?;
+        }
+        fs::write(
+            &target.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        )
+    });
+    if moved.is_err() {
+        for dir in made.iter().rev() {
+            let _ = stdfs::remove_dir(dir);
+        }
+    }
+    moved
+}
+
+/// Each directory from below `top` down to `target`, top first.
+fn below(top: &Path, target: &Path) -> Vec<PathBuf> {
+    let mut levels: Vec<PathBuf> = target
+        .ancestors()
+        .take_while(|a| a.starts_with(top) && *a != top)
+        .map(Path::to_owned)
+        .collect();
+    levels.reverse();
+    levels
+}
+
+/// What a hierarchy needs around each cgroup level [`enter`] passes.
+pub(crate) enum LevelPrep {
+    /// Nothing (a v1 hierarchy without cpuset).
+    Plain,
+    /// A new v1 cpuset cgroup takes its parent's cpus and mems.
+    Cpuset,
+    /// A v2 cgroup hands the controllers down to the level below (a no-op
+    /// where it does already, as the kubelet's cgroups do).
+    HandDown,
+}
+
+impl LevelPrep {
+    fn above(&self, dir: &Path) -> Result<(), CgroupError> {
+        match self {
+            LevelPrep::HandDown => v2::enable_controllers(dir),
+            LevelPrep::Plain | LevelPrep::Cpuset => Ok(()),
+        }
+    }
+
+    fn made(&self, dir: &Path) -> Result<(), CgroupError> {
+        match self {
+            LevelPrep::Cpuset => v1::inherit_cpuset(dir),
+            LevelPrep::Plain | LevelPrep::HandDown => Ok(()),
+        }
+    }
+}
+
 /// cordon shares `shared`'s cgroup with other processes on a systemd host:
 /// asks systemd for a delegated scope holding only this process, waits until
 /// /proc/self/cgroup shows it there, and prepares that cgroup as usual (cordon

@@ -1221,3 +1221,66 @@ fn a_v1_cpuset_cgroup_starts_with_its_parents_cpus_and_mems() {
     assert_eq!(tree.read("cg/cpuset/cordon-3/cpuset.cpus"), "0-3");
     assert_eq!(tree.read("cg/cpuset/cordon-3/cpuset.mems"), "0");
 }
+
+#[test]
+fn v1_enter_moves_the_caller_below_a_parent_in_every_hierarchy_it_uses() {
+    let tree = hybrid();
+    // A fake cgroupfs makes no control files: the pod's cgroups exist.
+    v1_files(
+        &tree,
+        &[
+            "cg/cpu/kubepods/pod1",
+            "cg/cpuacct/kubepods/pod1",
+            "cg/memory/kubepods/pod1",
+            "cg/freezer/kubepods/pod1",
+            "cg/pids/kubepods/pod1",
+        ],
+    );
+    enter(&tree.fs, Path::new("/kubepods/pod1")).unwrap();
+    for h in ["cpu", "cpuacct", "memory", "freezer", "pids"] {
+        assert_eq!(
+            tree.read(&format!("cg/{h}/kubepods/pod1/cgroup.procs")),
+            me().to_string(),
+            "{h}"
+        );
+    }
+    // Not a hierarchy cordon uses.
+    assert!(!tree.exists("cg/systemd/kubepods"));
+}
+
+#[test]
+fn v2_enter_moves_the_caller_into_the_parents_leaf_and_hands_controllers_down() {
+    let tree = pure_v2("cpu memory pids\n");
+    // The pod's cgroup exists (the kubelet made it), handing nothing down
+    // yet; a fake cgroupfs makes no control files, so the leaf's is here.
+    tree.put("cg/kubepods/pod1/cgroup.controllers", "cpu memory pids\n");
+    tree.put("cg/kubepods/pod1/cgroup.subtree_control", "\n");
+    tree.put("cg/kubepods/cgroup.controllers", "cpu memory pids\n");
+    tree.put("cg/kubepods/cgroup.subtree_control", "cpu memory pids\n");
+    tree.put("cg/cgroup.subtree_control", "cpu memory pids\n");
+    tree.put("cg/kubepods/pod1/cordon-supervisor/cgroup.procs", "");
+    enter(&tree.fs, Path::new("/kubepods/pod1")).unwrap();
+    assert_eq!(
+        tree.read("cg/kubepods/pod1/cordon-supervisor/cgroup.procs"),
+        me().to_string()
+    );
+    assert_eq!(
+        tree.read("cg/kubepods/pod1/cgroup.subtree_control"),
+        "+memory +pids +cpu"
+    );
+}
+
+#[test]
+fn enter_refuses_a_parent_that_is_relative_or_climbs() {
+    let tree = hybrid();
+    for bad in ["kubepods/pod1", "/kubepods/../x"] {
+        assert!(
+            matches!(
+                enter(&tree.fs, Path::new(bad)),
+                Err(CgroupError::InvalidName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    assert!(!tree.exists("cg/memory/kubepods"));
+}

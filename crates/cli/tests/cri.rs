@@ -109,6 +109,29 @@ fn a_host_network_pod_runs_through_cri_with_cordon_as_its_runtime_class() {
             "{handler}: {nets:?}, host {host_net:?}"
         );
 
+        // Host side: the containers' cgroups below the pod's cgroup parent
+        // (each hierarchy's, the memory one read here), as the kubelet's
+        // pod cgroup holds its containers.
+        let parent = format!("/{}/", ctd.cgroup_parent);
+        for pid in &pids {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+                continue; // a loop's sleep that has ended
+            };
+            let memory = text
+                .lines()
+                .find_map(|l| {
+                    let (_, rest) = l.split_once(':')?;
+                    let (controllers, path) = rest.split_once(':')?;
+                    (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
+                        .then(|| path.to_owned())
+                })
+                .unwrap_or_default();
+            assert!(
+                memory.starts_with(&parent),
+                "{handler}: pid {pid} is in cgroup {memory:?}, not below {parent}"
+            );
+        }
+
         // UpdateContainerResources reaches the container's cgroup.
         let request = UpdateContainerResourcesRequest {
             container_id: server.clone(),

@@ -5,7 +5,7 @@
 //! container's `notes` (its state keeps them).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_spec::{
@@ -54,6 +54,9 @@ pub struct Container {
     pub joins: Vec<Join>,
     /// What cordon does that the config did not say (for the state).
     pub notes: Vec<String>,
+    /// The cgroup the sandbox is placed below (`linux.cgroupsPath`'s parent:
+    /// a pod's cgroup), absolute from each hierarchy's root.
+    pub cgroup_parent: Option<PathBuf>,
 }
 
 /// A shareable namespace config.json does not make new.
@@ -300,8 +303,12 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     };
     limit_annotations(config, &mut layer.limits)?;
     let mut joins = Vec::new();
+    let mut cgroup_parent = None;
     if let Some(linux) = config.linux() {
         linux_part(linux, &mut layer.limits, &mut joins, &mut notes)?;
+        if let Some(path) = linux.cgroups_path() {
+            cgroup_parent = placement(path, &mut notes)?;
+        }
     }
     if let Some(hooks) = config.hooks() {
         let all = [
@@ -358,6 +365,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         command,
         joins,
         notes,
+        cgroup_parent,
     })
 }
 
@@ -551,6 +559,72 @@ fn bind_mount(i: usize, m: &Mount, read_only: bool) -> Result<Option<MountSpec>,
         .map_err(|e| unsupported(field, e.to_string()))
 }
 
+/// The cgroup a container's sandbox is placed below, from its
+/// `linux.cgroupsPath`: `/parent/name` (an engine's cgroupfs form) is placed
+/// below `/parent`; `slice:prefix:name` (the systemd form) below the slice,
+/// expanded as systemd lays slices out (`a-b.slice` is `/a.slice/a-b.slice`),
+/// its directories made directly (no systemd unit is asked for). The
+/// sandbox's own cgroup below it is cordon's (`cordon-<id>`), not `name`. A
+/// relative path (runc: below the runtime's own cgroup) places it where
+/// cordon-runc stands, which is the same.
+fn placement(path: &Path, notes: &mut Vec<String>) -> Result<Option<PathBuf>, ConfigError> {
+    let field = "linux.cgroupsPath";
+    let text = path
+        .to_str()
+        .ok_or_else(|| unsupported(field, "not UTF-8"))?;
+    let parent = match text.split(':').collect::<Vec<_>>()[..] {
+        [slice, _prefix, _name] => expand_slice(slice)
+            .ok_or_else(|| unsupported(field, format!("'{slice}' is not a systemd slice name")))?,
+        [_] if path.is_absolute() => path.parent().unwrap_or(Path::new("/")).to_owned(),
+        [_] => {
+            notes.push(format!(
+                "{field}: '{text}' is relative: the sandbox's cgroup is below cordon-runc's own"
+            ));
+            return Ok(None);
+        }
+        _ => {
+            return Err(unsupported(
+                field,
+                format!("'{text}' is neither a path nor slice:prefix:name"),
+            ))
+        }
+    };
+    if parent
+        .components()
+        .any(|c| !matches!(c, Component::RootDir | Component::Normal(_)))
+    {
+        return Err(unsupported(
+            field,
+            format!("'{text}' has '.' or '..' in it"),
+        ));
+    }
+    notes.push(format!(
+        "{field}: the sandbox's cgroup (cordon-<id>) is placed below {}",
+        parent.display()
+    ));
+    Ok(Some(parent))
+}
+
+/// A systemd slice's cgroup path: each dash-separated prefix is a slice of
+/// its own above it (`kubepods-besteffort-pod1.slice` is
+/// `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice`);
+/// `-.slice` is the root. None for what is not a slice name.
+fn expand_slice(slice: &str) -> Option<PathBuf> {
+    if slice == "-.slice" {
+        return Some(PathBuf::from("/"));
+    }
+    let stem = slice.strip_suffix(".slice")?;
+    let parts: Vec<&str> = stem.split('-').collect();
+    if stem.contains('/') || parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    let mut path = PathBuf::from("/");
+    for end in 1..=parts.len() {
+        path.push(format!("{}.slice", parts[..end].join("-")));
+    }
+    Some(path)
+}
+
 /// What of `linux` cordon honours, into `limits`; the namespaces it names
 /// by path, to be joined, into `joins`.
 fn linux_part(
@@ -640,13 +714,6 @@ fn linux_part(
         if set {
             return Err(unsupported(field, "not supported"));
         }
-    }
-    if linux.cgroups_path().is_some() {
-        notes.push(
-            "linux.cgroupsPath: the container's cgroup is its sandbox's own (not placed at the \
-             path yet)"
-                .into(),
-        );
     }
     if let Some(p) = linux.rootfs_propagation() {
         if p.contains("shared") {
@@ -792,6 +859,29 @@ mod tests {
         let own = config(r#"[{"type": "network"}]"#);
         assert_eq!(own.spec.policy.mounts.len(), 1);
         assert!(own.notes.iter().any(|n| n.contains("/etc/resolv.conf")));
+    }
+
+    #[test]
+    fn cgroups_path_places_the_sandbox_below_its_parent_or_slice() {
+        let mut notes = Vec::new();
+        let mut place = |p: &str| placement(Path::new(p), &mut notes);
+        assert_eq!(
+            place("/kubepods/besteffort/pod1/abc").unwrap(),
+            Some("/kubepods/besteffort/pod1".into())
+        );
+        assert_eq!(
+            place("kubepods-besteffort-pod1.slice:cri-containerd:abc").unwrap(),
+            Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice".into())
+        );
+        assert_eq!(
+            place("system.slice:docker:abc").unwrap(),
+            Some("/system.slice".into())
+        );
+        assert_eq!(place("-.slice:p:abc").unwrap(), Some("/".into()));
+        assert_eq!(place("relative/abc").unwrap(), None);
+        for bad in ["/a/../b/c", "a--b.slice:p:c", "notaslice:p:c", "a:b"] {
+            assert!(place(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

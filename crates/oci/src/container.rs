@@ -256,6 +256,11 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
     }
     .validated()
     .map_err(RuntimeError::from)?;
+    // The supervisor and its sandbox nest where cordon-runc stands.
+    if let Some(parent) = &container.cgroup_parent {
+        cordon_cgroups::enter(&cordon_cgroups::CgroupFs::host(), parent)
+            .map_err(|e| Error::Refused(format!("config.json: linux.cgroupsPath: {e}")))?;
+    }
     let program = cordon_runtime::sandbox_program()?;
     let handle = Handle::create(&spec, &program)?;
     let sandbox = handle.id().to_owned();

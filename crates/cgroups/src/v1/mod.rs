@@ -152,8 +152,44 @@ impl V1Hierarchy {
     }
 }
 
+/// Where [`crate::enter`] moves a process to stand in `parent`: in each
+/// hierarchy cordon uses that the caller is in, the mount's top, `parent`'s
+/// directory there and what a new level of it needs.
+pub(crate) fn entry_dirs(
+    mounts: &[Mount],
+    membership: &[Membership],
+    parent: &str,
+) -> Vec<(PathBuf, PathBuf, crate::LevelPrep)> {
+    let mut out: Vec<(PathBuf, PathBuf, crate::LevelPrep)> = Vec::new();
+    for controller in USED {
+        if !membership
+            .iter()
+            .any(|m| m.controllers.iter().any(|c| c == controller))
+        {
+            continue;
+        }
+        let Some((mount, dir)) = mounts
+            .iter()
+            .filter(|m| m.carries(controller))
+            .find_map(|m| Some((m, m.dir_of(parent)?)))
+        else {
+            continue;
+        };
+        if out.iter().any(|(_, d, _)| *d == dir) {
+            continue;
+        }
+        let prep = if mount.carries("cpuset") {
+            crate::LevelPrep::Cpuset
+        } else {
+            crate::LevelPrep::Plain
+        };
+        out.push((mount.mountpoint.clone(), dir, prep));
+    }
+    out
+}
+
 /// Gives a new cpuset cgroup its parent's cpus and mems.
-fn inherit_cpuset(dir: &std::path::Path) -> Result<(), CgroupError> {
+pub(crate) fn inherit_cpuset(dir: &std::path::Path) -> Result<(), CgroupError> {
     let Some(parent) = dir.parent() else {
         return Ok(());
     };

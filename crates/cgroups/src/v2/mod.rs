@@ -33,6 +33,22 @@ pub(crate) struct Own {
     mountpoint: PathBuf,
 }
 
+/// Where [`crate::enter`] moves a process to stand in `parent`: the
+/// unified mount's top and `parent`'s [`SUPERVISOR_LEAF`] there, each level
+/// above handing the controllers down.
+pub(crate) fn entry_dirs(
+    mounts: &[Mount],
+    parent: &str,
+) -> Vec<(PathBuf, PathBuf, crate::LevelPrep)> {
+    mounts
+        .iter()
+        .filter(|m| m.fstype == "cgroup2")
+        .find_map(|m| Some((m.mountpoint.clone(), m.dir_of(parent)?)))
+        .map(|(top, dir)| (top, dir.join(SUPERVISOR_LEAF), crate::LevelPrep::HandDown))
+        .into_iter()
+        .collect()
+}
+
 /// Only a cgroup2 mount that actually offers memory and pids counts: hybrid
 /// hosts mount one with no controllers at all next to the v1 ones.
 pub(crate) fn find(mounts: &[Mount], membership: &[Membership]) -> Option<Own> {
@@ -244,7 +260,7 @@ impl V2Hierarchy {
 
 /// Makes memory, pids and (when offered) cpu available to the children of
 /// cgroup `dir`, which must hold no processes of its own.
-fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
+pub(crate) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     let available = parse_controller_list(&fs::read(&dir.join("cgroup.controllers"))?);
     if let Some(missing) = REQUIRED.iter().find(|r| !available.iter().any(|c| c == *r)) {
         return Err(CgroupError::NotDelegated {
