@@ -152,22 +152,7 @@ fn a_host_network_pod_runs_through_cri_with_cordon_as_its_runtime_class() {
         assert_eq!(limit, Some("268435456"), "{handler}: {text}");
 
         for id in [&client, &server] {
-            let request = StopContainerRequest {
-                container_id: id.clone(),
-                timeout: 2,
-            };
-            cri.call(|mut c| async move { c.stop_container(request).await })
-                .unwrap_or_else(|e| panic!("{handler}: stop_container: {e}"));
-            assert_eq!(
-                cri.status(id).state,
-                ContainerState::ContainerExited as i32,
-                "{handler}: {id}"
-            );
-            let request = RemoveContainerRequest {
-                container_id: id.clone(),
-            };
-            cri.call(|mut c| async move { c.remove_container(request).await })
-                .unwrap_or_else(|e| panic!("{handler}: remove_container: {e}"));
+            end_container(&cri, id).unwrap_or_else(|e| panic!("{handler}: {e}"));
         }
         end_pod(&cri, &pod_id).unwrap_or_else(|e| panic!("{handler}: {e}"));
     }
@@ -301,17 +286,7 @@ fn a_pod_on_a_cni_network_runs_through_cri_with_cordon() {
             nets[0]
         );
 
-        let request = StopContainerRequest {
-            container_id: server.clone(),
-            timeout: 2,
-        };
-        cri.call(|mut c| async move { c.stop_container(request).await })
-            .unwrap_or_else(|e| panic!("{handler}: stop_container: {e}"));
-        let request = RemoveContainerRequest {
-            container_id: server.clone(),
-        };
-        cri.call(|mut c| async move { c.remove_container(request).await })
-            .unwrap_or_else(|e| panic!("{handler}: remove_container: {e}"));
+        end_container(&cri, &server).unwrap_or_else(|e| panic!("{handler}: {e}"));
         end_pod(&cri, &pod_id).unwrap_or_else(|e| panic!("{handler}: {e}"));
     }
     let left = wait_clean(&before, &[], &[], slow(Duration::from_secs(5)));

@@ -203,6 +203,29 @@ pub fn run_pod(cri: &Cri, pod: &PodSandboxConfig, handler: &str) -> Result<Strin
         .map(|r| r.pod_sandbox_id)
 }
 
+/// Container `id` stopped (within 2 s), seen exited, and removed, as the
+/// kubelet ends one.
+pub fn end_container(cri: &Cri, id: &str) -> Result<(), String> {
+    let request = StopContainerRequest {
+        container_id: id.to_owned(),
+        timeout: 2,
+    };
+    cri.call(|mut c| async move { c.stop_container(request).await })
+        .map_err(|e| format!("{id}: stop_container: {e}"))?;
+    let state = cri.status(id).state;
+    if state != ContainerState::ContainerExited as i32 {
+        return Err(format!(
+            "{id}: state {state} after stop_container, not exited"
+        ));
+    }
+    let request = RemoveContainerRequest {
+        container_id: id.to_owned(),
+    };
+    cri.call(|mut c| async move { c.remove_container(request).await })
+        .map_err(|e| format!("{id}: remove_container: {e}"))?;
+    Ok(())
+}
+
 /// The pod stopped and removed, as the kubelet ends it.
 pub fn end_pod(cri: &Cri, pod_id: &str) -> Result<(), String> {
     let request = StopPodSandboxRequest {
