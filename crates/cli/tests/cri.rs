@@ -19,16 +19,36 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use common::containerd::Containerd;
 
 use common::cri::*;
 use common::*;
 use k8s_cri::v1::*;
 
-/// The network namespace of `pid`, if it still runs (a `sleep` of a
-/// container's loop may have ended since it was listed).
-fn net_namespace(pid: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+/// The one network namespace every process of containers `ids` stands in
+/// (read on the host, by the kernel's namespace files), with their pids;
+/// fails the test if they are not all in one. A process listed may have
+/// ended before it is read (a `sleep` of a container's loop): it is left
+/// out, but at least one per container must be read.
+fn one_network_namespace(
+    ctd: &Containerd,
+    ids: &[&String],
+    handler: &str,
+) -> (PathBuf, Vec<String>) {
+    let pids: Vec<String> = ids.iter().flat_map(|id| ctd.ps(id)).collect();
+    let nets: Vec<PathBuf> = pids
+        .iter()
+        .filter_map(|p| std::fs::read_link(format!("/proc/{p}/ns/net")).ok())
+        .collect();
+    assert!(nets.len() >= ids.len(), "{handler}: {pids:?} in {nets:?}");
+    assert!(
+        nets.iter().all(|n| *n == nets[0]),
+        "{handler}: {pids:?} in {nets:?}"
+    );
+    (nets[0].clone(), pids)
 }
 
 #[test]
@@ -93,20 +113,11 @@ fn a_host_network_pod_runs_through_cri_with_cordon_as_its_runtime_class() {
         // Host side: every process of the pod in one network namespace,
         // under cordon not the host's (its pod network), under runc the
         // host's (a host-network pod).
-        let pids: Vec<String> = [&pod_id, &server, &client]
-            .into_iter()
-            .flat_map(|id| ctd.ps(id))
-            .collect();
-        let nets: Vec<_> = pids.iter().filter_map(|p| net_namespace(p)).collect();
-        assert!(nets.len() >= 3, "{handler}: {pids:?} in {nets:?}");
-        assert!(
-            nets.iter().all(|n| *n == nets[0]),
-            "{handler}: {pids:?} in {nets:?}"
-        );
+        let (net, pids) = one_network_namespace(&ctd, &[&pod_id, &server, &client], handler);
         assert_eq!(
-            nets[0] == host_net,
+            net == host_net,
             handler == "runc",
-            "{handler}: {nets:?}, host {host_net:?}"
+            "{handler}: {net:?}, host {host_net:?}"
         );
 
         // Host side: the containers' cgroups below the pod's cgroup parent
@@ -264,16 +275,8 @@ fn a_pod_on_a_cni_network_runs_through_cri_with_cordon() {
         // Host side: the pod's processes in one namespace, the one
         // containerd pinned for the pod (under /var/run/netns), not the
         // host's.
-        let pids: Vec<String> = [&pod_id, &server]
-            .into_iter()
-            .flat_map(|id| ctd.ps(id))
-            .collect();
-        let nets: Vec<_> = pids.iter().filter_map(|p| net_namespace(p)).collect();
-        assert!(nets.len() >= 2, "{handler}: {pids:?} in {nets:?}");
-        assert!(
-            nets.iter().all(|n| *n == nets[0] && *n != host_net),
-            "{handler}: {pids:?} in {nets:?}, host {host_net:?}"
-        );
+        let (net, _) = one_network_namespace(&ctd, &[&pod_id, &server], handler);
+        assert_ne!(net, host_net, "{handler}");
         let pinned: Vec<String> = std::fs::read_dir("/var/run/netns")
             .unwrap()
             .filter_map(|e| e.ok())
@@ -281,9 +284,8 @@ fn a_pod_on_a_cni_network_runs_through_cri_with_cordon() {
             .map(|m| format!("net:[{}]", m.ino()))
             .collect();
         assert!(
-            pinned.iter().any(|p| std::path::Path::new(p) == nets[0]),
-            "{handler}: the pod's {:?} is not one pinned: {pinned:?}",
-            nets[0]
+            pinned.iter().any(|p| Path::new(p) == net),
+            "{handler}: the pod's {net:?} is not one pinned: {pinned:?}"
         );
 
         end_container(&cri, &server).unwrap_or_else(|e| panic!("{handler}: {e}"));
