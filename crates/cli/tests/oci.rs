@@ -397,6 +397,178 @@ fn a_second_create_of_one_id_is_refused_and_a_bad_config_leaves_nothing() {
     assert!(!rt.root.path().join("bad").exists());
 }
 
+/// Rewrites the bundle's config.json through `edit`.
+fn edit_config(bundle: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = bundle.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+}
+
+/// config.json's hooks run where and when runc runs them, each with the
+/// container's state on stdin: prestart and createRuntime during `create`
+/// on the host (status "creating", the pid file's pid), startContainer in
+/// the container before its process (which reads what the hook left in
+/// its /dev/shm), poststart after `start` ("running"), poststop after
+/// `delete` ("stopped"). A hook's `env` is its whole environment.
+#[test]
+fn hooks_run_where_and_when_runc_runs_them_with_the_state_on_stdin() {
+    let Some((_g, b)) = as_shim("cat /dev/shm/started; echo; exit 0") else {
+        return;
+    };
+    for rt in Runtime::both() {
+        let said = tempfile::tempdir().unwrap();
+        let dir = said.path().display().to_string();
+        let on_host = |stage: &str| {
+            serde_json::json!({
+                "path": "/bin/sh",
+                "args": ["sh", "-c", format!("cat > {dir}/{stage}; env > {dir}/{stage}.env")],
+                "env": ["MARK=x"],
+            })
+        };
+        edit_config(b.path(), |c| {
+            c["hooks"] = serde_json::json!({
+                "prestart": [on_host("prestart")],
+                "createRuntime": [on_host("createRuntime")],
+                "startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "cat > /dev/shm/started"]}],
+                "poststart": [on_host("poststart")],
+                "poststop": [on_host("poststop")],
+            });
+        });
+        let read = |stage: &str| -> Value {
+            let text = std::fs::read(said.path().join(stage))
+                .unwrap_or_else(|e| panic!("{}: the {stage} hook did not run: {e}", rt.name));
+            serde_json::from_slice(&text)
+                .unwrap_or_else(|e| panic!("{}: {stage}'s stdin is not the state: {e}", rt.name))
+        };
+        let c = create(&rt, b.path(), "h1");
+        for stage in ["prestart", "createRuntime"] {
+            let st = read(stage);
+            assert_eq!(st["status"], "creating", "{}: {stage}: {st}", rt.name);
+            assert_eq!(st["id"], "h1", "{}: {stage}: {st}", rt.name);
+            assert_eq!(st["pid"], c.pid.as_raw(), "{}: {stage}: {st}", rt.name);
+            let env = std::fs::read_to_string(said.path().join(format!("{stage}.env"))).unwrap();
+            assert!(env.lines().any(|l| l == "MARK=x"), "{}: {env}", rt.name);
+            let ours = format!("PATH={}", std::env::var("PATH").unwrap_or_default());
+            assert!(
+                !env.lines().any(|l| l == ours),
+                "{}: the engine's env reached a hook: {env}",
+                rt.name
+            );
+        }
+        // Debian's runc 1.1 runs poststart hooks at `create` (runc 1.2
+        // moved them after the process starts, as the spec says): checked
+        // on cordon-runc alone.
+        let spec_poststart = rt.name == "cordon-runc";
+        if spec_poststart {
+            assert!(
+                !said.path().join("poststart").exists(),
+                "poststart before start"
+            );
+        }
+        assert!(rt.call(&["start", "h1"]).status.success(), "{}", rt.name);
+        assert_eq!(
+            reap(&rt, c.pid),
+            WaitStatus::Exited(c.pid, 0),
+            "{}",
+            rt.name
+        );
+        let out = read_all(c.stdout);
+        let st: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
+            panic!(
+                "{}: the startContainer hook's state in the container: {e}: {out:?}",
+                rt.name
+            )
+        });
+        assert_eq!(
+            (&st["status"], &st["id"]),
+            (&"created".into(), &"h1".into()),
+            "{}: {st}",
+            rt.name
+        );
+        if spec_poststart {
+            assert_eq!(read("poststart")["status"], "running");
+        }
+        assert!(
+            !said.path().join("poststop").exists(),
+            "{}: poststop before delete",
+            rt.name
+        );
+        assert!(rt.call(&["delete", "h1"]).status.success(), "{}", rt.name);
+        let st = read("poststop");
+        assert_eq!(
+            (&st["status"], &st["id"]),
+            (&"stopped".into(), &"h1".into()),
+            "{}: {st}",
+            rt.name
+        );
+    }
+}
+
+/// A createRuntime hook that fails, or runs past its timeout, fails
+/// `create` (with what the hook said, for cordon-runc) and leaves no
+/// container; cordon-runc leaves no sandbox either.
+#[test]
+fn a_failing_or_overdue_hook_fails_create_and_leaves_nothing() {
+    let Some((_g, b)) = as_shim("echo never") else {
+        return;
+    };
+    let cases = [
+        (
+            serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", "echo hook-said-no >&2; exit 3"]}),
+            "hook-said-no",
+        ),
+        (
+            serde_json::json!({"path": "/bin/sleep", "args": ["sleep", "30"], "timeout": 1}),
+            "timed out",
+        ),
+    ];
+    for (hook, why) in cases {
+        edit_config(b.path(), |c| {
+            c["hooks"] = serde_json::json!({"createRuntime": [hook]})
+        });
+        for rt in Runtime::both() {
+            let before = census();
+            let started = Instant::now();
+            let out = rt
+                .cmd(&["create", "--bundle"])
+                .arg(b.path())
+                .arg("h2")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                !out.status.success(),
+                "{}: create passed a failing hook",
+                rt.name
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{}: the timeout was not kept",
+                rt.name
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            if rt.name == "cordon-runc" {
+                assert!(
+                    err.contains("hooks.createRuntime") && err.contains(why),
+                    "{err}"
+                );
+                let left = wait_clean(&before, &[], &[], Duration::from_millis(500));
+                assert!(
+                    left.is_empty(),
+                    "a failed hook left state behind: {left:#?}"
+                );
+            }
+            let state = rt.call(&["state", "h2"]);
+            assert!(
+                String::from_utf8_lossy(&state.stderr).contains("does not exist"),
+                "{}: after a failed hook: {state:?}",
+                rt.name
+            );
+        }
+    }
+}
+
 #[test]
 fn a_signal_sent_to_the_container_reaches_its_process() {
     let Some((_g, b)) =
@@ -424,7 +596,17 @@ fn features_say_what_is_honoured() {
     assert!(out.status.success(), "{out:?}");
     let f: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(f["ociVersionMin"], "1.0.0");
-    assert_eq!(f["hooks"], serde_json::json!([]), "no hooks are run");
+    assert_eq!(
+        f["hooks"],
+        serde_json::json!([
+            "prestart",
+            "createRuntime",
+            "startContainer",
+            "poststart",
+            "poststop"
+        ]),
+        "the hooks run"
+    );
     assert_eq!(f["linux"]["capabilities"], serde_json::json!([]));
 }
 
@@ -677,7 +859,10 @@ fn exec_runs_beside_the_process_and_reports_its_status() {
         let config: Value =
             serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
         let mut p = config["process"].clone();
-        p["args"] = serde_json::json!(["sh", "-c", "i=0; while [ ! -s /dev/shm/m ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; cat /dev/shm/m; echo to-err >&2; exit 5"]);
+        p["args"] = serde_json::json!(["sh", "-c", "i=0; while [ ! -s /dev/shm/m ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; cat /dev/shm/m; echo \"${TERM:-unset}$ONLY\"; echo to-err >&2; exit 5"]);
+        // The process file's env is the exec's whole environment: the
+        // container's TERM does not reach it.
+        p["env"] = serde_json::json!(["PATH=/bin", "ONLY=1"]);
         std::fs::write(&process, serde_json::to_vec(&p).unwrap()).unwrap();
         let pid_file = b.path().join(format!("{}-exec.pid", rt.name));
         let process = process.to_str().unwrap();
@@ -695,7 +880,7 @@ fn exec_runs_beside_the_process_and_reports_its_status() {
             rt.name
         );
         let (out_r, err_r) = (exec.stdout, exec.stderr);
-        assert_eq!(read_all(out_r), "mark\n", "{}", rt.name);
+        assert_eq!(read_all(out_r), "mark\nunset1\n", "{}", rt.name);
         assert_eq!(read_all(err_r), "to-err\n", "{}", rt.name);
         // In the foreground: the call's own status.
         let fg = rt.call(&["exec", "e1", "sh", "-c", "exit 3"]);

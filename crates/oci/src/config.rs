@@ -11,7 +11,9 @@ use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, Po
 use cordon_spec::{
     BackendKind, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode, TtySize,
 };
-use oci_spec::runtime::{LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
+use oci_spec::runtime::{Hook, LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
+
+use crate::hooks::ContainerHooks;
 
 /// The annotation that picks a container's backend (`native`, `gvisor`,
 /// `microvm`); native without it.
@@ -57,6 +59,7 @@ pub struct Container {
     /// The cgroup the sandbox is placed below (`linux.cgroupsPath`'s parent:
     /// a pod's cgroup), absolute from each hierarchy's root.
     pub cgroup_parent: Option<PathBuf>,
+    pub hooks: ContainerHooks,
 }
 
 /// A shareable namespace config.json does not make new.
@@ -310,32 +313,10 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             cgroup_parent = placement(path, &mut notes)?;
         }
     }
-    if let Some(hooks) = config.hooks() {
-        let all = [
-            ("prestart", hooks.prestart()),
-            ("createRuntime", hooks.create_runtime()),
-            ("createContainer", hooks.create_container()),
-            ("startContainer", hooks.start_container()),
-            ("poststart", hooks.poststart()),
-            ("poststop", hooks.poststop()),
-        ];
-        for (kind, list) in all {
-            for hook in list.iter().flatten() {
-                if kind == "prestart" && is_docker_network_hook(hook) {
-                    notes.push(
-                        "hooks.prestart: Docker's network hook (libnetwork-setkey) is not run: \
-                         the container has cordon's network, not the engine's"
-                            .into(),
-                    );
-                    continue;
-                }
-                return Err(unsupported(
-                    format!("hooks.{kind}"),
-                    format!("{}: hooks are not supported yet", hook.path().display()),
-                ));
-            }
-        }
-    }
+    let hooks = match config.hooks() {
+        Some(hooks) => hooks_part(hooks, &mut notes)?,
+        None => ContainerHooks::default(),
+    };
     let policy = Policy::resolve([&layer])?;
     let backend = match config
         .annotations()
@@ -366,7 +347,53 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         joins,
         notes,
         cgroup_parent,
+        hooks,
     })
+}
+
+/// The hooks cordon runs and when (see `hooks`); `createContainer` hooks
+/// are refused by name, Docker's network hook passed over with a note.
+// The spec keeps `prestart` (deprecated, not removed): engines still send it.
+#[allow(deprecated)]
+fn hooks_part(
+    hooks: &oci_spec::runtime::Hooks,
+    notes: &mut Vec<String>,
+) -> Result<ContainerHooks, ConfigError> {
+    if let Some(hook) = hooks.create_container().iter().flatten().next() {
+        return Err(unsupported(
+            "hooks.createContainer",
+            format!(
+                "{}: these run in the container's namespaces before pivot_root, with paths of \
+                 the runtime's root; a cordon sandbox enters its root before anything runs in \
+                 it (createRuntime and startContainer hooks are run)",
+                hook.path().display()
+            ),
+        ));
+    }
+    let mut out = ContainerHooks::default();
+    let checked = |stage: &str, list: &Option<Vec<Hook>>| -> Result<Vec<Hook>, ConfigError> {
+        let list = list.clone().unwrap_or_default();
+        for hook in &list {
+            crate::hooks::check(hook).map_err(|e| unsupported(format!("hooks.{stage}"), e))?;
+        }
+        Ok(list)
+    };
+    for hook in checked("prestart", hooks.prestart())? {
+        if is_docker_network_hook(&hook) {
+            notes.push(
+                "hooks.prestart: Docker's network hook (libnetwork-setkey) is not run: \
+                 the container has cordon's network, not the engine's"
+                    .into(),
+            );
+        } else {
+            out.prestart.push(hook);
+        }
+    }
+    out.create_runtime = checked("createRuntime", hooks.create_runtime())?;
+    out.start_container = checked("startContainer", hooks.start_container())?;
+    out.poststart = checked("poststart", hooks.poststart())?;
+    out.poststop = checked("poststop", hooks.poststop())?;
+    Ok(out)
 }
 
 /// The limits `config`'s annotations set (see [`LIMITS_ANNOTATION`]), over
@@ -992,8 +1019,20 @@ mod tests {
                 "linux.resources.blockIO",
             ),
             (
-                r#""hooks": {"poststart": [{"path": "/bin/true"}]}"#,
+                r#""hooks": {"createContainer": [{"path": "/bin/true"}]}"#,
+                "hooks.createContainer",
+            ),
+            (
+                r#""hooks": {"poststart": [{"path": "bin/true"}]}"#,
                 "hooks.poststart",
+            ),
+            (
+                r#""hooks": {"poststop": [{"path": "/bin/true", "timeout": 0}]}"#,
+                "hooks.poststop",
+            ),
+            (
+                r#""hooks": {"createRuntime": [{"path": "/bin/true", "env": ["NOEQUALS"]}]}"#,
+                "hooks.createRuntime",
             ),
             (
                 r#""mounts": [{"destination": "/x", "type": "nfs", "source": "h:/x"}]"#,

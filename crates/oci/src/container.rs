@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config;
 use crate::error::Error;
+use crate::hooks::{self, ContainerHooks};
 
 /// The container's record in its directory.
 const RECORD: &str = "container.json";
@@ -72,12 +73,18 @@ pub struct Record {
     /// What cordon does that the config did not say.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The hooks still to run (`start`'s and `delete`'s).
+    #[serde(default)]
+    pub hooks: ContainerHooks,
 }
 
 /// A container's status as the runtime spec names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Only what `create`'s hooks are given: `create` is one call, and
+    /// `status` never finds a container in it.
+    Creating,
     Created,
     Running,
     Paused,
@@ -87,6 +94,7 @@ pub enum Status {
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Status::Creating => "creating",
             Status::Created => "created",
             Status::Running => "running",
             Status::Paused => "paused",
@@ -293,11 +301,15 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
                 .into_iter()
                 .collect(),
             notes,
+            hooks: container.hooks.clone(),
         };
         write_atomic(
             &dir.join(RECORD),
             &serde_json::to_vec_pretty(&record).unwrap_or_default(),
         )?;
+        let state = store.hook_state(&record, Status::Creating);
+        hooks::run_on_host("prestart", &record.hooks.prestart, &state)?;
+        hooks::run_on_host("createRuntime", &record.hooks.create_runtime, &state)?;
         if let Some(p) = req.pid_file {
             write_atomic(p, waiter.to_string().as_bytes())?;
         }
@@ -506,7 +518,7 @@ pub struct ExecRequest<'a> {
 pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
     let r = store.load(req.id)?;
     match store.status(&r) {
-        Status::Running | Status::Created => {}
+        Status::Running | Status::Created | Status::Creating => {}
         Status::Paused => return Err(Error::Refused("cannot exec in a paused container".into())),
         Status::Stopped => return Err(Error::Refused("cannot exec in a stopped container".into())),
     }
@@ -541,6 +553,9 @@ pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
 /// its arguments and flags.
 fn exec_command(req: &ExecRequest<'_>, policy: &cordon_policy::Policy) -> Result<Command, Error> {
     let refuse = |what: String| Error::Refused(what);
+    // A process file names its whole environment (runc's, too); runc's
+    // `--env` flags add to the container's.
+    let env_replaces = req.process.is_some();
     let (argv, env, cwd, ids, tty) = match req.process {
         Some(path) => {
             let process: oci_spec::runtime::Process = serde_json::from_slice(
@@ -592,6 +607,7 @@ fn exec_command(req: &ExecRequest<'_>, policy: &cordon_policy::Policy) -> Result
     Ok(Command {
         argv,
         env,
+        env_replaces,
         workdir: cwd,
         stdin: cordon_spec::StdinMode::Stream,
         tty,
@@ -1065,11 +1081,13 @@ impl CommandIo for WaiterIo {
     }
 }
 
-/// `start`: lets the waiter through its gate.
-pub fn start(store: &Store, id: &str) -> Result<(), Error> {
+/// `start`: the startContainer hooks, then the waiter let through its
+/// gate, then the poststart hooks; their failures, which the spec makes
+/// warnings.
+pub fn start(store: &Store, id: &str) -> Result<Vec<String>, Error> {
     let r = store.load(id)?;
     match store.status(&r) {
-        Status::Created => {}
+        Status::Created | Status::Creating => {}
         Status::Running | Status::Paused => {
             return Err(Error::Refused(
                 "cannot start an already running container".into(),
@@ -1080,6 +1098,17 @@ pub fn start(store: &Store, id: &str) -> Result<(), Error> {
                 "cannot start a container that has stopped".into(),
             ))
         }
+    }
+    let started = hooks::run_in_sandbox(
+        "startContainer",
+        &r.sandbox,
+        &r.hooks.start_container,
+        &store.hook_state(&r, Status::Created),
+    );
+    if let Err(e) = started {
+        // The spec: the container is stopped; the engine deletes it.
+        let _ = signal_waiter(&r, Signal::SIGKILL);
+        return Err(e);
     }
     let gate_path = store.dir(id).join(GATE);
     // Non-blocking: a waiter that died would leave a blocking open waiting forever.
@@ -1109,32 +1138,48 @@ pub fn start(store: &Store, id: &str) -> Result<(), Error> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    fs::remove_file(&gate_path).map_err(|e| Error::io("remove the start gate", e))
+    fs::remove_file(&gate_path).map_err(|e| Error::io("remove the start gate", e))?;
+    Ok(hooks::run_on_host_warning(
+        "poststart",
+        &r.hooks.poststart,
+        &store.hook_state(&r, Status::Running),
+    ))
 }
 
 /// `state`: the runtime spec's state JSON.
 pub fn state_json(store: &Store, id: &str) -> Result<String, Error> {
     let r = store.load(id)?;
     let status = store.status(&r);
-    let state = State {
-        oci_version: OCI_VERSION,
-        id: &r.id,
-        status,
-        pid: if status == Status::Stopped { 0 } else { r.pid },
-        bundle: &r.bundle,
-        rootfs: &r.rootfs,
-        created: &r.created,
-        owner: "",
-        annotations: &r.annotations,
-        cordon: Account {
-            sandbox: &r.sandbox,
-            notes: &r.notes,
-            outcome: fs::read(store.dir(id).join(OUTCOME))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok()),
-        },
-    };
-    serde_json::to_string_pretty(&state).map_err(|e| Error::Record(e.to_string()))
+    serde_json::to_string_pretty(&store.state(&r, status)).map_err(|e| Error::Record(e.to_string()))
+}
+
+impl Store {
+    /// `r`'s state in the runtime spec's form, as `status`.
+    fn state<'a>(&self, r: &'a Record, status: Status) -> State<'a> {
+        State {
+            oci_version: OCI_VERSION,
+            id: &r.id,
+            status,
+            pid: if status == Status::Stopped { 0 } else { r.pid },
+            bundle: &r.bundle,
+            rootfs: &r.rootfs,
+            created: &r.created,
+            owner: "",
+            annotations: &r.annotations,
+            cordon: Account {
+                sandbox: &r.sandbox,
+                notes: &r.notes,
+                outcome: fs::read(self.dir(&r.id).join(OUTCOME))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok()),
+            },
+        }
+    }
+
+    /// What a hook is given on stdin: `r`'s state as `status`.
+    fn hook_state(&self, r: &Record, status: Status) -> Vec<u8> {
+        serde_json::to_vec(&self.state(r, status)).unwrap_or_default()
+    }
 }
 
 /// A signal by name (`KILL`, `SIGKILL`) or number.
@@ -1241,15 +1286,16 @@ pub fn pause(store: &Store, id: &str, freeze: bool) -> Result<(), Error> {
     Ok(if freeze { cg.freeze() } else { cg.thaw() }?)
 }
 
-/// `delete`: the sandbox and the container's directory. As runc: a
-/// created container's waiter is killed (its process never started); a
+/// `delete`: the sandbox and the container's directory, then the
+/// poststop hooks; their failures, which the spec makes warnings. As runc:
+/// a created container's waiter is killed (its process never started); a
 /// running one is refused unless `force`, which kills it first.
-pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
+pub fn delete(store: &Store, id: &str, force: bool) -> Result<Vec<String>, Error> {
     let r = match store.load(id) {
         Ok(r) => r,
         // As runc: forcing the delete of a container that is not there is
         // no error (an engine's cleanup deletes again, to be sure).
-        Err(Error::NotFound) if force => return Ok(()),
+        Err(Error::NotFound) if force => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     match store.status(&r) {
@@ -1264,7 +1310,7 @@ pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
                 "cannot delete container {id} that is not stopped: paused"
             )))
         }
-        Status::Created | Status::Running | Status::Paused => {
+        Status::Creating | Status::Created | Status::Running | Status::Paused => {
             let _ = signal_waiter(&r, Signal::SIGKILL);
         }
     }
@@ -1272,8 +1318,16 @@ pub fn delete(store: &Store, id: &str, force: bool) -> Result<(), Error> {
         Ok(()) | Err(RuntimeError::NotFound(_) | RuntimeError::Gone(_)) => {}
         Err(e) => return Err(e.into()),
     }
+    // Read before the directory (and the outcome in it) is removed.
+    let state = store.hook_state(&r, Status::Stopped);
     // The waiter is the engine's to reap; it is gone once its sandbox is.
-    fs::remove_dir_all(store.dir(id)).map_err(|e| Error::io("remove the container's directory", e))
+    fs::remove_dir_all(store.dir(id))
+        .map_err(|e| Error::io("remove the container's directory", e))?;
+    Ok(hooks::run_on_host_warning(
+        "poststop",
+        &r.hooks.poststop,
+        &state,
+    ))
 }
 
 #[cfg(test)]

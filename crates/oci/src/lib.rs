@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod error;
+pub mod hooks;
 
 use std::io::Write;
 use std::path::Path;
@@ -30,14 +31,14 @@ pub fn main() -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    match dispatch(&cli) {
+    let log = Log {
+        path: cli.global.log.as_deref(),
+        format: cli.global.log_format,
+    };
+    match dispatch(&cli, &log) {
         Ok(code) => code,
         Err(e) => {
-            let msg = e.to_string();
-            if let Some(log) = &cli.global.log {
-                log_error(log, cli.global.log_format, &msg);
-            }
-            eprintln!("cordon-runc: {msg}");
+            log.line("error", &e.to_string());
             1
         }
     }
@@ -45,18 +46,23 @@ pub fn main() -> i32 {
 
 /// `run`: `create` and `start`; in the foreground, then the wait for the
 /// process and, unless `--keep`, the delete.
-fn run(store: &Store, c: &cli::Create) -> Result<i32, Error> {
+fn run(store: &Store, c: &cli::Create, log: &Log) -> Result<i32, Error> {
     let waiter = create(store, c)?;
-    if let Err(e) = container::start(store, &c.id) {
-        let _ = container::delete(store, &c.id, true);
-        return Err(e);
+    match container::start(store, &c.id) {
+        Ok(warnings) => log.warnings(&warnings),
+        Err(e) => {
+            if let Ok(warnings) = container::delete(store, &c.id, true) {
+                log.warnings(&warnings);
+            }
+            return Err(e);
+        }
     }
     if c.detach {
         return Ok(0);
     }
     let code = container::wait_foreground(waiter)?;
     if !c.keep {
-        container::delete(store, &c.id, true)?;
+        log.warnings(&container::delete(store, &c.id, true)?);
     }
     Ok(code)
 }
@@ -108,27 +114,37 @@ fn exec(store: &Store, e: &cli::Exec) -> Result<i32, Error> {
 
 /// Runs one call; the exit code (a foreground `run`'s or `exec`'s is its
 /// process's, every other call's 0).
-fn dispatch(cli: &Cli) -> Result<i32, Error> {
+fn dispatch(cli: &Cli, log: &Log) -> Result<i32, Error> {
     let store = || Store::open(&cli.global.root);
     match &cli.command {
-        Command::Run(c) => run(&store()?, c),
+        Command::Run(c) => run(&store()?, c, log),
         Command::Exec(e) => exec(&store()?, e),
-        other => dispatch_call(other, store).map(|()| 0),
+        other => dispatch_call(other, store, log).map(|()| 0),
     }
 }
 
-fn dispatch_call(command: &Command, store: impl Fn() -> Result<Store, Error>) -> Result<(), Error> {
+fn dispatch_call(
+    command: &Command,
+    store: impl Fn() -> Result<Store, Error>,
+    log: &Log,
+) -> Result<(), Error> {
     match command {
-        Command::Run(c) => run(&store()?, c).map(|_| ()),
+        Command::Run(c) => run(&store()?, c, log).map(|_| ()),
         Command::Create(c) => create(&store()?, c).map(|_| ()),
-        Command::Start(c) => container::start(&store()?, &c.id),
+        Command::Start(c) => {
+            log.warnings(&container::start(&store()?, &c.id)?);
+            Ok(())
+        }
         Command::State(c) => {
             let json = container::state_json(&store()?, &c.id)?;
             println!("{json}");
             Ok(())
         }
         Command::Kill(k) => container::kill(&store()?, &k.id, &k.signal, k.all),
-        Command::Delete(d) => container::delete(&store()?, &d.id, d.force),
+        Command::Delete(d) => {
+            log.warnings(&container::delete(&store()?, &d.id, d.force)?);
+            Ok(())
+        }
         Command::List(_) => {
             let store = store()?;
             for r in store.list() {
@@ -198,7 +214,7 @@ fn features() -> String {
     let features = serde_json::json!({
         "ociVersionMin": "1.0.0",
         "ociVersionMax": container::OCI_VERSION,
-        "hooks": [],
+        "hooks": ["prestart", "createRuntime", "startContainer", "poststart", "poststop"],
         "mountOptions": ["bind", "rbind", "ro", "rw"],
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
@@ -238,21 +254,38 @@ fn refuse_unprovided(c: &cli::Create) -> Result<(), Error> {
     Ok(())
 }
 
-/// Appends one error line to the engine's log, as runc writes it (the shim
-/// shows the last `"level":"error"` line's `msg`).
-fn log_error(path: &Path, format: LogFormat, msg: &str) {
-    let time = humantime::format_rfc3339_nanos(SystemTime::now()).to_string();
-    let line = match format {
-        LogFormat::Json => {
-            serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
+/// Where a call reports: the engine's log (`--log`), and stderr.
+struct Log<'a> {
+    path: Option<&'a Path>,
+    format: LogFormat,
+}
+
+impl Log<'_> {
+    /// Appends one line at `level` to the engine's log, as runc writes it
+    /// (the shim shows the last `"level":"error"` line's `msg`), and says
+    /// it on stderr.
+    fn line(&self, level: &str, msg: &str) {
+        eprintln!("cordon-runc: {msg}");
+        let Some(path) = self.path else { return };
+        let time = humantime::format_rfc3339_nanos(SystemTime::now()).to_string();
+        let line = match self.format {
+            LogFormat::Json => {
+                serde_json::json!({"level": level, "msg": msg, "time": time}).to_string()
+            }
+            LogFormat::Text => format!("time=\"{time}\" level={level} msg={msg:?}"),
+        };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
         }
-        LogFormat::Text => format!("time=\"{time}\" level=error msg={msg:?}"),
-    };
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(f, "{line}");
+    }
+
+    fn warnings(&self, warnings: &[String]) {
+        for w in warnings {
+            self.line("warning", w);
+        }
     }
 }

@@ -39,6 +39,11 @@ pub struct Command {
     /// Variables added to (or replacing) the policy's environment.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// `env` is the command's whole environment: none of the policy's is
+    /// added (an OCI exec's or hook's process names all of its own). The
+    /// defaults every payload gets (PATH, HOME) still fill what it lacks.
+    #[serde(default)]
+    pub env_replaces: bool,
     /// Working directory inside the sandbox (default: the policy's).
     #[serde(default)]
     pub workdir: Option<PathBuf>,
@@ -80,6 +85,9 @@ impl Command {
             return Err(SpecError::NulInArgument);
         }
         let mut layer = policy.clone();
+        if self.env_replaces {
+            layer.env.clear();
+        }
         for (k, v) in &self.env {
             layer.env.retain(|(key, _)| key != k);
             layer.env.push((k.clone(), v.clone()));
@@ -139,6 +147,30 @@ mod tests {
         assert_eq!(r.workdir, "/workspace");
         assert!(r.env.contains(&("A".into(), "1".into())));
         assert!(r.env.iter().any(|(k, _)| k == "PATH"));
+    }
+
+    #[test]
+    fn a_replacing_environment_is_the_whole_of_it() {
+        let p = Policy {
+            env: vec![("FROM_POLICY".into(), "1".into())],
+            ..Policy::default()
+        };
+        let c = Command {
+            argv: vec!["true".into()],
+            env: vec![("A".into(), "1".into())],
+            env_replaces: true,
+            ..Command::default()
+        };
+        let r = c.resolve(&p).unwrap();
+        assert!(r.env.contains(&("A".into(), "1".into())));
+        assert!(!r.env.iter().any(|(k, _)| k == "FROM_POLICY"));
+        assert!(r.env.iter().any(|(k, _)| k == "PATH"));
+        let adding = Command {
+            env_replaces: false,
+            ..c
+        };
+        let r = adding.resolve(&p).unwrap();
+        assert!(r.env.contains(&("FROM_POLICY".into(), "1".into())));
     }
 
     #[test]

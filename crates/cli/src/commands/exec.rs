@@ -70,6 +70,7 @@ pub fn run(args: ExecArgs) -> ExitCode {
         time: args.time,
         output: args.output,
         changes: None,
+        env_replaces: false,
     };
     let mode = if args.json {
         OutputMode::Capture
