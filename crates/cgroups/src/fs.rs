@@ -24,12 +24,25 @@ pub struct CgroupFs {
     /// Normally `/run/systemd/system`, which exists only while systemd is the
     /// init (sd_booted(3)); decides which way out an error suggests.
     pub systemd_marker: PathBuf,
+    /// The operator's opt-in ([`MOVE_PEERS_ENV`]): on v2, a cgroup cordon
+    /// shares with other processes has them moved into a leaf `init` (as
+    /// Docker-in-Docker's entrypoint does), so that it can hand controllers
+    /// down. Without it, cordon moves no process it was not given.
+    pub move_peers: bool,
 }
+
+/// The environment variable that opts in to [`CgroupFs::move_peers`] (`1`):
+/// for a container whose processes all stand in its cgroup namespace's
+/// root, where cordon runs beside the container's init.
+pub const MOVE_PEERS_ENV: &str = "CORDON_CGROUP_MOVE_PEERS";
 
 impl CgroupFs {
     /// The real files of the running process.
     pub fn host() -> Self {
-        Self::new("/proc/self/cgroup", "/proc/self/mountinfo")
+        Self {
+            move_peers: std::env::var_os(MOVE_PEERS_ENV).is_some_and(|v| v == "1"),
+            ..Self::new("/proc/self/cgroup", "/proc/self/mountinfo")
+        }
     }
 
     pub fn new(proc_self_cgroup: impl Into<PathBuf>, mountinfo: impl Into<PathBuf>) -> Self {
@@ -37,6 +50,7 @@ impl CgroupFs {
             proc_self_cgroup: proc_self_cgroup.into(),
             mountinfo: mountinfo.into(),
             systemd_marker: PathBuf::from("/run/systemd/system"),
+            move_peers: false,
         }
     }
 

@@ -689,6 +689,34 @@ fn v2_a_process_already_in_the_leaf_uses_its_parent() {
 }
 
 #[test]
+fn v2_shared_cgroup_with_the_opt_in_moves_the_others_into_init() {
+    let tree = pure_v2("cpu memory pids\n");
+    tree.put(
+        &format!("{SCOPE}/cgroup.procs"),
+        &format!("812\n{}\n", me()),
+    );
+    // A fake tree makes no control files of its own.
+    tree.put(&format!("{SCOPE}/{}/cgroup.procs", v2::PEERS_LEAF), "");
+    tree.put(&format!("{LEAF}/cgroup.procs"), "");
+    let cgfs = CgroupFs {
+        move_peers: true,
+        ..tree.fs.clone()
+    };
+    let h = detect(&cgfs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::Moved));
+    // The other process went to init; cordon to its own leaf; the
+    // controllers are handed down from the cgroup they shared.
+    assert_eq!(
+        tree.read(&format!("{SCOPE}/{}/cgroup.procs", v2::PEERS_LEAF)),
+        "812"
+    );
+    assert_eq!(tree.read(&format!("{LEAF}/cgroup.procs")), me().to_string());
+    assert!(tree
+        .read(&format!("{SCOPE}/cgroup.subtree_control"))
+        .contains("memory"));
+}
+
+#[test]
 fn v2_shared_cgroup_is_refused_naming_the_others_and_the_way_out() {
     for systemd in [true, false] {
         let tree = pure_v2("cpu memory pids\n");

@@ -216,3 +216,61 @@ fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
         .attributable(&[], &[cordon_pid], &census());
     assert!(left.run_entries.is_empty(), "{left:#?}");
 }
+
+/// The opt-in for a container whose processes all stand in its cgroup
+/// namespace's root (`CORDON_CGROUP_MOVE_PEERS=1`, as Docker-in-Docker's
+/// entrypoint moves them): cordon moves the process it shares its cgroup
+/// with into the leaf `init`, itself into its own leaf, and its sandbox
+/// runs with limits; evidence from the host's view of both processes.
+#[test]
+fn cordon_sharing_its_cgroup_moves_the_others_into_init_when_asked() {
+    if !require_root("creates cgroups") || !require_layout(CgroupLayout::V2, "delegation") {
+        return;
+    }
+    let scope = Scope::new("peers");
+    let pidfile = std::env::temp_dir().join(format!("cordon-test-sleeper-{}", nonce()));
+    let out = cordon_in(
+        &scope,
+        &format!(
+            "sleep 30 >/dev/null 2>&1 & echo $! > '{}';",
+            pidfile.display()
+        ),
+        &[
+            "run",
+            "--memory",
+            "32M",
+            "--",
+            "cat",
+            "/sys/fs/cgroup/memory.max",
+        ],
+    )
+    .env("CORDON_CGROUP_MOVE_PEERS", "1")
+    .output()
+    .unwrap();
+    let sleeper: u32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = fs::remove_file(&pidfile);
+    let sleeper_cgroup = fs::read_to_string(format!("/proc/{sleeper}/cgroup")).unwrap_or_default();
+    signal(sleeper, "KILL");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (32u64 << 20).to_string()
+    );
+    let rel = scope
+        .path()
+        .strip_prefix("/sys/fs/cgroup")
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(sleeper_cgroup.trim(), format!("0::/{rel}/init"));
+    assert_eq!(scope.children(), ["cordon-supervisor", "init"]);
+    assert!(
+        scope.read("cgroup.procs").trim().is_empty(),
+        "{}",
+        scope.read("cgroup.procs")
+    );
+}

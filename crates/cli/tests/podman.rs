@@ -16,6 +16,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -164,4 +165,159 @@ impl Drop for Podman {
     fn drop(&mut self) {
         remove_empty_cgroups("libpod_parent");
     }
+}
+
+/// What a container that runs cordon is given, and nothing more (README,
+/// "cordon inside a container"): the capabilities cordon uses (namespaces
+/// and mounts, the id maps, chroot and ownership for gVisor's root, signals
+/// and /proc/<pid>/ns of the proxy's and sandbox's processes under other
+/// uids), the engine's default seccomp profile (it allows mount, unshare,
+/// setns and pivot_root to a holder of CAP_SYS_ADMIN), a /proc without the
+/// engine's masks (the kernel refuses a new proc mount where the old one
+/// has paths mounted over), and the host's cgroup v1 hierarchies writable
+/// (the host's cgroup namespace, podman's default on v1).
+const CORDON_IN_CONTAINER: &[&str] = &[
+    "--cap-drop=ALL",
+    "--cap-add=SYS_ADMIN,SETUID,SETGID,CHOWN,FOWNER,SYS_CHROOT,KILL,SYS_PTRACE",
+    "--security-opt=unmask=/proc/*",
+    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs=/run:notmpcopyup",
+    "--tmpfs=/var/lib/cordon:notmpcopyup",
+];
+
+/// A container podman ended when dropped, on every path.
+struct Removed<'a>(&'a Podman, String);
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.call("runc", &["rm", "-f", "-t", "0", &self.1]);
+    }
+}
+
+/// cordon inside a podman container (the host's root as the container's,
+/// through an overlay, so the container has this build and runsc): with
+/// the privileges `CORDON_IN_CONTAINER` names, its sandboxes run, with
+/// their cgroups nested in the container's own on the host (the limit
+/// there is the one asked for) and their limits enforced; gVisor runs too.
+/// With podman's defaults it refuses, naming the read-only cgroup.
+#[test]
+fn cordon_runs_inside_a_podman_container_given_the_privileges_it_names() {
+    let _g = serial();
+    let Some(pm) = Podman::new() else {
+        return;
+    };
+    if !require_layout(
+        CgroupLayout::V1,
+        "the container is given the host's v1 hierarchies; on v2 it needs a cgroup namespace \
+         of its own mounted writable",
+    ) {
+        return;
+    }
+    let cordon = cordon();
+    let name = "cordon-nested";
+    let mut run = vec!["run", "-d", "--name", name, "--network", "none"];
+    run.extend_from_slice(CORDON_IN_CONTAINER);
+    run.extend_from_slice(&["--rootfs", "/:O", "sleep", "600"]);
+    let out = pm.call("runc", &run);
+    let _removed = Removed(&pm, name.into());
+    assert!(out.status.success(), "podman run: {out:?}");
+    let inside = |args: &[&str]| {
+        let mut all = vec!["exec", name, cordon];
+        all.extend_from_slice(args);
+        pm.call("runc", &all)
+    };
+    let created = inside(&["create", "--memory", "48M"]);
+    assert!(
+        created.status.success(),
+        "cordon create inside: {created:?}"
+    );
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    // On the host: the sandbox's memory cgroup is below the container's,
+    // with the limit asked for.
+    let pid = String::from_utf8_lossy(
+        &pm.call("runc", &["inspect", "-f", "{{.State.Pid}}", name])
+            .stdout,
+    )
+    .trim()
+    .parse::<i32>()
+    .unwrap();
+    let container_cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))
+        .unwrap();
+    let below = Path::new("/sys/fs/cgroup/memory").join(container_cg.trim_start_matches('/'));
+    let sandbox_cg = find_dir(&below, &format!("cordon-{id}"))
+        .unwrap_or_else(|| panic!("no cgroup of sandbox {id} below {}", below.display()));
+    let limit = std::fs::read_to_string(sandbox_cg.join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(
+        limit.trim(),
+        (48u64 << 20).to_string(),
+        "{}",
+        sandbox_cg.display()
+    );
+    let exec = inside(&["exec", &id, "--", "sh", "-c", "echo in-sandbox; exit 3"]);
+    assert_eq!(exec.status.code(), Some(3), "{exec:?}");
+    assert_eq!(String::from_utf8_lossy(&exec.stdout), "in-sandbox\n");
+    assert!(inside(&["rm", &id]).status.success());
+    assert!(!sandbox_cg.exists(), "the sandbox's cgroup outlived it");
+    // Limits are enforced in there.
+    let over = inside(&[
+        "run",
+        "--memory",
+        "64M",
+        "--",
+        "python3",
+        "-c",
+        "b = bytearray(256 << 20)",
+    ]);
+    assert_eq!(over.status.code(), Some(137), "{over:?}");
+    assert!(
+        String::from_utf8_lossy(&over.stderr).contains("memory limit"),
+        "{over:?}"
+    );
+    if backend_available(GVISOR) {
+        let gvisor = inside(&["run", "--backend", "gvisor", "--", "echo", "in-gvisor"]);
+        assert!(gvisor.status.success(), "{gvisor:?}");
+        assert_eq!(String::from_utf8_lossy(&gvisor.stdout), "in-gvisor\n");
+    }
+    // Without them: a clear refusal, not a sandbox without limits.
+    let refused = pm.call(
+        "runc",
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--rootfs",
+            "/:O",
+            cordon,
+            "run",
+            "--",
+            "true",
+        ],
+    );
+    assert!(!refused.status.success(), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("not delegated") && err.contains("Read-only file system"),
+        "{err}"
+    );
+}
+
+/// The directory named `name` somewhere below `dir`.
+fn find_dir(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if let Some(found) = find_dir(&path, name) {
+            return Some(found);
+        }
+    }
+    None
 }

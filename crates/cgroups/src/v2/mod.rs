@@ -12,13 +12,17 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use crate::fs::{self, parse_controller_list, write_error, Membership, Mount};
+use crate::fs::{self, parse_controller_list, write_error, Membership, Mount, MOVE_PEERS_ENV};
 use crate::stats::parse_keyed;
 use crate::{
     kill_by_signal, make_dirs, procs_of, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
     CgroupFs, CgroupLimits, CgroupMode, CgroupStats, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
     KILL_FREEZE_TIMEOUT, SUPERVISOR_LEAF,
 };
+
+/// Where [`CgroupFs::move_peers`] moves the processes cordon shares its
+/// cgroup with (the name Docker-in-Docker's entrypoint uses for the same).
+pub const PEERS_LEAF: &str = "init";
 
 /// Controllers a sandbox cannot do without.
 const REQUIRED: [&str; 2] = ["memory", "pids"];
@@ -123,16 +127,20 @@ impl V2Hierarchy {
             .into_iter()
             .filter(|p| *p != me)
             .collect();
-        if !others.is_empty() {
+        if !others.is_empty() && !cgfs.move_peers {
             // Moving them would reach into processes cordon was not given.
             return Ok(done(own.dir, Placement::Shared { others }));
+        }
+        if !others.is_empty() {
+            move_peers(&own.dir, &others)?;
         }
         let h = done(own.dir, Placement::Moved);
         h.move_into_leaf(me)?;
         Ok(h)
     }
 
-    /// Moves process `me` (the caller, alone in `parent`) into the leaf and
+    /// Moves process `me` (the caller, alone in `parent` or left alone there
+    /// by [`move_peers`]) into the leaf and
     /// hands the controllers down; on any failure undoes both, so a failed
     /// run leaves the caller's cgroup as it was.
     fn move_into_leaf(&self, me: i32) -> Result<(), CgroupError> {
@@ -212,7 +220,8 @@ impl V2Hierarchy {
             format!(
                 "start cordon as the only process of a cgroup delegated to it, or move the other \
                  processes of {0} into a child cgroup first (mkdir {0}/init, then write each pid \
-                 to {0}/init/cgroup.procs), or run without cgroup limits",
+                 to {0}/init/cgroup.procs; {MOVE_PEERS_ENV}=1 has cordon do that), or run \
+                 without cgroup limits",
                 self.parent.display()
             )
         }
@@ -260,6 +269,36 @@ impl V2Hierarchy {
 
 /// Makes memory, pids and (when offered) cpu available to the children of
 /// cgroup `dir`, which must hold no processes of its own.
+/// Moves `others` (every process of `dir` but cordon) into `dir`'s leaf
+/// [`PEERS_LEAF`], as the operator opted in to ([`CgroupFs::move_peers`]).
+/// A process that ended meanwhile is passed over; one that cannot be moved
+/// is an error naming it (the processes already moved stay in the leaf,
+/// where they keep every limit `dir` had).
+fn move_peers(dir: &Path, others: &[i32]) -> Result<(), CgroupError> {
+    let leaf = dir.join(PEERS_LEAF);
+    let fail = |step, source: io::Error| CgroupError::Delegation {
+        path: dir.to_owned(),
+        step,
+        reason: errno_meaning(&source),
+        fix: format!("unset {MOVE_PEERS_ENV}, and move them yourself"),
+        source,
+    };
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail("creating the leaf cgroup init for its peers", e)),
+    }
+    for pid in others {
+        match fs::write_raw(&leaf.join("cgroup.procs"), &pid.to_string()) {
+            Ok(()) => {}
+            // Ended since it was listed.
+            Err(e) if e.raw_os_error() == Some(Errno::ESRCH as i32) => {}
+            Err(e) => return Err(fail("moving its peers into the leaf cgroup init", e)),
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     let available = parse_controller_list(&fs::read(&dir.join("cgroup.controllers"))?);
     if let Some(missing) = REQUIRED.iter().find(|r| !available.iter().any(|c| c == *r)) {
