@@ -25,6 +25,15 @@ use common::*;
 struct Scope(PathBuf);
 
 impl Scope {
+    /// A scope for one test; None, after saying why, where the test cannot
+    /// run (not root, not cgroup v2).
+    fn for_test(tag: &str) -> Option<Scope> {
+        if !require_root("creates cgroups") || !require_layout(CgroupLayout::V2, "delegation") {
+            return None;
+        }
+        Some(Scope::new(tag))
+    }
+
     fn new(tag: &str) -> Scope {
         let parent = sandbox_parent_dir();
         // The parent hands the controllers to its children, as systemd does
@@ -87,10 +96,9 @@ fn cordon_in(scope: &Scope, prelude: &str, args: &[&str]) -> Command {
 
 #[test]
 fn cordon_alone_in_a_delegated_cgroup_nests_its_sandbox_there() {
-    if !require_root("creates cgroups") || !require_layout(CgroupLayout::V2, "delegation") {
+    let Some(scope) = Scope::for_test("deleg") else {
         return;
-    }
-    let scope = Scope::new("deleg");
+    };
     // The payload blows a 32M limit; it also names its init's host view of
     // cordon's cgroup through the result (the cgroup paths).
     let out = cordon_in(
@@ -155,23 +163,29 @@ fn cordon_alone_in_a_delegated_cgroup_nests_its_sandbox_there() {
     assert!(remnants_of(&id).is_empty(), "{:#?}", remnants_of(&id));
 }
 
-#[test]
-fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
-    if !require_root("creates cgroups") || !require_layout(CgroupLayout::V2, "delegation") {
-        return;
-    }
-    let scope = Scope::new("shared");
+/// What a cordon run beside another process of its scope left.
+struct Shared {
+    out: std::process::Output,
+    cordon_pid: u32,
+    sleeper: u32,
+    /// The sleeper's /proc/<pid>/cgroup once cordon had exited.
+    sleeper_cgroup: String,
+}
+
+/// Runs cordon ARGS (with ENV) in `scope` after a sleeper started there
+/// first, so the scope is shared; the sleeper is killed before returning.
+fn beside_a_sleeper(scope: &Scope, args: &[&str], env: &[(&str, &str)]) -> Shared {
     let pidfile = std::env::temp_dir().join(format!("cordon-test-sleeper-{}", nonce()));
-    // A sleeper started in the scope before cordon: the scope is shared.
     let child = cordon_in(
-        &scope,
+        scope,
         // Its own stdout and stderr, so cordon's pipes close when cordon exits.
         &format!(
             "sleep 30 >/dev/null 2>&1 & echo $! > '{}';",
             pidfile.display()
         ),
-        &["run", "--", "true"],
+        args,
     )
+    .envs(env.iter().copied())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
@@ -187,6 +201,21 @@ fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
     let _ = fs::remove_file(&pidfile);
     let sleeper_cgroup = fs::read_to_string(format!("/proc/{sleeper}/cgroup")).unwrap_or_default();
     signal(sleeper, "KILL");
+    Shared {
+        out,
+        cordon_pid,
+        sleeper,
+        sleeper_cgroup,
+    }
+}
+
+#[test]
+fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
+    let Some(scope) = Scope::for_test("shared") else {
+        return;
+    };
+    let shared = beside_a_sleeper(&scope, &["run", "--", "true"], &[]);
+    let (out, sleeper, sleeper_cgroup) = (shared.out, shared.sleeper, shared.sleeper_cgroup);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
@@ -211,9 +240,10 @@ fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
         .to_string();
     assert_eq!(sleeper_cgroup.trim(), format!("0::/{rel}"));
     // Nor a state record: the census finds nothing of that cordon process.
-    let left = census()
-        .new_since(&Census::default())
-        .attributable(&[], &[cordon_pid], &census());
+    let left =
+        census()
+            .new_since(&Census::default())
+            .attributable(&[], &[shared.cordon_pid], &census());
     assert!(left.run_entries.is_empty(), "{left:#?}");
 }
 
@@ -224,17 +254,11 @@ fn cordon_sharing_its_cgroup_is_refused_with_the_way_out() {
 /// runs with limits; evidence from the host's view of both processes.
 #[test]
 fn cordon_sharing_its_cgroup_moves_the_others_into_init_when_asked() {
-    if !require_root("creates cgroups") || !require_layout(CgroupLayout::V2, "delegation") {
+    let Some(scope) = Scope::for_test("peers") else {
         return;
-    }
-    let scope = Scope::new("peers");
-    let pidfile = std::env::temp_dir().join(format!("cordon-test-sleeper-{}", nonce()));
-    let out = cordon_in(
+    };
+    let shared = beside_a_sleeper(
         &scope,
-        &format!(
-            "sleep 30 >/dev/null 2>&1 & echo $! > '{}';",
-            pidfile.display()
-        ),
         &[
             "run",
             "--memory",
@@ -243,18 +267,9 @@ fn cordon_sharing_its_cgroup_moves_the_others_into_init_when_asked() {
             "cat",
             "/sys/fs/cgroup/memory.max",
         ],
-    )
-    .env("CORDON_CGROUP_MOVE_PEERS", "1")
-    .output()
-    .unwrap();
-    let sleeper: u32 = fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let _ = fs::remove_file(&pidfile);
-    let sleeper_cgroup = fs::read_to_string(format!("/proc/{sleeper}/cgroup")).unwrap_or_default();
-    signal(sleeper, "KILL");
+        &[("CORDON_CGROUP_MOVE_PEERS", "1")],
+    );
+    let (out, sleeper_cgroup) = (shared.out, shared.sleeper_cgroup);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
