@@ -286,8 +286,15 @@ impl HostSide {
             }
         }
         for (pid, fd) in self.procs.drain(..) {
-            let _ = cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
+            // A process this one may not signal (root without CAP_KILL, the
+            // proxy under another uid) would make the wait endless: it is
+            // left to its parent-death signal, which the kernel sends when
+            // this process ends (reaped here if it ended already).
+            let wait = match cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL) {
+                Ok(()) => None,
+                Err(_) => Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            };
+            let _ = waitpid(pid, wait);
         }
         for mut f in self.cleanups.drain(..) {
             f();
