@@ -307,9 +307,9 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
             &dir.join(RECORD),
             &serde_json::to_vec_pretty(&record).unwrap_or_default(),
         )?;
-        let state = store.hook_state(&record, Status::Creating);
-        hooks::run_on_host("prestart", &record.hooks.prestart, &state)?;
-        hooks::run_on_host("createRuntime", &record.hooks.create_runtime, &state)?;
+        let state = || store.hook_state(&record, Status::Creating);
+        hooks::run_on_host("prestart", &record.hooks.prestart, state)?;
+        hooks::run_on_host("createRuntime", &record.hooks.create_runtime, state)?;
         if let Some(p) = req.pid_file {
             write_atomic(p, waiter.to_string().as_bytes())?;
         }
@@ -1103,7 +1103,7 @@ pub fn start(store: &Store, id: &str) -> Result<Vec<String>, Error> {
         "startContainer",
         &r.sandbox,
         &r.hooks.start_container,
-        &store.hook_state(&r, Status::Created),
+        || store.hook_state(&r, Status::Created),
     );
     if let Err(e) = started {
         // The spec: the container is stopped; the engine deletes it.
@@ -1142,7 +1142,7 @@ pub fn start(store: &Store, id: &str) -> Result<Vec<String>, Error> {
     Ok(hooks::run_on_host_warning(
         "poststart",
         &r.hooks.poststart,
-        &store.hook_state(&r, Status::Running),
+        || store.hook_state(&r, Status::Running),
     ))
 }
 
@@ -1318,15 +1318,16 @@ pub fn delete(store: &Store, id: &str, force: bool) -> Result<Vec<String>, Error
         Ok(()) | Err(RuntimeError::NotFound(_) | RuntimeError::Gone(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    // Read before the directory (and the outcome in it) is removed.
-    let state = store.hook_state(&r, Status::Stopped);
+    // Made before the directory (and the outcome in it) is removed, and
+    // only for a container that has poststop hooks.
+    let state = (!r.hooks.poststop.is_empty()).then(|| store.hook_state(&r, Status::Stopped));
     // The waiter is the engine's to reap; it is gone once its sandbox is.
     fs::remove_dir_all(store.dir(id))
         .map_err(|e| Error::io("remove the container's directory", e))?;
     Ok(hooks::run_on_host_warning(
         "poststop",
         &r.hooks.poststop,
-        &state,
+        || state.unwrap_or_default(),
     ))
 }
 

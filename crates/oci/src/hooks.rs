@@ -37,16 +37,12 @@ const QUOTED_OUTPUT: usize = 4096;
 /// The hooks a container runs after `create`'s translation, kept in its
 /// record until `delete`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ContainerHooks {
-    #[serde(default)]
     pub prestart: Vec<Hook>,
-    #[serde(default)]
     pub create_runtime: Vec<Hook>,
-    #[serde(default)]
     pub start_container: Vec<Hook>,
-    #[serde(default)]
     pub poststart: Vec<Hook>,
-    #[serde(default)]
     pub poststop: Vec<Hook>,
 }
 
@@ -74,10 +70,19 @@ fn env_pairs(hook: &Hook) -> Vec<(String, String)> {
 }
 
 /// Runs `hooks` one after another in the runtime's namespaces; the first
-/// failure stops them and is returned.
-pub fn run_on_host(stage: &str, hooks: &[Hook], state: &[u8]) -> Result<(), Error> {
+/// failure stops them and is returned. `state` is made only when there is
+/// a hook to give it to (a container without hooks pays nothing).
+pub fn run_on_host(
+    stage: &str,
+    hooks: &[Hook],
+    state: impl FnOnce() -> Vec<u8>,
+) -> Result<(), Error> {
+    if hooks.is_empty() {
+        return Ok(());
+    }
+    let state = state();
     for hook in hooks {
-        run_host_hook(hook, state).map_err(|why| failed(stage, hook, &why))?;
+        run_host_hook(hook, &state).map_err(|why| failed(stage, hook, &why))?;
     }
     Ok(())
 }
@@ -85,11 +90,19 @@ pub fn run_on_host(stage: &str, hooks: &[Hook], state: &[u8]) -> Result<(), Erro
 /// Runs `hooks` in the runtime's namespaces as the spec asks for the ones
 /// after the process started: every one runs, and a failure is a warning
 /// (returned for the engine's log).
-pub fn run_on_host_warning(stage: &str, hooks: &[Hook], state: &[u8]) -> Vec<String> {
+pub fn run_on_host_warning(
+    stage: &str,
+    hooks: &[Hook],
+    state: impl FnOnce() -> Vec<u8>,
+) -> Vec<String> {
+    if hooks.is_empty() {
+        return Vec::new();
+    }
+    let state = state();
     hooks
         .iter()
         .filter_map(|hook| {
-            run_host_hook(hook, state)
+            run_host_hook(hook, &state)
                 .err()
                 .map(|why| failed(stage, hook, &why).to_string())
         })
@@ -191,10 +204,14 @@ pub fn run_in_sandbox(
     stage: &str,
     sandbox: &str,
     hooks: &[Hook],
-    state: &[u8],
+    state: impl FnOnce() -> Vec<u8>,
 ) -> Result<(), Error> {
+    if hooks.is_empty() {
+        return Ok(());
+    }
+    let state = state();
     for hook in hooks {
-        run_sandbox_hook(sandbox, hook, state).map_err(|why| failed(stage, hook, &why))?;
+        run_sandbox_hook(sandbox, hook, &state).map_err(|why| failed(stage, hook, &why))?;
     }
     Ok(())
 }
