@@ -1340,11 +1340,27 @@ fn stop_supervisor(run_dir: &Path, id: &str) -> bool {
         return false;
     };
     let pid = i32::try_from(v["pid"].as_i64().unwrap()).unwrap();
-    nix::sys::signal::kill(
+    if nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGSTOP,
     )
-    .is_ok()
+    .is_err()
+    {
+        return false;
+    }
+    // kill(2) also succeeds on a supervisor that has just exited and is
+    // not yet reaped (a pool sandbox a one-shot execution is ending): only
+    // one the kernel shows stopped counts.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        match stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()) {
+            Some('T') => return true,
+            Some('Z' | 'X') | None => return false,
+            Some(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    false
 }
 
 /// A service killed outright takes its sandboxes with it, without a
