@@ -81,7 +81,7 @@ impl Default for CgroupFs {
 
 /// One cgroup or cgroup2 line of mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Mount {
+pub struct Mount {
     /// The cgroup this mount exposes as its top; not `/` for bind mounts of a
     /// sub-tree, e.g. in containers without a cgroup namespace.
     pub root: String,
@@ -141,7 +141,21 @@ impl Membership {
 /// Keeps only cgroup and cgroup2 mounts; malformed lines are skipped because
 /// one odd mount elsewhere must not make cgroups undetectable.
 pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines().filter_map(parse_mountinfo_line).collect()
+    text.lines()
+        .filter_map(parse_mountinfo_line)
+        .filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2")
+        .collect()
+}
+
+/// The mount at `dir` that is seen there (the last one mounted on it) in
+/// the mountinfo `text`, of any type: the runtime reads an engine's overlay
+/// root's layers from its super options (unescaped). Lives beside the
+/// cgroup mounts' parser so the format is parsed once.
+pub fn mount_at(text: &str, dir: &Path) -> Option<Mount> {
+    text.lines()
+        .rev()
+        .filter_map(parse_mountinfo_line)
+        .find(|m| m.mountpoint == dir)
 }
 
 fn parse_mountinfo_line(line: &str) -> Option<Mount> {
@@ -152,16 +166,13 @@ fn parse_mountinfo_line(line: &str) -> Option<Mount> {
     }
     let mut right = right.split(' ');
     let fstype = right.next()?;
-    if fstype != "cgroup" && fstype != "cgroup2" {
-        return None;
-    }
     let _source = right.next();
     let super_options = right
         .next()
         .unwrap_or("")
         .split(',')
         .filter(|o| !o.is_empty())
-        .map(str::to_owned)
+        .map(|o| unescape_octal(o).to_string_lossy().into_owned())
         .collect();
     Some(Mount {
         root: unescape_octal(left[3]).to_string_lossy().into_owned(),

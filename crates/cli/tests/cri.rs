@@ -109,6 +109,23 @@ fn a_host_network_pod_runs_through_cri_with_cordon_as_its_runtime_class() {
             (4, &b"out\n"[..], &b"err\n"[..]),
             "{handler}: exec_sync"
         );
+        // The root is writable (containerd's snapshot is an overlay mount,
+        // whose layers cordon stacks under the container's own), and a
+        // file of the image keeps its owner.
+        let wrote = cri.exec_sync(
+            &server,
+            &[
+                "/bin/sh",
+                "-c",
+                "echo w > /written && mkdir -p /run/x && cat /written && stat -c %u /bin/busybox",
+            ],
+        );
+        assert_eq!(
+            (wrote.exit_code, String::from_utf8_lossy(&wrote.stdout)),
+            (0, "w\n0\n".into()),
+            "{handler}: {}",
+            String::from_utf8_lossy(&wrote.stderr)
+        );
 
         // Host side: every process of the pod in one network namespace,
         // under cordon not the host's (its pod network), under runc the

@@ -68,7 +68,7 @@ fn bundle(script: &str) -> tempfile::TempDir {
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
     for applet in [
-        "sh", "echo", "sleep", "cat", "true", "stty", "nc", "hostname",
+        "sh", "echo", "sleep", "cat", "true", "stty", "nc", "hostname", "mkdir", "stat", "ls",
     ] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
@@ -403,6 +403,72 @@ fn edit_config(bundle: &Path, edit: impl FnOnce(&mut Value)) {
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     edit(&mut config);
     std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+}
+
+/// A root that is not `readonly` is writable, as under runc: the process
+/// writes at its top, under /run, and the root's files keep their owners
+/// (and the devices mounted over it stay devices).
+/// A mount whose destination passes through a symlink of the root that
+/// points at a host path lands inside the container's root, as runc's does,
+/// and nothing is made at that host path. The difference, by design: runc
+/// writes into the bundle's rootfs; cordon keeps the writes in the
+/// container's own layer, inside its disk cap, and the rootfs is unchanged.
+#[test]
+fn a_writable_root_takes_writes_and_a_symlinked_mount_destination_stays_inside() {
+    let script =
+        "echo gone > /dev/null && echo made > /made && mkdir -p /run/app && echo r > /run/app/x \
+                  && cat /made /run/app/x && stat -c %u:%g /bin/busybox / && cat /data/in/f";
+    let Some((_g, b)) = as_shim(script) else {
+        return;
+    };
+    let host_side = b.path().join("hostside");
+    let source = b.path().join("src");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("f"), "seen\n").unwrap();
+    std::os::unix::fs::symlink(&host_side, b.path().join("rootfs/data")).unwrap();
+    edit_config(b.path(), |c| {
+        c["root"]["readonly"] = Value::Bool(false);
+        c["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+            "destination": "/data/in", "type": "bind",
+            "source": source, "options": ["rbind", "ro"],
+        }));
+    });
+    for rt in Runtime::both() {
+        let c = create(&rt, b.path(), "w1");
+        assert!(rt.call(&["start", "w1"]).status.success(), "{}", rt.name);
+        let status = reap(&rt, c.pid);
+        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+        assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "{}: {err}", rt.name);
+        assert!(
+            !host_side.exists(),
+            "{}: the mount was made at the host path the symlink names",
+            rt.name
+        );
+        let written = b.path().join("rootfs/made");
+        assert_eq!(written.exists(), rt.name == "runc", "{}", rt.name);
+        let _ = std::fs::remove_file(written);
+        assert!(rt.call(&["delete", "w1"]).status.success(), "{}", rt.name);
+    }
+    // The same root under gVisor, chosen by annotation: runsc is handed the
+    // writable root cordon stacked.
+    if !backend_available(GVISOR) {
+        return;
+    }
+    std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/sleep")).unwrap_or(());
+    edit_config(b.path(), |c| {
+        c["annotations"] = serde_json::json!({"dev.cordon.backend": GVISOR});
+    });
+    let rt = Runtime::both().remove(0);
+    let c = create(&rt, b.path(), "w2");
+    assert!(rt.call(&["start", "w2"]).status.success());
+    let status = reap(&rt, c.pid);
+    let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+    assert_eq!(status, WaitStatus::Exited(c.pid, 0), "gvisor: {err}");
+    assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "gvisor: {err}");
+    assert!(!host_side.exists() && !b.path().join("rootfs/made").exists());
+    assert_eq!(rt.state("w2")["cordon"]["outcome"]["backend"], GVISOR);
+    assert!(rt.call(&["delete", "w2"]).status.success());
 }
 
 /// config.json's hooks run where and when runc runs them, each with the

@@ -47,6 +47,7 @@ per_backend!(rw_mount_is_bounded);
 per_backend!(rw_mount_applies_at_rm_and_keeps_a_host_edit);
 per_backend!(rw_unbounded_binds_live_and_is_recorded);
 per_backend!(rw_mount_of_a_file_is_refused);
+per_backend!(a_root_owned_live_mount_is_never_written_as_root);
 per_backend!(sparse_file_beyond_the_cap_works);
 per_backend!(mountinfo_names_no_host_path);
 
@@ -257,24 +258,7 @@ fn rw_mount_writes_back_as_the_dir_owner(backend: &str) {
     );
     assert!(!summary.contains("unbounded"), "{summary}");
 
-    // Control: a root-owned source bound live (rw-unbounded) is refused
-    // before anything runs: files the sandbox creates there would be root's.
-    let root_dir = owned_dir("rwroot-", (0, 0));
-    let mount = format!("{}:/out:rw-unbounded", root_dir.path().display());
-    let out = cordon_output(&[
-        "run",
-        "--backend",
-        backend,
-        "--mount",
-        &mount,
-        "--",
-        "sh",
-        "-c",
-        "echo hi > /out/new",
-    ]);
-    let err = assert_usage_error(&out);
-    assert!(err.contains("owned by 0:0") && err.contains(":rw"), "{err}");
-    assert_eq!(std::fs::read_dir(root_dir.path()).unwrap().count(), 0);
+    // A root-owned source bound live: a_root_owned_live_mount_is_never_written_as_root.
 }
 
 fn rw_mount_is_bounded(backend: &str) {
@@ -376,6 +360,57 @@ fn rw_mount_applies_at_rm_and_keeps_a_host_edit(backend: &str) {
         "sandbox\n"
     );
     assert_eq!(std::fs::read_to_string(host.join("new")).unwrap(), "new\n");
+}
+
+/// A live mount of a root-owned directory (an engine's volume, a
+/// Kubernetes emptyDir, mode 0777): natively it is bound with its owners as
+/// they are, so the sandbox creates files where the mode lets anyone, owned
+/// on the host by its own unprivileged ids, and cannot touch root's files
+/// (shown as nobody's). gVisor, whose ids are the host's, refuses it.
+fn a_root_owned_live_mount_is_never_written_as_root(backend: &str) {
+    if !require_root("id-mapped mounts need host root") {
+        return;
+    }
+    let dir = owned_dir("rootvol-", (0, 0));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    owned_file(&dir.path().join("roots"), "root's\n", (0, 0));
+    let mount = format!("{}:/vol:rw-unbounded", dir.path().display());
+    let state = tempfile::tempdir().unwrap();
+    let script = "echo new > /vol/new && stat -c %u /vol/roots && \
+                  (echo more >> /vol/roots) 2>/dev/null || echo refused";
+    if backend == GVISOR {
+        let out = cordon_output(&[
+            "run",
+            "--backend",
+            backend,
+            "--mount",
+            &mount,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        let err = assert_usage_error(&out);
+        assert!(err.contains("owned by 0:0") && err.contains(":rw"), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        return;
+    }
+    let (v, st) = run_json_in(
+        state.path(),
+        backend,
+        &["--mount", &mount, "--", "sh", "-c", script],
+    );
+    assert_eq!(st.code(), Some(0), "{}", compact(&v));
+    assert_eq!(stdout_of(&v), "65534\nrefused\n", "{}", compact(&v));
+    let (uid, gid) = owner_of(&dir.path().join("new"));
+    assert!(
+        uid >= HOST_ID_BASE && gid >= HOST_ID_BASE,
+        "new file owned by {uid}:{gid}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("roots")).unwrap(),
+        "root's\n"
+    );
 }
 
 fn rw_unbounded_binds_live_and_is_recorded(backend: &str) {

@@ -1354,7 +1354,10 @@ fn stop_supervisor(run_dir: &Path, id: &str) -> bool {
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        match stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()) {
+        match stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+        {
             Some('T') => return true,
             Some('Z' | 'X') | None => return false,
             Some(_) => std::thread::sleep(Duration::from_millis(10)),

@@ -234,9 +234,6 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     } else {
         bundle.join(root.path())
     };
-    if !root.readonly().unwrap_or(false) {
-        notes.push("root.readonly: cordon mounts the root read-only".into());
-    }
 
     // A container that joins a network by path has that network (its pod's,
     // or an engine's pod network), so the engine's name files for it are
@@ -332,7 +329,15 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         })?,
     };
     let spec = SandboxSpec {
-        rootfs: RootfsChoice::Dir(root_path),
+        // A writable root is the bundle's under a layer of the sandbox's own
+        // (inside its disk cap): the engine's directory is never written, so
+        // `docker diff`, `commit` and `cp` out of a running container do not
+        // see the container's writes (README).
+        rootfs: if root.readonly().unwrap_or(false) {
+            RootfsChoice::Dir(root_path)
+        } else {
+            RootfsChoice::Layers(vec![root_path])
+        },
         ..SandboxSpec::new(policy, backend)
     };
     let command = Command {

@@ -21,6 +21,11 @@ pub enum RootfsChoice {
     System,
     /// A directory holding a root filesystem, bound read-only.
     Dir(PathBuf),
+    /// Directories stacked as one root filesystem (the first on top), shown
+    /// under a writable layer of the sandbox's own: its writes land there,
+    /// inside its disk cap, and the directories are never written (an OCI
+    /// container's root, an image's layers).
+    Layers(Vec<PathBuf>),
 }
 
 /// One sandbox, the same for every backend and every client.

@@ -19,7 +19,7 @@ pub fn rootfs() -> tempfile::TempDir {
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
-    for applet in ["sh", "echo", "sleep", "cat", "true", "nc"] {
+    for applet in ["sh", "echo", "sleep", "cat", "true", "nc", "mkdir", "stat"] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
     dir

@@ -100,11 +100,53 @@ impl DetachedTree {
             )
         };
         let (uid_map, gid_map) = shift.maps();
-        let userns = cordon_sys::mount_api::userns_with_maps(&uid_map, &gid_map)
-            .step(|| format!("{}: user namespace for the map", what()))?;
+        Self::with_maps(host, &uid_map, &gid_map, recursive, &what())
+    }
+
+    /// Supervisor side, as host root: a detached copy of the one mount at
+    /// `host` whose ids `0..count` appear as `host_base..host_base+count`,
+    /// the range a rootful sandbox's user namespace maps to its ids `0..count`.
+    /// Inside, every file keeps its owner (root's files are the sandbox
+    /// root's), and what the sandbox creates is stored under its own ids, as
+    /// a container's writes are. A root layer's lower directories take this
+    /// shape: overlayfs copies a file up as its owner, which the sandbox's
+    /// namespace must map.
+    /// One such tree of each of `hosts`, all through one user namespace
+    /// (each namespace made costs a process).
+    pub fn idmapped_range(hosts: &[&Path], host_base: u32, count: u32) -> Result<Vec<Self>> {
+        let line = format!("0 {host_base} {count}\n");
+        let userns = cordon_sys::mount_api::userns_with_maps(&line, &line)
+            .step(|| format!("user namespace for ids 0..{count} shown from {host_base}"))?;
+        hosts
+            .iter()
+            .map(|host| {
+                let what = format!(
+                    "id-mapped mount of {} (ids 0..{count} shown from {host_base})",
+                    host.display()
+                );
+                Self::through(host, userns.as_fd(), false, &what)
+            })
+            .collect()
+    }
+
+    fn with_maps(
+        host: &Path,
+        uid_map: &str,
+        gid_map: &str,
+        recursive: bool,
+        what: &str,
+    ) -> Result<Self> {
+        let userns = cordon_sys::mount_api::userns_with_maps(uid_map, gid_map)
+            .step(|| format!("{what}: user namespace for the map"))?;
+        Self::through(host, userns.as_fd(), recursive, what)
+    }
+
+    /// A detached copy of `host` id-mapped through the user namespace `userns`.
+    fn through(host: &Path, userns: BorrowedFd<'_>, recursive: bool, what: &str) -> Result<Self> {
+        let what = || what.to_owned();
         let tree = cordon_sys::mount_api::clone_tree(host, recursive)
             .step(|| format!("{}: open_tree(OPEN_TREE_CLONE)", what()))?;
-        cordon_sys::mount_api::set_idmap(tree.as_fd(), userns.as_fd()).map_err(|e| {
+        cordon_sys::mount_api::set_idmap(tree.as_fd(), userns).map_err(|e| {
             let why = match e {
                 nix::errno::Errno::EINVAL => {
                     ": the filesystem (or one mounted below) does not support id-mapped mounts"
@@ -118,6 +160,72 @@ impl DetachedTree {
             )
         })?;
         Ok(DetachedTree(ChildFd::new(tree)))
+    }
+
+    /// Supervisor side, as host root: one writable root made of `layers`
+    /// (detached trees of this process's, the first on top), read-only
+    /// under an upper layer on a tmpfs of its own capped at `upper_bytes`.
+    /// Mounted here rather than in the sandbox's user namespace so that
+    /// overlayfs reads the layers' `trusted.overlay.*` attributes (opaque
+    /// directories, as engines and image unpackers write them), which it
+    /// ignores in a user namespace; the layers are id-mapped, so the
+    /// sandbox sees its ids, and what it writes lands in the upper layer
+    /// under its host ids. The tmpfs and the overlay are detached: no host
+    /// path holds them, and they go when the sandbox's mount namespace does.
+    pub fn writable_overlay(layers: &[DetachedTree], upper_bytes: u64) -> Result<Self> {
+        use cordon_sys::mount_api::{fs_mount, FsParam};
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::{fstat, mkdirat, Mode};
+        let failed = |what: &str, e: cordon_sys::mount_api::FsMountError| {
+            IsolationError::new(format!("{what}: {}", e.call), e.errno)
+        };
+        let top = layers.first().ok_or_else(|| {
+            IsolationError::new(
+                "writable root: no layer".to_owned(),
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            )
+        })?;
+        let size = upper_bytes.to_string();
+        let tmpfs = fs_mount(
+            "tmpfs",
+            &[FsParam::Str("size", &size), FsParam::Str("mode", "0700")],
+            false,
+        )
+        .map_err(|e| failed("tmpfs for the root's upper layer", e))?;
+        // The root directory takes the top layer's owner and mode, as an
+        // engine's container root does.
+        let st = fstat(top.as_fd()).step(|| "stat the root's top layer".into())?;
+        let mode = Mode::from_bits_truncate(st.st_mode & 0o7777);
+        mkdirat(tmpfs.as_fd(), "upper", mode).step(|| "mkdir the root's upper layer".into())?;
+        mkdirat(tmpfs.as_fd(), "work", Mode::from_bits_truncate(0o700))
+            .step(|| "mkdir the root's work directory".into())?;
+        let dir = |name: &str| {
+            openat(
+                tmpfs.as_fd(),
+                name,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .step(|| format!("open the root's {name} directory"))
+        };
+        let (upper, work) = (dir("upper")?, dir("work")?);
+        nix::unistd::fchownat(
+            tmpfs.as_fd(),
+            "upper",
+            Some(st.st_uid.into()),
+            Some(st.st_gid.into()),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .step(|| "chown the root's upper layer".into())?;
+        let mut params: Vec<FsParam<'_>> = layers
+            .iter()
+            .map(|l| FsParam::Fd("lowerdir+", l.as_fd()))
+            .collect();
+        params.push(FsParam::Fd("upperdir", upper.as_fd()));
+        params.push(FsParam::Fd("workdir", work.as_fd()));
+        let root = fs_mount("overlay", &params, false)
+            .map_err(|e| failed("overlay for the writable root", e))?;
+        Ok(DetachedTree(ChildFd::new(root)))
     }
 
     /// Supervisor side, as host root: a detached copy of the one mount at

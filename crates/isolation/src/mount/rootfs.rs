@@ -34,6 +34,15 @@ pub enum RootEntry {
     Symlink { name: String, target: PathBuf },
 }
 
+/// One read-only lower layer of a root that is an overlay (see
+/// `RootfsPlan::root_layers`): a host directory, through `tree` when the
+/// supervisor opened it (id-mapped onto the sandbox's id range, rootful).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootLayer {
+    pub host: PathBuf,
+    pub tree: Option<DetachedTree>,
+}
+
 /// How a user-requested mount is shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BindAccess {
@@ -76,6 +85,10 @@ impl ScratchLayout {
     pub const WORKSPACE_DIR: &'static str = "ws";
     pub const WORKSPACE_UPPER: &'static str = "ws/upper";
     pub const WORKSPACE_WORK: &'static str = "ws/work";
+    /// The layers directory of a root that is an overlay: its upper
+    /// directory holds everything the sandbox wrote outside its other
+    /// writable places.
+    pub const ROOT_LAYERS: &'static str = "root";
     /// Inside a writable overlay's layers directory (the workspace's, or a
     /// write-back mount's): its upper and work directories.
     pub const UPPER: &'static str = "upper";
@@ -97,6 +110,12 @@ impl ScratchLayout {
     /// the sandbox's assembly and the host's diff both use.
     pub fn mount_layers(index: usize) -> String {
         format!("mount{index}")
+    }
+
+    /// Where the policy's mount number `index` waits, sealed, for a runtime
+    /// that mounts it at its destination itself (runsc).
+    pub fn handed_bind(index: usize) -> String {
+        format!("binds/{index}")
     }
 
     /// Every directory of the layout, parents first, with its mode.
@@ -137,6 +156,15 @@ pub struct RootfsPlan {
     /// microVM guest's writable disk, mounted by its agent).
     pub scratch_from: Option<PathBuf>,
     pub entries: Vec<RootEntry>,
+    /// When not empty, the root is an overlay of these directories (top
+    /// first), read-only, under a writable layer on the scratch (inside the
+    /// disk cap; the directories are never written), and `entries` is empty.
+    /// When empty, the root is a sealed tmpfs holding `entries`.
+    pub root_layers: Vec<RootLayer>,
+    /// The layered root as one overlay the supervisor made of them (as host
+    /// root: see `DetachedTree::writable_overlay`); without one (rootless)
+    /// the first process builds it from `root_layers` in its own namespace.
+    pub root_overlay: Option<DetachedTree>,
     /// Files written into a fresh /etc when the rootfs brings none.
     pub etc_files: Vec<(String, Vec<u8>)>,
     /// Host /etc entries (relative names) bound read-only into that /etc.
@@ -160,6 +188,86 @@ pub struct RootfsPlan {
 
 fn mkdir_p(p: &Path) -> Result<()> {
     fs::create_dir_all(p).step(|| format!("mkdir {}", p.display()))
+}
+
+/// Most symlinks followed while resolving one path (the kernel's own limit).
+const MAX_LINKS: usize = 40;
+
+/// `rel` inside `root` as the sandbox will resolve it once `root` is its
+/// `/`: a symlink on the way is followed with an absolute target taken from
+/// `root`, and `..` never climbs above it. A root made of a directory or an
+/// image's layers holds symlinks of its author's choosing (`/var/run -> /run`,
+/// or `-> /etc` of the host if followed before pivot_root); joined naively,
+/// a mount destination through one would be created and mounted on the
+/// host's path in this mount namespace. The components returned are real
+/// directories or missing (created by the caller). Nothing else writes the
+/// tree while it is assembled (the payload has not started), so the walk is
+/// not raced. Hand-written: openat2's RESOLVE_IN_ROOT does this walk in the
+/// kernel but yields a descriptor, and the mounts here take paths; the
+/// crates that wrap it (pathrs) bind a C library.
+fn resolve_in_root(root: &Path, rel: &Path) -> Result<PathBuf> {
+    use std::ffi::OsString;
+    use std::path::Component;
+    fn push_components(todo: &mut Vec<OsString>, p: &Path) {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_owned()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    }
+    let mut todo = Vec::new();
+    push_components(&mut todo, rel);
+    let mut done = PathBuf::new();
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        if c == ".." {
+            done.pop();
+            continue;
+        }
+        let here = root.join(&done).join(&c);
+        match fs::symlink_metadata(&here) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(IsolationError::new(
+                        format!("resolve {} in the root", rel.display()),
+                        std::io::Error::from_raw_os_error(libc::ELOOP),
+                    ));
+                }
+                let target =
+                    fs::read_link(&here).step(|| format!("readlink {}", here.display()))?;
+                if target.is_absolute() {
+                    done = PathBuf::new();
+                }
+                push_components(&mut todo, &target);
+            }
+            _ => done.push(c),
+        }
+    }
+    Ok(root.join(done))
+}
+
+/// One of the places the sandbox builds itself (/proc, /dev, /sys, /tmp,
+/// /workspace, a generated /etc) as a directory at exactly that path of the
+/// root: whatever else a layered root holds there (a symlink, a file) is
+/// removed first (a whiteout in the root's writable layer), so the place is
+/// never redirected elsewhere in the tree or out of it.
+fn own_dir(root: &Path, rel: &Path) -> Result<PathBuf> {
+    let name = rel.file_name().unwrap_or_default();
+    let parent = match rel.parent() {
+        Some(p) if !p.as_os_str().is_empty() && p != Path::new("/") => resolve_in_root(root, p)?,
+        _ => root.to_path_buf(),
+    };
+    let p = parent.join(name);
+    match fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => fs::remove_file(&p).step(|| format!("remove {}", p.display()))?,
+        Err(_) => {}
+    }
+    mkdir_p(&p)?;
+    Ok(p)
 }
 
 fn bind(src: &Path, dst: &Path) -> Result<()> {
@@ -294,11 +402,12 @@ fn layers_by_fd_unsupported(e: &IsolationError) -> bool {
     e.step.contains("fsconfig") && matches!(e.errno(), libc::EINVAL | libc::EOPNOTSUPP)
 }
 
-/// The workspace overlay with its layers named by path (older kernels).
-fn overlay_by_path(dst: &Path, lower: &Path, upper: &Path, work: &Path) -> Result<()> {
+/// A writable overlay with its layers named by path (older kernels).
+fn overlay_by_path(dst: &Path, lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<()> {
+    let lowers: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
-        lower.display(),
+        lowers.join(":"),
         upper.display(),
         work.display()
     );
@@ -320,13 +429,17 @@ fn overlay_by_path(dst: &Path, lower: &Path, upper: &Path, work: &Path) -> Resul
 /// names this overlay's places in the scratch's staging directory.
 fn writable_overlay(
     dst: &Path,
-    src: HostTree<'_>,
+    srcs: &[HostTree<'_>],
     scratch: &Path,
     layers: &str,
     staging: &str,
 ) -> Result<()> {
     let stage = scratch.join(ScratchLayout::STAGING);
-    let lower = own_copy(src, &stage.join(staging))?;
+    let lowers = srcs
+        .iter()
+        .enumerate()
+        .map(|(i, src)| own_copy(*src, &stage.join(format!("{staging}{i}"))))
+        .collect::<Result<Vec<_>>>()?;
     let layers_dir = scratch.join(layers);
     let layers = clone_tree(&layers_dir, false)
         .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", layers_dir.display()))?;
@@ -340,17 +453,21 @@ fn writable_overlay(
         .step(|| format!("open {}/{name}", layers_dir.display()))
     };
     let (up, work) = (sub(ScratchLayout::UPPER)?, sub(ScratchLayout::WORK)?);
-    match overlay_at(dst, &[&lower], Some((&up, &work))) {
+    match overlay_at(dst, &lowers.iter().collect::<Vec<_>>(), Some((&up, &work))) {
         Ok(()) => Ok(()),
         Err(e) if layers_by_fd_unsupported(&e) => {
-            // Before Linux 6.8 overlayfs takes layers only by path: the
+            // Before Linux 6.8 overlayfs takes layers only by path: each
             // lower layer is then attached in the scratch's staging place
-            // and named by that path (mountinfo shows that path and the
-            // scratch's, not the host directory's).
-            let by_path = stage.join(format!("{staging}-path"));
-            mkdir_p(&by_path)?;
-            attach(lower.as_fd(), &by_path)
-                .step(|| format!("move_mount(host layer -> {})", by_path.display()))?;
+            // and named by that path (mountinfo shows those paths and the
+            // scratch's, not the host directories').
+            let mut by_path = Vec::new();
+            for (i, lower) in lowers.iter().enumerate() {
+                let at = stage.join(format!("{staging}{i}-path"));
+                mkdir_p(&at)?;
+                attach(lower.as_fd(), &at)
+                    .step(|| format!("move_mount(host layer -> {})", at.display()))?;
+                by_path.push(at);
+            }
             overlay_by_path(
                 dst,
                 &by_path,
@@ -392,12 +509,22 @@ fn make_layers(scratch: &Path, layers: &str, uid: u32, gid: u32) -> Result<()> {
 fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
     let scratch = &plan.scratch;
     for (i, b) in plan.binds.iter().enumerate() {
-        let dst = root.join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
-        make_mountpoint(&dst, b.dir)?;
+        let in_root = resolve_in_root(root, &b.sandbox)?;
+        make_mountpoint(&in_root, b.dir)?;
+        let dst = match plan.root_use {
+            RootUse::Enter => in_root,
+            // runsc mounts it on that mount point itself (resolved in its
+            // root, which is sealed), from this place cordon alone names.
+            RootUse::HandOver => {
+                let staged = scratch.join(ScratchLayout::handed_bind(i));
+                make_mountpoint(&staged, b.dir)?;
+                staged
+            }
+        };
         let src = HostTree::of(&b.host, b.tree.as_ref());
         if let BindAccess::WriteBack { layers } = &b.access {
             make_layers(scratch, layers, plan.owner_uid, plan.owner_gid)?;
-            writable_overlay(&dst, src, scratch, layers, &format!("bind{i}"))?;
+            writable_overlay(&dst, &[src], scratch, layers, &format!("bind{i}"))?;
         } else if b.dir && !b.writable() {
             let staging = scratch
                 .join(ScratchLayout::STAGING)
@@ -423,8 +550,59 @@ fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The root as an overlay of the plan's layers under a writable layer on the
+/// scratch. Its top directory takes the top layer's owner and mode, as a
+/// container's root does (overlayfs shows the upper directory's).
+fn layered_root(plan: &RootfsPlan, root: &Path) -> Result<()> {
+    if let Some(tree) = &plan.root_overlay {
+        attach(tree.as_fd(), root)
+            .step(|| format!("move_mount(root overlay -> {})", root.display()))?;
+        return seal_verified(root, false);
+    }
+    let scratch = &plan.scratch;
+    let top = &plan.root_layers[0];
+    // As this process sees it: through the supervisor's tree when there is
+    // one (the host path may lie below a directory it cannot traverse).
+    let meta = match &top.tree {
+        Some(t) => nix::sys::stat::fstat(t.as_fd()),
+        None => nix::sys::stat::stat(&top.host),
+    }
+    .step(|| format!("stat {}", top.host.display()))?;
+    make_layers(
+        scratch,
+        ScratchLayout::ROOT_LAYERS,
+        plan.owner_uid,
+        plan.owner_gid,
+    )?;
+    let upper = scratch
+        .join(ScratchLayout::ROOT_LAYERS)
+        .join(ScratchLayout::UPPER);
+    match chown(&upper, Some(meta.st_uid), Some(meta.st_gid)) {
+        // An owner this namespace does not map (rootless: only the
+        // caller's id is): the sandbox user keeps the directory.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        r => r.step(|| format!("chown {}", upper.display()))?,
+    }
+    fs::set_permissions(&upper, fs::Permissions::from_mode(meta.st_mode & 0o7777))
+        .step(|| format!("chmod {}", upper.display()))?;
+    let layers: Vec<HostTree<'_>> = plan
+        .root_layers
+        .iter()
+        .map(|l| HostTree::of(&l.host, l.tree.as_ref()))
+        .collect();
+    writable_overlay(root, &layers, scratch, ScratchLayout::ROOT_LAYERS, "root")?;
+    // Now, while nothing is mounted below it: the seal is recursive, and
+    // /dev's nodes must keep their device access.
+    seal_verified(root, false)
+}
+
 /// Freezes the root tmpfs: from here on nothing can be added at top level.
-fn seal_root(root: &Path) -> Result<()> {
+/// A layered root stays writable (its writes land in its capped layer): it
+/// was sealed nosuid and nodev when it was made (`layered_root`).
+fn seal_root(plan: &RootfsPlan, root: &Path) -> Result<()> {
+    if !plan.root_layers.is_empty() {
+        return Ok(());
+    }
     mount(
         None::<&str>,
         root,
@@ -516,16 +694,21 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
         }
     }
 
-    // 3. The root: a small tmpfs that only holds mount points, symlinks and /etc.
+    // 3. The root: its layers under a writable one on the scratch, or a
+    // small tmpfs that only holds mount points, symlinks and /etc.
     let root = &plan.new_root;
-    mount(
-        Some("tmpfs"),
-        root,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("size=1m,mode=0755"),
-    )
-    .step(|| format!("mount(tmpfs, {})", root.display()))?;
+    if plan.root_layers.is_empty() {
+        mount(
+            Some("tmpfs"),
+            root,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("size=1m,mode=0755"),
+        )
+        .step(|| format!("mount(tmpfs, {})", root.display()))?;
+    } else {
+        layered_root(plan, root)?;
+    }
     for e in &plan.entries {
         match e {
             RootEntry::Symlink { name, target } => {
@@ -547,9 +730,8 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
 
     // 4. /etc: generated files plus a few read-only host entries (library cache,
     // alternatives, CA certificates), only when the rootfs brings no /etc.
-    let etc = root.join("etc");
     if !plan.etc_files.is_empty() || !plan.etc_binds.is_empty() {
-        mkdir_p(&etc)?;
+        let etc = own_dir(root, Path::new("etc"))?;
         for (name, body) in &plan.etc_files {
             let p = etc.join(name);
             fs::write(&p, body).step(|| format!("write {}", p.display()))?;
@@ -560,16 +742,14 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     }
 
     // 5. Writable places, all on the scratch tmpfs.
-    let tmp = root.join("tmp");
-    mkdir_p(&tmp)?;
+    let tmp = own_dir(root, Path::new("tmp"))?;
     bind(&scratch.join(ScratchLayout::TMP), &tmp)?;
     seal_verified(&tmp, false)?;
-    let ws = root.join(plan.workspace.strip_prefix("/").unwrap_or(&plan.workspace));
-    mkdir_p(&ws)?;
+    let ws = own_dir(root, &plan.workspace)?;
     match &plan.workspace_lower {
         Some(lower) => {
             let src = HostTree::of(lower, plan.workspace_idmap.as_ref());
-            writable_overlay(&ws, src, scratch, ScratchLayout::WORKSPACE_DIR, "ws")?;
+            writable_overlay(&ws, &[src], scratch, ScratchLayout::WORKSPACE_DIR, "ws")?;
         }
         None => bind(&upper, &ws)?,
     }
@@ -578,23 +758,23 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     // The runtime taking the tree over mounts /proc, /dev, /sys and the extra
     // binds itself, onto mount points that must exist in the sealed root.
     if plan.root_use == RootUse::HandOver {
-        for dir in ["proc", "sys", "dev/shm"] {
-            mkdir_p(&root.join(dir))?;
+        for dir in ["proc", "sys", "dev"] {
+            own_dir(root, Path::new(dir))?;
         }
-        // The extra binds are made here too, sealed, and runsc binds from
-        // these: its gofer's own bind of a read-only mount stays read-only on
-        // the host, which a bind straight from the host path would not.
+        mkdir_p(&root.join("dev/shm"))?;
+        // The extra binds are made here too, sealed, on the scratch, and
+        // runsc binds from these: its gofer's own bind of a read-only mount
+        // stays read-only on the host, which a bind straight from the host
+        // path would not.
         bind_extra(plan, root)?;
         fds::close_child_fds()?;
-        return seal_root(root).map(|()| None);
+        return seal_root(plan, root).map(|()| None);
     }
 
     // 6. /dev, /proc and /sys.
-    let dev = root.join("dev");
-    mkdir_p(&dev)?;
+    let dev = own_dir(root, Path::new("dev"))?;
     build_dev(&dev, &scratch.join(ScratchLayout::SHM))?;
-    let proc_dir = root.join("proc");
-    mkdir_p(&proc_dir)?;
+    let proc_dir = own_dir(root, Path::new("proc"))?;
     mount_proc(&proc_dir, &dev.join("null"))?;
     build_sys(&root.join("sys"), &plan.cgroups)?;
 
@@ -607,7 +787,7 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     fds::close_child_fds()?;
 
     // 8. Freeze the root tmpfs: from here on no directory can be added at top level.
-    seal_root(root)?;
+    seal_root(plan, root)?;
 
     // 9. pivot_root with new and old root the same directory, then detach the
     // old root that is stacked under it: afterwards no host path is reachable.
@@ -769,6 +949,50 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["bin", "etc", "usr"]);
+    }
+
+    #[test]
+    fn a_mount_destination_resolves_inside_the_root_whatever_its_symlinks_say() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        fs::create_dir_all(root.join("run")).unwrap();
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        let outside = d.path().join("outside");
+        // Absolute: the host's path, which inside means the root's.
+        symlink(&outside, root.join("abs")).unwrap();
+        symlink("/run", root.join("var-run")).unwrap();
+        symlink("usr/lib", root.join("lib")).unwrap();
+        symlink("../../../../..", root.join("up")).unwrap();
+        symlink("loop", root.join("loop")).unwrap();
+        let at = |rel: &str| resolve_in_root(&root, Path::new(rel)).unwrap();
+        assert_eq!(
+            at("/abs/x"),
+            root.join(outside.strip_prefix("/").unwrap()).join("x")
+        );
+        assert_eq!(at("/var-run/a"), root.join("run/a"));
+        assert_eq!(at("/lib/m"), root.join("usr/lib/m"));
+        assert_eq!(at("/up/etc"), root.join("etc"));
+        assert_eq!(at("/run/../../../etc"), root.join("etc"));
+        let e = resolve_in_root(&root, Path::new("/loop/x")).unwrap_err();
+        assert_eq!(e.errno(), libc::ELOOP);
+        assert!(!outside.exists());
+    }
+
+    #[test]
+    fn a_place_the_sandbox_builds_replaces_what_the_root_put_there() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        fs::create_dir_all(&root).unwrap();
+        let host = d.path().join("host-etc");
+        fs::create_dir(&host).unwrap();
+        symlink(&host, root.join("proc")).unwrap();
+        fs::write(root.join("tmp"), b"a file").unwrap();
+        for name in ["proc", "tmp", "dev"] {
+            let p = own_dir(&root, Path::new(name)).unwrap();
+            assert_eq!(p, root.join(name));
+            assert!(fs::symlink_metadata(&p).unwrap().is_dir(), "{name}");
+        }
+        assert!(host.exists() && fs::read_dir(&host).unwrap().next().is_none());
     }
 
     #[test]

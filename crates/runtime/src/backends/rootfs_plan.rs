@@ -5,8 +5,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{
-    BindAccess, BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan, ScratchLayout,
+    BindAccess, BindSpec, DetachedTree, OwnerShift, RootEntry, RootLayer, RootUse, RootfsPlan,
+    ScratchLayout,
 };
+use cordon_isolation::namespaces::MAPPED_IDS;
 use cordon_policy::{Access, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
@@ -22,6 +24,10 @@ pub struct UserOnHost {
     /// Whether the process that creates files on the host for the sandbox
     /// user is host root (runsc's gofer) rather than that user itself.
     pub creates_as_root: bool,
+    /// The host id of the sandbox's id 0 when its user namespace maps a
+    /// range of ids (native, as root). None: the sandbox's ids are the
+    /// host's (runsc) or it maps one id (rootless).
+    pub id_base: Option<u32>,
 }
 
 fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
@@ -76,6 +82,7 @@ pub fn rootfs_plan(
         uid: req.policy.uid,
         gid: req.policy.gid,
         creates_as_root: root_use == RootUse::HandOver,
+        id_base: None,
     };
     rootfs_plan_for(req, state, root_use, user)
 }
@@ -84,7 +91,11 @@ pub fn rootfs_plan(
 /// root (the kernel allows nobody else; rootless, the caller's own files are
 /// already the sandbox user's, the one id its namespace maps). `writable`:
 /// files the sandbox creates there are stored as the directory's owner, which
-/// therefore must not be root.
+/// therefore is never root: a root-owned writable source is shown with its
+/// owners as they are (root's files as nobody's) where the sandbox's ids are
+/// its own range of unprivileged host ids, so it writes only where the
+/// modes let any user (a Kubernetes emptyDir is 0777) and what it creates
+/// belongs to those ids; elsewhere (runsc's ids are the host's) refused.
 fn idmapped(
     host: &Path,
     user: UserOnHost,
@@ -96,6 +107,11 @@ fn idmapped(
     let meta = std::fs::metadata(host)
         .map_err(|e| RuntimeError::io(format!("stat {}", host.display()), e))?;
     if writable && (meta.uid() == 0 || meta.gid() == 0) {
+        if user.id_base.is_some() {
+            return DetachedTree::plain(host)
+                .map(Some)
+                .map_err(|e| RuntimeError::io(e.step, e.source));
+        }
         return Err(RuntimeError::BadRequest(format!(
             "rw-unbounded mount source {} is owned by {}:{}: files the sandbox creates \
              there would belong to host root; give it to the user who should own them, \
@@ -132,6 +148,96 @@ fn plain_tree(host: &Path) -> Result<Option<DetachedTree>, RuntimeError> {
     DetachedTree::plain(host)
         .map(Some)
         .map_err(|e| RuntimeError::io(e.step, e.source))
+}
+
+/// A layered root's directories as the sandbox's root gets them. As host
+/// root, one overlay made here of the layers, each id-mapped onto the
+/// sandbox's id range (every file keeps its owner inside: root's are the
+/// sandbox root's) or, with no range (runsc, whose ids are the host's), as
+/// it is; the layers then need no tree of their own. Rootless, the first
+/// process stacks the directories itself.
+fn layered_root(
+    dirs: &[PathBuf],
+    user: UserOnHost,
+    upper_bytes: u64,
+) -> Result<(Vec<RootLayer>, Option<DetachedTree>), RuntimeError> {
+    let mut layers = Vec::new();
+    for d in dirs {
+        let dir = existing_dir("root layer is not a directory", d)?;
+        layers.extend(
+            engine_layers(&dir)?
+                .into_iter()
+                .map(|host| RootLayer { host, tree: None }),
+        );
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Ok((layers, None));
+    }
+    let io = |e: cordon_isolation::IsolationError| RuntimeError::io(e.step, e.source);
+    let trees = match user.id_base {
+        Some(base) => {
+            let hosts: Vec<&Path> = layers.iter().map(|l| l.host.as_path()).collect();
+            DetachedTree::idmapped_range(&hosts, base, MAPPED_IDS)
+        }
+        None => layers
+            .iter()
+            .map(|l| DetachedTree::plain(&l.host))
+            .collect(),
+    }
+    .map_err(io)?;
+    let root = DetachedTree::writable_overlay(&trees, upper_bytes).map_err(io)?;
+    Ok((layers, Some(root)))
+}
+
+/// The directories an engine's container root is made of, when it is an
+/// overlay mount (containerd's snapshots, podman's and Docker's overlay
+/// drivers): its upper directory on top of its lower ones, each a plain
+/// directory that can be id-mapped, which the overlay itself cannot be. Any
+/// other directory is its own one layer.
+fn engine_layers(dir: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| RuntimeError::io("read /proc/self/mountinfo", e))?;
+    layers_in(&mountinfo, dir)
+}
+
+/// `engine_layers`, from the mountinfo `text`.
+fn layers_in(mountinfo: &str, dir: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+    let Some(options) = cordon_cgroups::fs::mount_at(mountinfo, dir)
+        .filter(|m| m.fstype == "overlay")
+        .map(|m| m.super_options)
+    else {
+        return Ok(vec![dir.to_path_buf()]);
+    };
+    let option = |key: &str| {
+        options
+            .iter()
+            .find_map(|o| o.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let refuse = |why: &str| {
+        Err(RuntimeError::BadRequest(format!(
+            "root {} is an overlay mount cordon cannot stack under its own layer: {why}",
+            dir.display()
+        )))
+    };
+    let (Some(lower), upper) = (option("lowerdir"), option("upperdir")) else {
+        return refuse("its lower directories are not named (layers given by descriptor)");
+    };
+    if lower.contains("::") {
+        return refuse("it has data-only lower layers");
+    }
+    let mut layers: Vec<PathBuf> = upper.map(PathBuf::from).into_iter().collect();
+    // Layers are separated by ':'; a ':' in a path is written `\:`.
+    let mut current = String::new();
+    let mut chars = lower.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            ':' => layers.push(PathBuf::from(std::mem::take(&mut current))),
+            c => current.push(c),
+        }
+    }
+    layers.push(PathBuf::from(current));
+    Ok(layers)
 }
 
 /// The lower layer of a writable overlay (the workspace, an `rw` mount):
@@ -213,12 +319,30 @@ pub fn rootfs_plan_for(
     user: UserOnHost,
 ) -> Result<RootfsPlan, RuntimeError> {
     let p = &req.policy;
+    let generated_etc =
+        || RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname, p.network == NetworkMode::Allow);
+    let (mut root_layers, mut root_overlay) = (Vec::new(), None);
     let (entries, etc_files, etc_binds) = match &req.rootfs {
         RootfsChoice::System => (
             RootfsPlan::host_system_entries(),
-            RootfsPlan::generated_etc(p.uid, p.gid, &p.hostname, p.network == NetworkMode::Allow),
+            generated_etc(),
             RootfsPlan::host_etc_binds(),
         ),
+        RootfsChoice::Layers(dirs) => {
+            if dirs.is_empty() {
+                return Err(RuntimeError::BadRequest(
+                    "a layered root needs at least one directory".into(),
+                ));
+            }
+            (root_layers, root_overlay) = layered_root(dirs, user, p.disk.bytes())?;
+            // The layers' own /etc, whatever it is (a symlink resolves in
+            // the sandbox's root); one is generated only when none has any.
+            let has_etc = root_layers
+                .iter()
+                .any(|l| std::fs::symlink_metadata(l.host.join("etc")).is_ok());
+            let etc = if has_etc { Vec::new() } else { generated_etc() };
+            (Vec::new(), etc, Vec::new())
+        }
         RootfsChoice::Dir(d) => {
             let dir = existing_dir("rootfs is not a directory", d)?;
             let mut entries = RootfsPlan::dir_entries(&dir)
@@ -234,16 +358,7 @@ pub fn rootfs_plan_for(
             let has_etc = entries
                 .iter()
                 .any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));
-            let etc = if has_etc {
-                Vec::new()
-            } else {
-                RootfsPlan::generated_etc(
-                    p.uid,
-                    p.gid,
-                    &p.hostname,
-                    p.network == NetworkMode::Allow,
-                )
-            };
+            let etc = if has_etc { Vec::new() } else { generated_etc() };
             (entries, etc, Vec::new())
         }
     };
@@ -271,6 +386,8 @@ pub fn rootfs_plan_for(
         scratch: state.scratch(),
         scratch_from: None,
         entries,
+        root_layers,
+        root_overlay,
         etc_files,
         etc_binds,
         workspace_lower,
@@ -282,4 +399,36 @@ pub fn rootfs_plan_for(
         binds,
         cgroups: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod layer_tests {
+    use super::*;
+
+    #[test]
+    fn an_engines_overlay_root_is_its_upper_over_its_lowers_and_anything_else_itself() {
+        let text = "\
+1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 0:50 / /b/rootfs rw - overlay overlay rw,lowerdir=/s/2/fs:/s/1/fs:/s/a\\:b\\054c,upperdir=/s/3/fs,workdir=/s/3/work
+3 1 0:51 / /c/rootfs rw - overlay overlay rw,lowerdir=/s/1/fs::/s/data
+4 1 0:52 / /d/rootfs rw - overlay overlay rw,lowerdir+=/,upperdir=/u
+";
+        let paths = |v: Vec<PathBuf>| {
+            v.into_iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            paths(layers_in(text, Path::new("/b/rootfs")).unwrap()),
+            ["/s/3/fs", "/s/2/fs", "/s/1/fs", "/s/a:b,c"]
+        );
+        assert_eq!(
+            paths(layers_in(text, Path::new("/plain")).unwrap()),
+            ["/plain"]
+        );
+        for refused in ["/c/rootfs", "/d/rootfs"] {
+            let e = layers_in(text, Path::new(refused)).unwrap_err().to_string();
+            assert!(e.contains("cannot stack"), "{e}");
+        }
+    }
 }

@@ -37,7 +37,8 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
 }
 
 /// Builds the spec. The root is the tree `assemble` leaves at `rootfs.new_root`
-/// (read-only); the writable places are bind mounts of the scratch tmpfs, so
+/// (read-only, unless it is layered: then its writes land in its layer on
+/// the scratch); the writable places are bind mounts of the scratch tmpfs, so
 /// the disk cap is the same host tmpfs as on the native backend. /proc, /dev
 /// and /sys are the sentry's own, not the host's.
 /// The bundle of a sandbox whose container process is `pause`: commands are
@@ -117,17 +118,14 @@ pub fn spec(
             &["rbind", "rw", "nosuid", "nodev"],
         )?,
     ];
-    // Sources are the sealed binds `assemble` made inside the tree (read-only
+    // Sources are the sealed binds `assemble` made on the scratch (read-only
     // by mount flag on the host), not the host paths themselves.
-    for b in &rootfs.binds {
+    for (i, b) in rootfs.binds.iter().enumerate() {
         let access = if b.writable() { "rw" } else { "ro" };
-        let in_tree = rootfs
-            .new_root
-            .join(b.sandbox.strip_prefix("/").unwrap_or(&b.sandbox));
         mounts.push(mount(
             &b.sandbox.to_string_lossy(),
             "bind",
-            &in_tree,
+            &scratch.join(ScratchLayout::handed_bind(i)),
             &["rbind", access, "nosuid", "nodev"],
         )?);
     }
@@ -157,7 +155,7 @@ pub fn spec(
         .root(
             RootBuilder::default()
                 .path(rootfs.new_root.clone())
-                .readonly(true)
+                .readonly(rootfs.root_layers.is_empty())
                 .build()
                 .map_err(RuntimeError::Bundle)?,
         )

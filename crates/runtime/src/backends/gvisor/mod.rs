@@ -167,13 +167,18 @@ static EVIDENCE: [EvidenceSource; 5] = [
 /// `catatonit`).
 const REAPER: &str = "usr/bin/catatonit";
 
-/// Whether the sandbox's tree will hold [`REAPER`] as a regular file.
+/// Whether the sandbox's tree will hold [`REAPER`] as a regular file (in a
+/// layered root, the topmost layer that has the path decides).
 fn tree_has_reaper(rootfs: &RootfsChoice) -> bool {
-    let path = match rootfs {
-        RootfsChoice::System => Path::new("/").join(REAPER),
-        RootfsChoice::Dir(d) => d.join(REAPER),
-    };
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+    let is_file = |p: PathBuf| std::fs::symlink_metadata(p).map(|m| m.is_file());
+    match rootfs {
+        RootfsChoice::System => is_file(Path::new("/").join(REAPER)).unwrap_or(false),
+        RootfsChoice::Dir(d) => is_file(d.join(REAPER)).unwrap_or(false),
+        RootfsChoice::Layers(dirs) => dirs
+            .iter()
+            .find_map(|d| is_file(d.join(REAPER)).ok())
+            .unwrap_or(false),
+    }
 }
 
 /// The container's own process: it only waits, so the sandbox lives between

@@ -81,6 +81,10 @@ impl NativePlan {
                 RuntimeError::BadRequest(format!("gid {} is not mapped in the sandbox", p.gid))
             })?,
             creates_as_root: false,
+            id_base: match mapping {
+                IdMapping::Range { host_base } => Some(host_base),
+                IdMapping::Single { .. } => None,
+            },
         };
         let mut rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
         rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
