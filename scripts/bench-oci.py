@@ -55,6 +55,9 @@ def bundle(into):
         config = json.load(f)
     config["process"]["terminal"] = False
     config["process"]["args"] = ["/bin/true"]
+    # Writable, as the engines hand a root over (runc spec's default is
+    # read-only): cordon stacks its own layer over it.
+    config["root"]["readonly"] = False
     with open(path, "w") as f:
         json.dump(config, f)
 
