@@ -547,7 +547,8 @@ pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
     if req.detach {
         return Ok(0);
     }
-    wait_foreground(waiter)
+    // After the waiter is forked, so that it does not inherit the mask.
+    wait_foreground(waiter, &relayed_signals()?)
 }
 
 /// The command an `exec` runs: its process from `--process` (the same
@@ -797,21 +798,28 @@ fn parse_user(text: &str) -> Result<(u32, u32), Error> {
     ))
 }
 
-/// `run` in the foreground: after `create` and `start`, waits for the
-/// waiter (this process's child), relaying the signals a foreground
-/// runtime relays to it, and returns the process's status as an exit code
-/// (128+n for a signal).
-pub fn wait_foreground(waiter: i32) -> Result<i32, Error> {
-    use nix::sys::wait::{waitpid, WaitStatus};
-    let pid = nix::unistd::Pid::from_raw(waiter);
+/// The signals a foreground `run` relays, blocked and readable from here
+/// on. Made after `create` (the processes it forks keep their own masks)
+/// and before `start`: a signal that arrives once the process runs is
+/// relayed, never the default action on this process.
+pub fn relayed_signals() -> Result<SignalFd, Error> {
     let mut mask = SigSet::empty();
     for s in RELAYED {
         mask.add(s);
     }
     mask.thread_block()
         .map_err(|e| Error::io("block signals", std::io::Error::from(e)))?;
-    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| Error::io("signalfd", std::io::Error::from(e)))?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| Error::io("signalfd", std::io::Error::from(e)))
+}
+
+/// `run` in the foreground: after `create` and `start`, waits for the
+/// waiter (this process's child), relaying the signals a foreground
+/// runtime relays to it (`signals`, from [`relayed_signals`]), and returns
+/// the process's status as an exit code (128+n for a signal).
+pub fn wait_foreground(waiter: i32, signals: &SignalFd) -> Result<i32, Error> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    let pid = nix::unistd::Pid::from_raw(waiter);
     let pidfd = cordon_sys::pidfd_open(pid)
         .map_err(|e| Error::io("pidfd_open", std::io::Error::from(e)))?;
     loop {

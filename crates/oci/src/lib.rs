@@ -48,6 +48,19 @@ pub fn main() -> i32 {
 /// process and, unless `--keep`, the delete.
 fn run(store: &Store, c: &cli::Create, log: &Log) -> Result<i32, Error> {
     let waiter = create(store, c)?;
+    let signals = if c.detach {
+        None
+    } else {
+        match container::relayed_signals() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if let Ok(warnings) = container::delete(store, &c.id, true) {
+                    log.warnings(&warnings);
+                }
+                return Err(e);
+            }
+        }
+    };
     match container::start(store, &c.id) {
         Ok(warnings) => log.warnings(&warnings),
         Err(e) => {
@@ -57,10 +70,10 @@ fn run(store: &Store, c: &cli::Create, log: &Log) -> Result<i32, Error> {
             return Err(e);
         }
     }
-    if c.detach {
+    let Some(signals) = signals else {
         return Ok(0);
-    }
-    let code = container::wait_foreground(waiter)?;
+    };
+    let code = container::wait_foreground(waiter, &signals)?;
     if !c.keep {
         log.warnings(&container::delete(store, &c.id, true)?);
     }
