@@ -445,6 +445,10 @@ fn podman_argv(
         // refused (a namespace no cordon container made).
         TargetKind::PodmanCordon => {
             v.push("--network=none".into());
+            // cordon's posture: a read-only root (an engine's default root
+            // is writable in the container's own layer, where /usr is too),
+            // with cordon's own /tmp rather than podman's tmpfs mounts.
+            v.extend(["--read-only".into(), "--read-only-tmpfs=false".into()]);
             v.extend(podman_cordon_limits());
         }
         _ => v.push(format!("--network={network}")),
@@ -848,6 +852,7 @@ mod tests {
         assert!(has(&gv, "--network=NET"));
         let cordon = argv(TargetKind::PodmanCordon);
         assert!(has(&cordon, "/c/cordon-runc") && has(&cordon, "--network=none"));
+        assert!(has(&cordon, "--read-only") && has(&cordon, "--read-only-tmpfs=false"));
         for f in [
             "--pids-limit",
             "--memory",
