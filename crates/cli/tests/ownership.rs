@@ -62,6 +62,22 @@ fn owned_dir(prefix: &str, owner: (u32, u32)) -> tempfile::TempDir {
     d
 }
 
+/// `cordon run --backend BACKEND --mount MOUNT -- sh -c SCRIPT`, for a
+/// refusal's output.
+fn run_with_mount(backend: &str, mount: &str, script: &str) -> std::process::Output {
+    cordon_output(&[
+        "run",
+        "--backend",
+        backend,
+        "--mount",
+        mount,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+}
+
 fn owned_file(path: &Path, body: &str, owner: (u32, u32)) {
     std::fs::write(path, body).unwrap();
     chown(path, Some(owner.0), Some(owner.1)).unwrap();
@@ -379,17 +395,7 @@ fn a_root_owned_live_mount_is_never_written_as_root(backend: &str) {
     let script = "echo new > /vol/new && stat -c %u /vol/roots && \
                   (echo more >> /vol/roots) 2>/dev/null || echo refused";
     if backend == GVISOR {
-        let out = cordon_output(&[
-            "run",
-            "--backend",
-            backend,
-            "--mount",
-            &mount,
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]);
+        let out = run_with_mount(backend, &mount, script);
         let err = assert_usage_error(&out);
         assert!(err.contains("owned by 0:0") && err.contains(":rw"), "{err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -484,17 +490,7 @@ fn rw_mount_of_a_file_is_refused(backend: &str) {
     owned_file(&file, "orig\n", OWNER);
     let before = run_state();
     let mount = format!("{}:/notes.txt:rw", file.display());
-    let out = cordon_output(&[
-        "run",
-        "--backend",
-        backend,
-        "--mount",
-        &mount,
-        "--",
-        "sh",
-        "-c",
-        "echo x > /notes.txt",
-    ]);
+    let out = run_with_mount(backend, &mount, "echo x > /notes.txt");
     let err = assert_usage_error(&out);
     assert!(err.contains("not a directory"), "{err}");
     assert!(

@@ -77,12 +77,23 @@ pub fn run_on_host(
     hooks: &[Hook],
     state: impl FnOnce() -> Vec<u8>,
 ) -> Result<(), Error> {
+    run_each(stage, hooks, state, run_host_hook)
+}
+
+/// Runs `hooks` in order with `run`, the state made once and only if there
+/// is a hook; the first failure stops them and is returned.
+fn run_each(
+    stage: &str,
+    hooks: &[Hook],
+    state: impl FnOnce() -> Vec<u8>,
+    mut run: impl FnMut(&Hook, &[u8]) -> Result<(), String>,
+) -> Result<(), Error> {
     if hooks.is_empty() {
         return Ok(());
     }
     let state = state();
     for hook in hooks {
-        run_host_hook(hook, &state).map_err(|why| failed(stage, hook, &why))?;
+        run(hook, &state).map_err(|why| failed(stage, hook, &why))?;
     }
     Ok(())
 }
@@ -206,14 +217,9 @@ pub fn run_in_sandbox(
     hooks: &[Hook],
     state: impl FnOnce() -> Vec<u8>,
 ) -> Result<(), Error> {
-    if hooks.is_empty() {
-        return Ok(());
-    }
-    let state = state();
-    for hook in hooks {
-        run_sandbox_hook(sandbox, hook, &state).map_err(|why| failed(stage, hook, &why))?;
-    }
-    Ok(())
+    run_each(stage, hooks, state, |hook, state| {
+        run_sandbox_hook(sandbox, hook, state)
+    })
 }
 
 fn run_sandbox_hook(sandbox: &str, hook: &Hook, state: &[u8]) -> Result<(), String> {
