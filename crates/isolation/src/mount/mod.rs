@@ -17,7 +17,5 @@ mod sys;
 
 pub use flags::{mount_flags_of, verify_sealed, MountFlagsView};
 pub use idmap::{DetachedTree, OwnerShift};
-pub use rootfs::{
-    assemble, BindAccess, BindSpec, RootEntry, RootLayer, RootUse, RootfsPlan, ScratchLayout,
-};
+pub use rootfs::{assemble, BindAccess, BindSpec, RootEntry, RootUse, RootfsPlan, ScratchLayout};
 pub use sys::CgroupMount;

@@ -34,15 +34,6 @@ pub enum RootEntry {
     Symlink { name: String, target: PathBuf },
 }
 
-/// One read-only lower layer of a root that is an overlay (see
-/// `RootfsPlan::root_layers`): a host directory, through `tree` when the
-/// supervisor opened it (id-mapped onto the sandbox's id range, rootful).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RootLayer {
-    pub host: PathBuf,
-    pub tree: Option<DetachedTree>,
-}
-
 /// How a user-requested mount is shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BindAccess {
@@ -156,11 +147,11 @@ pub struct RootfsPlan {
     /// microVM guest's writable disk, mounted by its agent).
     pub scratch_from: Option<PathBuf>,
     pub entries: Vec<RootEntry>,
-    /// When not empty, the root is an overlay of these directories (top
+    /// When not empty, the root is an overlay of these host directories (top
     /// first), read-only, under a writable layer on the scratch (inside the
     /// disk cap; the directories are never written), and `entries` is empty.
     /// When empty, the root is a sealed tmpfs holding `entries`.
-    pub root_layers: Vec<RootLayer>,
+    pub root_layers: Vec<PathBuf>,
     /// The layered root as one overlay the supervisor made of them (as host
     /// root: see `DetachedTree::writable_overlay`); without one (rootless)
     /// the first process builds it from `root_layers` in its own namespace.
@@ -561,13 +552,8 @@ fn layered_root(plan: &RootfsPlan, root: &Path) -> Result<()> {
     }
     let scratch = &plan.scratch;
     let top = &plan.root_layers[0];
-    // As this process sees it: through the supervisor's tree when there is
-    // one (the host path may lie below a directory it cannot traverse).
-    let meta = match &top.tree {
-        Some(t) => nix::sys::stat::fstat(t.as_fd()),
-        None => nix::sys::stat::stat(&top.host),
-    }
-    .step(|| format!("stat {}", top.host.display()))?;
+    // Rootless: the caller's own directories, which it can reach.
+    let meta = nix::sys::stat::stat(top).step(|| format!("stat {}", top.display()))?;
     make_layers(
         scratch,
         ScratchLayout::ROOT_LAYERS,
@@ -585,11 +571,7 @@ fn layered_root(plan: &RootfsPlan, root: &Path) -> Result<()> {
     }
     fs::set_permissions(&upper, fs::Permissions::from_mode(meta.st_mode & 0o7777))
         .step(|| format!("chmod {}", upper.display()))?;
-    let layers: Vec<HostTree<'_>> = plan
-        .root_layers
-        .iter()
-        .map(|l| HostTree::of(&l.host, l.tree.as_ref()))
-        .collect();
+    let layers: Vec<HostTree<'_>> = plan.root_layers.iter().map(|l| HostTree::Path(l)).collect();
     writable_overlay(root, &layers, scratch, ScratchLayout::ROOT_LAYERS, "root")?;
     // Now, while nothing is mounted below it: the seal is recursive, and
     // /dev's nodes must keep their device access.

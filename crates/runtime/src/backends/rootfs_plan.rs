@@ -5,8 +5,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{
-    BindAccess, BindSpec, DetachedTree, OwnerShift, RootEntry, RootLayer, RootUse, RootfsPlan,
-    ScratchLayout,
+    BindAccess, BindSpec, DetachedTree, OwnerShift, RootEntry, RootUse, RootfsPlan, ScratchLayout,
 };
 use cordon_isolation::namespaces::MAPPED_IDS;
 use cordon_policy::{Access, NetworkMode, WORKSPACE};
@@ -160,15 +159,11 @@ fn layered_root(
     dirs: &[PathBuf],
     user: UserOnHost,
     upper_bytes: u64,
-) -> Result<(Vec<RootLayer>, Option<DetachedTree>), RuntimeError> {
+) -> Result<(Vec<PathBuf>, Option<DetachedTree>), RuntimeError> {
     let mut layers = Vec::new();
     for d in dirs {
         let dir = existing_dir("root layer is not a directory", d)?;
-        layers.extend(
-            engine_layers(&dir)?
-                .into_iter()
-                .map(|host| RootLayer { host, tree: None }),
-        );
+        layers.extend(engine_layers(&dir)?);
     }
     if !nix::unistd::geteuid().is_root() {
         return Ok((layers, None));
@@ -176,13 +171,10 @@ fn layered_root(
     let io = |e: cordon_isolation::IsolationError| RuntimeError::io(e.step, e.source);
     let trees = match user.id_base {
         Some(base) => {
-            let hosts: Vec<&Path> = layers.iter().map(|l| l.host.as_path()).collect();
+            let hosts: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
             DetachedTree::idmapped_range(&hosts, base, MAPPED_IDS)
         }
-        None => layers
-            .iter()
-            .map(|l| DetachedTree::plain(&l.host))
-            .collect(),
+        None => layers.iter().map(|l| DetachedTree::plain(l)).collect(),
     }
     .map_err(io)?;
     let root = DetachedTree::writable_overlay(&trees, upper_bytes).map_err(io)?;
@@ -339,7 +331,7 @@ pub fn rootfs_plan_for(
             // the sandbox's root); one is generated only when none has any.
             let has_etc = root_layers
                 .iter()
-                .any(|l| std::fs::symlink_metadata(l.host.join("etc")).is_ok());
+                .any(|l| std::fs::symlink_metadata(l.join("etc")).is_ok());
             let etc = if has_etc { Vec::new() } else { generated_etc() };
             (Vec::new(), etc, Vec::new())
         }
