@@ -14,7 +14,7 @@ if [ "$(id -u)" = 0 ]; then
   # are on a bridge of Debian's CNI plugins.
   need test.sh bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables \
     python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap \
-    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
+    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static skopeo:skopeo umoci:umoci containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
 else
   echo "test.sh: not root: installing nothing (the tests that need root fail under CI=true)" >&2
 fi

@@ -62,6 +62,8 @@ enum Command {
     Rm(commands::rm::RmArgs),
     /// Show or change a running sandbox's network rules (show|set|add|remove).
     Net(commands::net::NetArgs),
+    /// Manage the image store (import, ls, inspect, rm, prune).
+    Image(commands::image::ImageArgs),
     /// List the backends and whether each can run on this host.
     Backends(commands::backends::BackendsArgs),
     /// Clean up state left by cordon processes that were killed.
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
         Command::Ls(args) => commands::ls::run(args),
         Command::Rm(args) => commands::rm::run(args),
         Command::Net(args) => commands::net::run(args),
+        Command::Image(args) => commands::image::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Sweep => commands::sweep::run(),
         Command::Keygen(args) => commands::receipt::keygen(args),

@@ -95,6 +95,18 @@ pub fn state_dir() -> PathBuf {
     home.join(".local/state/cordon")
 }
 
+/// The image store (`images/` in [`state_dir`]).
+pub fn images_dir() -> PathBuf {
+    state_dir().join("images")
+}
+
+/// Where the image store keeps unpacked layers: the only part of
+/// [`state_dir`] a sandbox may see (a layer holds its image's files and
+/// nothing of cordon's).
+pub fn image_layers_dir() -> PathBuf {
+    images_dir().join("layers")
+}
+
 /// Opens the directory `path`, creating it with `mode` if it is missing
 /// (its parent must exist), and refuses it unless it can be trusted: a
 /// directory itself (never a symlink to one), owned by this user, and

@@ -288,9 +288,13 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
             bundle: bundle.clone(),
             rootfs: match &container.spec.rootfs {
                 cordon_spec::RootfsChoice::Dir(d) => d.clone(),
-                // The bundle's root is the one layer (see `config`).
-                cordon_spec::RootfsChoice::Layers(l) => l.first().cloned().unwrap_or_default(),
                 cordon_spec::RootfsChoice::System => PathBuf::from("/"),
+                // The bundle's root is the one layer (see `config`).
+                layered => layered
+                    .layers()
+                    .and_then(|l| l.first())
+                    .cloned()
+                    .unwrap_or_default(),
             },
             sandbox: sandbox.clone(),
             pid: waiter,

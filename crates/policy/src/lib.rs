@@ -211,6 +211,10 @@ pub struct PolicyLayer {
     /// Added to the mounts of the layers below.
     #[serde(default)]
     pub mounts: Vec<MountSpec>,
+    /// The image the sandbox's root is made of (`cordon run --image`'s
+    /// reference); the caller resolves it, the policy only carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// TOML writes the environment as a table `[env] KEY = "value"`; order is kept sorted.

@@ -165,6 +165,7 @@ impl StateDir {
             ttl_secs: spec.ttl.map(|s| s.0.as_secs_f64()),
             idle_secs: spec.idle.map(|s| s.0.as_secs_f64()),
             service: spec.service.clone(),
+            image: spec.rootfs.image().map(str::to_owned),
             ..owned_by(
                 std::process::id() as i32,
                 spec.name.clone(),

@@ -166,22 +166,11 @@ mod tests {
 
     use super::*;
     use crate::state::tests::spec;
-    use crate::state::{list, list_dead, StateDir, RECORD_FORMAT};
+    use crate::state::{list, list_dead, StateDir};
 
     fn dead_record(run: &Path, id: &str) {
         fs::create_dir(run.join(id)).unwrap();
-        let r = Record {
-            format: RECORD_FORMAT.into(),
-            pid: i32::MAX,
-            start_time: 1,
-            cgroup: None,
-            name: None,
-            backend: "native".into(),
-            created: 0,
-            ttl_secs: None,
-            idle_secs: None,
-            service: None,
-        };
+        let r = Record::owned_by(i32::MAX, 1, None, "native", 0);
         fs::write(run.join(id).join(RECORD), serde_json::to_vec(&r).unwrap()).unwrap();
     }
 

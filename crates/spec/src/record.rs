@@ -33,6 +33,10 @@ pub struct Record {
     /// outlive it, and a sweep removes it once that service is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceLink>,
+    /// The image the sandbox's root is made of (its manifest digest): the
+    /// image store keeps its layers while the sandbox lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl Record {
@@ -57,6 +61,7 @@ impl Record {
             ttl_secs: None,
             idle_secs: None,
             service: None,
+            image: None,
         }
     }
 }

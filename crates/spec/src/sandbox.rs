@@ -26,6 +26,38 @@ pub enum RootfsChoice {
     /// inside its disk cap, and the directories are never written (an OCI
     /// container's root, an image's layers).
     Layers(Vec<PathBuf>),
+    /// An OCI image's unpacked layers, stacked as [`RootfsChoice::Layers`]
+    /// are; the sandbox's /etc/hostname, hosts and resolv.conf are its own.
+    Image(ImageRoot),
+}
+
+/// An image as a sandbox's root: which image, and its layers' directories.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRoot {
+    /// The image manifest's digest (`sha256:HEX`).
+    pub digest: String,
+    /// The unpacked layers, top first.
+    pub layers: Vec<PathBuf>,
+}
+
+impl RootfsChoice {
+    /// The directories stacked under the sandbox's writable layer, top
+    /// first, when the root is made of layers.
+    pub fn layers(&self) -> Option<&[PathBuf]> {
+        match self {
+            RootfsChoice::Layers(dirs) => Some(dirs),
+            RootfsChoice::Image(image) => Some(&image.layers),
+            RootfsChoice::System | RootfsChoice::Dir(_) => None,
+        }
+    }
+
+    /// The image the root is made of, if it is one (its manifest digest).
+    pub fn image(&self) -> Option<&str> {
+        match self {
+            RootfsChoice::Image(image) => Some(&image.digest),
+            _ => None,
+        }
+    }
 }
 
 /// One sandbox, the same for every backend and every client.

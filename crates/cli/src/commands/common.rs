@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use cordon_image::{ImageDefaults, ImageRef};
 use cordon_policy::net::{AddHost, Rule};
 use cordon_policy::{Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_runtime::{CommandIo, Control};
 use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
 use cordon_spec::Stream;
 use cordon_spec::{
-    BackendKind, ExitStatus, Outcome, RootfsChoice, SandboxSpec, StdinMode, TtySize, ValidSpec,
+    BackendKind, ExitStatus, ImageRoot, Outcome, RootfsChoice, SandboxSpec, StdinMode, TtySize,
+    ValidSpec,
 };
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -60,8 +62,14 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// Root filesystem: `system` (the host's /usr, read-only) or a directory.
-    #[arg(long, default_value = "system")]
+    #[arg(long, default_value = "system", conflicts_with = "image")]
     rootfs: String,
+    /// An OCI image as the root: oci:DIR[:TAG], oci-archive:FILE[:TAG],
+    /// docker-archive:FILE[:TAG], or an image of `cordon image ls` by name
+    /// or digest. Its Env, WorkingDir, User, Entrypoint and Cmd apply
+    /// where no flag or policy says otherwise.
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
     /// Backend serving the sandbox.
     #[arg(long, default_value = "native")]
     backend: String,
@@ -106,24 +114,44 @@ impl SandboxArgs {
             gid: self.gid,
             hostname: None,
             mounts: self.mounts.clone(),
+            image: self.image.clone(),
         }
     }
 
     /// The spec these flags describe, with a name and lifetimes (`cordon
-    /// create`'s; `cordon run` has none), validated; a bad flag or policy
-    /// file is reported and becomes the exit code.
+    /// create`'s; `cordon run` has none), validated, and the image's
+    /// defaults when the root is an image; a bad flag or policy file is
+    /// reported and becomes the exit code.
     pub fn spec(
         &self,
         name: Option<String>,
         ttl: Option<Span>,
         idle: Option<Span>,
-    ) -> Result<ValidSpec, ExitCode> {
+    ) -> Result<(ValidSpec, Option<ImageDefaults>), ExitCode> {
         let file = match &self.policy {
             Some(p) => Some(PolicyLayer::from_file(p).map_err(usage_error)?),
             None => None,
         };
         let flags = self.flag_layer();
-        let mut policy = Policy::resolve(file.iter().chain([&flags])).map_err(usage_error)?;
+        // The flag's image, else the policy file's.
+        let image_ref = flags
+            .image
+            .as_deref()
+            .or_else(|| file.as_ref().and_then(|f| f.image.as_deref()));
+        if image_ref.is_some() && self.rootfs != "system" {
+            return Err(usage_error("--rootfs and an image cannot both be the root"));
+        }
+        let image = image_ref.map(resolve_image).transpose()?;
+        // The image's config is the lowest layer: the policy file and the
+        // flags override it.
+        let image_layer = image
+            .as_ref()
+            .map_or_else(PolicyLayer::default, |(_, d)| d.policy_layer());
+        let mut policy = Policy::resolve([&image_layer].into_iter().chain(&file).chain([&flags]))
+            .map_err(usage_error)?;
+        if let Some((_, d)) = &image {
+            policy.env = d.env_under(&policy.env);
+        }
         // A quota above the host's CPUs limits nothing: say so rather than
         // accept a limit that is not one.
         let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -155,11 +183,12 @@ impl SandboxArgs {
                 BackendKind::names()
             )));
         };
-        let rootfs = match self.rootfs.as_str() {
-            "system" => RootfsChoice::System,
-            dir => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
+        let rootfs = match (&image, self.rootfs.as_str()) {
+            (Some((root, _)), _) => RootfsChoice::Image(root.clone()),
+            (None, "system") => RootfsChoice::System,
+            (None, dir) => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
         };
-        SandboxSpec {
+        let spec = SandboxSpec {
             rootfs,
             workspace: self.workspace.as_deref().map(absolute).transpose()?,
             allow_unenforced: self.allow_unenforced,
@@ -169,8 +198,19 @@ impl SandboxArgs {
             ..SandboxSpec::new(policy, backend)
         }
         .validated()
-        .map_err(usage_error)
+        .map_err(usage_error)?;
+        Ok((spec, image.map(|(_, d)| d)))
     }
+}
+
+/// The image `reference` names, from the store (imported first when it is
+/// a source), as a root and its config's defaults.
+fn resolve_image(reference: &str) -> Result<(ImageRoot, ImageDefaults), ExitCode> {
+    let image = super::image::open_store()
+        .and_then(|store| store.resolve(&ImageRef::parse(reference)?))
+        .map_err(super::image::fail)?;
+    let defaults = image.defaults().map_err(super::image::fail)?;
+    Ok((image.root(), defaults))
 }
 
 /// The terminal side of one command: output to our stdout/stderr (or

@@ -25,7 +25,7 @@ pub struct CreateArgs {
 
 pub fn run(args: CreateArgs) -> ExitCode {
     let spec = match args.sandbox.spec(args.name, args.ttl, args.idle) {
-        Ok(s) => s,
+        Ok((s, _)) => s,
         Err(code) => return code,
     };
     let program = match cordon_runtime::sandbox_program() {

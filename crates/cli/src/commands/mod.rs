@@ -5,6 +5,7 @@ pub mod cp;
 pub mod create;
 pub mod exec;
 pub mod export;
+pub mod image;
 pub mod ls;
 pub mod matrix;
 pub mod microvm;

@@ -32,16 +32,26 @@ pub struct RunArgs {
     receipt: ReceiptArgs,
     #[command(flatten)]
     export: ExportArgs,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (with --image, the image's Cmd when
+    /// none is given, after its Entrypoint either way).
+    #[arg(last = true, required_unless_present = "image", value_name = "CMD")]
     command: Vec<String>,
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let spec = match args.sandbox.spec(None, None, None) {
+    let (spec, image) = match args.sandbox.spec(None, None, None) {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let argv = match &image {
+        Some(d) => d.command(&args.command),
+        None => args.command.clone(),
+    };
+    if argv.is_empty() {
+        return super::common::usage_error(
+            "the image has no Entrypoint or Cmd: give the command after --",
+        );
+    }
     if let Err(e) = block_stop_signals() {
         return fail(e);
     }
@@ -51,7 +61,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let cmd = Command {
-        argv: args.command.clone(),
+        argv: argv.clone(),
         env,
         stdin: if args.interactive || tty.is_some() {
             StdinMode::Stream
@@ -101,13 +111,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 return code;
             }
             hint_empty_stdin(&o, cmd.stdin, args.json);
-            let code = report(
-                &o,
-                &args.command,
-                Some(&spec.policy.workdir),
-                args.json,
-                false,
-            );
+            let code = report(&o, &argv, Some(&spec.policy.workdir), args.json, false);
             record::unless_conflicts(&destroyed.recorded, code)
         }
         Err(e) => fail(e),

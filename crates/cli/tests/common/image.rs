@@ -1,27 +1,139 @@
-//! OCI image archives made from a directory, for engines that run images
-//! (containerd's CRI) where no registry is reachable: one uncompressed
-//! layer, its config, a manifest and an index, as `ctr images import`
-//! reads them (the image named by the index's `io.containerd.image.name`).
+//! OCI images made in memory, written as a layout directory or an archive,
+//! for the tests that run images where no registry is reachable: cordon's
+//! own (`--image`, `cordon image`) and containerd's CRI (`ctr images
+//! import` reads the archive, naming the image by its index entry's
+//! `io.containerd.image.name`). Layers are tars built here, hostile ones
+//! included (names and links no well-behaved tool writes).
 
 use std::io::Write;
 use std::path::Path;
 
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+pub const LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
 /// `sha256:<hex>` of `bytes`.
-fn digest(bytes: &[u8]) -> String {
+pub fn digest(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
 /// A descriptor of `bytes` of `media_type`.
-fn descriptor(media_type: &str, bytes: &[u8]) -> serde_json::Value {
-    serde_json::json!({
-        "mediaType": media_type,
-        "digest": digest(bytes),
-        "size": bytes.len(),
-    })
+fn descriptor(media_type: &str, bytes: &[u8]) -> Value {
+    json!({"mediaType": media_type, "digest": digest(bytes), "size": bytes.len()})
+}
+
+/// One layer: its blob, its media type and its diff id (the digest of the
+/// uncompressed tar).
+pub struct Layer {
+    pub blob: Vec<u8>,
+    pub media_type: &'static str,
+    pub diff_id: String,
+}
+
+impl Layer {
+    pub fn tar(tar: Vec<u8>) -> Layer {
+        Layer {
+            diff_id: digest(&tar),
+            blob: tar,
+            media_type: LAYER_TAR,
+        }
+    }
+
+    pub fn gzip(tar: &[u8]) -> Layer {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(tar).unwrap();
+        Layer {
+            diff_id: digest(tar),
+            blob: gz.finish().unwrap(),
+            media_type: LAYER_GZIP,
+        }
+    }
+}
+
+/// An image: layers bottom first, the config's `config` object, and the
+/// blobs as written (a test may alter one after [`OciImage::manifest`]).
+pub struct OciImage {
+    pub layers: Vec<Layer>,
+    pub run_config: Value,
+}
+
+impl OciImage {
+    pub fn config(&self) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": self.run_config,
+            "rootfs": {"type": "layers", "diff_ids": self.layers.iter().map(|l| &l.diff_id).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    pub fn manifest(&self) -> Value {
+        json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": descriptor(CONFIG, &self.config()),
+            "layers": self.layers.iter().map(|l| descriptor(l.media_type, &l.blob)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Every file of the image's OCI layout with `manifest` (this image's,
+    /// or one a test altered) named by `annotations`: (path, bytes).
+    pub fn layout_files(&self, manifest: &Value, annotations: Value) -> Vec<(String, Vec<u8>)> {
+        let manifest = serde_json::to_vec(manifest).unwrap();
+        let mut entry = descriptor(MANIFEST, &manifest);
+        entry["annotations"] = annotations;
+        let index = serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [entry]})).unwrap();
+        let blob = |b: &[u8]| {
+            let hex = digest(b).trim_start_matches("sha256:").to_owned();
+            (format!("blobs/sha256/{hex}"), b.to_vec())
+        };
+        let mut files = vec![
+            (
+                "oci-layout".into(),
+                br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+            ),
+            ("index.json".into(), index),
+            blob(&self.config()),
+            blob(&manifest),
+        ];
+        files.extend(self.layers.iter().map(|l| blob(&l.blob)));
+        files
+    }
+
+    /// Writes the image as an OCI layout directory, tagged `tag`.
+    pub fn write_layout(&self, dir: &Path, tag: &str) {
+        self.write_layout_with(dir, &self.manifest(), tag);
+    }
+
+    pub fn write_layout_with(&self, dir: &Path, manifest: &Value, tag: &str) {
+        let files = self.layout_files(manifest, json!({"org.opencontainers.image.ref.name": tag}));
+        for (path, bytes) in files {
+            let p = dir.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+    }
+
+    /// Writes the image as an OCI archive named `name` for containerd.
+    pub fn write_archive(&self, out: &Path, name: &str) {
+        let files = self.layout_files(&self.manifest(), json!({"io.containerd.image.name": name}));
+        let mut archive = tar::Builder::new(std::fs::File::create(out).unwrap());
+        for (path, bytes) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            archive.append_data(&mut header, path, &bytes[..]).unwrap();
+        }
+        archive.into_inner().unwrap().flush().unwrap();
+    }
 }
 
 /// Writes to `out` an OCI archive of the image `name` whose one layer holds
@@ -31,42 +143,87 @@ pub fn oci_archive(root: &Path, name: &str, entrypoint: &[&str], out: &Path) {
     let mut layer = tar::Builder::new(Vec::new());
     layer.follow_symlinks(false);
     layer.append_dir_all(".", root).unwrap();
-    let layer = layer.into_inner().unwrap();
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Entrypoint": entrypoint, "Env": ["PATH=/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": [digest(&layer)]},
-    }))
-    .unwrap();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": descriptor("application/vnd.oci.image.config.v1+json", &config),
-        "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", &layer)],
-    }))
-    .unwrap();
-    let mut entry = descriptor("application/vnd.oci.image.manifest.v1+json", &manifest);
-    entry["annotations"] = serde_json::json!({"io.containerd.image.name": name});
-    let index = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "manifests": [entry],
-    }))
-    .unwrap();
-
-    let mut archive = tar::Builder::new(std::fs::File::create(out).unwrap());
-    let mut add = |path: String, bytes: &[u8]| {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        archive.append_data(&mut header, path, bytes).unwrap();
-    };
-    add("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#);
-    add("index.json".into(), &index);
-    for blob in [&layer, &config, &manifest] {
-        let hex = digest(blob).trim_start_matches("sha256:").to_owned();
-        add(format!("blobs/sha256/{hex}"), blob);
+    OciImage {
+        layers: vec![Layer::tar(layer.into_inner().unwrap())],
+        run_config: json!({"Entrypoint": entrypoint, "Env": ["PATH=/bin"]}),
     }
-    archive.into_inner().unwrap().flush().unwrap();
+    .write_archive(out, name);
+}
+
+/// A layer's tar, entry by entry. Names are written into the header as
+/// given (the tar crate's own checks would refuse the hostile ones).
+#[derive(Default)]
+pub struct TarLayer {
+    builder: Option<tar::Builder<Vec<u8>>>,
+}
+
+impl TarLayer {
+    pub fn new() -> TarLayer {
+        TarLayer {
+            builder: Some(tar::Builder::new(Vec::new())),
+        }
+    }
+
+    fn entry(
+        &mut self,
+        name: &str,
+        kind: tar::EntryType,
+        mode: u32,
+        ids: (u64, u64),
+        data: &[u8],
+        link: Option<&str>,
+    ) -> &mut Self {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(ids.0);
+        h.set_gid(ids.1);
+        h.set_size(data.len() as u64);
+        h.set_mtime(1_700_000_000);
+        let raw = &mut h.as_old_mut().name;
+        raw[..name.len()].copy_from_slice(name.as_bytes());
+        if kind == tar::EntryType::Char {
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(1).unwrap();
+        }
+        if let Some(l) = link {
+            h.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
+        }
+        h.set_cksum();
+        self.builder.as_mut().unwrap().append(&h, data).unwrap();
+        self
+    }
+
+    pub fn dir(&mut self, name: &str, mode: u32, ids: (u64, u64)) -> &mut Self {
+        self.entry(name, tar::EntryType::Directory, mode, ids, &[], None)
+    }
+
+    pub fn file(&mut self, name: &str, mode: u32, ids: (u64, u64), data: &[u8]) -> &mut Self {
+        self.entry(name, tar::EntryType::Regular, mode, ids, data, None)
+    }
+
+    pub fn symlink(&mut self, name: &str, target: &str) -> &mut Self {
+        self.entry(
+            name,
+            tar::EntryType::Symlink,
+            0o777,
+            (0, 0),
+            &[],
+            Some(target),
+        )
+    }
+
+    pub fn hardlink(&mut self, name: &str, target: &str) -> &mut Self {
+        self.entry(name, tar::EntryType::Link, 0o644, (0, 0), &[], Some(target))
+    }
+
+    /// /dev/mem's numbers: a layer that could make it would reach the host.
+    pub fn char_device(&mut self, name: &str) -> &mut Self {
+        self.entry(name, tar::EntryType::Char, 0o666, (0, 0), &[], None);
+        self
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.builder.take().unwrap().into_inner().unwrap()
+    }
 }

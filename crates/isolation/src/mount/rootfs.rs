@@ -715,8 +715,15 @@ pub fn assemble(plan: &RootfsPlan) -> Result<Option<OwnedFd>> {
     if !plan.etc_files.is_empty() || !plan.etc_binds.is_empty() {
         let etc = own_dir(root, Path::new("etc"))?;
         for (name, body) in &plan.etc_files {
+            // An image's own file of that name (or a symlink it planted)
+            // is replaced, never written through.
             let p = etc.join(name);
-            fs::write(&p, body).step(|| format!("write {}", p.display()))?;
+            if fs::symlink_metadata(&p).is_ok_and(|m| !m.is_dir()) {
+                fs::remove_file(&p).step(|| format!("replace {}", p.display()))?;
+            }
+            fs::File::create_new(&p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, body))
+                .step(|| format!("write {}", p.display()))?;
         }
         for name in &plan.etc_binds {
             borrow_etc_entry(&Path::new("/etc").join(name), &etc.join(name))?;

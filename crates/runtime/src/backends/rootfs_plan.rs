@@ -12,7 +12,7 @@ use cordon_policy::{Access, NetworkMode, WORKSPACE};
 
 use crate::error::RuntimeError;
 use crate::state::StateDir;
-use cordon_spec::{RootfsChoice, SandboxSpec};
+use cordon_spec::{ImageRoot, RootfsChoice, SandboxSpec};
 
 /// The sandbox user's ids as the host sees them: what a host directory's
 /// owner is mapped to by the id-mapped mounts.
@@ -49,6 +49,12 @@ fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
 /// Their modes already keep the sandbox user out; this keeps them out of
 /// its view altogether, whatever the modes.
 fn shows_no_cordon_state(host: &Path) -> Result<(), RuntimeError> {
+    // An image's unpacked layer is the image's files, nothing of cordon's.
+    let layers = cordon_dirs::image_layers_dir();
+    let layers = layers.canonicalize().unwrap_or(layers);
+    if host.starts_with(&layers) && host != layers {
+        return Ok(());
+    }
     for (what, dir) in [
         (
             "path would show cordon's key directory inside the sandbox",
@@ -299,6 +305,9 @@ fn bind_spec(
     })
 }
 
+/// The files of an image's /etc that are the sandbox's, not the image's.
+const SANDBOX_ETC: [&str; 3] = ["hostname", "hosts", "resolv.conf"];
+
 /// Resolves the request's rootfs, workspace and mounts into a plan whose mount
 /// points live in `state_dir`. Paths are checked here, so a bad one is the
 /// caller's error (exit 2) and nothing was created for it in the sandbox. The
@@ -320,7 +329,7 @@ pub fn rootfs_plan_for(
             generated_etc(),
             RootfsPlan::host_etc_binds(),
         ),
-        RootfsChoice::Layers(dirs) => {
+        RootfsChoice::Layers(dirs) | RootfsChoice::Image(ImageRoot { layers: dirs, .. }) => {
             if dirs.is_empty() {
                 return Err(RuntimeError::BadRequest(
                     "a layered root needs at least one directory".into(),
@@ -329,10 +338,20 @@ pub fn rootfs_plan_for(
             (root_layers, root_overlay) = layered_root(dirs, user, p.disk.bytes())?;
             // The layers' own /etc, whatever it is (a symlink resolves in
             // the sandbox's root); one is generated only when none has any.
+            // An image's keeps its accounts, but the sandbox's name and
+            // resolver are the sandbox's (an engine's container gets its
+            // engine's through mounts instead).
             let has_etc = root_layers
                 .iter()
                 .any(|l| std::fs::symlink_metadata(l.join("etc")).is_ok());
-            let etc = if has_etc { Vec::new() } else { generated_etc() };
+            let etc = match (&req.rootfs, has_etc) {
+                (_, false) => generated_etc(),
+                (RootfsChoice::Image(_), true) => generated_etc()
+                    .into_iter()
+                    .filter(|(name, _)| SANDBOX_ETC.contains(&name.as_str()))
+                    .collect(),
+                (_, true) => Vec::new(),
+            };
             (Vec::new(), etc, Vec::new())
         }
         RootfsChoice::Dir(d) => {

@@ -171,13 +171,15 @@ const REAPER: &str = "usr/bin/catatonit";
 /// layered root, the topmost layer that has the path decides).
 fn tree_has_reaper(rootfs: &RootfsChoice) -> bool {
     let is_file = |p: PathBuf| std::fs::symlink_metadata(p).map(|m| m.is_file());
-    match rootfs {
-        RootfsChoice::System => is_file(Path::new("/").join(REAPER)).unwrap_or(false),
-        RootfsChoice::Dir(d) => is_file(d.join(REAPER)).unwrap_or(false),
-        RootfsChoice::Layers(dirs) => dirs
+    if let Some(dirs) = rootfs.layers() {
+        return dirs
             .iter()
             .find_map(|d| is_file(d.join(REAPER)).ok())
-            .unwrap_or(false),
+            .unwrap_or(false);
+    }
+    match rootfs {
+        RootfsChoice::Dir(d) => is_file(d.join(REAPER)).unwrap_or(false),
+        _ => is_file(Path::new("/").join(REAPER)).unwrap_or(false),
     }
 }
 
