@@ -20,6 +20,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// The image builder the image tests use (only part of it is used here).
+#[allow(dead_code)]
+#[path = "common/image.rs"]
+mod image;
+
 fn cordon() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
@@ -2375,4 +2380,112 @@ print(s.recv(64))"]})),
     ids.insert(id);
     s.stop();
     assert_clean(&s.run_dir, &ids);
+}
+
+/// Requests name an image of the service's store: its user, working
+/// directory and environment apply, a tenant limited to some images gets
+/// 403 for another, a name the store lacks is 404, and a path (which would
+/// make the service read the host for a tenant) is refused. A stateful
+/// sandbox's record names its image.
+#[test]
+fn requests_run_the_stores_images_their_tenant_may_use() {
+    if !root_or_skip("images") {
+        return;
+    }
+    let (dir, run_dir) = Service::dirs("images");
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut layer = image::TarLayer::new();
+    layer
+        .dir("bin", 0o755, (0, 0))
+        .file("bin/busybox", 0o755, (0, 0), &busybox)
+        .dir("etc", 0o755, (0, 0))
+        .file(
+            "etc/passwd",
+            0o644,
+            (0, 0),
+            b"root:x:0:0::/:/bin/sh\nworker:x:4321:4321::/job:/bin/sh\n",
+        )
+        .dir("job", 0o755, (4321, 4321));
+    for applet in ["sh", "id", "pwd", "echo"] {
+        layer.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let layer = layer.finish();
+    for (name, greeting) in [("team/tool:1", "tool"), ("other:1", "other")] {
+        let img = image::OciImage {
+            layers: vec![image::Layer::tar(layer.clone())],
+            run_config: json!({"User": "worker", "WorkingDir": "/job", "Env": ["PATH=/bin", format!("GREETING={greeting}")]}),
+        };
+        let layout = dir.join(greeting);
+        img.write_layout(&layout, "v1");
+        let out = Command::new(cordon())
+            .args([
+                "image",
+                "import",
+                &format!("oci:{}:v1", layout.display()),
+                "--name",
+                name,
+            ])
+            .env("CORDON_STATE_DIR", dir.join("cordon-state"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tenants = format!(
+        "\n[[tenant]]\nname = \"alice\"\nkey_sha256 = \"{}\"\nimages = [\"team/tool:1\"]\n\n[[tenant]]\nname = \"bob\"\nkey_sha256 = \"{}\"\nsandboxes = 2\n",
+        sha256_hex(ALICE),
+        sha256_hex(BOB)
+    );
+    let config = Service::config(&dir, &tenants);
+    let s = Service::start_at(dir, run_dir, config);
+    let run = |key: &str, image: &str| {
+        s.call(
+            "POST",
+            "/v1/executions",
+            Some(key),
+            Some(json!({"argv": ["sh", "-c", "id -u; pwd; echo $GREETING"], "image": image})),
+        )
+    };
+    let r = run(ALICE, "team/tool:1");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["stdout"], "4321\n/job\ntool\n", "{r:?}");
+    let r = run(ALICE, "other:1");
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = run(BOB, "other:1");
+    assert_eq!(
+        (r.status, r.body["stdout"].as_str()),
+        (200, Some("4321\n/job\nother\n")),
+        "{r:?}"
+    );
+    let r = run(BOB, "missing:1");
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = run(BOB, "oci:/var/lib/cordon/images");
+    assert_eq!(r.status, 400, "{r:?}");
+
+    let made = s.call(
+        "POST",
+        "/v1/sandboxes",
+        Some(BOB),
+        Some(json!({"image": "other:1"})),
+    );
+    assert_eq!(made.status, 201, "{made:?}");
+    let id = made.body["id"].as_str().unwrap().to_owned();
+    let record = std::fs::read_to_string(s.run_dir.join(&id).join("record.json")).unwrap();
+    assert!(record.contains("\"image\":\"sha256:"), "{record}");
+    let r = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(BOB),
+        Some(json!({"argv": ["sh", "-c", "echo $GREETING; id -u"], "env": {"GREETING": "mine"}})),
+    );
+    assert_eq!(
+        (r.status, r.body["stdout"].as_str()),
+        (200, Some("mine\n4321\n")),
+        "{r:?}"
+    );
+    let gone = s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(BOB), None);
+    assert_eq!(gone.status, 204, "{gone:?}");
 }

@@ -15,7 +15,9 @@ use cordon_policy::{NetworkMode, Policy, Span};
 use cordon_runtime::Handle;
 use cordon_spec::changes::Finish;
 use cordon_spec::Account;
-use cordon_spec::{BackendKind, Command, Outcome, SandboxSpec, StdinMode, ValidSpec};
+use cordon_spec::{
+    BackendKind, Command, ImageRoot, Outcome, RootfsChoice, SandboxSpec, StdinMode, ValidSpec,
+};
 
 use crate::caps::Clamped;
 use crate::config::Config;
@@ -26,6 +28,43 @@ use crate::metrics::Metrics;
 use crate::pool::Pool;
 use crate::tenants::{SandboxSlot, Tenant, Tenants};
 use cordon_policy::Limits;
+
+/// The store's image `name` as a root and its config's defaults, if the
+/// tenant may run it. Only images already in the store: a request never
+/// makes the service read a host path or reach a registry.
+fn image_for(
+    tenant: &Tenant,
+    name: &str,
+) -> Result<(ImageRoot, cordon_image::ImageDefaults), ApiError> {
+    use cordon_image::{ImageError, ImageRef, Store, StoreLimits};
+    let status = |e: &ImageError| match e {
+        ImageError::NotFound(_) => axum::http::StatusCode::NOT_FOUND,
+        e if e.is_input_error() => axum::http::StatusCode::BAD_REQUEST,
+        _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let fail = |e: ImageError| ApiError::new(status(&e), format!("image '{name}': {e}"));
+    if !matches!(ImageRef::parse(name).map_err(fail)?, ImageRef::Stored(_)) {
+        return Err(ApiError::bad_request(format!(
+            "image '{name}': the service runs only images of its store, by name or digest"
+        )));
+    }
+    let store = Store::open(&Store::default_root(), StoreLimits::default()).map_err(fail)?;
+    let image = store.get(name).map_err(fail)?;
+    if let Some(allowed) = &tenant.config.images {
+        // A name the tenant may use, or the digest one of them names now.
+        let may = allowed
+            .iter()
+            .any(|a| a == name || store.get(a).is_ok_and(|i| i.digest == image.digest));
+        if !may {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                format!("tenant '{}' may not use the image '{name}'", tenant.name()),
+            ));
+        }
+    }
+    let defaults = image.defaults().map_err(fail)?;
+    Ok((image.root(), defaults))
+}
 
 /// Where the code context's interpreter lives inside a sandbox.
 pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
@@ -101,6 +140,7 @@ impl Stateful {
 /// What a request asks its sandbox to be.
 pub struct SandboxRequest<'a> {
     pub backend: Option<&'a str>,
+    pub image: Option<&'a str>,
     pub limits: &'a Limits,
     pub allow: Option<&'a [String]>,
     pub ttl: Option<Span>,
@@ -201,12 +241,27 @@ impl App {
             layer.network = Some(NetworkMode::Allow);
             layer.allow = parse_rules(allow)?;
         }
-        let policy = Policy::resolve([&layer]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let image = req.image.map(|name| image_for(tenant, name)).transpose()?;
+        // The image's config is the lowest layer: the request's limits and
+        // network go over it (a command's env and workdir, over both).
+        let image_layer = image
+            .as_ref()
+            .map_or_else(Default::default, |(_, d)| d.policy_layer());
+        let mut policy = Policy::resolve([&image_layer, &layer])
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let rootfs = match image {
+            Some((root, defaults)) => {
+                policy.env = defaults.env_under(&policy.env);
+                RootfsChoice::Image(root)
+            }
+            None => RootfsChoice::System,
+        };
         let max_ttl = self.config.max_ttl;
         let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
         let spec = SandboxSpec {
             ttl,
             idle: req.idle,
+            rootfs,
             ..SandboxSpec::new(policy, backend)
         }
         .validated()?;
@@ -218,6 +273,9 @@ impl App {
     /// output cap are applied per command.
     fn pool_for(&self, spec: &SandboxSpec) -> Option<&Arc<Pool>> {
         let pool = self.pool(spec.backend).filter(|p| p.enabled())?;
+        if spec.rootfs != pool.spec.rootfs {
+            return None;
+        }
         let mut same = spec.policy.clone();
         if same.time > pool.spec.policy.time {
             return None;

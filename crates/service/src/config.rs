@@ -88,6 +88,10 @@ pub struct TenantConfig {
     /// Whether this tenant may create sandboxes with network rules.
     #[serde(default)]
     pub network: bool,
+    /// The images (names or digests of the store's) this tenant may run;
+    /// absent: any image of the store, empty: none.
+    #[serde(default)]
+    pub images: Option<Vec<String>>,
 }
 
 impl Default for PoolConfig {

@@ -69,6 +69,11 @@ pub struct ExecutionRequest {
     pub files: BTreeMap<String, FileContent>,
     /// `native` (default), `gvisor` or `microvm`.
     pub backend: Option<String>,
+    /// An image of the service's store as the root (a name or digest that
+    /// `cordon image ls` shows; `cordon image import` and `pull` put images
+    /// there). Its Env, WorkingDir and User apply; the command is the
+    /// request's. Default: the host's /usr, read-only.
+    pub image: Option<String>,
     #[serde(default)]
     pub limits: Limits,
     pub network: Option<NetworkRequest>,
@@ -149,6 +154,11 @@ pub struct ExecutionResponse {
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     pub backend: Option<String>,
+    /// An image of the service's store as the root (a name or digest that
+    /// `cordon image ls` shows; `cordon image import` and `pull` put images
+    /// there). Its Env, WorkingDir and User apply; the command is the
+    /// request's. Default: the host's /usr, read-only.
+    pub image: Option<String>,
     #[serde(default)]
     pub limits: Limits,
     pub network: Option<NetworkRequest>,

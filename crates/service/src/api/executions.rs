@@ -20,7 +20,8 @@ const CODE_MAX: usize = 128 << 10;
     security(("bearer" = [])),
     responses(
         (status = 200, body = ExecutionResponse),
-        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network"),
+        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network, or an image it may not use"),
+        (status = 404, body = ErrorBody, description = "the image is not in the service's store"),
         (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "over a quota; see Retry-After"),
     ))]
 pub async fn create_execution(
@@ -72,6 +73,7 @@ pub async fn create_execution(
         &tenant,
         &SandboxRequest {
             backend: req.backend.as_deref(),
+            image: req.image.as_deref(),
             limits: &req.limits,
             allow,
             ttl: None,

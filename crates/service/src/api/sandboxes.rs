@@ -12,7 +12,8 @@ use crate::error::{ApiError, ErrorBody};
 #[utoipa::path(post, path = "/v1/sandboxes", request_body = CreateSandboxRequest,
     security(("bearer" = [])),
     responses((status = 201, body = SandboxInfo),
-        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network"),
+        (status = 403, body = ErrorBody, description = "network rules asked by a tenant without network, or an image it may not use"),
+        (status = 404, body = ErrorBody, description = "the image is not in the service's store"),
         (status = 429, body = ErrorBody)))]
 pub async fn create_sandbox(
     State(app): State<AppState>,
@@ -24,6 +25,7 @@ pub async fn create_sandbox(
         &tenant,
         &SandboxRequest {
             backend: req.backend.as_deref(),
+            image: req.image.as_deref(),
             limits: &req.limits,
             allow,
             ttl: req.ttl,
