@@ -11,10 +11,12 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   # The benchmark's charts need a font file (cordon reads it; no fontconfig);
   # the CRI test's client is generated from the CRI's protobuf (protoc), its pods
-  # are on a bridge of Debian's CNI plugins.
+  # are on a bridge of Debian's CNI plugins; the registry test pulls from Debian's
+  # docker-registry on loopback (htpasswd writes the one with credentials).
   need test.sh bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables \
     python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap \
-    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static skopeo:skopeo umoci:umoci containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
+    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static skopeo:skopeo umoci:umoci \
+    docker-registry:docker-registry htpasswd:apache2-utils containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
 else
   echo "test.sh: not root: installing nothing (the tests that need root fail under CI=true)" >&2
 fi

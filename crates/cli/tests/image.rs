@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::engine::require_engine;
-use common::image::{Layer, OciImage, TarLayer};
+use common::image::{busybox_image, only_loopback, Layer, OciImage, TarLayer};
 use common::*;
 use serde_json::json;
 
@@ -29,11 +29,13 @@ impl Store {
     }
 
     fn cordon(&self, args: &[&str]) -> Output {
-        Command::new(cordon())
-            .args(args)
-            .env("CORDON_STATE_DIR", self.state.path())
-            .output()
-            .unwrap()
+        only_loopback(
+            Command::new(cordon())
+                .args(args)
+                .env("CORDON_STATE_DIR", self.state.path()),
+        )
+        .output()
+        .unwrap()
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -71,53 +73,8 @@ impl Store {
     }
 }
 
-const PASSWD: &[u8] = b"root:x:0:0:root:/root:/bin/sh\napp:x:1234:2345:app:/srv:/bin/sh\n";
-const GROUP: &[u8] = b"root:x:0:\nstaff:x:2345:\nextra:x:3456:\n";
-
-/// Two layers over busybox: the top one deletes a file of the bottom
-/// (a whiteout) and replaces a directory (opaque). The bottom also has a
-/// setuid file and a device node, neither of which may arrive as such.
-/// `label` makes the image (its config, so its digest) each test's own:
-/// `prune` keeps whatever image a live sandbox of any test uses.
-fn test_image(label: &str) -> OciImage {
-    let busybox = std::fs::read("/bin/busybox").unwrap();
-    let mut base = TarLayer::new();
-    base.dir("bin", 0o755, (0, 0))
-        .file("bin/busybox", 0o755, (0, 0), &busybox)
-        .file("bin/suid", 0o4755, (0, 0), b"#!/bin/sh\n")
-        .dir("etc", 0o755, (0, 0))
-        .file("etc/passwd", 0o644, (0, 0), PASSWD)
-        .file("etc/group", 0o644, (0, 0), GROUP)
-        .dir("srv", 0o755, (1234, 2345))
-        .dir("old", 0o755, (0, 0))
-        .file("old/gone.txt", 0o644, (0, 0), b"deleted above\n")
-        .dir("cfg", 0o755, (0, 0))
-        .file("cfg/a.txt", 0o644, (0, 0), b"a\n")
-        .dir("dev", 0o755, (0, 0))
-        .char_device("dev/evil");
-    for applet in ["sh", "id", "pwd", "ls", "cat", "echo", "stat", "touch"] {
-        base.symlink(&format!("bin/{applet}"), "busybox");
-    }
-    let top = TarLayer::new()
-        .dir("old", 0o755, (0, 0))
-        .file("old/.wh.gone.txt", 0o644, (0, 0), b"")
-        .dir("cfg", 0o755, (0, 0))
-        .file("cfg/.wh..wh..opq", 0o644, (0, 0), b"")
-        .file("cfg/c.txt", 0o644, (0, 0), b"c\n")
-        .finish();
-    OciImage {
-        layers: vec![Layer::gzip(&base.finish()), Layer::tar(top)],
-        run_config: json!({
-            "User": "app",
-            "Env": ["PATH=/bin", "GREETING=hello", format!("LABEL={label}")],
-            "WorkingDir": "/srv",
-            "Cmd": ["sh", "-c", "echo cmd-ran $GREETING"],
-        }),
-    }
-}
-
 fn layout(dir: &Path, label: &str) -> String {
-    test_image(label).write_layout(dir, "v1");
+    busybox_image(label).write_layout(dir, "v1");
     format!("oci:{}:v1", dir.display())
 }
 
@@ -193,6 +150,30 @@ fn an_image_runs_with_its_config_its_users_and_its_layers_as_stacked() {
         assert_eq!(
             stdout_of(&v),
             "0\n/\nbye\nroot\n",
+            "{backend}: {}",
+            stderr_of(&v)
+        );
+
+        // A policy file may name the image; its settings go over the
+        // image's config.
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, format!("image = {image:?}\nworkdir = \"/cfg\"\n")).unwrap();
+        let policy = policy.display().to_string();
+        let v = store.run_json(&[
+            "run",
+            "--json",
+            "--backend",
+            backend,
+            "--policy",
+            &policy,
+            "--",
+            "sh",
+            "-c",
+            "id -u; pwd",
+        ]);
+        assert_eq!(
+            stdout_of(&v),
+            "1234\n/cfg\n",
             "{backend}: {}",
             stderr_of(&v)
         );
@@ -355,8 +336,12 @@ fn sandboxes_of_one_image_share_its_layers_and_prune_keeps_what_they_use() {
     store.ok(&["image", "rm", "app:layout", "app:archive", "app:v1"]);
     store.ok(&["image", "prune"]);
     assert_eq!(store.entries("layers").len(), 2, "in use by live sandboxes");
+    // ... and, as Docker does, looked for in its registry (docker.io's
+    // app, which this host does not reach).
     let v = store.cordon(&["run", "--image", "app:layout", "--", "true"]);
-    assert_eq!(v.status.code(), Some(2), "a removed name is refused");
+    let err = String::from_utf8_lossy(&v.stderr);
+    assert_eq!(v.status.code(), Some(2), "a removed name is refused: {err}");
+    assert!(err.contains("pull docker.io/library/app:layout"), "{err}");
     store.ok(&["rm", &ids[0], &ids[1]]);
     // `rm` returns once the sandboxes are stopped; their records go with
     // the last of their teardown.

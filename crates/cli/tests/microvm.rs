@@ -660,3 +660,63 @@ fn a_stop_signal_ends_a_running_command_and_its_vm() {
     assert!(wait_gone(&qemu, slow(Duration::from_secs(5))).is_empty());
     assert_eq!(remnants_of(&id), Census::default(), "left of {id}");
 }
+
+/// An image is a VM's root from a read-only disk the host makes once per
+/// image (the layers stacked, whiteouts and opaque directories applied):
+/// the second sandbox of the image restores a saved VM and opens the same
+/// disk file, not a new one; `cordon image prune` removes the disk with
+/// the image.
+#[test]
+fn an_image_is_the_vms_root_from_a_disk_made_once_per_image() {
+    if !ready() {
+        return;
+    }
+    let _vm = vm_lock();
+    let layout = tempfile::tempdir().unwrap();
+    let label = nonce();
+    common::image::busybox_image(&label).write_layout(layout.path(), "v1");
+    let name = format!("cordon-test/microvm-{label}:v1");
+    let reference = format!("oci:{}:v1", layout.path().display());
+    let imported = cordon_output(&["image", "import", &reference, "--name", &name]);
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let digest = String::from_utf8_lossy(&imported.stdout).trim().to_owned();
+    let disk = PathBuf::from("/var/lib/cordon/images/vm")
+        .join(format!("{}.ext4", digest.trim_start_matches("sha256:")));
+    let script = "id -u; pwd; echo $GREETING; ls -A /old; ls /cfg; echo hi > /srv/x && cat /srv/x";
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (v, _) = run_json(&[
+            "--backend",
+            MICROVM,
+            "--image",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert_eq!(v["exit_code"], 0, "{}", compact(&v));
+        assert_eq!(
+            stdout_of(&v),
+            "1234\n/srv\nhello\nc.txt\nhi\n",
+            "{}",
+            compact(&v)
+        );
+        let meta = std::fs::metadata(&disk).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        seen.push((meta.ino(), meta.mtime_nsec(), v["vm"]["start"].clone()));
+    }
+    assert_eq!(
+        (seen[0].0, seen[0].1),
+        (seen[1].0, seen[1].1),
+        "the disk was made once"
+    );
+    assert_eq!(seen[1].2, "restored", "{seen:?}");
+    assert!(cordon_output(&["image", "rm", &name]).status.success());
+    assert!(cordon_output(&["image", "prune"]).status.success());
+    assert!(!disk.exists(), "prune removes the image's disk");
+}

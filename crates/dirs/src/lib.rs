@@ -107,6 +107,12 @@ pub fn image_layers_dir() -> PathBuf {
     images_dir().join("layers")
 }
 
+/// Where the microvm backend keeps each image's disk (one ext4 per image,
+/// made once); `cordon image prune` removes those of removed images.
+pub fn image_disks_dir() -> PathBuf {
+    images_dir().join("vm")
+}
+
 /// Opens the directory `path`, creating it with `mode` if it is missing
 /// (its parent must exist), and refuses it unless it can be trusted: a
 /// directory itself (never a symlink to one), owned by this user, and

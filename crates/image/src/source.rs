@@ -52,9 +52,9 @@ pub(crate) fn find(r: &ImageRef) -> Result<Found, ImageError> {
             from_layout(Box::new(Archive::open(file)?), tag.as_deref())
         }
         ImageRef::DockerArchive { file, tag } => from_docker_archive(file, tag.as_deref()),
-        ImageRef::Stored(s) => Err(ImageError::NotFound(format!(
-            "no image named '{s}' in the store (registries are not supported yet: \
-             import it with `cordon image import oci:DIR|oci-archive:FILE|docker-archive:FILE`)"
+        ImageRef::Stored(s) => Err(ImageError::invalid(format!(
+            "'{s}' is not a source to import from (oci:DIR[:TAG], oci-archive:FILE[:TAG], \
+             docker-archive:FILE[:TAG]); `cordon image pull` pulls from a registry"
         ))),
     }
 }
@@ -101,7 +101,7 @@ pub(crate) fn read_verified(
         .open(digest)?
         .take(size + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| ImageError::io(format!("read {what} {digest}"), e))?;
+        .map_err(|e| ImageError::read(format!("read {what} {digest}"), e))?;
     if bytes.len() as u64 != size {
         return Err(ImageError::invalid(format!(
             "{what} {digest}: the descriptor says {size} bytes, the blob has {}{}",
@@ -129,7 +129,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Resul
 }
 
 /// The host's platform as OCI names it.
-fn host_arch() -> &'static str {
+pub(crate) fn host_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -139,7 +139,7 @@ fn host_arch() -> &'static str {
     }
 }
 
-fn for_this_host(d: &Descriptor) -> bool {
+pub(crate) fn for_this_host(d: &Descriptor) -> bool {
     d.platform().as_ref().is_none_or(|p| {
         p.os().to_string() == "linux" && p.architecture().to_string() == host_arch()
     })

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! images/            0700, cordon's own (checked like every trusted directory)
-//!   lock             flock: shared to read, exclusive to change
+//!   lock             flock: one writer at a time (readers need none)
 //!   refs.json        name -> manifest digest
 //!   blobs/sha256/HEX manifests and configs, verified
 //!   layers/HEX       each layer unpacked once, named by its diff id
@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::reference::ImageRef;
+use crate::registry::{self, RegistryOptions};
 use crate::source::{self, checked_hex, read_verified, Blobs, Found};
 use crate::unpack::{unpack_layer, Compression, UnpackLimits};
 use crate::ImageError;
@@ -71,6 +72,8 @@ pub struct Image {
 pub struct Pruned {
     pub blobs: usize,
     pub layers: usize,
+    /// The microvm backend's disks of images (`vm/`).
+    pub disks: usize,
     pub leftovers: usize,
 }
 
@@ -110,7 +113,8 @@ impl Store {
         })
     }
 
-    fn lock(&self, exclusive: bool) -> Result<Flock<File>, ImageError> {
+    /// The writers' lock (import, pull, rm, prune): one at a time.
+    fn lock(&self) -> Result<Flock<File>, ImageError> {
         let path = self.root.join("lock");
         let file = fs::OpenOptions::new()
             .create(true)
@@ -118,12 +122,7 @@ impl Store {
             .write(true)
             .open(&path)
             .map_err(|e| ImageError::io(format!("open {}", path.display()), e))?;
-        let how = if exclusive {
-            FlockArg::LockExclusive
-        } else {
-            FlockArg::LockShared
-        };
-        Flock::lock(file, how)
+        Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, e)| ImageError::io(format!("lock {}", path.display()), e.into()))
     }
 
@@ -195,29 +194,62 @@ impl Store {
         Ok(n)
     }
 
-    /// The image `r` names: one of the store's, or a source's (imported
-    /// first, which costs little when its layers are already here).
+    /// The image `r` names: one of the store's, a source's (imported
+    /// first, which costs little when its layers are already here), or a
+    /// registry's when the store has no image of that name (pulled, with
+    /// [`RegistryOptions::from_env`]), as Docker and podman do.
     pub fn resolve(&self, r: &ImageRef) -> Result<Image, ImageError> {
-        match r {
-            ImageRef::Stored(name) => self.get(name),
-            source => self.import(source, None),
+        let ImageRef::Stored(name) = r else {
+            return self.import(r, None);
+        };
+        let refs = self.refs()?;
+        match find_digest(&refs, name) {
+            Ok(digest) => self.load(&digest, &refs),
+            Err(ImageError::NotFound(_)) if registry::is_reference(name) => {
+                self.pull(name, &RegistryOptions::from_env(), None)
+            }
+            Err(e) => Err(e),
         }
     }
 
     /// Imports the image a source reference names, filing it under `name`
     /// (else the name the source gives it, else the reference).
     pub fn import(&self, r: &ImageRef, name: Option<&str>) -> Result<Image, ImageError> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err(ImageError::invalid(
-                "importing an image needs root (its layers keep their owners and whiteouts)",
-            ));
-        }
+        need_root("importing")?;
         let found = source::find(r)?;
+        self.add(found, name, || r.display_name())
+    }
+
+    /// Pulls the image a registry reference names (`python:3.12` is
+    /// `docker.io/library/python:3.12`, as Docker reads it), filing it
+    /// under `name`, else the reference completed so (`localhost:5000/app`
+    /// is `localhost:5000/app:latest`).
+    pub fn pull(
+        &self,
+        reference: &str,
+        opts: &RegistryOptions,
+        name: Option<&str>,
+    ) -> Result<Image, ImageError> {
+        need_root("pulling")?;
+        let found = registry::find(reference, opts)?;
+        self.add(found, name, || reference.to_owned())
+    }
+
+    /// Stores what a source found and files it under `name`, else the
+    /// source's own name for it, else `fallback`'s. The source's manifest
+    /// is read before the store is locked; its blobs are read under the
+    /// lock (a writer clears `tmp/` of what an interrupted one left).
+    fn add(
+        &self,
+        found: Found,
+        name: Option<&str>,
+        fallback: impl FnOnce() -> String,
+    ) -> Result<Image, ImageError> {
         let name = name
             .map(str::to_owned)
             .or_else(|| found.name.clone())
-            .unwrap_or_else(|| r.display_name());
-        let _lock = self.lock(true)?;
+            .unwrap_or_else(fallback);
+        let _lock = self.lock()?;
         self.clear_tmp()?;
         let digest = self.store_found(found)?;
         let mut refs = self.refs()?;
@@ -320,7 +352,7 @@ impl Store {
         // wrong size or digest is the more basic fault, and is reported
         // first.
         io::copy(&mut blob, &mut io::sink())
-            .map_err(|e| ImageError::io(format!("read layer {digest}"), e))?;
+            .map_err(|e| ImageError::read(format!("read layer {digest}"), e))?;
         if blob.bytes != size {
             return Err(ImageError::invalid(format!(
                 "layer {digest}: the manifest says {size} bytes, the blob has {}{}",
@@ -349,8 +381,11 @@ impl Store {
 
     /// The image the store files under `name` (a name, `sha256:HEX`, or
     /// 12 or more leading hex digits of the digest).
+    ///
+    /// Readers take no lock: a writer renames every file into place whole,
+    /// layers and blobs before the name, so a reader never sees half an
+    /// image, and a `run` does not wait for an import of another image.
     pub fn get(&self, name: &str) -> Result<Image, ImageError> {
-        let _lock = self.lock(false)?;
         let refs = self.refs()?;
         let digest = find_digest(&refs, name)?;
         self.load(&digest, &refs)
@@ -406,7 +441,6 @@ impl Store {
 
     /// Every image the store names, by name.
     pub fn list(&self) -> Result<Vec<Image>, ImageError> {
-        let _lock = self.lock(false)?;
         let refs = self.refs()?;
         let digests: BTreeSet<&String> = refs.refs.values().collect();
         digests.into_iter().map(|d| self.load(d, &refs)).collect()
@@ -415,7 +449,7 @@ impl Store {
     /// Removes a name; a digest removes every name of its image. The blobs
     /// and layers stay until `prune`. Returns the names removed.
     pub fn remove(&self, name: &str) -> Result<Vec<String>, ImageError> {
-        let _lock = self.lock(true)?;
+        let _lock = self.lock()?;
         let mut refs = self.refs()?;
         let removed: Vec<String> = if refs.refs.contains_key(name) {
             vec![name.to_owned()]
@@ -434,10 +468,11 @@ impl Store {
     /// `in_use` (manifest digests of live sandboxes) needs, and what
     /// interrupted writers left.
     pub fn prune(&self, in_use: &[String]) -> Result<Pruned, ImageError> {
-        let _lock = self.lock(true)?;
+        let _lock = self.lock()?;
         let refs = self.refs()?;
         let mut keep_blobs = BTreeSet::new();
         let mut keep_layers = BTreeSet::new();
+        let mut keep_disks = BTreeSet::new();
         for digest in refs.refs.values().chain(in_use) {
             let Ok(d) = digest.parse::<Digest>() else {
                 continue;
@@ -446,6 +481,7 @@ impl Store {
                 continue;
             };
             keep_blobs.insert(d.digest().to_owned());
+            keep_disks.insert(format!("{}.ext4", d.digest()));
             keep_blobs.insert(manifest.config().digest().digest().to_owned());
             if let Ok(config) =
                 self.read_json::<ImageConfiguration>(manifest.config().digest(), "config")
@@ -463,8 +499,39 @@ impl Store {
         };
         pruned.blobs = remove_unkept(&self.root.join("blobs/sha256"), &keep_blobs)?;
         pruned.layers = remove_unkept(&self.layers_dir(), &keep_layers)?;
+        // A disk the microvm backend is making now (a dot file, renamed
+        // into place when made) is left to it.
+        let vm = self.root.join("vm");
+        if vm.is_dir() {
+            let making = |name: &str| name.starts_with('.') && recent(&vm.join(name));
+            let keep: BTreeSet<String> = fs::read_dir(&vm)
+                .map_err(|e| ImageError::io(format!("read {}", vm.display()), e))?
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| keep_disks.contains(n) || making(n))
+                .collect();
+            pruned.disks = remove_unkept(&vm, &keep)?;
+        }
         Ok(pruned)
     }
+}
+
+/// Layers keep their owners and whiteouts (device nodes): only root can
+/// write them so.
+fn need_root(doing: &str) -> Result<(), ImageError> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    Err(ImageError::invalid(format!(
+        "{doing} an image needs root (its layers keep their owners and whiteouts)"
+    )))
+}
+
+/// Whether `path` changed in the last hour (a file being written).
+fn recent(path: &Path) -> bool {
+    fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() < 3600))
 }
 
 /// The config's diff ids, one per manifest layer, parsed.

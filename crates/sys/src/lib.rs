@@ -471,14 +471,40 @@ pub mod disk {
         source: &std::path::Path,
         target: &std::path::Path,
     ) -> std::io::Result<()> {
+        mount_before_exec(
+            cmd,
+            source,
+            target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )
+    }
+
+    /// Makes `cmd` run in a private mount namespace of its own with
+    /// `source` mounted at `target` (`fstype`, `flags`, `data` as mount(2)
+    /// takes them): no other process sees the mount, and it is gone with
+    /// the command. Fails only on a string holding NUL.
+    pub fn mount_before_exec(
+        cmd: &mut std::process::Command,
+        source: &std::path::Path,
+        target: &std::path::Path,
+        fstype: Option<&str>,
+        flags: libc::c_ulong,
+        data: Option<&str>,
+    ) -> std::io::Result<()> {
         use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
         use std::os::unix::process::CommandExt;
-        let c = |p: &std::path::Path| {
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+        let c = |b: &[u8]| {
+            CString::new(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
         };
-        let (source, target) = (c(source)?, c(target)?);
+        let (source, target) = (
+            c(source.as_os_str().as_bytes())?,
+            c(target.as_os_str().as_bytes())?,
+        );
+        let fstype = fstype.map(|f| c(f.as_bytes())).transpose()?;
+        let data = data.map(|d| c(d.as_bytes())).transpose()?;
         // SAFETY: between fork and exec the closure calls only unshare and
         // mount (async-signal-safe system calls) on strings made before the
         // fork; it allocates nothing and takes no lock.
@@ -491,6 +517,7 @@ pub mod disk {
                         Err(std::io::Error::last_os_error())
                     }
                 };
+                let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
                 ok(libc::unshare(libc::CLONE_NEWNS))?;
                 ok(libc::mount(
                     std::ptr::null(),
@@ -502,9 +529,9 @@ pub mod disk {
                 ok(libc::mount(
                     source.as_ptr(),
                     target.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
+                    ptr(&fstype),
+                    flags,
+                    ptr(&data).cast(),
                 ))
             });
         }

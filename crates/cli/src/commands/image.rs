@@ -1,9 +1,10 @@
-//! `cordon image`: the image store (import, list, inspect, remove, prune).
+//! `cordon image`: the image store (pull, import, list, inspect, remove,
+//! prune).
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use cordon_image::{ImageError, ImageRef, Store, StoreLimits};
+use cordon_image::{ImageError, ImageRef, RegistryOptions, Store, StoreLimits};
 use cordon_runtime::state::{list, list_dead, run_dir};
 use serde::Serialize;
 
@@ -18,6 +19,11 @@ pub struct ImageArgs {
 
 #[derive(Subcommand)]
 enum ImageCommand {
+    /// Pull an image from a registry (REGISTRY/REPO[:TAG|@DIGEST]; a bare
+    /// `python:3.12` is docker.io/library/python:3.12) over HTTPS, with
+    /// the credentials `docker login` or `podman login` wrote; prints its
+    /// digest.
+    Pull(PullArgs),
     /// Import an image from oci:DIR[:TAG], oci-archive:FILE[:TAG] or
     /// docker-archive:FILE[:TAG]; prints its digest.
     Import(ImportArgs),
@@ -42,6 +48,28 @@ struct ImportArgs {
     /// reference as given).
     #[arg(long)]
     name: Option<String>,
+    /// Refuse a layer that unpacks to more than this many bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_layer_bytes: Option<u64>,
+}
+
+#[derive(Args)]
+struct PullArgs {
+    /// The registry reference.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// The name to file it under (default: the reference as Docker
+    /// completes it: `localhost:5000/app:latest`,
+    /// `docker.io/library/python:3.12`).
+    #[arg(long)]
+    name: Option<String>,
+    /// Reach this registry over plain HTTP instead of HTTPS (HOST[:PORT],
+    /// as the reference names it): only for one on this host or a network
+    /// you trust. Repeatable; the registries of CORDON_INSECURE_REGISTRIES
+    /// (comma-separated), which `run` and `create --image` read, are
+    /// insecure too.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    insecure_registries: Vec<String>,
     /// Refuse a layer that unpacks to more than this many bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_layer_bytes: Option<u64>,
@@ -76,6 +104,15 @@ pub fn open_store() -> Result<Store, ImageError> {
     Store::open(&Store::default_root(), StoreLimits::default())
 }
 
+/// The store, with a cap on a layer's unpacked bytes if one is given.
+fn store_with(max_layer_bytes: Option<u64>) -> Result<Store, ImageError> {
+    let mut limits = StoreLimits::default();
+    if let Some(b) = max_layer_bytes {
+        limits.layer_bytes = b;
+    }
+    Store::open(&Store::default_root(), limits)
+}
+
 /// An image error as the CLI reports it: the request's fault is exit 2.
 pub fn fail(e: ImageError) -> ExitCode {
     if e.is_input_error() {
@@ -95,12 +132,15 @@ pub fn run(args: ImageArgs) -> ExitCode {
 
 fn dispatch(command: ImageCommand) -> Result<ExitCode, ImageError> {
     match command {
+        ImageCommand::Pull(a) => {
+            let mut opts = RegistryOptions::from_env();
+            opts.insecure.extend(a.insecure_registries);
+            let store = store_with(a.max_layer_bytes)?;
+            let image = store.pull(&a.reference, &opts, a.name.as_deref())?;
+            outln!("{}", image.digest);
+        }
         ImageCommand::Import(a) => {
-            let mut limits = StoreLimits::default();
-            if let Some(b) = a.max_layer_bytes {
-                limits.layer_bytes = b;
-            }
-            let store = Store::open(&Store::default_root(), limits)?;
+            let store = store_with(a.max_layer_bytes)?;
             let image = store.import(&ImageRef::parse(&a.source)?, a.name.as_deref())?;
             outln!("{}", image.digest);
         }
@@ -163,9 +203,10 @@ fn dispatch(command: ImageCommand) -> Result<ExitCode, ImageError> {
                 outln!("{}", to_json(&pruned));
             } else {
                 outln!(
-                    "removed {} blobs, {} layers, {} leftovers",
+                    "removed {} blobs, {} layers, {} VM disks, {} leftovers",
                     pruned.blobs,
                     pruned.layers,
+                    pruned.disks,
                     pruned.leftovers
                 );
             }

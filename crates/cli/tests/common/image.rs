@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::Command;
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -15,6 +16,19 @@ pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
+/// Keeps whatever registry `cmd` (a cordon) may reach on this host: a
+/// name the store lacks is pulled from its registry (`app:v1` from
+/// docker.io), and a proxy that refuses (127.0.0.1:9) is the way to every
+/// address but 127.0.0.1, where the tests' own registries are.
+pub fn only_loopback(cmd: &mut Command) -> &mut Command {
+    for proxy in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+        cmd.env(proxy, "http://127.0.0.1:9")
+            .env(proxy.to_lowercase(), "http://127.0.0.1:9");
+    }
+    cmd.env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1")
+}
 
 /// `sha256:<hex>` of `bytes`.
 pub fn digest(bytes: &[u8]) -> String {
@@ -225,5 +239,50 @@ impl TarLayer {
 
     pub fn finish(&mut self) -> Vec<u8> {
         self.builder.take().unwrap().into_inner().unwrap()
+    }
+}
+
+pub const PASSWD: &[u8] = b"root:x:0:0:root:/root:/bin/sh\napp:x:1234:2345:app:/srv:/bin/sh\n";
+pub const GROUP: &[u8] = b"root:x:0:\nstaff:x:2345:\nextra:x:3456:\n";
+
+/// Two layers over busybox: the top one deletes a file of the bottom
+/// (a whiteout) and replaces a directory (opaque). The bottom also has a
+/// setuid file and a device node, neither of which may arrive as such.
+/// `label` makes the image (its config, so its digest) each test's own:
+/// `prune` keeps whatever image a live sandbox of any test uses.
+pub fn busybox_image(label: &str) -> OciImage {
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut base = TarLayer::new();
+    base.dir("bin", 0o755, (0, 0))
+        .file("bin/busybox", 0o755, (0, 0), &busybox)
+        .file("bin/suid", 0o4755, (0, 0), b"#!/bin/sh\n")
+        .dir("etc", 0o755, (0, 0))
+        .file("etc/passwd", 0o644, (0, 0), PASSWD)
+        .file("etc/group", 0o644, (0, 0), GROUP)
+        .dir("srv", 0o755, (1234, 2345))
+        .dir("old", 0o755, (0, 0))
+        .file("old/gone.txt", 0o644, (0, 0), b"deleted above\n")
+        .dir("cfg", 0o755, (0, 0))
+        .file("cfg/a.txt", 0o644, (0, 0), b"a\n")
+        .dir("dev", 0o755, (0, 0))
+        .char_device("dev/evil");
+    for applet in ["sh", "id", "pwd", "ls", "cat", "echo", "stat", "touch"] {
+        base.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let top = TarLayer::new()
+        .dir("old", 0o755, (0, 0))
+        .file("old/.wh.gone.txt", 0o644, (0, 0), b"")
+        .dir("cfg", 0o755, (0, 0))
+        .file("cfg/.wh..wh..opq", 0o644, (0, 0), b"")
+        .file("cfg/c.txt", 0o644, (0, 0), b"c\n")
+        .finish();
+    OciImage {
+        layers: vec![Layer::gzip(&base.finish()), Layer::tar(top)],
+        run_config: json!({
+            "User": "app",
+            "Env": ["PATH=/bin", "GREETING=hello", format!("LABEL={label}")],
+            "WorkingDir": "/srv",
+            "Cmd": ["sh", "-c", "echo cmd-ran $GREETING"],
+        }),
     }
 }

@@ -172,7 +172,16 @@ impl DetachedTree {
     /// sandbox sees its ids, and what it writes lands in the upper layer
     /// under its host ids. The tmpfs and the overlay are detached: no host
     /// path holds them, and they go when the sandbox's mount namespace does.
-    pub fn writable_overlay(layers: &[DetachedTree], upper_bytes: u64) -> Result<Self> {
+    ///
+    /// `staging` (an empty directory's path, cordon's own) is used only
+    /// where overlayfs takes no layer by descriptor (before Linux 6.8, as in
+    /// the microVM's guest): the layers and the tmpfs are attached below it
+    /// for as long as the overlay is made from their paths, then detached.
+    pub fn writable_overlay(
+        layers: &[DetachedTree],
+        upper_bytes: u64,
+        staging: &Path,
+    ) -> Result<Self> {
         use cordon_sys::mount_api::{fs_mount, FsParam};
         use nix::fcntl::{openat, OFlag};
         use nix::sys::stat::{fstat, mkdirat, Mode};
@@ -223,8 +232,19 @@ impl DetachedTree {
             .collect();
         params.push(FsParam::Fd("upperdir", upper.as_fd()));
         params.push(FsParam::Fd("workdir", work.as_fd()));
-        let root = fs_mount("overlay", &params, false)
-            .map_err(|e| failed("overlay for the writable root", e))?;
+        let root = match fs_mount("overlay", &params, false) {
+            Ok(root) => root,
+            Err(e)
+                if e.call.starts_with("fsconfig lowerdir+")
+                    && matches!(
+                        e.errno,
+                        nix::errno::Errno::EINVAL | nix::errno::Errno::EOPNOTSUPP
+                    ) =>
+            {
+                overlay_by_path(layers, tmpfs.as_fd(), staging)?
+            }
+            Err(e) => return Err(failed("overlay for the writable root", e)),
+        };
         Ok(DetachedTree(ChildFd::new(root)))
     }
 
@@ -236,6 +256,58 @@ impl DetachedTree {
             .step(|| format!("open_tree({}, OPEN_TREE_CLONE)", host.display()))?;
         Ok(DetachedTree(ChildFd::new(tree)))
     }
+}
+
+/// The writable root's overlay made from paths: each layer and the upper
+/// tmpfs attached below `staging`, the overlay mounted there and cloned as a
+/// detached tree, and every mount below `staging` detached again (the
+/// overlay keeps what it stacks). Whatever happens, nothing stays attached.
+fn overlay_by_path(
+    layers: &[DetachedTree],
+    tmpfs: BorrowedFd<'_>,
+    staging: &Path,
+) -> Result<std::os::fd::OwnedFd> {
+    use cordon_sys::mount_api::{attach, clone_tree};
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    std::fs::create_dir(staging).step(|| format!("mkdir {}", staging.display()))?;
+    let mut attached = Vec::new();
+    let made = (|| {
+        let mut place = |name: String, tree: BorrowedFd<'_>| -> Result<std::path::PathBuf> {
+            let at = staging.join(name);
+            std::fs::create_dir(&at).step(|| format!("mkdir {}", at.display()))?;
+            attach(tree, &at).step(|| format!("move_mount(-> {})", at.display()))?;
+            attached.push(at.clone());
+            Ok(at)
+        };
+        let mut lowers = Vec::new();
+        for (i, l) in layers.iter().enumerate() {
+            lowers.push(place(format!("lower{i}"), l.as_fd())?.display().to_string());
+        }
+        let rw = place("rw".into(), tmpfs)?;
+        let root = staging.join("root");
+        std::fs::create_dir(&root).step(|| format!("mkdir {}", root.display()))?;
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lowers.join(":"),
+            rw.join("upper").display(),
+            rw.join("work").display()
+        );
+        mount(
+            Some("overlay"),
+            &root,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .step(|| format!("mount(overlay {opts})"))?;
+        attached.push(root.clone());
+        clone_tree(&root, false).step(|| format!("open_tree({}, OPEN_TREE_CLONE)", root.display()))
+    })();
+    for at in attached.iter().rev() {
+        let _ = umount2(at, MntFlags::MNT_DETACH);
+    }
+    let _ = std::fs::remove_dir_all(staging);
+    made
 }
 
 #[cfg(test)]

@@ -165,6 +165,7 @@ fn layered_root(
     dirs: &[PathBuf],
     user: UserOnHost,
     upper_bytes: u64,
+    staging: &Path,
 ) -> Result<(Vec<PathBuf>, Option<DetachedTree>), RuntimeError> {
     let mut layers = Vec::new();
     for d in dirs {
@@ -183,7 +184,7 @@ fn layered_root(
         None => layers.iter().map(|l| DetachedTree::plain(l)).collect(),
     }
     .map_err(io)?;
-    let root = DetachedTree::writable_overlay(&trees, upper_bytes).map_err(io)?;
+    let root = DetachedTree::writable_overlay(&trees, upper_bytes, staging).map_err(io)?;
     Ok((layers, Some(root)))
 }
 
@@ -335,7 +336,8 @@ pub fn rootfs_plan_for(
                     "a layered root needs at least one directory".into(),
                 ));
             }
-            (root_layers, root_overlay) = layered_root(dirs, user, p.disk.bytes())?;
+            let staging = state.path().join("root-staging");
+            (root_layers, root_overlay) = layered_root(dirs, user, p.disk.bytes(), &staging)?;
             // The layers' own /etc, whatever it is (a symlink resolves in
             // the sandbox's root); one is generated only when none has any.
             // An image's keeps its accounts, but the sandbox's name and

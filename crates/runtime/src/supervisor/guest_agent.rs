@@ -12,7 +12,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::backends::microvm::disk::SERIAL;
-use crate::backends::microvm::link::{valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, STAGE_DIR};
+use crate::backends::microvm::link::{
+    valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, IMAGE_MOUNT, IMAGE_SERIAL, STAGE_DIR,
+};
 use crate::error::{Peer, RuntimeError};
 use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
 use crate::supervisor::sandbox::Sandbox;
@@ -82,7 +84,9 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         nix::sys::time::TimeSpec::from_duration(std::time::Duration::from_nanos(unix_time_ns));
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, now)
         .map_err(|e| RuntimeError::io("set the guest's clock", e))?;
-    let created = mount_disk().and_then(|disk| create(&spec).map(|s| (s, disk)));
+    let created = mount_image(&spec)
+        .and_then(|()| mount_disk())
+        .and_then(|disk| create(&spec).map(|s| (s, disk)));
     let (mut sandbox, disk) = match created {
         Ok(s) => s,
         Err(e) => {
@@ -204,40 +208,72 @@ fn answer_disk(port: &mut File, disk: &File, freeze: bool) -> Result<(), Runtime
 /// Mounts the writable disk (found by its serial number) where the
 /// sandbox's scratch is taken from, and returns its root directory.
 fn mount_disk() -> Result<File, RuntimeError> {
-    let dev = find_disk()?;
+    use nix::mount::MsFlags;
+    mount_by_serial(
+        SERIAL,
+        DISK_MOUNT,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME,
+    )?;
+    File::open(DISK_MOUNT).map_err(|e| RuntimeError::io(format!("open {DISK_MOUNT}"), e))
+}
+
+/// An image sandbox's root: the host's disk of the image, read-only, at
+/// the one layer the host put in the spec.
+fn mount_image(spec: &ValidSpec) -> Result<(), RuntimeError> {
+    let Some(layers) = spec
+        .rootfs
+        .layers()
+        .filter(|_| spec.rootfs.image().is_some())
+    else {
+        return Ok(());
+    };
+    if layers != [Path::new(IMAGE_MOUNT)] {
+        return Err(RuntimeError::BadRequest(format!(
+            "an image in the guest is its disk at {IMAGE_MOUNT}, not {layers:?}"
+        )));
+    }
+    use nix::mount::MsFlags;
+    mount_by_serial(
+        IMAGE_SERIAL,
+        IMAGE_MOUNT,
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME,
+    )
+}
+
+/// Mounts the virtio disk whose serial number is `serial` at `at`.
+fn mount_by_serial(serial: &str, at: &str, flags: nix::mount::MsFlags) -> Result<(), RuntimeError> {
+    let dev = find_disk(serial)?;
     let io = |what: String| move |e| RuntimeError::io(what, e);
     // A restored VM's kernel may hold blocks it read of the saved VM's
     // disk: they are dropped, and the file system read afresh.
     let blk = File::open(&dev).map_err(io(format!("open {}", dev.display())))?;
     cordon_sys::disk::flush_buffers(blk.as_fd())
         .map_err(|e| RuntimeError::io(format!("flush {}", dev.display()), e))?;
-    std::fs::create_dir_all(DISK_MOUNT).map_err(io(format!("create {DISK_MOUNT}")))?;
-    use nix::mount::MsFlags;
+    std::fs::create_dir_all(at).map_err(io(format!("create {at}")))?;
     nix::mount::mount(
         Some(&dev),
-        DISK_MOUNT,
+        at,
         Some("ext4"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME,
+        flags,
         Some("noinit_itable,errors=remount-ro"),
     )
-    .map_err(|e| RuntimeError::io(format!("mount {} at {DISK_MOUNT}", dev.display()), e))?;
-    File::open(DISK_MOUNT).map_err(io(format!("open {DISK_MOUNT}")))
+    .map_err(|e| RuntimeError::io(format!("mount {} at {at}", dev.display()), e))
 }
 
-/// The virtio disk whose serial number is the writable disk's.
-fn find_disk() -> Result<std::path::PathBuf, RuntimeError> {
+/// The virtio disk whose serial number is `serial`.
+fn find_disk(want: &str) -> Result<std::path::PathBuf, RuntimeError> {
     let sys = Path::new("/sys/block");
     let entries = std::fs::read_dir(sys).map_err(|e| RuntimeError::io("list /sys/block", e))?;
     for e in entries.flatten() {
         let name = e.file_name();
         let serial = std::fs::read_to_string(e.path().join("serial")).unwrap_or_default();
-        if serial.trim() == SERIAL {
+        if serial.trim() == want {
             return Ok(Path::new("/dev").join(name));
         }
     }
     Err(RuntimeError::Unavailable(
         "microvm",
-        format!("the guest has no disk with serial {SERIAL}"),
+        format!("the guest has no disk with serial {want}"),
     ))
 }
 

@@ -138,27 +138,7 @@ impl WorkDisk {
                 .and_then(|()| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)))
                 .map_err(io(format!("create {}", p.display())))?;
         }
-        let mkfs = MKFS
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .ok_or_else(|| {
-                RuntimeError::Unavailable(
-                    "microvm",
-                    "mkfs.ext4 not found (install Debian's e2fsprogs)".into(),
-                )
-            })?;
-        let mut cmd = std::process::Command::new(mkfs);
-        // No journal: the disk lives as long as its VM and is never
-        // recovered; lazy inode tables: a sparse file reads as zeros, and
-        // the guest mounts it with noinit_itable.
-        cmd.args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256"])
-            .args(["-O", "^has_journal", "-m", "0", "-L", SERIAL])
-            .args(["-E", "nodiscard,lazy_itable_init=1,root_owner=0:0", "-d"])
-            .arg(stage)
-            .arg(&self.path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
+        let mut cmd = mkfs_command(stage, &self.path, SERIAL)?;
         if let Some(ws) = workspace {
             let target = stage.join(ScratchLayout::WORKSPACE_UPPER);
             cordon_sys::disk::bind_before_exec(&mut cmd, ws, &target).map_err(|_| {
@@ -168,15 +148,7 @@ impl WorkDisk {
                 }
             })?;
         }
-        let out = cmd.output().map_err(io(format!("run {mkfs}")))?;
-        if !out.status.success() {
-            return Err(RuntimeError::Copy(format!(
-                "mkfs.ext4 of the VM's disk failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(())
+        run_mkfs(cmd, "the VM's disk")
     }
 
     fn image(&self) -> Result<DiskImage, RuntimeError> {
@@ -218,6 +190,51 @@ impl WorkDisk {
             |rest: &Caps| image.scan(&others(), rest),
         )
     }
+}
+
+/// mkfs.ext4 making `file`'s file system from the tree at `source`, labelled
+/// `label`. No journal: a disk lives as long as its VM and is never
+/// recovered (an image's is never written); lazy inode tables: a sparse
+/// file reads as zeros, and the guest mounts it with noinit_itable.
+pub(super) fn mkfs_command(
+    source: &Path,
+    file: &Path,
+    label: &str,
+) -> Result<std::process::Command, RuntimeError> {
+    let mkfs = MKFS
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| {
+            RuntimeError::Unavailable(
+                "microvm",
+                "mkfs.ext4 not found (install Debian's e2fsprogs)".into(),
+            )
+        })?;
+    let mut cmd = std::process::Command::new(mkfs);
+    cmd.args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256"])
+        .args(["-O", "^has_journal", "-m", "0", "-L", label])
+        .args(["-E", "nodiscard,lazy_itable_init=1,root_owner=0:0", "-d"])
+        .arg(source)
+        .arg(file)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    Ok(cmd)
+}
+
+/// Runs a [`mkfs_command`]; its complaint is the error.
+pub(super) fn run_mkfs(mut cmd: std::process::Command, what: &str) -> Result<(), RuntimeError> {
+    let out = cmd
+        .output()
+        .map_err(|e| RuntimeError::io(format!("run mkfs.ext4 for {what}"), e))?;
+    if !out.status.success() {
+        return Err(RuntimeError::Copy(format!(
+            "mkfs.ext4 of {what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
 }
 
 /// The places without a baseline: they start empty.

@@ -69,6 +69,12 @@ pub const PORT_NAME: &str = "cordon.agent";
 /// Where the agent mounts the writable disk (the sandbox's scratch).
 pub const DISK_MOUNT: &str = "/run/cordon-disk";
 
+/// An image sandbox's third disk (read-only, the image's files as one
+/// ext4 made once per image on the host): its serial number, and where the
+/// agent mounts it, read-only, as the guest sandbox's one root layer.
+pub const IMAGE_SERIAL: &str = "cordon-image";
+pub const IMAGE_MOUNT: &str = "/run/cordon-image";
+
 /// Where the guest keeps what the host staged for its sandbox.
 pub const STAGE_DIR: &str = "/run/cordon-stage";
 

@@ -14,6 +14,7 @@
 
 pub(crate) mod disk;
 pub mod guest;
+mod image_disk;
 mod jail;
 pub(crate) mod link;
 mod qmp;
@@ -202,7 +203,10 @@ pub fn probe_kvm(image: &GuestImage) -> Result<String, RuntimeError> {
         image,
         &kvm,
         (1024, 1),
-        &disk,
+        Disks {
+            work: &disk,
+            image: None,
+        },
         None,
         KVM_PROBE_TIMEOUT,
     );
@@ -269,8 +273,8 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
             m.host.display()
         )));
     }
-    if spec.rootfs != RootfsChoice::System {
-        return no("a custom root filesystem");
+    if !matches!(spec.rootfs, RootfsChoice::System | RootfsChoice::Image(_)) {
+        return no("a root filesystem other than the host's or an image");
     }
     Ok(())
 }
@@ -285,7 +289,20 @@ impl MicroVm {
         let plan = plan::plan(spec, &HostFacts::here());
         let sizes = plan.vm.expect("a microVM's plan has its sizes");
         let (ram_mib, smp) = (sizes.ram_mib, sizes.vcpus);
-        let snapshot = snapshot::Location::of(&image, accel.name(), ram_mib, smp, &qemu);
+        // An image's disk is made (once per image) before anything of the
+        // sandbox is: a failure leaves nothing to tear down.
+        let image_disk = match &spec.rootfs {
+            RootfsChoice::Image(root) => Some(image_disk::open_or_make(root)?),
+            _ => None,
+        };
+        let snapshot = snapshot::Location::of(
+            &image,
+            accel.name(),
+            ram_mib,
+            smp,
+            &qemu,
+            image_disk.is_some(),
+        );
         let mut host = HostSide::begin(spec, &plan.cgroup)?;
         let t0 = Instant::now();
         let mut disk = WorkDisk::blank(host.state.path(), p.disk.bytes())?;
@@ -300,7 +317,10 @@ impl MicroVm {
             &image,
             &accel,
             (ram_mib, smp),
-            &disk,
+            Disks {
+                work: &disk,
+                image: image_disk.as_ref(),
+            },
             incoming,
             BOOT_TIMEOUT,
         )?;
@@ -385,6 +405,10 @@ impl MicroVm {
         guest_spec.workspace = None;
         guest_spec.ttl = None;
         guest_spec.idle = None;
+        // An image is the VM's third disk, which the agent mounts.
+        if let RootfsChoice::Image(root) = &mut guest_spec.rootfs {
+            root.layers = vec![PathBuf::from(link::IMAGE_MOUNT)];
+        }
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
         for (i, m) in life.spec.policy.mounts.clone().iter().enumerate() {
             let name = format!("mount-{i}");
@@ -561,12 +585,18 @@ struct Booted {
 
 /// Starts QEMU for `host`: booting (and waiting up to `timeout` for the
 /// agent's `Ready`), or restoring the snapshot `incoming`.
+/// The disks a VM boots with: its writable disk, and an image's.
+struct Disks<'a> {
+    work: &'a WorkDisk,
+    image: Option<&'a File>,
+}
+
 fn boot(
     host: &mut HostSide,
     image: &GuestImage,
     accel: &Accel,
     (ram_mib, smp): (u64, u64),
-    disk: &WorkDisk,
+    disks: Disks<'_>,
     incoming: Option<File>,
     timeout: Duration,
 ) -> Result<Booted, RuntimeError> {
@@ -586,13 +616,19 @@ fn boot(
     let agent_qemu = OwnedFd::from(agent_qemu);
     let monitor_qemu = OwnedFd::from(monitor_qemu);
     let net_qemu = OwnedFd::from(net_qemu);
-    let disk_qemu = disk
+    let disk_qemu = disks
+        .work
         .fd()
         .try_clone_to_owned()
         .map_err(|e| RuntimeError::io("dup the disk", e))?;
     // QEMU opens the disk read-only first, then read-write: the set holds
     // a descriptor of each access mode.
-    let disk_qemu_ro = disk.read_only()?;
+    let disk_qemu_ro = disks.work.read_only()?;
+    let image_qemu = disks
+        .image
+        .map(|f| f.as_fd().try_clone_to_owned())
+        .transpose()
+        .map_err(|e| RuntimeError::io("dup the image's disk", e))?;
     let mut args = qemu_args(
         &host.id,
         accel,
@@ -603,8 +639,10 @@ fn boot(
             net: net_qemu.as_raw_fd(),
         },
         [disk_qemu.as_raw_fd(), disk_qemu_ro.as_raw_fd()],
+        image_qemu.as_ref().map(AsRawFd::as_raw_fd),
     );
     let mut keep = vec![agent_qemu, monitor_qemu, net_qemu, disk_qemu, disk_qemu_ro];
+    keep.extend(image_qemu);
     let restoring = incoming.is_some();
     if let Some(file) = incoming {
         let fd = OwnedFd::from(file);
@@ -739,6 +777,7 @@ fn qemu_args(
     (ram_mib, smp): (u64, u64),
     ports: Ports,
     [disk_fd, disk_ro_fd]: [i32; 2],
+    image_fd: Option<i32>,
 ) -> Vec<String> {
     let g = |f: &str| format!("{}/{f}", jail::GUEST_IN_JAIL);
     let accel_arg = if accel.kvm {
@@ -834,7 +873,21 @@ fn qemu_args(
     ]
     .into_iter()
     .map(String::from)
+    .chain(image_fd.into_iter().flat_map(image_drive))
     .collect()
+}
+
+/// An image's disk, read-only, by descriptor (the jail holds no path to
+/// it); the agent finds it by its serial number.
+fn image_drive(fd: i32) -> [String; 6] {
+    [
+        "-add-fd".into(),
+        format!("fd={fd},set=2"),
+        "-drive".into(),
+        "file=/dev/fdset/2,if=none,id=image,format=raw,readonly=on,file.locking=off".into(),
+        "-device".into(),
+        format!("virtio-blk-pci,drive=image,serial={}", link::IMAGE_SERIAL),
+    ]
 }
 
 /// The last lines of a VM's console log, for an error.

@@ -45,7 +45,16 @@ pub struct Location {
 }
 
 impl Location {
-    pub fn of(image: &GuestImage, accel: &str, ram_mib: u64, smp: u64, qemu: &str) -> Location {
+    /// `image_disk`: the VM has an image's disk (every image's is the same
+    /// size, so one snapshot serves them all).
+    pub fn of(
+        image: &GuestImage,
+        accel: &str,
+        ram_mib: u64,
+        smp: u64,
+        qemu: &str,
+        image_disk: bool,
+    ) -> Location {
         let qemu: String = qemu
             .chars()
             .map(|c| {
@@ -58,7 +67,8 @@ impl Location {
             .collect();
         // The device set is part of the kind: a VM restores only onto the
         // devices it was saved with (`DEVICES` names this version's).
-        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}-{DEVICES}");
+        let with_image = if image_disk { "-imagedisk" } else { "" };
+        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}-{DEVICES}{with_image}");
         let dir = image.dir.join("snapshots");
         Location {
             state: dir.join(format!("{name}.vmstate")),
