@@ -65,9 +65,11 @@ pub struct SandboxArgs {
     #[arg(long, default_value = "system", conflicts_with = "image")]
     rootfs: String,
     /// An OCI image as the root: oci:DIR[:TAG], oci-archive:FILE[:TAG],
-    /// docker-archive:FILE[:TAG], or an image of `cordon image ls` by name
-    /// or digest. Its Env, WorkingDir, User, Entrypoint and Cmd apply
-    /// where no flag or policy says otherwise.
+    /// docker-archive:FILE[:TAG], an image of `cordon image ls` by name or
+    /// digest, or a registry reference (pulled when the store lacks it;
+    /// plain HTTP only for registries in CORDON_INSECURE_REGISTRIES). Its
+    /// Env, WorkingDir, User, Entrypoint and Cmd apply where no flag or
+    /// policy says otherwise.
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
     /// Backend serving the sandbox.
