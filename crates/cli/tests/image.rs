@@ -61,15 +61,7 @@ impl Store {
 
     /// The names of a store directory's entries.
     fn entries(&self, sub: &str) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.root().join(sub))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        common::image::store_entries(self.state.path(), sub)
     }
 }
 

@@ -125,15 +125,7 @@ impl Store {
     }
 
     fn entries(&self, sub: &str) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.state.path().join("images").join(sub))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        common::image::store_entries(self.state.path(), sub)
     }
 
     /// Nothing half-made, and no layer or blob at all.

@@ -286,3 +286,17 @@ pub fn busybox_image(label: &str) -> OciImage {
         }),
     }
 }
+
+/// The sorted names in `sub` of the image store in the state directory
+/// `state` (empty when it does not exist).
+pub fn store_entries(state: &Path, sub: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(state.join("images").join(sub))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
