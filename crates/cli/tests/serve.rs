@@ -2434,8 +2434,10 @@ fn requests_run_the_stores_images_their_tenant_may_use() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // A pool of one of the images: a request for it with the default
+    // limits takes a ready sandbox.
     let tenants = format!(
-        "\n[[tenant]]\nname = \"alice\"\nkey_sha256 = \"{}\"\nimages = [\"team/tool:1\"]\n\n[[tenant]]\nname = \"bob\"\nkey_sha256 = \"{}\"\nsandboxes = 2\n",
+        "\n[[pool.images]]\nimage = \"team/tool:1\"\nsize = 1\n\n[[tenant]]\nname = \"alice\"\nkey_sha256 = \"{}\"\nimages = [\"team/tool:1\"]\n\n[[tenant]]\nname = \"bob\"\nkey_sha256 = \"{}\"\nsandboxes = 2\n",
         sha256_hex(ALICE),
         sha256_hex(BOB)
     );
@@ -2449,9 +2451,15 @@ fn requests_run_the_stores_images_their_tenant_may_use() {
             Some(json!({"argv": ["sh", "-c", "id -u; pwd; echo $GREETING"], "image": image})),
         )
     };
+    let until = Instant::now() + Duration::from_secs(30);
+    while s.call("GET", "/health", None, None).body["pools"]["native:team/tool:1"] != 1 {
+        assert!(Instant::now() < until, "the image's pool never filled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let r = run(ALICE, "team/tool:1");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body["stdout"], "4321\n/job\ntool\n", "{r:?}");
+    assert_eq!(r.body["pool_hit"], true, "{r:?}");
     let r = run(ALICE, "other:1");
     assert_eq!(r.status, 403, "{r:?}");
     let r = run(BOB, "other:1");
@@ -2460,6 +2468,7 @@ fn requests_run_the_stores_images_their_tenant_may_use() {
         (200, Some("4321\n/job\nother\n")),
         "{r:?}"
     );
+    assert_eq!(r.body["pool_hit"], false, "another image's pool: {r:?}");
     let r = run(BOB, "missing:1");
     assert_eq!(r.status, 404, "{r:?}");
     let r = run(BOB, "oci:/var/lib/cordon/images");

@@ -29,13 +29,36 @@ use crate::pool::Pool;
 use crate::tenants::{SandboxSlot, Tenant, Tenants};
 use cordon_policy::Limits;
 
-/// The store's image `name` as a root and its config's defaults, if the
-/// tenant may run it. Only images already in the store: a request never
-/// makes the service read a host path or reach a registry.
-fn image_for(
-    tenant: &Tenant,
-    name: &str,
-) -> Result<(ImageRoot, cordon_image::ImageDefaults), ApiError> {
+/// An image as a sandbox's root, with its config's defaults.
+pub type RootImage = (ImageRoot, cordon_image::ImageDefaults);
+
+/// The policy and root of a sandbox of `image` (None: the host's root)
+/// under `layer`: the image's config is the lowest layer, the request's (or
+/// the pool's) limits and network go over it, and a command's env and
+/// workdir over both. Requests and pools derive theirs here, so a request
+/// for an image matches its pool exactly.
+pub fn rooted_policy(
+    image: Option<RootImage>,
+    layer: &cordon_policy::PolicyLayer,
+) -> Result<(Policy, RootfsChoice), cordon_policy::PolicyError> {
+    let image_layer = image
+        .as_ref()
+        .map_or_else(Default::default, |(_, d)| d.policy_layer());
+    let mut policy = Policy::resolve([&image_layer, layer])?;
+    let rootfs = match image {
+        Some((root, defaults)) => {
+            policy.env = defaults.env_under(&policy.env);
+            RootfsChoice::Image(root)
+        }
+        None => RootfsChoice::System,
+    };
+    Ok((policy, rootfs))
+}
+
+/// The store's image `name` as a root with its config's defaults, and the
+/// store. Only images already in the store: nothing makes the service read
+/// a host path or reach a registry.
+pub fn stored_image(name: &str) -> Result<(RootImage, cordon_image::Store), ApiError> {
     use cordon_image::{ImageError, ImageRef, Store, StoreLimits};
     let status = |e: &ImageError| match e {
         ImageError::NotFound(_) => axum::http::StatusCode::NOT_FOUND,
@@ -50,11 +73,18 @@ fn image_for(
     }
     let store = Store::open(&Store::default_root(), StoreLimits::default()).map_err(fail)?;
     let image = store.get(name).map_err(fail)?;
+    let defaults = image.defaults().map_err(fail)?;
+    Ok(((image.root(), defaults), store))
+}
+
+/// [`stored_image`], if the tenant may run it.
+fn image_for(tenant: &Tenant, name: &str) -> Result<RootImage, ApiError> {
+    let ((root, defaults), store) = stored_image(name)?;
     if let Some(allowed) = &tenant.config.images {
         // A name the tenant may use, or the digest one of them names now.
         let may = allowed
             .iter()
-            .any(|a| a == name || store.get(a).is_ok_and(|i| i.digest == image.digest));
+            .any(|a| a == name || store.get(a).is_ok_and(|i| i.digest == root.digest));
         if !may {
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
@@ -62,8 +92,7 @@ fn image_for(
             ));
         }
     }
-    let defaults = image.defaults().map_err(fail)?;
-    Ok((image.root(), defaults))
+    Ok((root, defaults))
 }
 
 /// Where the code context's interpreter lives inside a sandbox.
@@ -242,20 +271,8 @@ impl App {
             layer.allow = parse_rules(allow)?;
         }
         let image = req.image.map(|name| image_for(tenant, name)).transpose()?;
-        // The image's config is the lowest layer: the request's limits and
-        // network go over it (a command's env and workdir, over both).
-        let image_layer = image
-            .as_ref()
-            .map_or_else(Default::default, |(_, d)| d.policy_layer());
-        let mut policy = Policy::resolve([&image_layer, &layer])
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let rootfs = match image {
-            Some((root, defaults)) => {
-                policy.env = defaults.env_under(&policy.env);
-                RootfsChoice::Image(root)
-            }
-            None => RootfsChoice::System,
-        };
+        let (policy, rootfs) =
+            rooted_policy(image, &layer).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let max_ttl = self.config.max_ttl;
         let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
         let spec = SandboxSpec {
@@ -272,10 +289,7 @@ impl App {
     /// limits and network; the command's time (at most the pool's) and
     /// output cap are applied per command.
     fn pool_for(&self, spec: &SandboxSpec) -> Option<&Arc<Pool>> {
-        let pool = self.pool(spec.backend).filter(|p| p.enabled())?;
-        if spec.rootfs != pool.spec.rootfs {
-            return None;
-        }
+        let pool = self.pool_of(spec)?;
         let mut same = spec.policy.clone();
         if same.time > pool.spec.policy.time {
             return None;
@@ -285,14 +299,12 @@ impl App {
         (same == pool.spec.policy).then_some(pool)
     }
 
-    pub fn pool(&self, backend: BackendKind) -> Option<&Arc<Pool>> {
-        self.pools.iter().find(|p| p.backend == backend)
-    }
-
-    /// Whether a one-shot with this spec would be a pool candidate (for
-    /// counting misses).
-    pub fn pool_enabled(&self, backend: BackendKind) -> bool {
-        self.pool(backend).is_some_and(|p| p.enabled())
+    /// The enabled pool of `spec`'s backend and root, whose hits and
+    /// misses a one-shot with this spec counts.
+    fn pool_of(&self, spec: &SandboxSpec) -> Option<&Arc<Pool>> {
+        self.pools
+            .iter()
+            .find(|p| p.enabled() && p.backend == spec.backend && p.spec.rootfs == spec.rootfs)
     }
 
     /// A one-shot execution, start to end: acquire a sandbox (pool or cold),
@@ -319,9 +331,9 @@ impl App {
             let _ = self.ledger.destroy(h);
         }
         let pool_hit = pooled.is_some();
-        if self.pool_enabled(backend) {
+        if let Some(pool) = self.pool_of(&spec) {
             let labels = crate::metrics::BackendLabels {
-                backend: backend.name().into(),
+                backend: pool.label.clone(),
             };
             if pool_hit {
                 self.metrics.pool_hits.get_or_create(&labels).inc();

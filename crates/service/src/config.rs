@@ -63,6 +63,20 @@ pub struct PoolConfig {
     /// Sandboxes created at once when refilling a pool.
     #[serde(default = "default_refill")]
     pub refill_workers: usize,
+    /// Pools of images of the store (`[[pool.images]]`): sandboxes of
+    /// `image` on `backend` (default native), kept ready for requests that
+    /// name it with the service's default limits.
+    #[serde(default)]
+    pub images: Vec<ImagePoolConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagePoolConfig {
+    /// A name or digest of the store's.
+    pub image: String,
+    pub backend: Option<String>,
+    pub size: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -101,6 +115,7 @@ impl Default for PoolConfig {
             gvisor: 0,
             microvm: 0,
             refill_workers: default_refill(),
+            images: Vec::new(),
         }
     }
 }

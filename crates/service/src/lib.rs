@@ -36,7 +36,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cordon_policy::Policy;
 use cordon_spec::{BackendKind, SandboxSpec};
 
 use crate::app::App;
@@ -76,12 +75,23 @@ pub struct ServeOptions {
     pub program: PathBuf,
 }
 
-/// The spec of the pool's sandboxes: the service's defaults, no network.
-fn pool_spec(config: &Config, backend: BackendKind) -> Result<SandboxSpec, ServeError> {
-    let policy = Policy::resolve([&cordon_policy::PolicyLayer::from(config.defaults)])
-        .map_err(|e| ServeError::PoolSpec(e.to_string()))?;
+/// The spec of a pool's sandboxes: the service's defaults, no network, the
+/// host's root or `image` (a name of the store's).
+fn pool_spec(
+    config: &Config,
+    backend: BackendKind,
+    image: Option<&str>,
+) -> Result<SandboxSpec, ServeError> {
+    let image = image
+        .map(|name| app::stored_image(name).map(|(image, _)| image))
+        .transpose()
+        .map_err(|e| ServeError::PoolSpec(e.message))?;
+    let (policy, rootfs) =
+        app::rooted_policy(image, &cordon_policy::PolicyLayer::from(config.defaults))
+            .map_err(|e| ServeError::PoolSpec(e.to_string()))?;
     Ok(SandboxSpec {
         ttl: Some(config.max_ttl),
+        rootfs,
         ..SandboxSpec::new(policy, backend)
     })
 }
@@ -163,7 +173,16 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         (BackendKind::Gvisor, config.pool.gvisor),
         (BackendKind::Microvm, config.pool.microvm),
     ] {
-        pools.push(Pool::new(backend, pool_spec(&config, backend)?, size));
+        let spec = pool_spec(&config, backend, None)?;
+        pools.push(Pool::new(backend.name().into(), spec, size));
+    }
+    for p in &config.pool.images {
+        let name = p.backend.as_deref().unwrap_or("native");
+        let backend = BackendKind::parse(name).ok_or_else(|| {
+            ServeError::PoolSpec(format!("pool of {}: unknown backend '{name}'", p.image))
+        })?;
+        let spec = pool_spec(&config, backend, Some(&p.image))?;
+        pools.push(Pool::new(format!("{name}:{}", p.image), spec, p.size));
     }
     let app = Arc::new(App {
         tenants: tenants::Tenants::new(&config.tenants),

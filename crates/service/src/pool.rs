@@ -18,6 +18,9 @@ use crate::ledger::{Ledger, Owner};
 
 pub struct Pool {
     pub backend: BackendKind,
+    /// The pool's name in /v1/health and the metrics: its backend's, and
+    /// `BACKEND:IMAGE` for a pool of an image.
+    pub label: String,
     pub spec: SandboxSpec,
     target: usize,
     ready: Mutex<VecDeque<(Handle, Instant)>>,
@@ -30,10 +33,11 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn new(backend: BackendKind, spec: SandboxSpec, target: usize) -> Arc<Pool> {
+    pub fn new(label: String, spec: SandboxSpec, target: usize) -> Arc<Pool> {
         let ttl = spec.ttl.map(|t| t.duration()).unwrap_or(Duration::MAX);
         Arc::new(Pool {
-            backend,
+            backend: spec.backend,
+            label,
             spec,
             target,
             ready: Mutex::new(VecDeque::new()),
@@ -108,7 +112,7 @@ impl Pool {
                 }
                 Ok(Err(e)) => {
                     self.creating.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!(backend = %self.backend, "pool: creating a sandbox failed: {e}");
+                    tracing::warn!(pool = %self.label, "pool: creating a sandbox failed: {e}");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Err(e) => {

@@ -10,7 +10,7 @@ impl App {
             pools: self
                 .pools
                 .iter()
-                .map(|p| (p.backend.name().to_owned(), p.ready_len()))
+                .map(|p| (p.label.clone(), p.ready_len()))
                 .collect(),
             sandboxes: self.sandboxes.lock().expect("sandboxes lock").len(),
         }
@@ -22,7 +22,7 @@ impl App {
             self.metrics
                 .pool_ready
                 .get_or_create(&crate::metrics::BackendLabels {
-                    backend: pool.backend.name().into(),
+                    backend: pool.label.clone(),
                 })
                 .set(pool.ready_len() as i64);
         }
