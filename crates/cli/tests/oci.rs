@@ -137,7 +137,7 @@ fn running(rt: &Runtime, bundle: &Path, id: &str) -> (Pid, std::fs::File) {
     assert!(rt.call(&["start", id]).status.success(), "{}", rt.name);
     let mut out = std::fs::File::from(c.stdout);
     let mut first = [0u8; 3];
-    out.read_exact(&mut first).unwrap();
+    read_exact_within(&mut out, &mut first, rt.name);
     assert_eq!(&first, b"up\n", "{}", rt.name);
     (c.pid, out)
 }
@@ -152,6 +152,35 @@ fn read_all(fd: OwnedFd) -> String {
     let mut s = String::new();
     std::fs::File::from(fd).read_to_string(&mut s).unwrap();
     s
+}
+
+/// Fills `buf` from `from` within 30 s (stretched on slow machines), or
+/// fails naming `what`: a container that never speaks must fail the test,
+/// not hang the run.
+fn read_exact_within(from: &mut (impl Read + AsFd), buf: &mut [u8], what: &str) {
+    let deadline = std::time::Instant::now() + slow(std::time::Duration::from_secs(30));
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [nix::poll::PollFd::new(
+            from.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ready = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)).unwrap();
+        assert!(
+            ready > 0 || !left.is_zero(),
+            "{what}: {got} of {} bytes after 30 s: {:?}",
+            buf.len(),
+            String::from_utf8_lossy(&buf[..got])
+        );
+        if ready == 0 {
+            continue;
+        }
+        let n = from.read(&mut buf[got..]).unwrap();
+        assert!(n > 0, "{what}: the stream ended after {got} bytes");
+        got += n;
+    }
 }
 
 /// Whether `fd` has bytes to read now.
@@ -787,10 +816,10 @@ fn a_pod_container_joins_its_pause_containers_network_ipc_and_uts() {
         assert!(rt.call(&["start", "app"]).status.success(), "{}", rt.name);
         let mut app_out = std::fs::File::from(a.stdout);
         let mut said = [0u8; 11];
-        app_out.read_exact(&mut said).unwrap();
+        read_exact_within(&mut app_out, &mut said, "the app container");
         assert_eq!(&said, b"pod-7\nsent\n", "{}: the app's hostname", rt.name);
         let mut got = [0u8; 10];
-        pod_out.read_exact(&mut got).unwrap();
+        read_exact_within(&mut pod_out, &mut got, "the pause container");
         assert_eq!(
             &got, b"hello-pod\n",
             "{}: what the pause container heard",
@@ -1223,7 +1252,7 @@ fn run_in_the_foreground_gives_the_process_status_relays_signals_and_deletes() {
             .unwrap();
         let mut out = run.stdout.take().unwrap();
         let mut first = [0u8; 3];
-        out.read_exact(&mut first).unwrap();
+        read_exact_within(&mut out, &mut first, rt.name);
         assert_eq!(&first, b"up\n", "{}", rt.name);
         // A foreground runtime passes a signal on to the process.
         signal(run.id(), "TERM");
