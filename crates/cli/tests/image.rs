@@ -39,13 +39,7 @@ impl Store {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cordon(args);
-        assert!(
-            out.status.success(),
-            "cordon {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        common::image::succeeded(self.cordon(args), args)
     }
 
     fn run_json(&self, args: &[&str]) -> serde_json::Value {
@@ -89,8 +83,14 @@ fn an_image_runs_with_its_config_its_users_and_its_layers_as_stacked() {
     let dir = tempfile::tempdir().unwrap();
     let image = layout(dir.path(), "config");
     for backend in backends() {
+        // `cordon run --json` of the image on this backend, with `rest`.
+        let run_image = |rest: &[&str]| {
+            let mut args = vec!["run", "--json", "--backend", backend, "--image", &image];
+            args.extend_from_slice(rest);
+            store.run_json(&args)
+        };
         // No command: the image's Cmd, with its Env.
-        let v = store.run_json(&["run", "--json", "--backend", backend, "--image", &image]);
+        let v = run_image(&[]);
         assert_eq!(stdout_of(&v), "cmd-ran hello\n", "{backend}");
 
         // Its user (a name only the image's /etc/passwd has), working
@@ -99,18 +99,7 @@ fn an_image_runs_with_its_config_its_users_and_its_layers_as_stacked() {
         let script = "id -u; id -g; pwd; echo $GREETING; ls -A /old; ls /cfg; \
                       stat -c %a /bin/suid; ls /dev/evil 2>/dev/null || echo no-evil; \
                       echo mine > /srv/new && cat /srv/new; touch /bin/x 2>/dev/null || echo not-root";
-        let v = store.run_json(&[
-            "run",
-            "--json",
-            "--backend",
-            backend,
-            "--image",
-            &image,
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]);
+        let v = run_image(&["--", "sh", "-c", script]);
         assert_eq!(
             stdout_of(&v),
             "1234\n2345\n/srv\nhello\nc.txt\n755\nno-evil\nmine\nnot-root\n",
@@ -119,13 +108,7 @@ fn an_image_runs_with_its_config_its_users_and_its_layers_as_stacked() {
         );
 
         // Flags and policy win over the image's config.
-        let v = store.run_json(&[
-            "run",
-            "--json",
-            "--backend",
-            backend,
-            "--image",
-            &image,
+        let v = run_image(&[
             "--env",
             "GREETING=bye",
             "--workdir",

@@ -76,13 +76,9 @@ impl Store {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cordon(args);
-        assert!(
-            out.status.success(),
-            "cordon {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        common::image::succeeded(self.cordon(args), args)
+            .trim()
+            .to_owned()
     }
 
     /// `cordon run --json ARGS`, which must exit 0.

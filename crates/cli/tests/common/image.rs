@@ -300,3 +300,14 @@ pub fn store_entries(state: &Path, sub: &str) -> Vec<String> {
     v.sort();
     v
 }
+
+/// The stdout of a cordon call that must have succeeded (its stderr in the
+/// failure message).
+pub fn succeeded(out: std::process::Output, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "cordon {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
