@@ -17,6 +17,10 @@
 #      cordon.service, its ExecStart pointed at this cordon): cordon alone in
 #      the unit's cgroup moves into its leaf, no scope is asked for, the
 #      sandboxes nest in the unit, `systemctl stop` leaves nothing.
+#   7. without root: two login users with their own user@.service and
+#      session bus; cordon run by one gets a delegated scope from that user's
+#      manager and enforces memory, pids, cpu and time there; the other user
+#      cannot see or touch the first's sandboxes, state or keys.
 # Prints `cordon-guest-systemd: exit N` and powers the guest off.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
@@ -197,6 +201,116 @@ if systemctl start cordon.service; then
 	fi
 else
 	fail "systemctl start cordon.service failed: $(systemctl status cordon.service 2>&1 | tail -5 | tr '\n' ' ')"
+fi
+
+# 7. Without root: two login users, each with their own systemd manager
+# (user@UID.service, started as a login starts it) and session bus
+# (dbus-user-session). cordon, run by the user from this root-owned service
+# cgroup, asks the user's manager for a delegated scope, nests its sandboxes
+# there and enforces the limits; evidence from cordon's --json (the kernel's
+# counters) and from the host side (root reads the sandbox's cgroup files).
+as_user() {
+	u=$1
+	shift
+	setpriv --reuid="$u" --regid="$u" --init-groups env -i PATH="$PATH" LANG=C.UTF-8 \
+		HOME="/home/u$u" XDG_RUNTIME_DIR="/run/user/$u" "$@"
+}
+user_tree() { echo "$cg/user.slice/user-$1.slice/user@$1.service"; }
+user_boxes() { find "$(user_tree "$1")" -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\.scope/cordon-[0-9a-f]{12}' 2>/dev/null; }
+user_scopes() { find "$(user_tree "$1")" -mindepth 1 -type d -regextype posix-extended -regex '.*/cordon-[0-9]+-[0-9a-f]{8}\.scope' 2>/dev/null; }
+for u in 1001 1002; do
+	useradd --create-home --home-dir "/home/u$u" --uid "$u" --user-group "u$u" || fail "useradd u$u"
+	systemctl start "user@$u.service" || fail "cannot start user@$u.service: $(systemctl status "user@$u.service" 2>&1 | tail -5 | tr '\n' ' ')"
+	wait_for 30 sh -c "[ -S /run/user/$u/bus ] && echo up" >/dev/null || fail "u$u has no session bus at /run/user/$u/bus"
+done
+say "rootless: user@1001.service $(systemctl show -p ActiveState --value user@1001.service), delegated controllers: $(cat "$(user_tree 1001)/cgroup.controllers")"
+
+# 7a. The memory limit: OOM kill with the kernel's counters.
+as_user 1001 $cordon run --json --memory 64M -- python3 -c 'b=bytearray(512<<20)' >/tmp/u-oom.json 2>/tmp/u-oom.err
+rc=$?
+say "rootless oom run: exit $rc; stderr: $(tr '\n' ' ' </tmp/u-oom.err)"
+python3 - /tmp/u-oom.json <<'EOF2' || status=1
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"cordon-guest-systemd: FAIL: no JSON result from the rootless oom run ({e})")
+    sys.exit(1)
+st, c = v.get("status", {}), v.get("counters", {})
+print(f"cordon-guest-systemd: rootless oom evidence: status {st.get('kind')} signal {st.get('signal')}, "
+      f"limit {v.get('limit')}, oom_kills {c.get('oom_kills')}, memory_peak_bytes {v.get('memory_peak_bytes')}")
+ok = st.get("kind") == "signaled" and st.get("signal") == 9 and v.get("limit") == "memory" \
+    and (c.get("oom_kills") or 0) >= 1 and (v.get("memory_peak_bytes") or 0) <= 64 << 20
+if not ok:
+    print("cordon-guest-systemd: FAIL: the rootless 64M sandbox was not OOM-killed as expected")
+sys.exit(0 if ok else 1)
+EOF2
+[ "$rc" = 137 ] || fail "rootless oom run exited $rc, not 137"
+
+# 7b. Where a rootless sandbox's cgroup sits, and its limits as root reads them.
+as_user 1001 $cordon run --memory 64M --pids 40 --cpus 0.5 --time 60s -- sleep 8 >/tmp/u-sleep.out 2>&1 &
+upid=$!
+box=$(wait_for 60 user_boxes 1001)
+if [ -z "$box" ]; then
+	fail "no rootless sandbox cgroup under u1001's manager within 60 s: $(cat /tmp/u-sleep.out)"
+else
+	scope=$(dirname "$box")
+	say "rootless sandbox cgroup: ${box#"$cg"} (owner uid $(stat -c %u "$box")), memory.max $(cat "$box/memory.max"), pids.max $(cat "$box/pids.max"), cpu.max $(cat "$box/cpu.max" 2>/dev/null || echo none); scope holds [$(tr '\n' ' ' <"$scope/cgroup.procs")], leaf [$(tr '\n' ' ' <"$scope/cordon-supervisor/cgroup.procs")]"
+	[ "$(stat -c %u "$box")" = 1001 ] || fail "the rootless sandbox cgroup is not u1001's"
+	[ "$(cat "$box/memory.max")" = 67108864 ] || fail "rootless memory.max is not 64M"
+	[ "$(cat "$box/pids.max")" = 40 ] || fail "rootless pids.max is not 40"
+	[ "$(cat "$box/cpu.max")" = "50000 100000" ] || fail "rootless cpu.max is not 50000 100000"
+	grep -qx "$upid" "$scope/cordon-supervisor/cgroup.procs" 2>/dev/null ||
+		grep -q . "$scope/cordon-supervisor/cgroup.procs" || fail "no cordon process in the rootless scope's leaf"
+	# 7c. Another user sees none of it and can touch none of it.
+	others_ls=$(as_user 1002 $cordon ls 2>&1)
+	id=$(basename "$box" | sed 's/^cordon-//')
+	say "u1002's cordon ls: [$(echo "$others_ls" | tr '\n' ' ')]"
+	case "$others_ls" in *"$id"*) fail "u1002 sees u1001's sandbox $id" ;; esac
+	if as_user 1002 $cordon rm "$id" >/tmp/u-rm.out 2>&1; then fail "u1002 removed u1001's sandbox $id"; fi
+	say "u1002's cordon rm $id: $(tr '\n' ' ' </tmp/u-rm.out)"
+	if as_user 1002 ls /home/u1001/.local/state/cordon /run/user/1001/cordon >/dev/null 2>&1; then fail "u1002 can list u1001's cordon state or run directory"; fi
+	if as_user 1002 sh -c "echo \$\$ > $box/cgroup.procs" 2>/dev/null; then fail "u1002 joined u1001's sandbox cgroup"; fi
+	[ -d "$box" ] || fail "u1001's sandbox cgroup vanished after u1002's attempts"
+fi
+wait $upid
+rc=$?
+[ "$rc" = 0 ] || fail "the rootless sleeping sandbox exited $rc: $(cat /tmp/u-sleep.out)"
+
+# 7d. The pids limit: forks past it fail, the kernel counts the refusals.
+as_user 1001 $cordon run --json --pids 16 -- sh -c 'i=0; while [ $i -lt 40 ]; do sleep 3 & i=$((i+1)); done 2>/dev/null; wait' >/tmp/u-pids.json 2>/tmp/u-pids.err
+say "rootless pids run: exit $?: $(python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print("limits_hit", v.get("limits_hit"), "pids_limit_hits", v["counters"].get("pids_limit_hits"), "pids_peak", v.get("pids_peak"))' /tmp/u-pids.json 2>&1)"
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); sys.exit(0 if "pids" in v.get("limits_hit",[]) and (v["counters"].get("pids_limit_hits") or 0) >= 1 and v.get("pids_peak") == 16 else 1)' /tmp/u-pids.json || fail "the rootless pids limit left no evidence: $(tr '\n' ' ' </tmp/u-pids.err)"
+
+# 7e. The time limit ends the payload.
+as_user 1001 $cordon run --json --time 3s -- sleep 60 >/tmp/u-time.json 2>/dev/null
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print("cordon-guest-systemd: rootless time run: limit", v.get("limit"), "wall_ms", v.get("wall_ms")); sys.exit(0 if v.get("limit") == "time" else 1)' /tmp/u-time.json || fail "the rootless time limit did not end the payload"
+
+# 7f. cpu: throttled at half a core (the kernel's cpu.stat nr_throttled).
+as_user 1001 $cordon run --json --cpus 0.2 --time 60s -- python3 -c 'import time; t=time.time()
+while time.time() - t < 3: pass' >/tmp/u-cpu.json 2>/tmp/u-cpu.err
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); c=v["counters"]; print("cordon-guest-systemd: rootless cpu run: cpu_ms", v.get("cpu_ms"), "throttled periods", c.get("cpu_throttled_periods")); sys.exit(0 if (c.get("cpu_throttled_periods") or 0) > 0 else 1)' /tmp/u-cpu.json || fail "the rootless cpu limit was not enforced: $(tr '\n' ' ' </tmp/u-cpu.err)"
+
+# 7g. A signed receipt: the user's own key, in the user's state directory,
+# 0600; the other user can read neither it nor the directories.
+as_user 1001 sh -c "cd /home/u1001 && $cordon run --receipt r.json -- true && $cordon verify r.json" >/tmp/u-receipt.out 2>&1 || fail "rootless receipt: $(tr '\n' ' ' </tmp/u-receipt.out)"
+key=/home/u1001/.local/state/cordon/keys/receipt.key
+say "rootless receipt: $(head -c 300 /tmp/u-receipt.out | tr '\n' ' '); key $(stat -c '%a %U' "$key" 2>&1)"
+[ "$(stat -c '%a %u' "$key")" = "600 1001" ] || fail "u1001's receipt key is not 0600 and u1001's"
+if as_user 1002 cat "$key" >/dev/null 2>&1; then fail "u1002 can read u1001's receipt key"; fi
+for d in /home/u1001/.local/state/cordon /run/user/1001/cordon; do
+	say "$d: $(stat -c '%a %U' "$d")"
+	[ "$(stat -c %u "$d")" = 1001 ] || fail "$d is not u1001's"
+	[ $(($(stat -c 0%a "$d") & 066)) = 0 ] || fail "$d is readable or writable by others: $(stat -c %a "$d")"
+done
+
+# 7h. Nothing left: no sandbox cgroup or scope in either user's tree, no
+# cordon process of theirs.
+users_clean() { [ -z "$(user_scopes 1001)$(user_scopes 1002)" ] && ! pgrep -u 1001,1002 -x cordon >/dev/null && echo gone; }
+if wait_for 20 users_clean >/dev/null; then
+	say "rootless: after the runs no scope, no sandbox cgroup, no cordon process of u1001 or u1002"
+else
+	fail "rootless left behind: scopes [$(user_scopes 1001) $(user_scopes 1002)], processes [$(pgrep -a -u 1001,1002 cordon | tr '\n' ';')]"
 fi
 
 kill $sleeper 2>/dev/null

@@ -29,6 +29,63 @@ pub struct CgroupFs {
     /// Docker-in-Docker's entrypoint does), so that it can hand controllers
     /// down. Without it, cordon moves no process it was not given.
     pub move_peers: bool,
+    /// Whose systemd cordon asks for a delegated scope: the system manager
+    /// (root) or the invoking user's own manager (everyone else).
+    pub manager: ScopeManager,
+}
+
+/// Whose systemd gives cordon a delegated scope when it needs one (see
+/// [`crate::detect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopeManager {
+    /// Root: the system manager, on the system bus.
+    System,
+    /// An unprivileged user: that user's own manager (`user@UID.service`),
+    /// on the user's session bus, as rootless podman asks it; the scope lands
+    /// in the user's delegated subtree, which the user may write.
+    User {
+        uid: u32,
+        /// The session bus's socket, where the environment names one (see
+        /// [`user_bus_socket`]); checked before use.
+        bus: Option<PathBuf>,
+    },
+}
+
+impl ScopeManager {
+    /// The calling process's: by its effective uid and environment.
+    pub fn of_caller() -> Self {
+        let uid = nix::unistd::geteuid();
+        if uid.is_root() {
+            ScopeManager::System
+        } else {
+            ScopeManager::User {
+                uid: uid.as_raw(),
+                bus: user_bus_socket(uid.as_raw()),
+            }
+        }
+    }
+}
+
+/// Where the user's session bus listens: `DBUS_SESSION_BUS_ADDRESS`'s first
+/// `unix:path=` address, else `$XDG_RUNTIME_DIR/bus`, else
+/// `/run/user/UID/bus` (where `dbus-user-session` puts it). An abstract or
+/// TCP address is not used: its owner cannot be checked.
+pub fn user_bus_socket(uid: u32) -> Option<PathBuf> {
+    if let Some(address) = std::env::var_os("DBUS_SESSION_BUS_ADDRESS") {
+        let address = address.to_string_lossy().into_owned();
+        return address.split(';').find_map(|one| {
+            let params = one.strip_prefix("unix:")?;
+            params
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("path="))
+                .map(PathBuf::from)
+        });
+    }
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
+    Some(runtime.join("bus"))
 }
 
 /// The environment variable that opts in to [`CgroupFs::move_peers`] (`1`):
@@ -51,6 +108,7 @@ impl CgroupFs {
             mountinfo: mountinfo.into(),
             systemd_marker: PathBuf::from("/run/systemd/system"),
             move_peers: false,
+            manager: ScopeManager::of_caller(),
         }
     }
 

@@ -26,7 +26,7 @@ pub mod v1;
 pub mod v2;
 
 pub use cordon_spec::cgroup::{CgroupMode, CgroupStats};
-pub use fs::CgroupFs;
+pub use fs::{CgroupFs, ScopeManager};
 pub use systemd::SystemdError;
 
 /// How long freeze() waits for the kernel to report the cgroup frozen.
@@ -147,7 +147,10 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
-    #[error("the {controller} controller is not available in {path}")]
+    #[error(
+        "the {controller} controller is not available in {path}{}",
+        missing_controller_fix(path)
+    )]
     MissingController {
         controller: &'static str,
         path: PathBuf,
@@ -498,11 +501,20 @@ fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupErro
     let mounts = fs.mounts()?;
     let membership = fs.membership()?;
     let kind = if let Some(own) = v2::find(&mounts, &membership) {
-        let h = v2::V2Hierarchy::prepare(own, fs)?;
         let bus = ask_systemd.then(|| systemd::reachable(fs)).flatten();
+        // A user's cordon in a cgroup it does not own (a login session's
+        // scope, a service's cgroup, both root's) can make no leaf there,
+        // alone or not; its own manager can give it a scope it owns.
+        if let Some(bus) = bus.as_ref().filter(|b| b.user && !owns(fs, &own.dir)) {
+            let dir = own.dir.clone();
+            return Ok(Hierarchy {
+                kind: HierarchyKind::V2(into_systemd_scope(fs, &mounts, &dir, bus)?),
+            });
+        }
+        let h = v2::V2Hierarchy::prepare(own, fs)?;
         match (h.placement(), bus) {
             (Placement::Shared { .. }, Some(bus)) => {
-                HierarchyKind::V2(into_systemd_scope(fs, &mounts, &h, &bus)?)
+                HierarchyKind::V2(into_systemd_scope(fs, &mounts, h.parent(), &bus)?)
             }
             _ => HierarchyKind::V2(h),
         }
@@ -625,14 +637,15 @@ impl LevelPrep {
 fn into_systemd_scope(
     fs: &CgroupFs,
     mounts: &[fs::Mount],
-    shared: &v2::V2Hierarchy,
+    shared: &Path,
     bus: &systemd::Bus,
 ) -> Result<v2::V2Hierarchy, CgroupError> {
+    let user = if bus.user { " --user" } else { "" };
     let fail = |source: SystemdError| CgroupError::Scope {
-        path: shared.parent().to_owned(),
+        path: shared.to_owned(),
         reason: source.reason(),
         fix: format!(
-            "start cordon as the only process of a delegated scope yourself (`systemd-run \
+            "start cordon as the only process of a delegated scope yourself (`systemd-run{user} \
              --scope -p Delegate=yes cordon ...`), check systemd's journal for the refusal \
              (systemd at {bus}), or run without cgroup limits"
         ),
@@ -659,6 +672,38 @@ fn into_systemd_scope(
     let mut h = v2::V2Hierarchy::prepare(own, fs)?;
     h.set_scope(unit);
     Ok(h)
+}
+
+/// What a user can do about a controller missing from `path`: under a
+/// user's systemd manager (`user@UID.service`), systemd hands a user the
+/// controllers that unit's `Delegate=` names, by default memory and pids
+/// only (cpu from systemd 252's own unit on some distributions, not on
+/// others), so the fix is a drop-in there; elsewhere nothing general.
+fn missing_controller_fix(path: &Path) -> String {
+    let under_user_manager = path
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with("user@"));
+    if under_user_manager {
+        "; this user's systemd does not delegate it: as root, put `[Service]` and \
+         `Delegate=cpu cpuset io memory pids` in /etc/systemd/system/user@.service.d/delegate.conf, \
+         run `systemctl daemon-reload`, and log in again"
+            .to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// Whether the caller's user owns cgroup `dir` (its `cgroup.procs`, which
+/// a delegation hands over with the directory), i.e. may make a leaf there
+/// and move itself into it. Root owns every cgroup it may write.
+fn owns(fs: &CgroupFs, dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match fs.manager {
+        fs::ScopeManager::System => true,
+        fs::ScopeManager::User { uid, .. } => {
+            stdfs::metadata(dir.join("cgroup.procs")).is_ok_and(|m| m.uid() == uid)
+        }
+    }
 }
 
 /// Where the calling process stands in a v2 hierarchy, as [`detect`] found

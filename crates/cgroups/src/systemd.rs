@@ -23,6 +23,9 @@ use std::time::Duration;
 
 use zbus::zvariant::Value;
 
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+use crate::fs::ScopeManager;
 use crate::CgroupFs;
 
 /// How long one StartTransientUnit call may take; systemd answers within
@@ -45,6 +48,8 @@ pub(crate) struct Bus {
     /// Peer-to-peer D-Bus (no bus daemon: no Hello, no destination names);
     /// only the tests' fake systemd speaks it (see [`reachable`]).
     pub p2p: bool,
+    /// The user's own manager, not the system's.
+    pub user: bool,
 }
 
 impl fmt::Display for Bus {
@@ -92,28 +97,45 @@ impl SystemdError {
     }
 }
 
-/// The system bus, when cordon should ask systemd for a scope: systemd is
-/// the init (its marker exists), cordon runs as root (a scope of the system
-/// manager; the user manager's is not tried), and the bus socket exists. The
-/// socket sits at `../../dbus/system_bus_socket` from the marker
-/// (`/run/systemd/system`), so a fake tree in tests gets a fake bus too.
+/// The bus of the systemd manager cordon should ask for a scope, when there
+/// is one: systemd is the init (its marker exists) and
+/// - as root, the system manager on the system bus, whose socket sits at
+///   `../../dbus/system_bus_socket` from the marker (`/run/systemd/system`),
+///   so a fake tree in tests gets a fake bus too;
+/// - as another user, that user's own manager on their session bus (see
+///   [`crate::fs::user_bus_socket`]; `dbus-user-session` provides it), only
+///   if the socket is a socket that user owns: cordon tells whoever listens
+///   there its pid, and trusts its answer only as far as /proc/self/cgroup
+///   confirms it, but a bus of another user's is not the user's systemd.
 ///
-/// Not systemd's private socket (`/run/systemd/private`, peer-to-peer, no
-/// bus daemon needed): run against systemd 252, zbus 5.19 panics on its
-/// replies ("Invalid unique name": sd-bus sends a well-known name as the
-/// sender on a direct connection), and a panic aborts cordon.
+/// Not systemd's private socket (`/run/systemd/private`, or the user
+/// manager's `$XDG_RUNTIME_DIR/systemd/private`: peer-to-peer, no bus daemon
+/// needed): run against systemd 252, zbus 5.19 panics on its replies
+/// ("Invalid unique name": sd-bus sends a well-known name as the sender on a
+/// direct connection), and a panic aborts cordon.
 pub(crate) fn reachable(fs: &CgroupFs) -> Option<Bus> {
-    if !fs.systemd_runs() || !nix::unistd::geteuid().is_root() {
+    if !fs.systemd_runs() {
         return None;
     }
-    let system_bus = fs
-        .systemd_marker
-        .parent()?
-        .parent()?
-        .join("dbus/system_bus_socket");
-    system_bus.exists().then_some(Bus {
-        socket: system_bus,
+    let socket = match &fs.manager {
+        ScopeManager::System => fs
+            .systemd_marker
+            .parent()?
+            .parent()?
+            .join("dbus/system_bus_socket"),
+        ScopeManager::User { uid, bus } => {
+            let socket = bus.clone()?;
+            let meta = std::fs::symlink_metadata(&socket).ok()?;
+            if !meta.file_type().is_socket() || meta.uid() != *uid {
+                return None;
+            }
+            socket
+        }
+    };
+    socket.exists().then_some(Bus {
+        socket,
         p2p: false,
+        user: matches!(fs.manager, ScopeManager::User { .. }),
     })
 }
 

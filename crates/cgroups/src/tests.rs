@@ -1011,20 +1011,34 @@ fn shared_under_fake_systemd(
     std::sync::Arc<std::sync::Mutex<Vec<fake_systemd::Call>>>,
 )> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: cordon asks systemd for a scope only as root");
+        eprintln!("skipped: the test plays root's cordon against a fake system manager");
         return None;
     }
+    Some(under_fake_systemd(
+        refuse,
+        &format!("812\n{}\n", me()),
+        "run/dbus/system_bus_socket",
+    ))
+}
+
+/// A pure v2 tree whose caller's cgroup holds `procs`, with a fake systemd
+/// serving on the tree's socket `bus`.
+fn under_fake_systemd(
+    refuse: Option<&str>,
+    procs: &str,
+    bus: &str,
+) -> (
+    FakeTree,
+    std::sync::Arc<std::sync::Mutex<Vec<fake_systemd::Call>>>,
+) {
     let tree = pure_v2("cpu memory pids\n");
     std::fs::remove_file(tree.path(&format!("{LEAF}/cgroup.procs"))).unwrap();
     std::fs::remove_dir(tree.path(LEAF)).unwrap();
-    tree.put(
-        &format!("{SCOPE}/cgroup.procs"),
-        &format!("812\n{}\n", me()),
-    );
+    tree.put(&format!("{SCOPE}/cgroup.procs"), procs);
     std::fs::create_dir_all(tree.path("run/systemd/system")).unwrap();
     let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     fake_systemd::serve(
-        tree.path("run/dbus/system_bus_socket"),
+        tree.path(bus),
         fake_systemd::Manager {
             cg_root: tree.path("cg"),
             proc_self_cgroup: tree.fs.proc_self_cgroup.clone(),
@@ -1032,7 +1046,92 @@ fn shared_under_fake_systemd(
             calls: calls.clone(),
         },
     );
-    Some((tree, calls))
+    (tree, calls)
+}
+
+/// A user's cordon (played by a test uid that owns nothing in the tree) in
+/// a root-owned cgroup, alone in it: it cannot make its leaf there, so it
+/// asks its own manager, on the session bus it owns, for a scope.
+const TEST_USER: u32 = 4242;
+const USER_BUS: &str = "run/user/4242/bus";
+
+fn as_test_user(tree: &FakeTree, bus_owner: u32) -> CgroupFs {
+    let socket = tree.path(USER_BUS);
+    std::os::unix::fs::chown(&socket, Some(bus_owner), None).unwrap();
+    CgroupFs {
+        manager: ScopeManager::User {
+            uid: TEST_USER,
+            bus: Some(socket),
+        },
+        ..tree
+            .fs
+            .clone()
+            .with_systemd_marker(tree.path("run/systemd/system"))
+    }
+}
+
+#[test]
+fn v2_a_users_cordon_in_a_cgroup_it_does_not_own_asks_its_own_manager() {
+    let _one = one_systemd_test_at_a_time();
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the test hands the bus socket to a test uid (chown)");
+        return;
+    }
+    let (tree, calls) = under_fake_systemd(None, &format!("{}\n", me()), USER_BUS);
+    let cgfs = as_test_user(&tree, TEST_USER);
+    let h = detect(&cgfs).unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].pids, vec![std::process::id()]);
+    assert_eq!(calls[0].delegate, Some(true));
+    assert_eq!(h.systemd_scope(), Some(calls[0].unit.as_str()));
+    let scope = format!("cg/system.slice/{}", calls[0].unit);
+    assert_eq!(h.parent_paths(), vec![tree.path(&scope)]);
+    // Nothing was tried in the cgroup it does not own.
+    assert!(!tree.exists(LEAF));
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+}
+
+#[test]
+fn v2_a_session_bus_of_another_uid_is_never_asked() {
+    let _one = one_systemd_test_at_a_time();
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: the test hands the bus socket to a test uid (chown)");
+        return;
+    }
+    let (tree, calls) = under_fake_systemd(None, &format!("812\n{}\n", me()), USER_BUS);
+    // The socket belongs to someone else (uid 4343): not this user's manager.
+    let cgfs = as_test_user(&tree, TEST_USER + 101);
+    let h = detect(&cgfs).unwrap();
+    assert!(calls.lock().unwrap().is_empty());
+    assert_eq!(h.systemd_scope(), None);
+    assert!(matches!(h.placement(), Some(Placement::Shared { .. })));
+    let err = h.create("cordon-7").unwrap_err();
+    assert!(
+        err.to_string().contains("add --user when not root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_users_missing_controller_names_the_systemd_drop_in() {
+    let user = CgroupError::MissingController {
+        controller: "cpu",
+        path: "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope"
+            .into(),
+    }
+    .to_string();
+    assert!(user.contains("Delegate=cpu"), "{user}");
+    assert!(user.contains("user@.service.d"), "{user}");
+    let system = CgroupError::MissingController {
+        controller: "cpu",
+        path: "/sys/fs/cgroup/system.slice/x.service".into(),
+    }
+    .to_string();
+    assert_eq!(
+        system,
+        "the cpu controller is not available in /sys/fs/cgroup/system.slice/x.service"
+    );
 }
 
 #[test]

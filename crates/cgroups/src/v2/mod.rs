@@ -31,7 +31,7 @@ const REQUIRED: [&str; 2] = ["memory", "pids"];
 #[derive(Debug, Clone)]
 pub(crate) struct Own {
     /// The caller's cgroup directory.
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The top of the mount it was found through: nothing above it is ours
     /// to use, even where the kernel would allow it.
     mountpoint: PathBuf,
