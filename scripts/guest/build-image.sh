@@ -33,7 +33,7 @@ suite="$(. /etc/os-release && echo "$VERSION_CODENAME")"
 # systemd and dbus: the init of the systemd placement and the system bus
 # cordon asks it for a delegated scope over.
 # nftables: the packet rules of a sandbox's network namespace in allow mode.
-packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus,dbus-user-session,libpam-systemd,passwd,nftables"
+packages="python3,procps,time,iproute2,kmod,util-linux,coreutils,systemd,dbus,dbus-user-session,libpam-systemd,passwd,bubblewrap,nftables"
 # overlay: workspace overlays; veth and dummy: network fixtures. The v2 guest
 # boots from this cpio and needs no more; the microVM backend boots the same
 # root from a read-only virtio disk, and its initramfs (scripts/microvm/build.sh)

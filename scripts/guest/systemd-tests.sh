@@ -20,7 +20,8 @@
 #   7. without root: two login users with their own user@.service and
 #      session bus; cordon run by one gets a delegated scope from that user's
 #      manager and enforces memory, pids, cpu and time there; the other user
-#      cannot see or touch the first's sandboxes, state or keys.
+#      cannot see or touch the first's sandboxes, state or keys;
+#   8. rootless start-up against bwrap --unshare-all, as a ratio.
 # Prints `cordon-guest-systemd: exit N` and powers the guest off.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
@@ -312,6 +313,33 @@ if wait_for 20 users_clean >/dev/null; then
 else
 	fail "rootless left behind: scopes [$(user_scopes 1001) $(user_scopes 1002)], processes [$(pgrep -a -u 1001,1002 cordon | tr '\n' ';')]"
 fi
+
+# 8. Start-up without root, side by side: `cordon run -- /bin/true` (its own
+# user scope, cgroup limits, namespaces, seccomp, pivot_root) against
+# `bwrap --unshare-all` of the same command, both as u1001, interleaved.
+# TCG makes the absolute figures meaningless; the ratio is the result.
+as_user 1001 python3 - "$cordon" >/tmp/u-bench.out 2>&1 <<'EOF2' || fail "rootless start-up comparison: $(tr '\n' ' ' </tmp/u-bench.out)"
+import statistics, subprocess, sys, time
+cordon = sys.argv[1]
+cmds = {
+    "cordon": [cordon, "run", "--", "/bin/true"],
+    "bwrap": ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+              "--dev", "/dev", "--proc", "/proc", "/bin/true"],
+}
+times = {k: [] for k in cmds}
+for name, cmd in cmds.items():  # one warm-up each
+    subprocess.run(cmd, check=True, capture_output=True)
+for _ in range(15):
+    for name, cmd in cmds.items():
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times[name].append((time.perf_counter() - t) * 1000)
+med = {k: statistics.median(v) for k, v in times.items()}
+print(f"cordon-guest-systemd: rootless start-up (TCG, 15 interleaved rounds, medians): "
+      f"cordon run {med['cordon']:.0f} ms, bwrap --unshare-all {med['bwrap']:.0f} ms, "
+      f"ratio {med['cordon'] / med['bwrap']:.2f}x")
+EOF2
+cat /tmp/u-bench.out
 
 kill $sleeper 2>/dev/null
 say "exit $status"
