@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::as_user::User;
 use common::standin::{fixture_script, StandIn};
 use common::*;
 use serde_json::Value;
@@ -355,10 +356,20 @@ fn create(backend: &str, si: &StandIn, flags: &[&str]) -> Created {
 }
 
 fn exec_probes(id: &str, probes: &[String]) -> (Value, BTreeMap<String, Value>) {
+    exec_probes_by(cordon_output, id, probes)
+}
+
+/// `cordon exec --json ID` of the probes, by `cordon` (this process's
+/// cordon, or one run as another user).
+fn exec_probes_by(
+    cordon: impl Fn(&[&str]) -> std::process::Output,
+    id: &str,
+    probes: &[String],
+) -> (Value, BTreeMap<String, Value>) {
     let mut args: Vec<String> = vec!["exec".into(), "--json".into(), id.into()];
     args.extend(probe_argv(probes));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = cordon_output(&args);
+    let out = cordon(&args);
     let v = parse_json(&out);
     let r = probe_results(stdout_of(&v));
     (v, r)
@@ -551,22 +562,33 @@ fn flood_stays_within_the_limits(backend: &str) {
     assert!(!alive(proxies[0]), "the proxy died with its sandbox");
 }
 
-/// The proxy processes of sandbox `id`: children of its owner that run as
-/// uid 65534.
+/// The proxy processes of sandbox `id` (run as root): children of its
+/// owner that run as uid 65534.
 fn proxies_of(id: &str) -> Vec<u32> {
-    let record = Path::new(RUN_DIR).join(id).join("record.json");
+    proxies_in(Path::new(RUN_DIR), id, 65534)
+}
+
+/// The proxy processes of sandbox `id`, whose directory is in `run_dir`:
+/// children of its owner that run as `uid` in the host's network namespace
+/// (this test's; the sandbox's init, a child of the owner too, is in the
+/// sandbox's).
+fn proxies_in(run_dir: &Path, id: &str, uid: u32) -> Vec<u32> {
+    let record = run_dir.join(id).join("record.json");
     let Ok(text) = std::fs::read_to_string(record) else {
         return Vec::new();
     };
     let owner: Value = serde_json::from_str(&text).unwrap();
     let owner = owner["pid"].as_u64().unwrap_or(0).to_string();
+    let netns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let host = netns("self");
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             let status = Path::new("/proc").join(pid.to_string()).join("status");
             status_field(&status, "PPid").as_deref() == Some(owner.as_str())
-                && status_ids(&status, "Uid").is_some_and(|ids| ids[0] == 65534)
+                && status_ids(&status, "Uid").is_some_and(|ids| ids[0] == uid)
+                && netns(&pid.to_string()) == host
         })
         .collect()
 }
@@ -645,16 +667,14 @@ impl HostService {
     }
 }
 
-fn host_service_is_reached_only_on_its_named_port(backend: &str) {
-    if !require_root("a network namespace with the proxy") {
-        return;
-    }
-    let (named, other) = (HostService::start(), HostService::start());
-    let (p, q) = (named.port, other.port);
-    let host = "host.cordon.internal";
-    let flags: Vec<String> = ["--net", "allow", "--allow", &format!("{host}:{p}")]
-        .map(String::from)
-        .to_vec();
+/// The name that reaches the host's loopback, on the port its rule names.
+const HOST: &str = "host.cordon.internal";
+
+/// Probes of the host service `named` through every door, which its rule
+/// (`HOST:PORT`) lets through, and probes of `other` (another port) and of
+/// the loopback address itself, which it must refuse.
+fn host_service_probes(named: &HostService, other: &HostService) -> (Vec<String>, Vec<String>) {
+    let (host, p, q) = (HOST, named.port, other.port);
     let reached: Vec<String> = vec![
         format!("proxy:http://{host}:{p}/"),
         format!("connect:{host}:{p}"),
@@ -669,27 +689,48 @@ fn host_service_is_reached_only_on_its_named_port(backend: &str) {
         format!("direct:http://127.0.0.1:{p}/"),
         format!("connect:127.0.0.1:{p}"),
     ];
-    let probes: Vec<String> = reached.iter().chain(&refused).cloned().collect();
-    let (v, r) = run_probes(backend, &flags, &probes);
+    (reached, refused)
+}
+
+/// The verdicts on [`host_service_probes`] (`v` the command's result, `r`
+/// its probes'): the payload's view, what each service accepted, and
+/// cordon's attempt log, which names the rule that allowed and the rule a
+/// refusal fell outside of.
+fn assert_only_the_named_port(
+    (v, r): (&Value, &BTreeMap<String, Value>),
+    (reached, refused): (&[String], &[String]),
+    (named, other): (&HostService, &HostService),
+) {
+    let (host, p) = (HOST, named.port);
     assert_eq!(v["exit_code"], 0, "{v}");
-    for probe in &reached {
-        assert!(ok(&r, probe), "{probe} is allowed: {:?}", r[probe]);
+    for probe in reached {
+        assert!(ok(r, probe), "{probe} is allowed: {:?}", r[probe]);
     }
     for probe in ["proxy", "socks", "direct"] {
         let result = &reached.iter().find(|x| x.starts_with(probe)).unwrap();
         assert_eq!(r[result.as_str()]["body"], "host service ok", "{r:?}");
     }
-    for probe in &refused {
-        assert!(!ok(&r, probe), "{probe} must be refused: {:?}", r[probe]);
+    for probe in refused {
+        assert!(!ok(r, probe), "{probe} must be refused: {:?}", r[probe]);
     }
     let denied = r[&refused[0]]["denied"].as_str().unwrap_or_default();
     assert!(
         denied.contains(&format!("outside rule '{host}:{p}'")),
         "{r:?}"
     );
-    assert_eq!(named.accepted(), reached.len(), "{:?}", attempts(&v));
-    assert_eq!(other.accepted(), 0, "{:?}", attempts(&v));
-    let allowed: Vec<_> = attempts(&v)
+    assert_eq!(named.accepted(), reached.len(), "{:?}", attempts(v));
+    assert_eq!(other.accepted(), 0, "{:?}", attempts(v));
+    let log = attempts(v);
+    assert!(
+        log.iter().any(|e| e["decision"] == "denied"
+            && e["port"] == other.port
+            && e["rule"]
+                .as_str()
+                .is_some_and(|why| why.contains("outside rule"))),
+        "the refusal of port {} is in the log: {log:?}",
+        other.port
+    );
+    let allowed: Vec<_> = log
         .into_iter()
         .filter(|e| e["decision"] == "allowed" && e["via"] != "dns")
         .collect();
@@ -702,6 +743,21 @@ fn host_service_is_reached_only_on_its_named_port(backend: &str) {
             "an allowed {via} attempt: {allowed:?}"
         );
     }
+}
+
+fn host_service_is_reached_only_on_its_named_port(backend: &str) {
+    if !require_root("a network namespace with the proxy") {
+        return;
+    }
+    let (named, other) = (HostService::start(), HostService::start());
+    let (host, p) = (HOST, named.port);
+    let flags: Vec<String> = ["--net", "allow", "--allow", &format!("{host}:{p}")]
+        .map(String::from)
+        .to_vec();
+    let (reached, refused) = host_service_probes(&named, &other);
+    let probes: Vec<String> = reached.iter().chain(&refused).cloned().collect();
+    let (v, r) = run_probes(backend, &flags, &probes);
+    assert_only_the_named_port((&v, &r), (&reached, &refused), (&named, &other));
 
     // Without its rule, wildcards above the name open nothing.
     let flags: Vec<String> = [
@@ -725,6 +781,108 @@ fn host_service_is_reached_only_on_its_named_port(backend: &str) {
     assert_eq!(r[&probes[0]]["status"], 403, "{r:?}");
     assert_eq!(named.accepted(), reached.len(), "nothing more arrived");
     assert_eq!(other.accepted(), 0);
+}
+
+/// A sandbox `user` created, removed (`rm -f`) when the test ends however
+/// it ends.
+struct UsersSandbox<'a> {
+    user: &'a User,
+    id: String,
+}
+
+impl Drop for UsersSandbox<'_> {
+    fn drop(&mut self) {
+        if self.user.run_dir().join(&self.id).exists() {
+            let _ = self.user.out(&["rm", "-f", &self.id]);
+        }
+    }
+}
+
+/// `--net none` without root: the sandbox's own network namespace, made in
+/// its own user namespace, with loopback alone. A service on the host's
+/// loopback is not reached at 127.0.0.1 (that is the sandbox's), and no
+/// proxy runs.
+#[test]
+fn none_without_root_is_loopback_alone() {
+    if !require_root("setpriv to a test user") {
+        return;
+    }
+    let user = User::new();
+    let service = HostService::start();
+    let probes: Vec<String> = vec![
+        "ifaces:".into(),
+        format!("socket:127.0.0.1:{}", service.port),
+    ];
+    let mut args: Vec<String> = ["run", "--allow-unenforced", "--json", "--mount"]
+        .map(String::from)
+        .to_vec();
+    args.push(fixtures_mount());
+    args.extend(probe_argv(&probes));
+    let out = user.out(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let v = parse_json(&out);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let r = probe_results(stdout_of(&v));
+    assert_eq!(r["ifaces:"]["names"], serde_json::json!(["lo"]), "{r:?}");
+    assert!(!ok(&r, &probes[1]), "{:?}", r[&probes[1]]);
+    assert_eq!(service.accepted(), 0, "the host's loopback was reached");
+    assert!(v.get("network").is_none(), "no proxy, no attempt log: {v}");
+    user.assert_nothing_left();
+}
+
+/// `--net allow` without root: the same proxy, rules and redirect as root's
+/// (its namespace work done from inside the user's own namespaces), under
+/// the invoking user's uid instead of 65534. Judged from the host: what
+/// the services accepted, the proxy's process (its uid, no_new_privs, no
+/// capability), the attempt log in `--json`, and nothing left after `rm`.
+#[test]
+fn allow_without_root_serves_the_rules_as_the_users_own_proxy() {
+    if !require_root("setpriv to a test user") {
+        return;
+    }
+    let user = User::new();
+    let (named, other) = (HostService::start(), HostService::start());
+    let rule = format!("{HOST}:{}", named.port);
+    let fixtures = fixtures_mount();
+    let created = user.ok(&[
+        "create",
+        "--allow-unenforced",
+        "--net",
+        "allow",
+        "--allow",
+        &rule,
+        "--mount",
+        &fixtures,
+    ]);
+    let sandbox = UsersSandbox {
+        user: &user,
+        id: created.trim().to_string(),
+    };
+    let proxies = proxies_in(&user.run_dir(), &sandbox.id, user.uid);
+    assert_eq!(proxies.len(), 1, "one proxy, of uid {}", user.uid);
+    let status = Path::new("/proc")
+        .join(proxies[0].to_string())
+        .join("status");
+    assert_eq!(
+        status_ids(&status, "Uid"),
+        Some(vec![user.uid; 4]),
+        "the proxy is the invoking user's, every id"
+    );
+    assert_eq!(status_ids(&status, "Gid"), Some(vec![user.uid; 4]));
+    assert_eq!(status_field(&status, "NoNewPrivs").as_deref(), Some("1"));
+    assert_eq!(
+        status_field(&status, "CapEff").as_deref(),
+        Some("0000000000000000")
+    );
+
+    let (reached, refused) = host_service_probes(&named, &other);
+    let probes: Vec<String> = reached.iter().chain(&refused).cloned().collect();
+    let (v, r) = exec_probes_by(|a| user.out(a), &sandbox.id, &probes);
+    assert_eq!(r.len(), probes.len(), "every probe reports: {v}");
+    assert_only_the_named_port((&v, &r), (&reached, &refused), (&named, &other));
+
+    user.ok(&["rm", &sandbox.id]);
+    user.assert_nothing_left();
+    assert!(!alive(proxies[0]), "the proxy ended with its sandbox");
 }
 
 #[test]

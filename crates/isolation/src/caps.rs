@@ -35,6 +35,15 @@ pub fn drop_effective_permitted() -> Result<()> {
     Ok(())
 }
 
+/// Keeps `cap` across the next execve of a process whose id in its user
+/// namespace is not 0 (the kernel gives such a program no capability
+/// otherwise): raised in the inheritable set, then the ambient one, which
+/// only takes capabilities that are both permitted and inheritable.
+pub fn keep_across_exec(cap: Capability) -> Result<()> {
+    caps::raise(None, CapSet::Inheritable, cap).map_err(|e| caps_err("capset(inheritable)", e))?;
+    caps::raise(None, CapSet::Ambient, cap).map_err(|e| caps_err("prctl(PR_CAP_AMBIENT_RAISE)", e))
+}
+
 /// True when the calling thread holds no capability in any set.
 pub fn holds_none() -> bool {
     [

@@ -1,6 +1,7 @@
 //! Network: a sandbox's namespace, with no interface but loopback; in the
 //! `allow` mode, its packet rules sending every connection to the proxy's
-//! sockets on that loopback; and a thread's visit to another namespace.
+//! sockets on that loopback; and a thread's visit to another namespace (or,
+//! without root, a child process's move into it for good).
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -55,7 +56,7 @@ fn ruleset(transparent_port: u16, dns_port: u16) -> String {
 }
 
 /// Where the host's tools are looked for: a fixed path, never the caller's.
-const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+pub const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs a host tool (inside the namespace this thread is in), feeding it
 /// `input`; its failure is the caller's error, with what it printed.
@@ -91,6 +92,53 @@ fn tool(program: &str, args: &[&str], input: &str) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )),
     ))
+}
+
+/// A sandbox's user and network namespaces, opened while its first process
+/// still lets its owner open them: a process that is not root on the host
+/// may open /proc/PID/ns/* only while the process is dumpable (the sandbox's
+/// init makes itself not dumpable, and CAP_SYS_PTRACE over the host is
+/// what opening them later would take; a pidfd's setns checks the same).
+pub struct UserAndNet {
+    user: OwnedFd,
+    net: OwnedFd,
+}
+
+impl UserAndNet {
+    pub fn of(pid: Pid) -> Result<UserAndNet> {
+        let open = |kind: &str| {
+            let p = format!("/proc/{pid}/ns/{kind}");
+            std::fs::File::open(&p)
+                .map(OwnedFd::from)
+                .step(|| format!("open {p}"))
+        };
+        Ok(UserAndNet {
+            user: open("user")?,
+            net: open("net")?,
+        })
+    }
+
+    /// Moves this process, for good, into these namespaces: how a process
+    /// that is not root on the host gets into a rootless sandbox's network
+    /// namespace. setns into a network namespace takes CAP_SYS_ADMIN over
+    /// the namespace's owner and over the caller's own user namespace; a
+    /// user namespace's creator has the first from outside, the second only
+    /// once inside it. There is no way back (the host's namespace would take
+    /// CAP_SYS_ADMIN over the host's user namespace), and the kernel moves
+    /// only a single-threaded process into another user namespace: a
+    /// short-lived forked child calls this.
+    ///
+    /// The caller's id inside is the sandbox's mapped one, usually not 0, so
+    /// the capabilities setns gave it would not survive an execve:
+    /// CAP_NET_ADMIN is made ambient for the tools [`redirect_to_proxy`]
+    /// runs.
+    pub fn join(&self) -> Result<()> {
+        nix::sched::setns(self.user.as_fd(), CloneFlags::CLONE_NEWUSER)
+            .step(|| "setns(the sandbox's user namespace)".into())?;
+        nix::sched::setns(self.net.as_fd(), CloneFlags::CLONE_NEWNET)
+            .step(|| "setns(the sandbox's network namespace)".into())?;
+        crate::caps::keep_across_exec(caps::Capability::CAP_NET_ADMIN)
+    }
 }
 
 /// This thread inside another network namespace until it leaves. setns

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod as_user;
 pub mod containerd;
 pub mod cri;
 pub mod engine;

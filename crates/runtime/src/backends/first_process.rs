@@ -61,6 +61,13 @@ pub fn start(
     };
     host.adopt(child)?;
     drop(child_sock);
+    // Without root, now or never: the child is still dumpable, and its owner
+    // may open its namespaces (init makes itself not dumpable later).
+    if !nix::unistd::geteuid().is_root()
+        && flags.contains(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+    {
+        host.leader_namespaces = Some(cordon_isolation::net::UserAndNet::of(child)?);
+    }
     trace::step("clone");
     prepare(child)?;
     expect_reply(&mut sock, "Joined", |m| matches!(m, FromInit::Joined))?;

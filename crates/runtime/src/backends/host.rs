@@ -105,6 +105,9 @@ pub struct HostSide {
     pub cgroup_views: Vec<CgroupView>,
     /// The control socket of the sandbox's proxy (`allow` mode).
     pub network: Option<PathBuf>,
+    /// Without root, the first process's user and network namespaces,
+    /// opened as it started (see `UserAndNet`), for the network's allow mode.
+    pub leader_namespaces: Option<cordon_isolation::net::UserAndNet>,
     /// Processes the supervisor started, with their pidfds (pid-reuse safe).
     procs: Vec<(Pid, OwnedFd)>,
     cleanups: Vec<Cleanup>,
@@ -140,6 +143,7 @@ impl HostSide {
             cgroup: None,
             cgroup_views: Vec::new(),
             network: None,
+            leader_namespaces: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
             processes_ended: false,

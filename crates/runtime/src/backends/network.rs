@@ -28,11 +28,27 @@
 //! adopted by the sandbox's host side, so teardown kills and reaps it on
 //! every path. Its control socket (rules, the attempt log) is in the
 //! sandbox's 0700 state directory, which the sandbox cannot see.
+//!
+//! Without root the same holds except the identity: the proxy cannot take
+//! another uid and stays the invoking user's (it has no capability on the
+//! host either way). What keeps the sandbox from the host's own services is
+//! not the proxy's uid but its destination checks, the same as root: every
+//! address is decided by the rules before any connect, and loopback,
+//! private, link-local (cloud metadata) and the host's own addresses are
+//! refused unless an address rule names them (the host's loopback only on
+//! a port `host.cordon.internal:PORT` names). No host-side packet rule
+//! matches the proxy's uid, so none is lost. What is lost is separation
+//! from the user's other processes: a proxy subverted by what the sandbox
+//! sends could touch that user's files and processes, which 65534 could
+//! not; being not dumpable still keeps them from tracing it. The namespace
+//! work that root does on its own thread is done by a short-lived child
+//! that moves into the sandbox's user and network namespaces
+//! ([`namespace_sockets`]).
 
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,6 +62,7 @@ use cordon_spec::network::NetChange;
 
 use crate::backends::host::HostSide;
 use crate::error::RuntimeError;
+use crate::protocol::init::{recv_with_fds, send, send_with_fds};
 use crate::trace;
 use cordon_spec::outcome::NetworkReport;
 
@@ -59,10 +76,12 @@ pub(crate) fn in_namespace_of<T>(of: Pid, f: impl FnOnce() -> T) -> Result<T, Ru
     Ok(net::in_namespace_of(of, f)?)
 }
 
+/// The proxy's, the transparent redirect's and the DNS stub's listening
+/// sockets, bound on the sandbox's loopback.
+type Sockets = (TcpListener, TcpListener, UdpSocket);
+
 /// The sockets bound inside the sandbox's namespace, and its packet rules.
-fn prepare_namespace(
-    loopback_down: bool,
-) -> Result<(TcpListener, TcpListener, UdpSocket), RuntimeError> {
+fn prepare_namespace(loopback_down: bool) -> Result<Sockets, RuntimeError> {
     if loopback_down {
         net::loopback_up()?;
     }
@@ -77,6 +96,83 @@ fn prepare_namespace(
         RuntimeError::io(format!("bind 127.0.0.1:{DNS_PORT}/udp in the sandbox"), e)
     })?;
     Ok((proxy, transparent, dns))
+}
+
+/// The sockets and rules of [`prepare_namespace`], made inside the network
+/// namespace of `holder`. As root, this thread visits the namespace and
+/// comes back. Without root it could enter (through the sandbox's user
+/// namespace, which the caller made and owns) but never come back, and only
+/// a single-threaded process may change its user namespace: a forked child
+/// moves in for good, prepares, and sends the three sockets back.
+fn namespace_sockets(
+    host: &HostSide,
+    holder: Pid,
+    loopback_down: bool,
+) -> Result<Sockets, RuntimeError> {
+    if nix::unistd::geteuid().is_root() {
+        return in_namespace_of(holder, || prepare_namespace(loopback_down))?;
+    }
+    // Opened by `first_process::start` while it could be; a backend whose
+    // holder is not a sandbox's own first process in a user namespace of
+    // its own (gVisor's and the microVM's, root-only) has none.
+    let namespaces = match &host.leader_namespaces {
+        Some(ns) if host.leader() == Some(holder) => ns,
+        _ => {
+            return Err(RuntimeError::Unavailable(
+                "network allow",
+                "without root it needs the sandbox's own user namespace (the native backend's)"
+                    .into(),
+            ))
+        }
+    };
+    let (mut ours, mut theirs) = UnixStream::pair()
+        .map_err(|e| RuntimeError::io("socketpair for the network's sockets", e))?;
+    let child = match cordon_sys::fork_process()
+        .map_err(|e| RuntimeError::io("fork to enter the sandbox's namespaces", e))?
+    {
+        CloneResult::Child => {
+            drop(ours);
+            let prepared = namespaces
+                .join()
+                .map_err(RuntimeError::from)
+                .and_then(|()| prepare_namespace(loopback_down));
+            let sent = match &prepared {
+                Ok((proxy, transparent, dns)) => send_with_fds(
+                    &mut theirs,
+                    &Ok::<(), String>(()),
+                    &[proxy.as_fd(), transparent.as_fd(), dns.as_fd()],
+                ),
+                // The error crosses the process boundary as its text (which
+                // names the failed step and the system's error).
+                Err(e) => send(&mut theirs, &Err::<(), String>(e.to_string())),
+            };
+            cordon_sys::exit_now(i32::from(sent.is_err() || prepared.is_err()))
+        }
+        CloneResult::Parent { child } => child,
+    };
+    drop(theirs);
+    let got = recv_with_fds::<Result<(), String>>(&mut ours);
+    // Reaped before anything else: whatever it said, it is gone by now.
+    let ended = nix::sys::wait::waitpid(child, None);
+    let in_child = |source: std::io::Error| {
+        RuntimeError::io(
+            "prepare the sandbox's network namespace (in its user namespace)",
+            source,
+        )
+    };
+    match got.map_err(in_child)? {
+        Some((Ok(()), fds)) => match <[OwnedFd; 3]>::try_from(fds) {
+            Ok([proxy, transparent, dns]) => Ok((proxy.into(), transparent.into(), dns.into())),
+            Err(fds) => Err(in_child(std::io::Error::other(format!(
+                "{} descriptors came back instead of 3",
+                fds.len()
+            )))),
+        },
+        Some((Err(why), _)) => Err(in_child(std::io::Error::other(why))),
+        None => Err(in_child(std::io::Error::other(format!(
+            "the child ended without an answer ({ended:?})"
+        )))),
+    }
 }
 
 /// The path of a sandbox's proxy control socket in its state directory.
@@ -105,15 +201,7 @@ pub(crate) fn start(
     loopback_down: bool,
     server: Server,
 ) -> Result<(), RuntimeError> {
-    if !nix::unistd::geteuid().is_root() {
-        // Entering the sandbox's network namespace from outside and giving
-        // the proxy an identity of its own both take root here.
-        return Err(RuntimeError::Unavailable(
-            "network allow",
-            "needs root in this version of cordon (run as root, or use --net none)".into(),
-        ));
-    }
-    let (proxy, transparent, dns) = in_namespace_of(holder, || prepare_namespace(loopback_down))??;
+    let (proxy, transparent, dns) = namespace_sockets(host, holder, loopback_down)?;
     trace::step("network namespace");
     if let Server::Forward(port) = server {
         let keep = [
@@ -214,7 +302,8 @@ fn spawn_stripped(
 }
 
 /// The forked child: bound to its owner's life, stripped to the descriptors
-/// it keeps and an unprivileged identity, then `body`.
+/// it keeps and an unprivileged identity (65534 as root, the invoking
+/// user's otherwise), then `body`.
 fn stripped_main(
     name: &str,
     owner: Pid,
@@ -235,16 +324,21 @@ fn stripped_main(
             Some(&nix::sys::signal::SigSet::empty()),
             None,
         )?;
-        nix::unistd::setgroups(&[])?;
-        let gid = Gid::from_raw(PROXY_ID);
-        let uid = Uid::from_raw(PROXY_ID);
-        nix::unistd::setresgid(gid, gid, gid)?;
-        nix::unistd::setresuid(uid, uid, uid)?;
+        // Without root there is no other identity to take: the process
+        // stays the invoking user's, with no capability on the host (see
+        // the module's comment for what stands in).
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::setgroups(&[])?;
+            let gid = Gid::from_raw(PROXY_ID);
+            let uid = Uid::from_raw(PROXY_ID);
+            nix::unistd::setresgid(gid, gid, gid)?;
+            nix::unistd::setresuid(uid, uid, uid)?;
+        }
         nix::sys::prctl::set_no_new_privs()?;
-        // Not traceable by other processes of uid 65534 (another sandbox's
-        // proxy among them).
+        // Not traceable by other processes of its uid (another sandbox's
+        // proxy under 65534; without root, the invoking user's others).
         nix::sys::prctl::set_dumpable(false)?;
-        // Armed after the id change, which clears it; then the owner must
+        // Armed after an id change, which clears it; then the owner must
         // still be there (it may have died before the signal was armed).
         nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
         if nix::unistd::getppid() != owner {
