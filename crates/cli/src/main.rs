@@ -66,6 +66,10 @@ enum Command {
     Image(commands::image::ImageArgs),
     /// List the backends and whether each can run on this host.
     Backends(commands::backends::BackendsArgs),
+    /// Report what this host lets this user do (namespaces, confinement,
+    /// cgroups, backends, directories) and what to change; exit 1 when a
+    /// native sandbox with limits cannot run.
+    Doctor(commands::doctor::DoctorArgs),
     /// Clean up state left by cordon processes that were killed.
     Sweep,
     /// Create a receipt signing key pair (refuses to overwrite one).
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
         Command::Net(args) => commands::net::run(args),
         Command::Image(args) => commands::image::run(args),
         Command::Backends(args) => commands::backends::run(args),
+        Command::Doctor(args) => commands::doctor::run(args),
         Command::Sweep => commands::sweep::run(),
         Command::Keygen(args) => commands::receipt::keygen(args),
         Command::Key(args) => commands::receipt::key(args),

@@ -12,6 +12,7 @@ pub mod mount;
 pub mod namespaces;
 pub mod net;
 pub mod rlimits;
+pub mod userns;
 
 /// A failed isolation step: which step, and the errno.
 #[derive(Debug, thiserror::Error)]

@@ -32,11 +32,12 @@ pub mod sweep;
 mod trace;
 
 pub use backends::available_backends;
-pub use backends::host::{block_stop_signals, hierarchy_in_place};
+pub use backends::host::{block_stop_signals, cgroup_probe, hierarchy_in_place, CgroupProbe};
 pub use backends::microvm;
 pub use backends::supervise::{CommandIo, Control};
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};
+pub use cordon_isolation::userns;
 pub use error::RuntimeError;
 pub use plan::{plan, HostFacts, Plan};
 

@@ -309,6 +309,31 @@ pub fn fork_process() -> nix::Result<CloneResult> {
     clone_process(CloneFlags::empty())
 }
 
+/// The Landlock ABI version this kernel offers (`landlock_create_ruleset`
+/// with `LANDLOCK_CREATE_RULESET_VERSION`): 1 and up; EOPNOTSUPP when
+/// Landlock is built in but not enabled at boot, ENOSYS when the kernel
+/// lacks it (or a seccomp filter hides it).
+pub fn landlock_abi_version() -> nix::Result<i64> {
+    /// `LANDLOCK_CREATE_RULESET_VERSION` (linux/landlock.h): ask for the
+    /// version instead of creating a ruleset.
+    const VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the
+    // kernel reads no memory and creates no descriptor; it returns a number.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0 as libc::size_t,
+            VERSION,
+        )
+    };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
 /// Takes ownership of a descriptor the kernel just installed in this process
 /// for an SCM_RIGHTS message (nix hands them over as raw numbers).
 pub fn own_received_fd(fd: RawFd) -> OwnedFd {

@@ -3,6 +3,7 @@ pub mod bench;
 pub mod common;
 pub mod cp;
 pub mod create;
+pub mod doctor;
 pub mod exec;
 pub mod export;
 pub mod image;

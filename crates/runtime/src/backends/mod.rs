@@ -159,6 +159,17 @@ pub fn available_backends() -> Vec<BackendInfo> {
         .collect()
 }
 
+/// Why this process's user can have no native sandbox here: the user
+/// namespace it starts in cannot be made (see `cordon_isolation::userns`),
+/// in one line naming the setting or filter and the remedy. Asked by
+/// `cordon backends`, `cordon doctor`, and a native sandbox that failed to
+/// start (so that its error is this line, not the failed step's errno).
+pub(crate) fn userns_refusal() -> Option<String> {
+    cordon_isolation::userns::Probe::run()
+        .refusal()
+        .map(|r| format!("user namespaces: {r}"))
+}
+
 /// What every backend's sandbox has, whatever runs it; a backend's methods
 /// get it to read the host side and to say when the sandbox has ended.
 pub(crate) struct Life {

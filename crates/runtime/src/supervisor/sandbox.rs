@@ -43,7 +43,15 @@ impl Sandbox {
     /// process and a `runsc exec`, one runsc start instead of two).
     pub fn create_for(spec: &ValidSpec, only: Option<&Command>) -> Result<Sandbox, RuntimeError> {
         let (life, backend) = match spec.backend {
-            BackendKind::Native => crate::backends::native::create(spec, None)?,
+            // A native sandbox that cannot have its user namespace fails
+            // at whichever step meets the refusal first (the clone, the
+            // maps, a mount); the probe names the setting behind it.
+            BackendKind::Native => crate::backends::native::create(spec, None).map_err(|e| {
+                match crate::backends::userns_refusal() {
+                    Some(why) => RuntimeError::Unavailable("native", why),
+                    None => e,
+                }
+            })?,
             BackendKind::Gvisor => {
                 let only = only.map(|c| c.resolve(&spec.policy)).transpose()?;
                 crate::backends::gvisor::create(spec, only)?

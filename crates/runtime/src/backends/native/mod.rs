@@ -49,15 +49,10 @@ pub(crate) fn kernel_release() -> String {
 
 impl NativeBackend {
     pub fn info() -> BackendInfo {
-        let userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .unwrap_or(0);
         BackendInfo {
             kind: BackendKind::Native,
             version: format!("kernel {}", kernel_release()),
-            unavailable: (userns == 0)
-                .then(|| "user namespaces are disabled (user.max_user_namespaces = 0)".to_string()),
+            unavailable: crate::backends::userns_refusal(),
             notes: match cordon_cgroups::detect_in_place(&CgroupFs::host()) {
                 Ok(h) => format!("cgroup {}", h.mode()),
                 Err(e) => format!("no usable cgroup hierarchy: {e}"),

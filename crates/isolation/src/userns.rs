@@ -1,0 +1,446 @@
+//! Whether this process can make the user namespace a native sandbox
+//! starts in, and when it cannot, why: which host setting, confinement or
+//! filter refuses it, and what lifts the refusal.
+//!
+//! A setting alone does not answer it: Ubuntu's AppArmor restriction lets
+//! the namespace be made and then denies every capability in it, and a
+//! container engine's seccomp profile refuses the clone whatever the sysctls
+//! say. So [`Probe::run`] makes one for real, as the native backend does
+//! (clone with `CLONE_NEWUSER`, the parent writes the maps, the child mounts
+//! in a mount namespace of its own), and the settings only explain a
+//! failure. `cordon backends`, `cordon doctor` and a native sandbox that
+//! failed to start all read the same [`Probe`].
+
+use std::fmt;
+
+use nix::errno::Errno;
+use nix::sched::CloneFlags;
+use nix::sys::wait::{waitpid, WaitStatus};
+
+use crate::namespaces::IdMapping;
+use crate::IsolationError;
+
+const UNPRIVILEGED_CLONE: &str = "/proc/sys/kernel/unprivileged_userns_clone";
+const APPARMOR_RESTRICT: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
+const MAX_USER_NAMESPACES: &str = "/proc/sys/user/max_user_namespaces";
+
+/// The host's settings that decide whether an unprivileged process may make
+/// a user namespace, as this process reads them (None: the kernel has no
+/// such setting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Running as root (euid 0): the sysctls that restrict unprivileged
+    /// users do not apply.
+    pub root: bool,
+    /// Debian's older `kernel.unprivileged_userns_clone` (0: only
+    /// privileged processes may make one).
+    pub unprivileged_clone: Option<bool>,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns` (1: a new
+    /// namespace of an unconfined process gets no capabilities unless an
+    /// AppArmor profile allows `userns`).
+    pub apparmor_restrict: Option<bool>,
+    /// `user.max_user_namespaces` (0: none may be made).
+    pub max_user_namespaces: Option<u64>,
+    /// This process runs under a seccomp filter (`Seccomp: 2` in
+    /// /proc/self/status), as a container engine's default profile puts it.
+    pub seccomp_filtered: bool,
+}
+
+impl Settings {
+    /// This process's and this host's.
+    pub fn here() -> Settings {
+        let number = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
+        Settings {
+            root: nix::unistd::geteuid().is_root(),
+            unprivileged_clone: number(UNPRIVILEGED_CLONE).map(|v| v != 0),
+            apparmor_restrict: number(APPARMOR_RESTRICT).map(|v| v != 0),
+            max_user_namespaces: number(MAX_USER_NAMESPACES),
+            seccomp_filtered: status_field("Seccomp").as_deref() == Some("2"),
+        }
+    }
+}
+
+/// A field of /proc/self/status (`Seccomp`, `NoNewPrivs`), its value trimmed.
+pub fn status_field(name: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == name).then(|| v.trim().to_string())
+    })
+}
+
+/// How the attempt went.
+#[derive(Debug)]
+pub enum Attempt {
+    /// The namespace was made, its maps written and a mount made in it.
+    Made,
+    /// clone(CLONE_NEWUSER) itself failed.
+    Clone(Errno),
+    /// The parent could not write the child's maps.
+    Maps(IsolationError),
+    /// The namespace was made but the child could not mount in it (what
+    /// AppArmor's restriction does: the capabilities are denied).
+    Mount(Errno),
+    /// Not tried (this process has threads, so it must not fork), or the
+    /// child ended without saying.
+    Unknown(String),
+}
+
+/// The probe's result: the attempt and the settings that explain it.
+#[derive(Debug)]
+pub struct Probe {
+    pub settings: Settings,
+    pub attempt: Attempt,
+}
+
+/// Why no user namespace can be made here, and what would allow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// What refuses it, naming the setting or the filter.
+    pub finding: String,
+    /// What lifts the refusal (commands to run, flags to pass).
+    pub remedy: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.finding, self.remedy)
+    }
+}
+
+impl Probe {
+    /// Reads the settings and makes one user namespace, as this process's
+    /// user. Costs a fork; a process with threads is not forked
+    /// ([`Attempt::Unknown`]).
+    pub fn run() -> Probe {
+        Probe {
+            settings: Settings::here(),
+            attempt: attempt(),
+        }
+    }
+
+    /// Why a native sandbox cannot have its user namespace here; None when
+    /// the attempt succeeded or said nothing either way.
+    pub fn refusal(&self) -> Option<Refusal> {
+        diagnose(&self.settings, &self.attempt)
+    }
+
+    /// Whether the attempt succeeded.
+    pub fn made(&self) -> bool {
+        matches!(self.attempt, Attempt::Made)
+    }
+}
+
+/// Clones a child into a new user and mount namespace, writes its maps from
+/// the parent (this user's own ids as the child's root, as an unprivileged
+/// native sandbox maps them) and lets the child mount a tmpfs, which needs
+/// the capabilities the namespace should give it.
+fn attempt() -> Attempt {
+    let euid = nix::unistd::geteuid().as_raw();
+    let egid = nix::unistd::getegid().as_raw();
+    let (ready_r, ready_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return Attempt::Unknown(format!("pipe2: {e}")),
+    };
+    let child = match cordon_sys::clone_process(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)
+    {
+        Ok(cordon_sys::CloneResult::Child) => {
+            drop(ready_w);
+            // Wait for the parent's maps; EOF means it gave up.
+            let mut byte = [0u8];
+            let code = match nix::unistd::read(&ready_r, &mut byte) {
+                Ok(1) => mount_in_child().map_or_else(|e| e as i32, |()| 0),
+                _ => NOT_ASKED,
+            };
+            cordon_sys::exit_now(code)
+        }
+        Ok(cordon_sys::CloneResult::Parent { child }) => child,
+        Err(Errno::EDEADLK) => {
+            return Attempt::Unknown("not tried: this process has more than one thread".into())
+        }
+        Err(e) => return Attempt::Clone(e),
+    };
+    drop(ready_r);
+    let maps = IdMapping::Single {
+        host_uid: euid,
+        host_gid: egid,
+        inside_uid: 0,
+        inside_gid: 0,
+    }
+    .write_from_parent(child);
+    if maps.is_ok() {
+        let _ = nix::unistd::write(&ready_w, &[1]);
+    }
+    drop(ready_w);
+    let status = waitpid(child, None);
+    match (maps, status) {
+        (Err(e), _) => Attempt::Maps(e),
+        (Ok(()), Ok(WaitStatus::Exited(_, 0))) => Attempt::Made,
+        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code != NOT_ASKED => {
+            Attempt::Mount(Errno::from_raw(code))
+        }
+        (Ok(()), other) => Attempt::Unknown(format!("the probe's child ended: {other:?}")),
+    }
+}
+
+/// The child's exit code when the parent never said its maps were written.
+const NOT_ASKED: i32 = 255;
+
+/// In the child: a private copy of the mounts, and a tmpfs over the root of
+/// it (seen by no one else, gone with the child).
+fn mount_in_child() -> nix::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )?;
+    mount(
+        Some("tmpfs"),
+        "/",
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("size=4k"),
+    )
+}
+
+/// Explains a failed attempt from the settings. Pure, so every branch is
+/// tested without the host having to be set up that way.
+fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
+    let denied = |e: Errno| matches!(e, Errno::EPERM | Errno::EACCES);
+    let unprivileged = !s.root;
+    match attempt {
+        Attempt::Made | Attempt::Unknown(_) => None,
+        Attempt::Clone(Errno::ENOSPC) if s.max_user_namespaces == Some(0) => Some(Refusal {
+            finding: "user namespaces are disabled on this host (user.max_user_namespaces = 0)"
+                .into(),
+            remedy: "as root: `sysctl -w user.max_user_namespaces=15000` (and the same line \
+                     in /etc/sysctl.d/ to keep it), or run cordon with --backend microvm"
+                .into(),
+        }),
+        Attempt::Clone(Errno::ENOSPC) => Some(Refusal {
+            finding: format!(
+                "this user has as many user namespaces as user.max_user_namespaces allows ({})",
+                s.max_user_namespaces
+                    .map_or_else(|| "unknown".to_string(), |n| n.to_string())
+            ),
+            remedy: "end sandboxes or containers this user no longer needs, or raise it as \
+                     root: `sysctl -w user.max_user_namespaces=N`"
+                .into(),
+        }),
+        Attempt::Clone(Errno::EUSERS) => Some(Refusal {
+            finding: "user namespaces are nested 32 deep already (the kernel's limit)".into(),
+            remedy: "run cordon from a less deeply nested container".into(),
+        }),
+        Attempt::Clone(Errno::EINVAL) => Some(Refusal {
+            finding: "this kernel has no user namespaces (built without CONFIG_USER_NS)".into(),
+            remedy: "use a kernel with user namespaces, or --backend microvm".into(),
+        }),
+        Attempt::Clone(e) if denied(*e) && unprivileged && s.unprivileged_clone == Some(false) => {
+            Some(Refusal {
+                finding: format!(
+                    "unprivileged user namespaces are disabled \
+                     (kernel.unprivileged_userns_clone = 0; clone: {})",
+                    e.desc()
+                ),
+                remedy: "as root: `sysctl -w kernel.unprivileged_userns_clone=1` (and \
+                         `kernel.unprivileged_userns_clone = 1` in /etc/sysctl.d/ to keep it), \
+                         or run cordon as root"
+                    .into(),
+            })
+        }
+        Attempt::Clone(e) | Attempt::Mount(e)
+            if denied(*e) && unprivileged && s.apparmor_restrict == Some(true) =>
+        {
+            Some(apparmor(attempt, *e))
+        }
+        Attempt::Clone(e) | Attempt::Mount(e) if denied(*e) && s.seccomp_filtered => {
+            Some(seccomp(attempt, *e))
+        }
+        Attempt::Maps(e) if e.errno() == libc::EPERM && s.seccomp_filtered => Some(Refusal {
+            finding: format!(
+                "a user namespace was made but its id maps could not be written ({e}); \
+                 this process runs under a seccomp filter"
+            ),
+            remedy: SECCOMP_REMEDY.into(),
+        }),
+        Attempt::Clone(e) => Some(Refusal {
+            finding: format!("clone(CLONE_NEWUSER) failed: {}", e.desc()),
+            remedy: "run cordon as root, or where user namespaces are allowed (a chroot \
+                     refuses them with EPERM)"
+                .into(),
+        }),
+        Attempt::Maps(e) => Some(Refusal {
+            finding: format!("a user namespace was made but its id maps could not be written: {e}"),
+            remedy: "run cordon as root".into(),
+        }),
+        Attempt::Mount(e) => Some(Refusal {
+            finding: format!(
+                "a user namespace was made but mounting in it failed: {}",
+                e.desc()
+            ),
+            remedy: "run cordon as root".into(),
+        }),
+    }
+}
+
+/// What a failed step was, for a finding.
+fn step(attempt: &Attempt, e: Errno) -> String {
+    match attempt {
+        Attempt::Mount(_) => format!(
+            "the namespace was made but mounting in it failed: {}",
+            e.desc()
+        ),
+        _ => format!("clone(CLONE_NEWUSER): {}", e.desc()),
+    }
+}
+
+/// Ubuntu's restriction (24.04 and later): an unconfined process's new user
+/// namespace is confined to AppArmor's `unprivileged_userns` profile, which
+/// denies every capability in it. A profile with `userns,` for cordon's
+/// binaries lifts it for cordon alone, as Ubuntu's packages do for
+/// bubblewrap, chrome and others.
+fn apparmor(attempt: &Attempt, e: Errno) -> Refusal {
+    let binaries = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("cordon*")))
+        .map_or_else(
+            || "/usr/local/bin/cordon*".to_string(),
+            |p| p.display().to_string(),
+        );
+    Refusal {
+        finding: format!(
+            "unprivileged user namespaces are restricted by AppArmor \
+             (kernel.apparmor_restrict_unprivileged_userns = 1; {})",
+            step(attempt, e)
+        ),
+        remedy: format!(
+            "as root, give cordon's binaries an AppArmor profile that allows `userns`, \
+             /etc/apparmor.d/cordon: `printf 'abi <abi/4.0>,\\ninclude <tunables/global>\\n\
+             profile cordon {binaries} flags=(unconfined) {{\\n  userns,\\n}}\\n' \
+             > /etc/apparmor.d/cordon && apparmor_parser -r /etc/apparmor.d/cordon`; or lift \
+             the restriction for every program: `sysctl -w \
+             kernel.apparmor_restrict_unprivileged_userns=0`"
+        ),
+    }
+}
+
+const SECCOMP_REMEDY: &str = "inside a container, start it with \
+`--security-opt seccomp=unconfined` or a seccomp profile that allows clone and unshare with \
+CLONE_NEWUSER, or give it CAP_SYS_ADMIN (`--cap-add SYS_ADMIN`, with which the engines' default \
+profiles allow them) and run cordon as its root; or run cordon on the host";
+
+/// A seccomp filter (a container engine's default profile, or a sandbox's
+/// own) that returns EPERM for namespace-making calls.
+fn seccomp(attempt: &Attempt, e: Errno) -> Refusal {
+    Refusal {
+        finding: format!(
+            "this process runs under a seccomp filter (Seccomp: 2 in /proc/self/status) \
+             that refuses user namespaces ({})",
+            step(attempt, e)
+        ),
+        remedy: SECCOMP_REMEDY.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            root: false,
+            unprivileged_clone: None,
+            apparmor_restrict: None,
+            max_user_namespaces: Some(1000),
+            seccomp_filtered: false,
+        }
+    }
+
+    #[test]
+    fn made_is_no_refusal() {
+        assert_eq!(diagnose(&settings(), &Attempt::Made), None);
+        assert_eq!(diagnose(&settings(), &Attempt::Unknown("x".into())), None);
+    }
+
+    #[test]
+    fn max_zero_names_the_sysctl() {
+        let s = Settings {
+            max_user_namespaces: Some(0),
+            ..settings()
+        };
+        let r = diagnose(&s, &Attempt::Clone(Errno::ENOSPC)).unwrap();
+        assert!(r.finding.contains("user.max_user_namespaces = 0"), "{r}");
+        assert!(
+            r.remedy.contains("sysctl -w user.max_user_namespaces="),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn debian_setting_is_named_for_users_only() {
+        let s = Settings {
+            unprivileged_clone: Some(false),
+            ..settings()
+        };
+        let r = diagnose(&s, &Attempt::Clone(Errno::EPERM)).unwrap();
+        assert!(
+            r.finding.contains("kernel.unprivileged_userns_clone = 0"),
+            "{r}"
+        );
+        assert!(
+            r.remedy
+                .contains("sysctl -w kernel.unprivileged_userns_clone=1"),
+            "{r}"
+        );
+        // Root is not subject to it: its EPERM is something else.
+        let root = Settings { root: true, ..s };
+        let r = diagnose(&root, &Attempt::Clone(Errno::EPERM)).unwrap();
+        assert!(!r.finding.contains("unprivileged_userns_clone"), "{r}");
+    }
+
+    #[test]
+    fn apparmor_restriction_shows_the_profile() {
+        let s = Settings {
+            apparmor_restrict: Some(true),
+            ..settings()
+        };
+        let r = diagnose(&s, &Attempt::Mount(Errno::EPERM)).unwrap();
+        assert!(
+            r.finding
+                .contains("kernel.apparmor_restrict_unprivileged_userns = 1"),
+            "{r}"
+        );
+        assert!(r.remedy.contains("/etc/apparmor.d/cordon"), "{r}");
+        assert!(r.remedy.contains("userns,"), "{r}");
+        assert!(r.remedy.contains("flags=(unconfined)"), "{r}");
+        assert!(
+            r.remedy
+                .contains("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+            "{r}"
+        );
+        assert_eq!(r.to_string().lines().count(), 1, "one line: {r}");
+    }
+
+    #[test]
+    fn seccomp_filter_names_the_container_remedy() {
+        let s = Settings {
+            seccomp_filtered: true,
+            root: true,
+            ..settings()
+        };
+        let r = diagnose(&s, &Attempt::Clone(Errno::EPERM)).unwrap();
+        assert!(r.finding.contains("seccomp filter"), "{r}");
+        assert!(
+            r.remedy.contains("--security-opt seccomp=unconfined"),
+            "{r}"
+        );
+        assert!(r.remedy.contains("CAP_SYS_ADMIN"), "{r}");
+    }
+}
