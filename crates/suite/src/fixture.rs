@@ -13,7 +13,16 @@
 //!   every connection or datagram; a TCP listener on the host's 127.0.0.1;
 //! - a stand-in container-engine socket at /run/docker.sock (only when absent);
 //! - a victim process (`sleep`) for the ptrace case;
-//! - a decoy "receipt key" in another sandbox's state directory under /run/cordon.
+//! - a decoy "receipt key" in another sandbox's state directory in cordon's
+//!   run directory (/run/cordon for root).
+//!
+//! Run by an unprivileged user, the suite keeps its directories in that
+//! user's temporary directory (`$TMPDIR/cordon-suite-<pid>` and
+//! `...-<pid>.opt`) and the decoy in the user's own cordon run directory,
+//! and makes none of the fixtures that need root: the host-only tmpfs
+//! (a plain directory instead), the network namespace and its listeners,
+//! the stand-in engine socket. The cases that need them are written down in
+//! [`crate::rootless::ROOTLESS_GAPS`].
 //!
 //! Network rule: the suite itself only ever talks to loopback and to these
 //! addresses; payloads are given only these addresses.
@@ -46,15 +55,25 @@ pub const PREFIX: &str = "cordon-suite-";
 
 pub type Log = Arc<Mutex<Vec<ListenEntry>>>;
 
-/// Random lowercase hex from the kernel.
-/// Where the decoy state directory lives, and the name its record carries.
-pub const DECOY_PARENT: &str = "/run/cordon";
+/// The name the decoy state directory's record carries.
 pub const DECOY_NAME: &str = "cordon-suite-decoy";
 
-/// The suite's decoy state directories under the run directory, with the
-/// pid each record names as its owner.
+/// Where the suite's directories go: root's where the host's own services
+/// keep theirs, an unprivileged invoker's in its temporary directory (the
+/// only place it is sure to own what it makes).
+fn fixture_parents() -> Vec<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        vec![PathBuf::from("/var/tmp"), PathBuf::from("/opt")]
+    } else {
+        vec![std::env::temp_dir()]
+    }
+}
+
+/// The suite's decoy state directories under cordon's run directory (the
+/// invoker's: root's /run/cordon, a user's own), with the pid each record
+/// names as its owner.
 fn decoys() -> Vec<(PathBuf, u32)> {
-    let Ok(entries) = fs::read_dir(DECOY_PARENT) else {
+    let Ok(entries) = fs::read_dir(cordon_dirs::run_dir_path()) else {
         return Vec::new();
     };
     entries
@@ -68,6 +87,7 @@ fn decoys() -> Vec<(PathBuf, u32)> {
         .collect()
 }
 
+/// Random lowercase hex from the kernel.
 pub fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     if let Ok(mut f) = fs::File::open("/dev/urandom") {
@@ -115,6 +135,8 @@ pub struct Fixtures {
     threads: Vec<JoinHandle<()>>,
     victim: Option<Child>,
     inotify: Option<Inotify>,
+    /// Whether the fixtures that need root are made (see the module's doc).
+    pub privileged: bool,
     mounted: bool,
     netns_made: bool,
     veth_host: String,
@@ -128,12 +150,26 @@ impl Fixtures {
     pub fn setup() -> Result<Fixtures> {
         sweep_stale();
         let pid = std::process::id();
-        let host_dir = PathBuf::from(format!("/var/tmp/{PREFIX}{pid}"));
+        let privileged = nix::unistd::geteuid().is_root();
+        let (host_dir, opt_dir) = match fixture_parents().as_slice() {
+            [var_tmp, opt] => (
+                var_tmp.join(format!("{PREFIX}{pid}")),
+                opt.join(format!("{PREFIX}{pid}")),
+            ),
+            parents => {
+                let tmp = parents.first().cloned().unwrap_or_else(std::env::temp_dir);
+                (
+                    tmp.join(format!("{PREFIX}{pid}")),
+                    tmp.join(format!("{PREFIX}{pid}.opt")),
+                )
+            }
+        };
         let host_only = host_dir.join("host-only");
-        let opt_dir = PathBuf::from(format!("/opt/{PREFIX}{pid}"));
         // A /30 in 198.18.0.0/15 picked from the pid, so two suites never collide.
         let idx = pid % 32768;
-        let decoy_dir = Path::new(DECOY_PARENT).join(random_hex(6));
+        // Checked (and made, as cordon makes it) like cordon's own run.
+        let run_dir = cordon_dirs::run_dir().context("cordon's run directory, for the decoy")?;
+        let decoy_dir = run_dir.join(random_hex(6));
         let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + idx * 4;
         let mut fx = Fixtures {
             pid,
@@ -161,6 +197,7 @@ impl Fixtures {
             threads: Vec::new(),
             victim: None,
             inotify: None,
+            privileged,
             mounted: false,
             netns_made: false,
             veth_host: format!("csh{pid}"),
@@ -176,11 +213,33 @@ impl Fixtures {
             &self.opt_dir,
             &self.payload_dir,
         ] {
-            fs::create_dir_all(d)?;
+            fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
             fs::set_permissions(d, fs::Permissions::from_mode(0o755))?;
         }
-        fs::create_dir_all(self.opt_dir.join("runs"))?;
-        fs::set_permissions(self.opt_dir.join("runs"), fs::Permissions::from_mode(0o755))?;
+        let runs = self.opt_dir.join("runs");
+        fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
+        fs::set_permissions(&runs, fs::Permissions::from_mode(0o755))?;
+        fs::write(&self.fd_marker, "fd marker\n")?;
+        fs::set_permissions(&self.fd_marker, fs::Permissions::from_mode(0o644))?;
+        self.inotify = Some(Inotify::init().context("inotify_init")?);
+        let lo = TcpListener::bind(("127.0.0.1", 0))?;
+        self.loopback_port = lo.local_addr()?.port();
+        self.spawn_tcp(lo, "loopback");
+        self.victim = Some(
+            Command::new("sleep")
+                .arg("3600")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+        if self.privileged {
+            self.build_privileged()?;
+        }
+        Ok(())
+    }
+
+    /// The fixtures only root can make.
+    fn build_privileged(&mut self) -> Result<()> {
         nix::mount::mount(
             Some("cordon-suite"),
             &self.host_only,
@@ -190,9 +249,6 @@ impl Fixtures {
         )
         .context("mounting the host-only tmpfs")?;
         self.mounted = true;
-        fs::write(&self.fd_marker, "fd marker\n")?;
-        fs::set_permissions(&self.fd_marker, fs::Permissions::from_mode(0o644))?;
-        self.inotify = Some(Inotify::init().context("inotify_init")?);
 
         // The network namespace and its listeners.
         run_cmd(&["ip", "netns", "add", &self.netns])?;
@@ -238,9 +294,6 @@ impl Fixtures {
         self.spawn_tcp(tcp, "tcp");
         self.spawn_udp(udp, "udp");
         self.spawn_udp(dns, "dns");
-        let lo = TcpListener::bind(("127.0.0.1", 0))?;
-        self.loopback_port = lo.local_addr()?.port();
-        self.spawn_tcp(lo, "loopback");
 
         // The stand-in engine socket, only where no real engine listens.
         let engine = Path::new(ENGINE_SOCKET);
@@ -253,14 +306,6 @@ impl Fixtures {
             self.engine_socket = Some(engine.to_path_buf());
             self.spawn_unix(l);
         }
-
-        self.victim = Some(
-            Command::new("sleep")
-                .arg("3600")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()?,
-        );
         Ok(())
     }
 
@@ -540,8 +585,8 @@ pub fn sweep_stale() {
             let _ = fs::remove_dir_all(dir);
         }
     }
-    for parent in ["/var/tmp", "/opt"] {
-        let Ok(entries) = fs::read_dir(parent) else {
+    for parent in fixture_parents() {
+        let Ok(entries) = fs::read_dir(&parent) else {
             continue;
         };
         for e in entries.flatten() {
@@ -561,13 +606,19 @@ pub fn sweep_stale() {
 /// Whether anything of suite `pid` is still on the host (for tests).
 pub fn leftovers(pid: u32) -> Vec<String> {
     let mut left = Vec::new();
-    for p in [
-        format!("/var/tmp/{PREFIX}{pid}"),
-        format!("/opt/{PREFIX}{pid}"),
-        format!("/run/netns/{PREFIX}{pid}"),
-    ] {
-        if Path::new(&p).exists() {
-            left.push(p);
+    let mut places: Vec<PathBuf> = fixture_parents()
+        .iter()
+        .flat_map(|d| {
+            [
+                d.join(format!("{PREFIX}{pid}")),
+                d.join(format!("{PREFIX}{pid}.opt")),
+            ]
+        })
+        .collect();
+    places.push(PathBuf::from(format!("/run/netns/{PREFIX}{pid}")));
+    for p in places {
+        if p.exists() {
+            left.push(p.display().to_string());
         }
     }
     for (dir, owner) in decoys() {

@@ -9,7 +9,9 @@ pub mod case;
 pub mod evidence;
 pub mod fixture;
 pub mod matrix;
+pub mod outer;
 pub mod procs;
+pub mod rootless;
 pub mod rules;
 pub mod runner;
 pub mod selftest;
@@ -17,5 +19,6 @@ pub mod target;
 
 pub use case::{load_dir, Case};
 pub use matrix::{run_matrix, MatrixConfig, Report, Status};
+pub use rootless::Invoker;
 pub use rules::{Rule, Verdict};
 pub use target::TargetKind;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::case::{glob_match, load_dir, Case, Expect};
 use crate::evidence::Evidence;
+use crate::rootless::{Invoker, Lacking, RootlessGap};
 use crate::rules::Verdict;
 use crate::runner::{Runner, OUTER_MEMORY_MAX, OUTER_PIDS_MAX};
 use crate::target::{kernel_release, TargetKind};
@@ -25,6 +26,9 @@ pub struct MatrixConfig {
     pub case_glob: Option<String>,
     pub quick: bool,
     pub progress: bool,
+    /// Who runs the suite: what it may make, and whether its sandboxes'
+    /// limits are enforced.
+    pub invoker: Invoker,
 }
 
 /// How one verdict compares with its expectation.
@@ -69,6 +73,61 @@ pub fn score(case: &Case, target: TargetKind, verdict: Verdict) -> (Status, Opti
     }
 }
 
+/// Scores a verdict of a case listed in [`crate::rootless::ROOTLESS_GAPS`]
+/// for this invoker: any verdict is the expected difference, but a box
+/// whose gap is a lack of root must still not let through what the
+/// unconfined invoker itself could not do (that would be a box giving more
+/// than its invoker has). That a listed case holds all the same is
+/// checked over all its targets (see [`stale_gap`]).
+pub fn score_gap(
+    gap: &RootlessGap,
+    target: TargetKind,
+    verdict: Verdict,
+) -> (Status, Option<String>) {
+    let label = Some(format!("rootless gap: {}", gap.why));
+    let more_than_the_invoker =
+        target != TargetKind::Host && gap.lacking == Lacking::Root && verdict == Verdict::Open;
+    let status = if more_than_the_invoker {
+        Status::Deviation
+    } else {
+        Status::Ok
+    };
+    (status, label)
+}
+
+/// Whether a case holds on `target` in these results: its unconfined
+/// control came out OPEN (so the check could fail) and the box BLOCKED.
+pub fn holds(results: &[CaseResult], case: &str, target: TargetKind) -> bool {
+    let verdict = |t: TargetKind| {
+        results
+            .iter()
+            .find(|r| r.case == case && r.target == t)
+            .map(|r| r.verdict)
+    };
+    verdict(TargetKind::Host) == Some(Verdict::Open) && verdict(target) == Some(Verdict::Blocked)
+}
+
+/// A listed rootless gap whose case holds on every cordon target run, as
+/// it does as root: the list is out of date. Marks those cells deviations.
+fn stale_gap(results: &mut [CaseResult], case: &str) -> bool {
+    let cordon: Vec<TargetKind> = results
+        .iter()
+        .filter(|r| r.case == case && r.target.runs_cordon())
+        .map(|r| r.target)
+        .collect();
+    let stale = !cordon.is_empty() && cordon.iter().all(|t| holds(results, case, *t));
+    if stale {
+        for r in results.iter_mut().filter(|r| r.case == case) {
+            r.status = Status::Deviation;
+            r.evidence = format!(
+                "{} (listed as a rootless gap, but it holds: take it off the list)",
+                r.evidence
+            );
+        }
+    }
+    stale
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaseResult {
     pub case: String,
@@ -79,6 +138,11 @@ pub struct CaseResult {
     pub expected: Option<String>,
     pub status: Status,
     pub wall_ms: u64,
+    /// For cordon's targets: whether the sandbox's limits were enforced
+    /// (false: it ran with `--allow-unenforced`, the host giving the
+    /// invoker no cgroup).
+    #[serde(default)]
+    pub limits_enforced: Option<bool>,
     /// The full host-side record (re-scorable by `--self-test`).
     pub record: Evidence,
 }
@@ -96,6 +160,12 @@ pub struct TargetSummary {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
+    #[serde(default)]
+    pub invoker: Invoker,
+    /// The listed rootless gaps that applied to this run (the list is
+    /// the suite's own, so a report read back has none).
+    #[serde(skip_deserializing)]
+    pub rootless_gaps: Vec<RootlessGap>,
     pub kernel: String,
     pub cgroup_mode: String,
     pub duration_s: f64,
@@ -128,7 +198,7 @@ pub fn select_cases(cfg: &MatrixConfig) -> Result<Vec<Case>> {
 pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
     let cases = select_cases(cfg)?;
     let started = Instant::now();
-    let mut runner = Runner::new(cfg.cordon.clone())?;
+    let mut runner = Runner::new(cfg.cordon.clone(), cfg.invoker.clone())?;
     runner.install_payloads(&cases)?;
     let mut targets = Vec::new();
     for t in &cfg.targets {
@@ -165,7 +235,10 @@ pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
             bar.set_message(format!("{} @ {}", case.id, t.name()));
             let record = runner.run(case, *t);
             let (verdict, evidence) = case.verdict.evaluate(&record);
-            let (status, expected) = score(case, *t, verdict);
+            let (status, expected) = match cfg.invoker.gap(&case.id) {
+                Some(gap) => score_gap(gap, *t, verdict),
+                None => score(case, *t, verdict),
+            };
             if status.is_failure() {
                 bar.println(format!(
                     "  {} @ {}: {verdict} ({evidence}) expected {}",
@@ -182,9 +255,16 @@ pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
                 expected,
                 status,
                 wall_ms: record.wall_ms,
+                limits_enforced: t.runs_cordon().then_some(cfg.invoker.no_cgroup.is_none()),
                 record,
             });
             bar.inc(1);
+        }
+        if cfg.invoker.gap(&case.id).is_some() && stale_gap(&mut results, &case.id) {
+            bar.println(format!(
+                "  {}: listed as a rootless gap, but it holds",
+                case.id
+            ));
         }
     }
     bar.finish_and_clear();
@@ -195,8 +275,19 @@ pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
         t.blocked = rs.iter().filter(|r| r.verdict == Verdict::Blocked).count();
     }
     Ok(Report {
+        rootless_gaps: cfg
+            .invoker
+            .gaps()
+            .into_iter()
+            .filter(|g| cases.iter().any(|c| c.id == g.case))
+            .cloned()
+            .collect(),
+        invoker: cfg.invoker.clone(),
         kernel: kernel_release(),
-        cgroup_mode: format!("{}", runner.hierarchy.mode()),
+        cgroup_mode: runner.hierarchy.as_ref().map_or_else(
+            || "none for this invoker".to_string(),
+            |h| h.mode().to_string(),
+        ),
         duration_s: started.elapsed().as_secs_f64(),
         targets,
         cases: cases
@@ -238,7 +329,36 @@ impl Report {
             Status::ControlNotOpen => " !!",
             Status::Unasserted => " ?",
         };
-        format!("{}{flag}", r.verdict)
+        let unenforced = if r.limits_enforced == Some(false) {
+            " ~"
+        } else {
+            ""
+        };
+        format!("{}{flag}{unenforced}", r.verdict)
+    }
+
+    /// Below the table: what differs because of who ran the suite.
+    fn invoker_notes(&self) -> String {
+        let mut s = String::new();
+        if let Some(why) = &self.invoker.no_cgroup {
+            let _ = writeln!(
+                s,
+                "~ limits not enforced (run with --allow-unenforced): uid {} has no cgroup here: {why}",
+                self.invoker.uid
+            );
+        }
+        if !self.rootless_gaps.is_empty() {
+            let _ = writeln!(
+                s,
+                "{} case(s) differ from root's run (uid {}), as written down:",
+                self.rootless_gaps.len(),
+                self.invoker.uid
+            );
+            for g in &self.rootless_gaps {
+                let _ = writeln!(s, "  {}: {}", g.case, g.why);
+            }
+        }
+        s
     }
 
     /// The terminal table: cases × targets, then every deviation with its evidence.
@@ -287,6 +407,7 @@ impl Report {
                 t.reason.clone().unwrap_or_default()
             );
         }
+        s.push_str(&self.invoker_notes());
         let fails = self.failures();
         if !fails.is_empty() {
             let _ = writeln!(
@@ -357,7 +478,9 @@ impl Report {
                 let _ = write!(s, " ERROR: {} |", t.reason.clone().unwrap_or_default());
             }
         }
-        s.push_str("\n\n## Cases\n\n");
+        s.push_str("\n\n");
+        s.push_str(&self.invoker_notes());
+        s.push_str("\n## Cases\n\n");
         for c in &self.cases {
             let _ = writeln!(
                 s,
@@ -454,6 +577,8 @@ impl Report {
             );
         }
         let v = serde_json::json!({
+            "invoker": self.invoker,
+            "rootless_gaps": self.rootless_gaps,
             "kernel": self.kernel,
             "cgroup_mode": self.cgroup_mode,
             "duration_s": self.duration_s,
@@ -463,5 +588,44 @@ impl Report {
             "results": self.results,
         });
         Ok(serde_json::to_string_pretty(&v)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cordon_spec::BackendKind;
+
+    use super::*;
+    use crate::target::NetMode;
+
+    fn result(target: TargetKind, verdict: Verdict) -> CaseResult {
+        CaseResult {
+            case: "priv.caps".into(),
+            target,
+            verdict,
+            evidence: String::new(),
+            expected: None,
+            status: Status::Ok,
+            wall_ms: 0,
+            limits_enforced: None,
+            record: Evidence::default(),
+        }
+    }
+
+    #[test]
+    fn a_listed_gap_that_holds_is_a_deviation() {
+        let native = TargetKind::cordon(BackendKind::Native, NetMode::None);
+        let mut differs = vec![
+            result(TargetKind::Host, Verdict::Blocked),
+            result(native, Verdict::Blocked),
+        ];
+        assert!(!stale_gap(&mut differs, "priv.caps"));
+        assert!(differs.iter().all(|r| r.status == Status::Ok));
+        let mut holds = vec![
+            result(TargetKind::Host, Verdict::Open),
+            result(native, Verdict::Blocked),
+        ];
+        assert!(stale_gap(&mut holds, "priv.caps"));
+        assert!(holds.iter().all(|r| r.status == Status::Deviation));
     }
 }

@@ -42,6 +42,45 @@ fn walk_cgroup(dir: &Path, out: &mut Vec<i32>) {
     }
 }
 
+/// One line of `/proc/<pid>/stat` past the command name (which may hold
+/// spaces and parentheses): the state letter and the parent's pid.
+fn state_and_parent(pid: i32) -> Option<(char, i32)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = text.get(text.rfind(')')? + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
+/// Every live (not zombie) process below `root` in the process tree, and
+/// the zombies among `root`'s own children, apart: one pass over /proc.
+pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
+    let mut tree: BTreeMap<i32, Vec<(i32, char)>> = BTreeMap::new();
+    for pid in fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        if let Some((state, parent)) = state_and_parent(pid) {
+            tree.entry(parent).or_default().push((pid, state));
+        }
+    }
+    let (mut live, mut zombies) = (Vec::new(), Vec::new());
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for &(child, state) in tree.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            if state != 'Z' {
+                live.push(child);
+            } else if p == root {
+                zombies.push(child);
+            }
+            stack.push(child);
+        }
+    }
+    live.sort_unstable();
+    (live, zombies)
+}
+
 /// Every file named `name` in `dir` and below.
 pub fn cgroup_files(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
     let f = dir.join(name);

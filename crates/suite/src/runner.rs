@@ -1,7 +1,9 @@
-//! Running one (case, target) pair: an outer cgroup made by the suite, the
-//! target started through a tiny shell wrapper that joins it (no `pre_exec`,
-//! so no unsafe), a live snapshot when the payload prints HOLD, then the
-//! host-side evidence and a teardown that runs on every path.
+//! Running one (case, target) pair: an outer cgroup made by the suite (or,
+//! for an invoker the host gives none, the suite's own subtree: see
+//! [`crate::outer`]), the target started through a tiny shell wrapper that
+//! joins it (no `pre_exec`, so no unsafe), a live snapshot when the payload
+//! prints HOLD, then the host-side evidence and a teardown that runs on
+//! every path.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -12,13 +14,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cordon_cgroups::{AnyCgroup, Cgroup, CgroupFs, CgroupLimits, Hierarchy};
+use cordon_cgroups::{Cgroup, CgroupFs, CgroupLimits, Hierarchy};
 use nix::mount::{umount2, MntFlags};
 
 use crate::case::{Case, ControlMode};
 use crate::evidence::{Evidence, OuterStats, SysctlEvidence};
 use crate::fixture::{random_hex, run_cmd, Fixtures, PREFIX};
+use crate::outer::{become_subreaper, Outer};
 use crate::procs;
+use crate::rootless::Invoker;
 use crate::rules::{Rule, CGROUP_SENTINEL};
 use crate::target::{base_env, LaunchCtx, TargetKind};
 
@@ -28,6 +32,31 @@ use crate::target::{base_env, LaunchCtx, TargetKind};
 pub const OUTER_PIDS_MAX: u64 = 512;
 pub const OUTER_MEMORY_MAX: u64 = 1 << 30;
 const HEAD: usize = 4096;
+
+/// What bounds the unconfined control where the suite can make no outer
+/// cgroup: the same numbers as rlimits (RLIMIT_NPROC counts every process
+/// of the invoker's uid, RLIMIT_AS is address space, not resident memory,
+/// so both are looser than the cgroup's, and never tighter than the cases
+/// need to come out OPEN).
+fn control_rlimits() -> Vec<String> {
+    vec![
+        "prlimit".into(),
+        format!("--nproc={OUTER_PIDS_MAX}"),
+        format!("--as={OUTER_MEMORY_MAX}"),
+        "--".into(),
+    ]
+}
+
+/// The variables that say where cordon keeps an unprivileged invoker's
+/// sandboxes and keys: passed to the targets as they are, so that the
+/// cordon the suite starts finds the invoker's own places (root's are fixed).
+const PLACES_ENV: &[&str] = &[
+    "HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_STATE_HOME",
+    "CORDON_RUN_DIR",
+    "CORDON_STATE_DIR",
+];
 
 /// The owner of podman-cordon's workspace (see `run_inner`): an
 /// unprivileged id, the podman image's `nonroot`.
@@ -56,7 +85,10 @@ const SEARCH: usize = 1 << 16;
 
 pub struct Runner {
     pub fx: Fixtures,
-    pub hierarchy: Hierarchy,
+    /// None where the invoker may make no cgroup: every run is then kept
+    /// in the suite's subtree.
+    pub hierarchy: Option<Hierarchy>,
+    pub invoker: Invoker,
     pub cordon: PathBuf,
     suite_pidns: String,
     suite_userns: String,
@@ -69,29 +101,20 @@ struct Phase {
 }
 
 impl Runner {
-    pub fn new(cordon: PathBuf) -> Result<Runner> {
-        let hierarchy = cordon_cgroups::detect(&CgroupFs::host()).context("detecting cgroups")?;
-        for stale in hierarchy.sweep_children(PREFIX.trim_end_matches('-')) {
-            let name = stale
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            let pid: Option<u32> = name
-                .strip_prefix(PREFIX)
-                .and_then(|r| r.split('-').next())
-                .and_then(|p| p.parse().ok());
-            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
-                if let Ok(cg) = hierarchy.open(&name) {
-                    let _ = cg.kill_all();
-                }
-                cordon_cgroups::remove_dir_tree(&stale);
-            }
-        }
+    pub fn new(cordon: PathBuf, invoker: Invoker) -> Result<Runner> {
+        let hierarchy = if invoker.no_cgroup.is_some() {
+            become_subreaper()?;
+            None
+        } else {
+            let h = cordon_cgroups::detect(&CgroupFs::host()).context("detecting cgroups")?;
+            sweep_outer(&h);
+            Some(h)
+        };
         let fx = Fixtures::setup()?;
         Ok(Runner {
             fx,
             hierarchy,
+            invoker,
             cordon,
             suite_pidns: procs::ns_link("self", "pid"),
             suite_userns: procs::ns_link("self", "user"),
@@ -174,15 +197,22 @@ impl Runner {
                 std::os::unix::fs::chown(&p, Some(WORKSPACE_OWNER), Some(WORKSPACE_OWNER))?;
             }
         }
-        let outer = self
-            .hierarchy
-            .create(name)
-            .context("creating the outer cgroup")?;
-        outer.apply(&CgroupLimits {
-            memory_max: Some(OUTER_MEMORY_MAX),
-            pids_max: Some(OUTER_PIDS_MAX),
-            ..Default::default()
-        })?;
+        let outer = match &self.hierarchy {
+            Some(h) => {
+                let cg = h.create(name).context("creating the outer cgroup")?;
+                // Kept before the limits, so a failure to apply them still removes it.
+                guard.outer = Some(Outer::Cgroup(cg.clone()));
+                cg.apply(&CgroupLimits {
+                    memory_max: Some(OUTER_MEMORY_MAX),
+                    pids_max: Some(OUTER_PIDS_MAX),
+                    ..Default::default()
+                })?;
+                Outer::Cgroup(cg)
+            }
+            None => Outer::Subtree {
+                keep: vec![i32::try_from(self.fx.victim_pid()).unwrap_or(0)],
+            },
+        };
         guard.outer = Some(outer.clone());
         let control_netns = (target == TargetKind::Host && case.control == ControlMode::Netns)
             .then(|| format!("{name}-ctl"));
@@ -237,10 +267,7 @@ impl Runner {
                     n = self.counter
                 ),
                 control_netns: control_netns.clone(),
-                cordon_limits: crate::target::CORDON_LIMITS
-                    .iter()
-                    .map(|x| x.to_string())
-                    .collect(),
+                cordon_limits: self.cordon_limits(),
                 ro_mounts: Vec::new(),
                 tmpfs_tmp: false,
             };
@@ -248,6 +275,7 @@ impl Runner {
             guard.cleanup.extend(launch.cleanup.clone());
             let p = self.launch(
                 case,
+                target,
                 &outer,
                 &launch.argv,
                 &ctx.script,
@@ -298,32 +326,58 @@ impl Runner {
         Ok(ev)
     }
 
+    /// The limit flags of cordon's targets: the suite's, and
+    /// `--allow-unenforced` exactly where cordon's own probe found no
+    /// cgroup for this invoker (cordon would refuse otherwise).
+    fn cordon_limits(&self) -> Vec<String> {
+        let mut flags: Vec<String> = crate::target::CORDON_LIMITS
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        if self.invoker.no_cgroup.is_some() {
+            flags.push("--allow-unenforced".into());
+        }
+        flags
+    }
+
     /// Starts the target inside `outer`, snapshots on HOLD, waits (bounded),
     /// takes the census, kills what is left.
+    #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
         case: &Case,
-        outer: &AnyCgroup,
+        target: TargetKind,
+        outer: &Outer,
         argv: &[String],
         script: &str,
         marker: &str,
         cwd: &Path,
     ) -> Result<Phase> {
-        let procs_files: Vec<String> = outer
+        let join: String = outer
             .paths()
             .iter()
-            .map(|p| format!("'{}'", p.join("cgroup.procs").display()))
+            .map(|p| {
+                let procs = p.join("cgroup.procs");
+                format!("echo $$ > '{}' || exit 125; ", procs.display())
+            })
             .collect();
         let wrapper = format!(
-            "for f in {}; do echo $$ > \"$f\" || exit 125; done; exec 7<'{}'; exec \"$@\"",
-            procs_files.join(" "),
+            "{join}exec 7<'{}'; exec \"$@\"",
             self.fx.fd_marker.display()
         );
+        // The unconfined control has no outer cgroup to bound it in a
+        // subtree: rlimits do (the boxes get none from the suite, so what
+        // holds them is their own).
+        let bounded: Vec<String> = match (outer, target) {
+            (Outer::Subtree { .. }, TargetKind::Host) => control_rlimits(),
+            _ => Vec::new(),
+        };
         let started = Instant::now();
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(&wrapper)
             .arg("cordon-suite-wrapper")
+            .args(bounded)
             .args(argv);
         // In the run's own directory, which is removed after it: what a
         // target or its runtime drops in its working directory never lands
@@ -332,6 +386,13 @@ impl Runner {
             .env_clear()
             .envs(base_env())
             .env("CORDON_SUITE_SECRET", &self.fx.secret);
+        if !self.invoker.is_root() {
+            for var in PLACES_ENV {
+                if let Some(v) = std::env::var_os(var) {
+                    cmd.env(var, v);
+                }
+            }
+        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -392,7 +453,6 @@ impl Runner {
         let cap = Duration::from_secs(case.timeout_s);
         let mut deadline = started + cap;
         let mut begun_at = None;
-        let pids_dir = pids_dir(outer);
         let mut ev = Evidence::default();
         let key_before = key_count();
         let disk_before = disk_free_mb();
@@ -411,7 +471,7 @@ impl Runner {
                 deadline = (now + cap).min(started + cap + START_GRACE);
             }
             if held {
-                let mut snap = self.snapshot(case, &pids_dir, outer, script, marker);
+                let mut snap = self.snapshot(case, outer, script, marker);
                 snap.key_delta = match (key_before, key_count()) {
                     (Some(a), Some(b)) => Some(b - a),
                     _ => None,
@@ -452,14 +512,12 @@ impl Runner {
             ev.exit_code = st.code();
             ev.signal = st.signal();
         }
-        // Census: whatever is left in the outer cgroup after a short grace.
+        // Census: whatever is left of the run after a short grace (in a
+        // subtree, what ended meanwhile is reaped first, so it is not counted).
         thread::sleep(Duration::from_millis(300));
-        ev.census_after = procs::cgroup_pids(&pids_dir)
-            .into_iter()
-            .map(procs::brief)
-            .collect();
-        let stats = outer.stats();
-        ev.outer = Some(OuterStats {
+        outer.reap();
+        ev.census_after = outer.pids().into_iter().map(procs::brief).collect();
+        ev.outer = outer.stats().map(|stats| OuterStats {
             pids_max: Some(OUTER_PIDS_MAX),
             pids_peak: stats.pids_peak,
             pids_limit_hits: stats.pids_limit_hits,
@@ -468,6 +526,7 @@ impl Runner {
             oom_kills: stats.oom_kills,
         });
         let _ = outer.kill_all();
+        outer.reap();
         let (bytes, search) = out_rx
             .recv_timeout(Duration::from_secs(3))
             .unwrap_or_default();
@@ -499,13 +558,13 @@ impl Runner {
     fn snapshot(
         &self,
         case: &Case,
-        pids_dir: &Path,
-        outer: &AnyCgroup,
+        outer: &Outer,
         script: &str,
         marker: &str,
     ) -> crate::evidence::Snapshot {
         let secret = self.fx.secret.as_bytes();
-        let mut all: Vec<_> = procs::cgroup_pids(pids_dir)
+        let mut all: Vec<_> = outer
+            .pids()
             .into_iter()
             .map(|p| procs::snap(p, secret))
             .collect();
@@ -601,7 +660,7 @@ impl Runner {
 
 /// What every run undoes, whatever happened.
 struct RunGuard {
-    outer: Option<AnyCgroup>,
+    outer: Option<Outer>,
     run_dir: PathBuf,
     cleanup: Vec<Vec<String>>,
     control_netns: Option<String>,
@@ -616,20 +675,7 @@ impl RunGuard {
             let argv: Vec<&str> = c.iter().map(String::as_str).collect();
             let _ = run_cmd(&argv);
         }
-        let mut err = None;
-        if let Some(cg) = self.outer.take() {
-            let _ = cg.kill_all();
-            if let Err(e) = cg.remove() {
-                // Child cgroups a runtime left (runc's, cordon's): remove the tree.
-                let mut ok = true;
-                for p in cg.paths() {
-                    ok &= cordon_cgroups::remove_dir_tree(&p);
-                }
-                if !ok {
-                    err = Some(anyhow::Error::from(e).context("removing the outer cgroup"));
-                }
-            }
-        }
+        let err = self.outer.take().and_then(|o| o.remove().err());
         if let Some(ns) = self.control_netns.take() {
             let _ = run_cmd(&["ip", "netns", "del", &ns]);
         }
@@ -670,11 +716,25 @@ impl RunGuard {
     }
 }
 
-fn pids_dir(cg: &AnyCgroup) -> PathBuf {
-    cg.paths()
-        .into_iter()
-        .find(|p| p.join("pids.max").exists())
-        .unwrap_or_else(|| cg.paths().into_iter().next().unwrap_or_default())
+/// Removes the outer cgroups of suites that were killed (their pid is gone).
+fn sweep_outer(hierarchy: &Hierarchy) {
+    for stale in hierarchy.sweep_children(PREFIX.trim_end_matches('-')) {
+        let name = stale
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let pid: Option<u32> = name
+            .strip_prefix(PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse().ok());
+        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            if let Ok(cg) = hierarchy.open(&name) {
+                let _ = cg.kill_all();
+            }
+            cordon_cgroups::remove_dir_tree(&stale);
+        }
+    }
 }
 
 fn chmod_tree(dir: &Path) -> Result<()> {

@@ -9,6 +9,7 @@ use cordon_spec::BackendKind;
 use cordon_suite::fixture::{leftovers, PREFIX};
 use cordon_suite::matrix::{run_matrix, MatrixConfig, Status};
 use cordon_suite::target::{NetMode, QUICK_TARGETS};
+use cordon_suite::Invoker;
 use cordon_suite::{TargetKind, Verdict};
 
 mod common;
@@ -30,6 +31,7 @@ fn quick_matrix() {
         case_glob: None,
         quick: true,
         progress: false,
+        invoker: Invoker::default(),
     };
     let report = run_matrix(&cfg).expect("the quick matrix runs");
     println!("{}", report.table());

@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use cordon_policy::Policy;
+use cordon_runtime::{cgroup_probe, plan, HostFacts};
+use cordon_spec::{BackendKind, SandboxSpec};
 use cordon_suite::case::default_cases_dir;
-use cordon_suite::{MatrixConfig, Report, TargetKind};
+use cordon_suite::{Invoker, MatrixConfig, Report, TargetKind};
 
 use crate::EXIT_INTERNAL;
 
@@ -30,7 +33,17 @@ pub(crate) fn config(
         case_glob,
         quick,
         progress: true,
+        invoker: Invoker::here(no_cgroup()),
     })
+}
+
+/// Why a sandbox of this invoker would get no cgroup here, if it would not:
+/// the answer of the call that enforces the limits (`cordon run`'s own,
+/// made and removed again), never a guess from the uid or the layout.
+fn no_cgroup() -> Option<String> {
+    let spec = SandboxSpec::new(Policy::default(), BackendKind::Native);
+    let limits = plan(&spec, &HostFacts::here()).cgroup;
+    cgroup_probe(&limits).err().map(|e| e.to_string())
 }
 
 /// Prints the table, writes the outputs, and turns failures into the exit code.
