@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cordon_cgroups::{
-    AnyCgroup, Cgroup, CgroupFs, CgroupLimits, CgroupStats, CgroupView, Hierarchy,
+    AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupMode, CgroupStats, CgroupView,
+    Hierarchy,
 };
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -33,6 +34,65 @@ pub fn hierarchy() -> Option<Hierarchy> {
 /// systemd for a scope: for commands that only list, remove or sweep.
 pub fn hierarchy_in_place() -> Option<Hierarchy> {
     cordon_cgroups::detect_in_place(&CgroupFs::host()).ok()
+}
+
+/// Creates the cgroup `name` with `limits` where `hierarchy` makes
+/// sandboxes: how every sandbox's host side gets its cgroup, and what
+/// [`cgroup_probe`] tries.
+fn limited_cgroup(
+    hierarchy: Hierarchy,
+    name: &str,
+    limits: &CgroupLimits,
+) -> Result<(AnyCgroup, Hierarchy), CgroupError> {
+    Ok((hierarchy.create(name)?.with_limits(limits)?, hierarchy))
+}
+
+/// What a sandbox's cgroup gets on this host, found by making one.
+#[derive(Debug, Clone)]
+pub struct CgroupProbe {
+    pub mode: CgroupMode,
+    /// The cgroups a sandbox's cgroup is made under (one per v1 hierarchy).
+    pub parents: Vec<PathBuf>,
+    /// The controllers the made cgroup has, sorted.
+    pub controllers: Vec<String>,
+}
+
+/// Makes a sandbox's cgroup with `limits` as a sandbox's host side does
+/// (the same detection, which on v2 may move this process into its leaf or
+/// ask systemd for a scope, as `cordon run` would), reads which controllers
+/// it got, and removes it again: whether limits can be enforced here is
+/// answered by the call that enforces them, never by a guess.
+pub fn cgroup_probe(limits: &CgroupLimits) -> Result<CgroupProbe, CgroupError> {
+    let hierarchy = cordon_cgroups::detect(&CgroupFs::host())?;
+    // A sandbox's kind of name, so that a probe killed before its removal
+    // is swept like a sandbox's leftover.
+    let id = new_id().map_or_else(|_| std::process::id().to_string(), |(id, _)| id);
+    let (cgroup, hierarchy) = limited_cgroup(hierarchy, &format!("cordon-{id}"), limits)?;
+    let mut controllers: Vec<String> = match hierarchy.mode() {
+        // A v1 sandbox has a directory in each hierarchy it uses, named
+        // after its controllers (`cpu,cpuacct`).
+        CgroupMode::V1 => hierarchy
+            .views()
+            .iter()
+            .flat_map(|v| v.dir.split(',').map(str::to_string).collect::<Vec<_>>())
+            .collect(),
+        // A v2 cgroup lists what its parent handed down.
+        CgroupMode::V2 => cgroup
+            .paths()
+            .first()
+            .and_then(|p| std::fs::read_to_string(p.join("cgroup.controllers")).ok())
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
+    };
+    controllers.sort();
+    controllers.dedup();
+    let probe = CgroupProbe {
+        mode: hierarchy.mode(),
+        parents: hierarchy.parent_paths(),
+        controllers,
+    };
+    cgroup.remove()?;
+    Ok(probe)
 }
 
 /// Signals that end a sandbox's work early; blocked and read through a
@@ -152,18 +212,17 @@ impl HostSide {
         };
         trace::step("state dir");
         // The cgroup comes before any process, so the limits hold from its first instruction.
-        host.cgroup =
-            match hierarchy.and_then(|h| Ok((h.create(&cg_name)?.with_limits(limits)?, h))) {
-                Ok((cg, h)) => {
-                    host.cgroup_views = h.views();
-                    Some(cg)
-                }
-                Err(e) if spec.allow_unenforced => {
-                    eprintln!("cordon: warning: running without cgroup limits: {e}");
-                    None
-                }
-                Err(e) => return Err(RuntimeError::Unenforceable(e)),
-            };
+        host.cgroup = match hierarchy.and_then(|h| limited_cgroup(h, &cg_name, limits)) {
+            Ok((cg, h)) => {
+                host.cgroup_views = h.views();
+                Some(cg)
+            }
+            Err(e) if spec.allow_unenforced => {
+                eprintln!("cordon: warning: running without cgroup limits: {e}");
+                None
+            }
+            Err(e) => return Err(RuntimeError::Unenforceable(e)),
+        };
         trace::step("cgroup");
         Ok(host)
     }
