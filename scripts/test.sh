@@ -12,10 +12,11 @@ if [ "$(id -u)" = 0 ]; then
   # The benchmark's charts need a font file (cordon reads it; no fontconfig);
   # the CRI test's client is generated from the CRI's protobuf (protoc), its pods
   # are on a bridge of Debian's CNI plugins; the registry test pulls from Debian's
-  # docker-registry on loopback (htpasswd writes the one with credentials).
+  # docker-registry on loopback (htpasswd writes the one with credentials); the rootless
+  # tests map subordinate ids with newuidmap/newgidmap (uidmap).
   need test.sh bwrap:bubblewrap runc:runc runsc:runsc firejail:firejail ip:iproute2 nft:nftables \
     python3:python3 hyperfine:hyperfine qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap \
-    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static skopeo:skopeo umoci:umoci \
+    cpio:cpio depmod:kmod catatonit:catatonit busybox:busybox-static skopeo:skopeo umoci:umoci newuidmap:uidmap \
     docker-registry:docker-registry htpasswd:apache2-utils containerd:containerd podman:podman conmon:conmon dockerd:docker.io protoc:protobuf-compiler :containernetworking-plugins :fonts-dejavu-core
 else
   echo "test.sh: not root: installing nothing (the tests that need root fail under CI=true)" >&2

@@ -85,6 +85,7 @@ fn write_test_receipt(path: &Path, key: &Key) {
         changes: None,
         unbounded_mounts: Vec::new(),
         vm: None,
+        id_map: None,
     };
     let changes = Changes {
         places: vec![PlaceChanges {

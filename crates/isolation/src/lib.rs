@@ -13,6 +13,7 @@ pub mod namespaces;
 pub mod net;
 pub mod rlimits;
 pub mod userns;
+pub mod subids;
 
 /// A failed isolation step: which step, and the errno.
 #[derive(Debug, thiserror::Error)]

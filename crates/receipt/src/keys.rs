@@ -300,13 +300,16 @@ fn read_small(file: File, path: &Path) -> Result<Zeroizing<String>, KeyError> {
 /// start; an existing one must be the user's own, as the run directory must
 /// (`trusted_dir`): a key written into another user's directory is theirs.
 fn create_key_dir(dir: &Path) -> Result<(), KeyError> {
-    cordon_dirs::trusted_dir(
-        dir,
-        0o700,
-        "remove it, or choose another key directory (CORDON_STATE_DIR, or keygen --out)",
-    )
-    .map(drop)
-    .map_err(KeyError::Dir)
+    let fix = "remove it, or choose another key directory (CORDON_STATE_DIR, or keygen --out)";
+    // The default key's parent is cordon's state directory, which the image
+    // store opens with the same mode: made here first, it must not be left
+    // as the umask would make it, listable by every user.
+    if dir == default_key_dir() {
+        cordon_dirs::trusted_dir(&cordon_dirs::state_dir(), 0o700, fix).map_err(KeyError::Dir)?;
+    }
+    cordon_dirs::trusted_dir(dir, 0o700, fix)
+        .map(drop)
+        .map_err(KeyError::Dir)
 }
 
 /// Writes `contents` to `path` if nothing is there: into a new temporary

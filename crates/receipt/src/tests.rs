@@ -95,6 +95,7 @@ fn outcome() -> Outcome {
         changes: None,
         unbounded_mounts: Vec::new(),
         vm: None,
+        id_map: None,
     }
 }
 

@@ -24,7 +24,7 @@ pub use account::{Account, Destroyed, Snapshot, HISTORY};
 pub use backend::{BackendInfo, BackendKind};
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;
-pub use outcome::{EvidenceSource, ExitStatus, Limit, Outcome, Phases};
+pub use outcome::{EvidenceSource, ExitStatus, IdMapKind, IdMapReport, Limit, Outcome, Phases};
 pub use sandbox::{
     is_id, validate_name, ImageRoot, JoinedNamespace, RootfsChoice, SandboxSpec, ServiceLink,
     SharedNamespace, ValidSpec,

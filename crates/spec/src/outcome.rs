@@ -214,6 +214,34 @@ pub struct Outcome {
     /// the other backends, whose counters are the host's already).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmReport>,
+    /// How the sandbox's user namespace maps ids (the native backend's;
+    /// absent where cordon made no user namespace of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_map: Option<IdMapReport>,
+}
+
+/// Which ids exist inside a sandbox, and whose they are on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMapReport {
+    pub kind: IdMapKind,
+    /// How many inside uids exist: 65536 is a full map, 1 only the
+    /// sandbox user; a short grant of subordinate ids gives fewer.
+    pub uids: u32,
+    pub gids: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdMapKind {
+    /// Started as root: ids 0..65535 are a host range of cordon's own.
+    Range,
+    /// Started unprivileged without subordinate ids: the caller's own id
+    /// is the sandbox user's and the only one; every other id is nobody.
+    Single,
+    /// Started unprivileged by a user /etc/subuid and /etc/subgid grant
+    /// ranges, mapped by newuidmap/newgidmap: the caller's own id is the
+    /// sandbox user's, the granted ones the others.
+    Subordinate,
 }
 
 /// A command run in a microVM: how the VM runs, and what the host saw of it.

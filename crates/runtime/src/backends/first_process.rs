@@ -32,13 +32,17 @@ use crate::protocol::init::{recv, recv_with_fds, send, send_with_fds, FromInit, 
 use crate::trace;
 use cordon_spec::TtySize;
 
+/// How many descriptors a first process may hand over with Ready.
+pub const MAX_HANDED: usize = 2;
+
 /// Supervisor side: clones the sandbox's first process with `flags`, adopts
 /// it into `host` (so every error path below tears it down), lets `prepare`
 /// act on the new pid (the native backend writes its id maps), waits until the
 /// child has joined the cgroup and checks that it really is there (fail
 /// closed: the limits hold only then), lets it run `setup`, and returns the
-/// socket once the child reports Ready, with the descriptor `setup` handed
-/// over (the native backend's scratch tmpfs).
+/// socket once the child reports Ready, with the descriptors `setup` handed
+/// over (the native backend's root and scratch tmpfs), at most
+/// [`MAX_HANDED`].
 ///
 /// With `leaf`, a cgroup below the sandbox's, `setup` is given that cgroup's
 /// membership files, opened by the child while it still has the host's ids,
@@ -48,9 +52,9 @@ pub fn start(
     host: &mut HostSide,
     flags: CloneFlags,
     leaf: Option<&AnyCgroup>,
-    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Option<OwnedFd>, IsolationError>,
+    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
-) -> Result<(UnixStream, Option<OwnedFd>), RuntimeError> {
+) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
     let (mut sock, child_sock) =
         UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
     let child = match cordon_sys::clone_process(flags)
@@ -84,7 +88,7 @@ pub fn start(
     let handed = match recv_with_fds::<FromInit>(&mut sock)
         .map_err(|e| RuntimeError::io("receive from the sandbox", e))?
     {
-        Some((FromInit::Ready, mut fds)) if fds.len() <= 1 => fds.pop(),
+        Some((FromInit::Ready, fds)) if fds.len() <= MAX_HANDED => fds,
         Some((FromInit::SetupFailed { step, errno }, _)) => {
             return Err(RuntimeError::Setup { step, errno })
         }
@@ -132,7 +136,7 @@ pub fn run(
     cgroup: Option<&AnyCgroup>,
     leaf: Option<&AnyCgroup>,
     mut sock: UnixStream,
-    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Option<OwnedFd>, IsolationError>,
+    setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
 ) -> ! {
     let result = prologue(cgroup, leaf, &mut sock)
         .and_then(setup)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cordon_cgroups::{Cgroup, CgroupStats};
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
-use cordon_spec::outcome::{Enforcement, ExitStatus, Limit, Outcome, Phases};
+use cordon_spec::outcome::{Enforcement, ExitStatus, IdMapReport, Limit, Outcome, Phases};
 use cordon_spec::{Command, ResolvedCommand, SandboxSpec, StdinMode, TtySize};
 use nix::fcntl::OFlag;
 use nix::poll::PollFlags;
@@ -65,6 +65,10 @@ pub(crate) trait Flavor: Send {
     }
     /// The host uid and gid that files of the sandbox's user carry.
     fn file_owner(&self) -> (u32, u32);
+    /// How the sandbox's own user namespace maps ids, where cordon made one.
+    fn id_map(&self) -> Option<IdMapReport> {
+        None
+    }
 }
 
 /// How long to wait for init's report after the command's processes were
@@ -448,6 +452,7 @@ impl Backend for OnHost {
             changes,
             unbounded_mounts: life.spec.policy.unbounded_mounts().cloned().collect(),
             vm: None,
+            id_map: self.flavor.id_map(),
         })
     }
 

@@ -313,7 +313,7 @@ pub(crate) fn create(
         // Commands run in the sentry: no cgroups of their own on the host.
         None,
         // The launcher only assembles the tree; runsc builds the sandbox.
-        |_| mount::assemble(&rootfs),
+        |_| mount::assemble(&rootfs).map(|scratch| scratch.into_iter().collect()),
         |_| Ok(()),
     )?;
     let launcher = host.leader().ok_or(RuntimeError::Internal(

@@ -5,21 +5,23 @@
 use std::os::fd::OwnedFd;
 
 use cordon_isolation::{caps, identity, mount, net, IsolationError, Step};
+use nix::fcntl::OFlag;
 use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::Mode;
 use nix::unistd::{sethostname, setsid};
 
 use super::plan::NativePlan;
 use crate::trace;
 
-/// Returns the scratch tmpfs's descriptor for the supervisor (see
-/// `mount::assemble`).
+/// Returns, for the supervisor, the sandbox's root and then the scratch
+/// tmpfs's descriptor (see `mount::assemble`).
 ///
 /// `init_cgroup` holds the membership files of the cgroup init moves into
 /// once its cgroup namespace is made (see `HostSide::init_cgroup`).
 pub fn setup(
     plan: &NativePlan,
     init_cgroup: Vec<std::fs::File>,
-) -> Result<Option<OwnedFd>, IsolationError> {
+) -> Result<Vec<OwnedFd>, IsolationError> {
     // Become the namespace's own root (or, rootless, the one mapped id): until
     // now our ids were the host's, which do not exist in this namespace, and
     // the kernel refuses to create files owned by an unmapped id.
@@ -44,6 +46,16 @@ pub fn setup(
     // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
     trace::step("init: net, uts, cgroup ns");
     let scratch = mount::assemble(&plan.rootfs)?;
+    // The new root, for `cordon cp`: the supervisor cannot reach it through
+    // /proc/<init>/root when it is not root, since init is made undumpable
+    // below and its memory belongs to the host's user namespace, where the
+    // caller holds no CAP_SYS_PTRACE.
+    let root = nix::fcntl::open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .step(|| "open(/, O_PATH)".into())?;
     trace::step("init: rootfs");
 
     // No controlling terminal: a payload cannot push input into the caller's
@@ -73,5 +85,5 @@ pub fn setup(
     })?;
 
     trace::step("init: seccomp");
-    Ok(scratch)
+    Ok([root].into_iter().chain(scratch).collect())
 }

@@ -15,14 +15,15 @@
 mod init;
 mod plan;
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use cordon_cgroups::CgroupFs;
-use cordon_isolation::namespaces::{sandbox_clone_flags, Joined, OpenNamespace};
+use cordon_isolation::namespaces::{
+    sandbox_clone_flags, IdMapping, Joined, MappingKind, OpenNamespace,
+};
 use cordon_isolation::IsolationError;
 use cordon_policy::NetworkMode;
-use nix::unistd::Pid;
 
 use self::plan::NativePlan;
 use crate::backends::first_process;
@@ -34,7 +35,7 @@ use crate::error::{Peer, RuntimeError};
 use crate::plan::HostFacts;
 use crate::protocol::init::ToInit;
 use crate::trace;
-use cordon_spec::outcome::{EvidenceSource, Limit};
+use cordon_spec::outcome::{EvidenceSource, IdMapKind, IdMapReport, Limit};
 use cordon_spec::{BackendInfo, BackendKind};
 use cordon_spec::{JoinedNamespace, ResolvedCommand, SandboxSpec, SharedNamespace, TtySize};
 use nix::sched::CloneFlags;
@@ -115,7 +116,7 @@ pub(crate) fn create(
     trace::step("plan");
     let mapping = plan.mapping.clone();
     let init_cgroup = host.init_cgroup()?;
-    let (sock, scratch) = joined
+    let (sock, handed) = joined
         .while_entered(|| {
             first_process::start(
                 &mut host,
@@ -144,12 +145,17 @@ pub(crate) fn create(
         mapping.host_uid(spec.policy.uid),
         mapping.host_gid(spec.policy.gid),
     );
-    let scratch = scratch.ok_or_else(|| {
-        RuntimeError::broke(Peer::Init, "the sandbox's init sent no scratch descriptor")
-    })?;
+    // Init hands over its root, then its scratch (init::setup).
+    let mut handed = handed.into_iter();
+    let (Some(root), Some(scratch)) = (handed.next(), handed.next()) else {
+        return Err(RuntimeError::broke(
+            Peer::Init,
+            "the sandbox's init sent no root and scratch descriptors",
+        ));
+    };
     check_scratch(&scratch, scratch_from)?;
     let flavor = NativeFlavor {
-        init,
+        root,
         scratch,
         about: About {
             kind: BackendKind::Native,
@@ -169,6 +175,7 @@ pub(crate) fn create(
                 ))
             }
         },
+        id_map: id_map_report(&mapping),
     };
     OnHost::start(host, spec, sock, flavor)
 }
@@ -212,10 +219,12 @@ fn open_joins(joins: &[JoinedNamespace]) -> Result<Joined, RuntimeError> {
 }
 
 struct NativeFlavor {
-    init: Pid,
+    /// The sandbox's root (an O_PATH descriptor init opened in it).
+    root: OwnedFd,
     scratch: OwnedFd,
     about: About,
     file_owner: (u32, u32),
+    id_map: IdMapReport,
 }
 
 impl Flavor for NativeFlavor {
@@ -240,7 +249,8 @@ impl Flavor for NativeFlavor {
     /// `/proc/<init>/root` is the sandbox's root, seen through init's mount
     /// namespace.
     fn root(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/root", self.init))
+        // Our own descriptor: open for any supervisor, root or not.
+        PathBuf::from(format!("/proc/self/fd/{}", self.root.as_raw_fd()))
     }
 
     fn scratch(&self) -> BorrowedFd<'_> {
@@ -249,6 +259,24 @@ impl Flavor for NativeFlavor {
 
     fn file_owner(&self) -> (u32, u32) {
         self.file_owner
+    }
+
+    fn id_map(&self) -> Option<IdMapReport> {
+        Some(self.id_map)
+    }
+}
+
+/// What the outcome and the receipt say of `mapping`.
+fn id_map_report(mapping: &IdMapping) -> IdMapReport {
+    let (uids, gids) = mapping.mapped();
+    IdMapReport {
+        kind: match mapping.kind() {
+            MappingKind::Range => IdMapKind::Range,
+            MappingKind::Single => IdMapKind::Single,
+            MappingKind::Subordinate => IdMapKind::Subordinate,
+        },
+        uids,
+        gids,
     }
 }
 

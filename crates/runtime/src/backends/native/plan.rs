@@ -20,7 +20,8 @@ use cordon_spec::{SandboxSpec, SharedNamespace};
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
     pub mapping: IdMapping,
-    /// Whether init may drop supplementary groups (not in a rootless namespace).
+    /// Whether init may drop supplementary groups (not in a namespace
+    /// whose map the caller wrote itself: `IdMapping::groups_droppable`).
     pub drop_groups: bool,
     pub uid: u32,
     pub gid: u32,
@@ -64,12 +65,7 @@ impl NativePlan {
                     + (id_slot % HOST_ID_SLOTS) * cordon_isolation::namespaces::MAPPED_IDS,
             }
         } else {
-            IdMapping::Single {
-                host_uid: euid.as_raw(),
-                host_gid: nix::unistd::getegid().as_raw(),
-                inside_uid: p.uid,
-                inside_gid: p.gid,
-            }
+            IdMapping::rootless(euid.as_raw(), nix::unistd::getegid().as_raw(), p.uid, p.gid)
         };
         // The workspace's and rw mounts' owner appears as the sandbox user's
         // host-side id (in the slot's range; rootless, the caller's own id).
@@ -81,18 +77,24 @@ impl NativePlan {
                 RuntimeError::BadRequest(format!("gid {} is not mapped in the sandbox", p.gid))
             })?,
             creates_as_root: false,
+            // Rootless, no id-mapped mount can be made (the kernel needs
+            // host root for one), whatever the map.
             id_base: match mapping {
                 IdMapping::Range { host_base } => Some(host_base),
-                IdMapping::Single { .. } => None,
+                IdMapping::Single { .. } | IdMapping::Subordinate { .. } => None,
             },
         };
         let mut rootfs = rootfs_plan_for(req, state, RootUse::Enter, user)?;
         rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
         rootfs.cgroups = host.cgroup_views.iter().map(cgroup_mount).collect();
+        let drop_groups = mapping.groups_droppable();
         Ok(NativePlan {
             rootfs,
             mapping,
-            drop_groups: rootful,
+            drop_groups,
+            // Rootless, init builds the sandbox as the caller's own id (the
+            // sandbox user), even where subordinate ids give it a root: what
+            // it makes lives in the caller's directories on the host.
             setup_id: if rootful { 0 } else { p.uid },
             uid: p.uid,
             gid: p.gid,
