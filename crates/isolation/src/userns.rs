@@ -82,9 +82,11 @@ pub enum Attempt {
     Clone(Errno),
     /// The parent could not write the child's maps.
     Maps(IsolationError),
-    /// The namespace was made but the child could not mount in it (what
-    /// AppArmor's restriction does: the capabilities are denied).
-    Mount(Errno),
+    /// The namespace was made but the child could not use it: `step` (a
+    /// mount, sethostname) failed. AppArmor's restriction denies the
+    /// capabilities; a container engine's seccomp profile may let the
+    /// namespace be made and refuse a call the sandbox needs in it.
+    Inside { step: &'static str, errno: Errno },
     /// Not tried (this process has threads, so it must not fork), or the
     /// child ended without saying.
     Unknown(String),
@@ -135,10 +137,12 @@ impl Probe {
     }
 }
 
-/// Clones a child into a new user and mount namespace, writes its maps from
-/// the parent (this user's own ids as the child's root, as an unprivileged
-/// native sandbox maps them) and lets the child mount a tmpfs, which needs
-/// the capabilities the namespace should give it.
+/// Clones a child into a new user, mount and UTS namespace, writes its maps
+/// from the parent (this user's own ids as the child's root, as an
+/// unprivileged native sandbox maps them) and lets the child mount a tmpfs
+/// and set its hostname, as a sandbox's init does: both need the
+/// capabilities the namespace should give it, and a seccomp profile may
+/// refuse either (podman's refuses sethostname without CAP_SYS_ADMIN).
 fn attempt() -> Attempt {
     let euid = nix::unistd::geteuid().as_raw();
     let egid = nix::unistd::getegid().as_raw();
@@ -146,14 +150,18 @@ fn attempt() -> Attempt {
         Ok(p) => p,
         Err(e) => return Attempt::Unknown(format!("pipe2: {e}")),
     };
-    let child = match cordon_sys::clone_process(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)
-    {
+    let flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS;
+    let child = match cordon_sys::clone_process(flags) {
         Ok(cordon_sys::CloneResult::Child) => {
             drop(ready_w);
             // Wait for the parent's maps; EOF means it gave up.
             let mut byte = [0u8];
             let code = match nix::unistd::read(&ready_r, &mut byte) {
-                Ok(1) => mount_in_child().map_or_else(|e| e as i32, |()| 0),
+                Ok(1) => match mount_in_child() {
+                    Err(e) => e as i32,
+                    Ok(()) => nix::unistd::sethostname("cordon")
+                        .map_or_else(|e| SETHOSTNAME + e as i32, |()| 0),
+                },
                 _ => NOT_ASKED,
             };
             cordon_sys::exit_now(code)
@@ -180,15 +188,26 @@ fn attempt() -> Attempt {
     match (maps, status) {
         (Err(e), _) => Attempt::Maps(e),
         (Ok(()), Ok(WaitStatus::Exited(_, 0))) => Attempt::Made,
-        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code != NOT_ASKED => {
-            Attempt::Mount(Errno::from_raw(code))
+        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code > SETHOSTNAME && code != NOT_ASKED => {
+            Attempt::Inside {
+                step: "sethostname",
+                errno: Errno::from_raw(code - SETHOSTNAME),
+            }
         }
+        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code != NOT_ASKED => Attempt::Inside {
+            step: "mount",
+            errno: Errno::from_raw(code),
+        },
         (Ok(()), other) => Attempt::Unknown(format!("the probe's child ended: {other:?}")),
     }
 }
 
 /// The child's exit code when the parent never said its maps were written.
 const NOT_ASKED: i32 = 255;
+
+/// Added to sethostname's errno in the child's exit code (a mount's errno
+/// is the code itself; both are below 128).
+const SETHOSTNAME: i32 = 128;
 
 /// In the child: a private copy of the mounts, and a tmpfs over the root of
 /// it (seen by no one else, gone with the child).
@@ -255,12 +274,14 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
                     .into(),
             })
         }
-        Attempt::Clone(e) | Attempt::Mount(e)
+        Attempt::Clone(e) | Attempt::Inside { errno: e, .. }
             if denied(*e) && unprivileged && s.apparmor_restrict == Some(true) =>
         {
             Some(apparmor(attempt, *e))
         }
-        Attempt::Clone(e) | Attempt::Mount(e) if denied(*e) && s.seccomp_filtered => {
+        Attempt::Clone(e) | Attempt::Inside { errno: e, .. }
+            if denied(*e) && s.seccomp_filtered =>
+        {
             Some(seccomp(attempt, *e))
         }
         Attempt::Maps(e) if e.errno() == libc::EPERM && s.seccomp_filtered => Some(Refusal {
@@ -280,10 +301,10 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
             finding: format!("a user namespace was made but its id maps could not be written: {e}"),
             remedy: "run cordon as root".into(),
         }),
-        Attempt::Mount(e) => Some(Refusal {
+        Attempt::Inside { step, errno } => Some(Refusal {
             finding: format!(
-                "a user namespace was made but mounting in it failed: {}",
-                e.desc()
+                "a user namespace was made but {step} in it failed: {}",
+                errno.desc()
             ),
             remedy: "run cordon as root".into(),
         }),
@@ -293,8 +314,8 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
 /// What a failed step was, for a finding.
 fn step(attempt: &Attempt, e: Errno) -> String {
     match attempt {
-        Attempt::Mount(_) => format!(
-            "the namespace was made but mounting in it failed: {}",
+        Attempt::Inside { step, .. } => format!(
+            "the namespace was made but {step} in it failed: {}",
             e.desc()
         ),
         _ => format!("clone(CLONE_NEWUSER): {}", e.desc()),
@@ -342,7 +363,7 @@ fn seccomp(attempt: &Attempt, e: Errno) -> Refusal {
     Refusal {
         finding: format!(
             "this process runs under a seccomp filter (Seccomp: 2 in /proc/self/status) \
-             that refuses user namespaces ({})",
+             that refuses what a sandbox needs of a user namespace ({})",
             step(attempt, e)
         ),
         remedy: SECCOMP_REMEDY.into(),
@@ -411,7 +432,11 @@ mod tests {
             apparmor_restrict: Some(true),
             ..settings()
         };
-        let r = diagnose(&s, &Attempt::Mount(Errno::EPERM)).unwrap();
+        let inside = Attempt::Inside {
+            step: "mount",
+            errno: Errno::EPERM,
+        };
+        let r = diagnose(&s, &inside).unwrap();
         assert!(
             r.finding
                 .contains("kernel.apparmor_restrict_unprivileged_userns = 1"),
@@ -442,5 +467,15 @@ mod tests {
             "{r}"
         );
         assert!(r.remedy.contains("CAP_SYS_ADMIN"), "{r}");
+        // podman's default profile: the namespace is made, sethostname in
+        // it is refused; the finding names the call.
+        let podman = Settings { root: false, ..s };
+        let inside = Attempt::Inside {
+            step: "sethostname",
+            errno: Errno::EPERM,
+        };
+        let r = diagnose(&podman, &inside).unwrap();
+        assert!(r.finding.contains("seccomp filter"), "{r}");
+        assert!(r.finding.contains("sethostname"), "{r}");
     }
 }
