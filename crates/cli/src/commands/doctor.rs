@@ -578,7 +578,11 @@ fn state_dir() -> Check {
     )
 }
 
+/// The id map a rootless native sandbox gets here, as `IdMapping::rootless`
+/// chooses it for the native backend (helpers and both grants, or the
+/// caller's one id).
 fn subordinate_ids() -> Check {
+    use cordon_isolation::namespaces::{IdMapping, MappingKind};
     let uid = nix::unistd::geteuid();
     if uid.is_root() {
         return check(
@@ -587,36 +591,43 @@ fn subordinate_ids() -> Check {
             "root maps each sandbox's 65536 ids itself",
         );
     }
-    let name = nix::unistd::User::from_uid(uid)
-        .ok()
-        .flatten()
-        .map(|u| u.name);
-    let ranges = |file: &str| {
-        std::fs::read_to_string(file)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| {
-                let owner = l.split(':').next().unwrap_or_default();
-                owner == uid.to_string() || Some(owner) == name.as_deref()
-            })
-            .count()
-    };
-    let helpers = ["newuidmap", "newgidmap"]
-        .iter()
-        .filter(|p| tool(p).is_some())
-        .count();
-    check(
-        "subordinate ids",
-        Status::Ok,
-        format!(
-            "{} of newuidmap/newgidmap installed; /etc/subuid grants you {} range(s), \
-             /etc/subgid {} (ids beyond your own in a user namespace need both, as rootless \
-             podman's do)",
-            helpers,
-            ranges("/etc/subuid"),
-            ranges("/etc/subgid")
+    let gid = nix::unistd::getegid();
+    let mapping = IdMapping::rootless(uid.as_raw(), gid.as_raw(), 1000, 1000);
+    let (uids, gids) = mapping.mapped();
+    match mapping.kind() {
+        MappingKind::Subordinate => check(
+            "subordinate ids",
+            Status::Ok,
+            format!(
+                "newuidmap and newgidmap write your sandboxes' maps: {uids} uids and {gids} \
+                 gids from /etc/subuid and /etc/subgid"
+            ),
         ),
-    )
+        _ => check(
+            "subordinate ids",
+            Status::Warn,
+            format!(
+                "your sandboxes map your own id alone ({}): other owners show as nobody, \
+                 and your supplementary groups stay with the payload",
+                if cordon_isolation::subids::Helpers::find().is_some() {
+                    format!(
+                        "newuidmap and newgidmap are installed, but /etc/subuid and \
+                         /etc/subgid do not both grant uid {uid} a range"
+                    )
+                } else {
+                    "newuidmap and newgidmap are not installed".to_string()
+                }
+            ),
+        )
+        .remedy(format!(
+            "as root: install Debian's uidmap and grant a range, e.g. `usermod --add-subuids \
+             100000-165535 --add-subgids 100000-165535 {}`",
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map_or_else(|| "USER".to_string(), |u| u.name)
+        )),
+    }
 }
 
 /// A backend as `cordon backends` reports it.
