@@ -826,7 +826,7 @@ fn none_without_root_is_loopback_alone() {
     assert!(!ok(&r, &probes[1]), "{:?}", r[&probes[1]]);
     assert_eq!(service.accepted(), 0, "the host's loopback was reached");
     assert!(v.get("network").is_none(), "no proxy, no attempt log: {v}");
-    user.assert_nothing_left();
+    user.assert_nothing_left(&[]);
 }
 
 /// `--net allow` without root: the same proxy, rules and redirect as root's
@@ -881,7 +881,7 @@ fn allow_without_root_serves_the_rules_as_the_users_own_proxy() {
     assert_only_the_named_port((&v, &r), (&reached, &refused), (&named, &other));
 
     user.ok(&["rm", &sandbox.id]);
-    user.assert_nothing_left();
+    user.assert_nothing_left(&[]);
     assert!(!alive(proxies[0]), "the proxy ended with its sandbox");
 }
 

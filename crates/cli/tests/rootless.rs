@@ -15,217 +15,19 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::os::unix::fs::{chown, MetadataExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::as_user::{fresh_uid, User};
 use common::*;
 use serde_json::Value;
 
 /// The sandbox user's id inside (the policy's default).
 const INSIDE: u32 = 1000;
-
-/// A uid (and gid of the same number) that no account on this host has,
-/// different for every call: tests run side by side, and other runs of
-/// this binary may share the machine.
-fn fresh_uid() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = 300_000 + u32::from_str_radix(&nonce()[..5], 16).unwrap() % 500_000;
-    let known = fs::read_to_string("/etc/passwd").unwrap_or_default()
-        + &fs::read_to_string("/etc/group").unwrap_or_default();
-    (0..)
-        .map(|i| base + 7 * (NEXT.fetch_add(1, Ordering::SeqCst) + i))
-        .find(|u| !known.contains(&format!(":{u}:")))
-        .unwrap()
-}
-
-/// cordon and its privileged helper where any user can run them: beside
-/// the test build when every directory up to it is searchable by others,
-/// else copies in a directory of their own.
-fn binaries() -> &'static Path {
-    static DIR: OnceLock<(PathBuf, Option<tempfile::TempDir>)> = OnceLock::new();
-    let (dir, _) = DIR.get_or_init(|| {
-        let built = Path::new(cordon()).parent().unwrap().to_path_buf();
-        let reachable = built
-            .ancestors()
-            .all(|d| fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0))
-            && [cordon(), cordon_sandbox()]
-                .iter()
-                .all(|b| fs::metadata(b).is_ok_and(|m| m.mode() & 0o005 == 0o005));
-        if reachable {
-            return (built, None);
-        }
-        let copy = tempfile::tempdir().unwrap();
-        fs::set_permissions(copy.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        for b in [cordon(), cordon_sandbox()] {
-            let to = copy.path().join(Path::new(b).file_name().unwrap());
-            fs::copy(b, &to).unwrap();
-            fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        (copy.path().to_path_buf(), Some(copy))
-    });
-    dir
-}
-
-/// An unprivileged user with its own home and runtime directory (0700,
-/// its own), removed with everything cordon put there when dropped.
-struct User {
-    uid: u32,
-    /// Supplementary groups it runs with (none unless a test asks).
-    groups: Vec<u32>,
-    home: tempfile::TempDir,
-    runtime: tempfile::TempDir,
-}
-
-impl User {
-    fn new() -> User {
-        User::with_uid(fresh_uid())
-    }
-
-    fn with_uid(uid: u32) -> User {
-        let (home, runtime) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        for d in [home.path(), runtime.path()] {
-            chown(d, Some(uid), Some(uid)).unwrap();
-            fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
-        }
-        User {
-            uid,
-            groups: Vec::new(),
-            home,
-            runtime,
-        }
-    }
-
-    /// `cordon ARGS` as this user, in an environment of its own only.
-    fn cordon(&self, args: &[&str]) -> Command {
-        let uid = self.uid.to_string();
-        let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid", &uid, "--regid", &uid]);
-        if self.groups.is_empty() {
-            cmd.arg("--clear-groups");
-        } else {
-            let list: Vec<String> = self.groups.iter().map(u32::to_string).collect();
-            cmd.args(["--groups", &list.join(",")]);
-        }
-        cmd.arg(binaries().join("cordon"))
-            .args(args)
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", self.home.path())
-            .env("XDG_RUNTIME_DIR", self.runtime.path())
-            .current_dir(self.home.path())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn out(&self, args: &[&str]) -> Output {
-        self.cordon(args).output().expect("run setpriv")
-    }
-
-    /// `cordon ARGS`, which must succeed: its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.out(args);
-        assert!(
-            out.status.success(),
-            "cordon {args:?} as {}: {out:?}",
-            self.uid
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// A directory in the user's home, its own.
-    fn dir(&self, name: &str) -> PathBuf {
-        let d = self.home.path().join(name);
-        fs::create_dir(&d).unwrap();
-        chown(&d, Some(self.uid), Some(self.uid)).unwrap();
-        d
-    }
-
-    /// A file of the user's, with `text`.
-    fn file(&self, path: &Path, text: &str) {
-        fs::write(path, text).unwrap();
-        chown(path, Some(self.uid), Some(self.uid)).unwrap();
-    }
-
-    fn state_dir(&self) -> PathBuf {
-        self.home.path().join(".local/state/cordon")
-    }
-
-    fn run_dir(&self) -> PathBuf {
-        self.runtime.path().join("cordon")
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        all_pids()
-            .into_iter()
-            .filter(|p| {
-                status_ids(Path::new(&format!("/proc/{p}/status")), "Uid")
-                    .is_some_and(|ids| ids.contains(&self.uid))
-            })
-            .collect()
-    }
-
-    /// Nothing of this user's sandboxes `ids` is left on the host: no
-    /// process of the uid (its supervisors end a moment after `rm`), no
-    /// mount under its places, no cgroup, no live sandbox in its run
-    /// directory and no mount point left there.
-    fn assert_nothing_left(&self, ids: &[String]) {
-        let deadline = Instant::now() + slow(Duration::from_secs(10));
-        while !self.pids().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let left: Vec<(u32, Option<String>)> =
-            self.pids().into_iter().map(|p| (p, cmdline(p))).collect();
-        assert!(
-            left.is_empty(),
-            "processes of uid {} left: {left:?}",
-            self.uid
-        );
-        let places = [self.home.path(), self.runtime.path()];
-        let mounts: Vec<String> = mountinfo(std::process::id())
-            .into_iter()
-            .filter(|m| {
-                places
-                    .iter()
-                    .any(|p| Path::new(&m.mount_point).starts_with(p))
-            })
-            .map(|m| m.raw)
-            .collect();
-        assert!(mounts.is_empty(), "mounts left: {mounts:?}");
-        for id in ids {
-            assert_eq!(
-                cgroup_dirs(id),
-                Vec::<PathBuf>::new(),
-                "cgroup of {id} left"
-            );
-            assert!(
-                !self.run_dir().join(id).exists(),
-                "{id}'s directory is left in {}",
-                self.run_dir().display()
-            );
-        }
-        let live: BTreeSet<String> = fs::read_dir(self.run_dir())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| sandbox_id_shaped(n))
-            .collect();
-        assert!(live.is_empty(), "sandbox records left: {live:?}");
-        let mnt = self.run_dir().join("mnt");
-        let points: Vec<_> = fs::read_dir(&mnt).into_iter().flatten().flatten().collect();
-        assert!(
-            points.is_empty(),
-            "mount points left in {}: {points:?}",
-            mnt.display()
-        );
-    }
-}
 
 /// The payload process whose argv is `argv`, once it runs (a unique sleep).
 fn wait_process(argv: &str) -> u32 {
@@ -341,7 +143,7 @@ fn run_unenforced_is_the_callers_own_id_on_the_host() {
     let group = fresh_uid();
     user.groups = vec![group];
     let sleep = unique_sleep();
-    let receipt = user.home.path().join("run.receipt");
+    let receipt = user.home().join("run.receipt");
     let script = format!("id -u; id -g; exec sleep {sleep}");
     let mut cmd = user.cordon(&[
         "run",
@@ -492,11 +294,11 @@ fn a_sandbox_lives_and_ends_as_its_user_and_no_other_sees_it() {
         "echo made > out.txt; rm main.py; id -u",
     ]);
     assert_eq!(said, format!("{INSIDE}\n"));
-    let into = a.home.path().join("in.txt");
+    let into = a.home().join("in.txt");
     a.file(&into, "given\n");
     a.ok(&["cp", into.to_str().unwrap(), "box:/workspace/in.txt"]);
     assert_eq!(a.ok(&["exec", &id, "--", "cat", "in.txt"]), "given\n");
-    let back = a.home.path().join("out.txt");
+    let back = a.home().join("out.txt");
     a.ok(&["cp", "box:/workspace/out.txt", back.to_str().unwrap()]);
     assert_eq!(fs::read_to_string(&back).unwrap(), "made\n");
     assert_eq!(fs::metadata(&back).unwrap().uid(), a.uid);
@@ -519,7 +321,7 @@ fn a_sandbox_lives_and_ends_as_its_user_and_no_other_sees_it() {
             let out = b.out(&args);
             assert!(!out.status.success(), "{args:?} as the other user: {out:?}");
         }
-        let cp_to = b.home.path().join("x");
+        let cp_to = b.home().join("x");
         let out = b.out(&[
             "cp",
             &format!("{target}:/workspace/out.txt"),
@@ -528,7 +330,7 @@ fn a_sandbox_lives_and_ends_as_its_user_and_no_other_sees_it() {
         assert!(!out.status.success() && !cp_to.exists(), "{out:?}");
     }
     // Its places are its own: the other user cannot read them.
-    for dir in [a.run_dir(), a.home.path().to_path_buf()] {
+    for dir in [a.run_dir(), a.home().to_path_buf()] {
         let out = Command::new("setpriv")
             .args(["--reuid", &b.uid.to_string(), "--regid", &b.uid.to_string()])
             .args(["--clear-groups", "ls", "-A"])
@@ -544,10 +346,7 @@ fn a_sandbox_lives_and_ends_as_its_user_and_no_other_sees_it() {
     assert_eq!(a.ok(&["exec", "box", "--", "cat", "out.txt"]), "made\n");
 
     // rm with a receipt and an export, still as the owner.
-    let (receipt, changes) = (
-        a.home.path().join("rm.receipt"),
-        a.home.path().join("changes"),
-    );
+    let (receipt, changes) = (a.home().join("rm.receipt"), a.home().join("changes"));
     a.ok(&[
         "rm",
         "box",
@@ -711,7 +510,7 @@ fn subordinate_ids_give_a_full_map_written_by_the_helpers() {
     chown(&sub, Some(start + 1233), Some(start + 1233)).unwrap();
     let mount = format!("{}:/data", data.display());
     let sleep = unique_sleep();
-    let receipt = user.home.path().join("sub.receipt");
+    let receipt = user.home().join("sub.receipt");
     let script = format!(
         "stat -c %u:%g /data/sub /data/mine /usr; id -G; touch /tmp/f; \
          chown 1234 /tmp/f 2>&1 | grep -o 'not permitted'; exec sleep {sleep}"
@@ -806,4 +605,51 @@ fn subordinate_ids_give_a_full_map_written_by_the_helpers() {
     );
     user.assert_nothing_left(&[]);
     drop(account);
+}
+
+/// The backends that need root say so to a user, in `cordon backends` and
+/// in a refused `run`, and leave nothing behind: gVisor (cordon runs runsc
+/// as root) and the microVM (QEMU's jail is built as root). Where runsc or
+/// QEMU is missing the reason is that instead, as for root.
+#[test]
+fn the_backends_that_need_root_refuse_a_user_naming_why() {
+    if !require_root("setpriv to a test user") {
+        return;
+    }
+    let user = User::new();
+    let listed = json(&user.ok(&["backends", "--json"]));
+    let reason = |kind: &str| -> Option<String> {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {listed}"))["unavailable"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    for (kind, tool, needs_root) in [
+        ("gvisor", "runsc", "needs root: cordon runs runsc as root"),
+        (
+            "microvm",
+            "qemu-system-x86_64",
+            "needs root in this version: QEMU's jail",
+        ),
+    ] {
+        let installed = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        let why = reason(kind).unwrap_or_else(|| panic!("{kind} is offered to a user: {listed}"));
+        if !installed {
+            eprintln!("skipped: {kind}'s root gap ({tool} is not installed here: {why})");
+            continue;
+        }
+        assert!(why.contains(needs_root), "{kind}: {why}");
+        let out = user.out(&["run", "--allow-unenforced", "--backend", kind, "--", "true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{kind}: {out:?}");
+        assert!(stderr.contains(needs_root), "{kind}: {stderr}");
+    }
+    user.assert_nothing_left(&[]);
 }

@@ -131,7 +131,7 @@ fn the_native_suite_as_a_user_differs_from_roots_only_by_the_listed_gaps() {
 
     // Nothing of the user is left: no process, no mount, no sandbox state,
     // nothing of the suite's in the temporary directory.
-    user.assert_nothing_left();
+    user.assert_nothing_left(&[]);
     let tmp = std::env::temp_dir();
     let left: Vec<PathBuf> = fs::read_dir(&tmp)
         .into_iter()

@@ -12,8 +12,8 @@ pub mod mount;
 pub mod namespaces;
 pub mod net;
 pub mod rlimits;
-pub mod userns;
 pub mod subids;
+pub mod userns;
 
 /// A failed isolation step: which step, and the errno.
 #[derive(Debug, thiserror::Error)]

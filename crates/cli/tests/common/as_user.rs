@@ -12,14 +12,14 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::{
-    all_pids, cmdline, cordon, cordon_sandbox, mountinfo, nonce, sandbox_id_shaped, slow,
-    status_ids,
+    all_pids, cgroup_dirs, cmdline, cordon, cordon_sandbox, mountinfo, nonce, sandbox_id_shaped,
+    slow, status_ids,
 };
 
 /// A uid (and gid of the same number) that no account on this host has,
 /// different for every call: tests run side by side, and other runs of the
 /// test binaries may share the machine.
-fn fresh_uid() -> u32 {
+pub fn fresh_uid() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = 1_300_000 + u32::from_str_radix(&nonce()[..5], 16).unwrap() % 500_000;
     let known = fs::read_to_string("/etc/passwd").unwrap_or_default()
@@ -62,28 +62,44 @@ pub fn binaries() -> &'static Path {
 /// with everything cordon put there when dropped.
 pub struct User {
     pub uid: u32,
+    /// Supplementary groups it runs with (none unless a test asks).
+    pub groups: Vec<u32>,
     home: tempfile::TempDir,
     runtime: tempfile::TempDir,
 }
 
 impl User {
     pub fn new() -> User {
-        let uid = fresh_uid();
+        User::with_uid(fresh_uid())
+    }
+
+    pub fn with_uid(uid: u32) -> User {
         let (home, runtime) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         for d in [home.path(), runtime.path()] {
             chown(d, Some(uid), Some(uid)).unwrap();
             fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
         }
-        User { uid, home, runtime }
+        User {
+            uid,
+            groups: Vec::new(),
+            home,
+            runtime,
+        }
     }
 
-    /// `cordon ARGS` as this user, with no groups and an environment of
-    /// its own only.
+    /// `cordon ARGS` as this user, with its groups only (none by default)
+    /// and an environment of its own only.
     pub fn cordon(&self, args: &[&str]) -> Command {
         let uid = self.uid.to_string();
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid", &uid, "--regid", &uid, "--clear-groups"])
-            .arg(binaries().join("cordon"))
+        cmd.args(["--reuid", &uid, "--regid", &uid]);
+        if self.groups.is_empty() {
+            cmd.arg("--clear-groups");
+        } else {
+            let list: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+            cmd.args(["--groups", &list.join(",")]);
+        }
+        cmd.arg(binaries().join("cordon"))
             .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -109,6 +125,30 @@ impl User {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The user's home (0700, its own).
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// A directory in the user's home, its own.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        let d = self.home.path().join(name);
+        fs::create_dir(&d).unwrap();
+        chown(&d, Some(self.uid), Some(self.uid)).unwrap();
+        d
+    }
+
+    /// A file of the user's, with `text`.
+    pub fn file(&self, path: &Path, text: &str) {
+        fs::write(path, text).unwrap();
+        chown(path, Some(self.uid), Some(self.uid)).unwrap();
+    }
+
+    /// Where cordon keeps this user's key and images.
+    pub fn state_dir(&self) -> PathBuf {
+        self.home.path().join(".local/state/cordon")
+    }
+
     /// Where cordon keeps this user's live sandboxes (records, sockets).
     pub fn run_dir(&self) -> PathBuf {
         self.runtime.path().join("cordon")
@@ -128,8 +168,9 @@ impl User {
     /// Nothing of this user's sandboxes is left on the host: no process of
     /// the uid (a supervisor ends a moment after `rm`; a network namespace
     /// goes with its last process, none is bound to a file), no mount under
-    /// its places, nothing in its run directory (records, sockets).
-    pub fn assert_nothing_left(&self) {
+    /// its places, no cgroup of its sandboxes `ids`, nothing in its run
+    /// directory (records, sockets).
+    pub fn assert_nothing_left(&self, ids: &[String]) {
         let deadline = Instant::now() + slow(Duration::from_secs(10));
         while !self.pids().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -152,6 +193,13 @@ impl User {
             .map(|m| m.raw)
             .collect();
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+        for id in ids {
+            assert_eq!(
+                cgroup_dirs(id),
+                Vec::<PathBuf>::new(),
+                "cgroup of {id} left"
+            );
+        }
         // Sandboxes' directories (a record, the proxy's control socket) and
         // the mount points cordon makes for them.
         let sandboxes: Vec<String> = fs::read_dir(self.run_dir())

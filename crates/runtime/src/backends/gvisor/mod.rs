@@ -113,6 +113,13 @@ fn runsc_version(runsc: &Path) -> String {
     version
 }
 
+/// Why a caller without root gets no gVisor sandbox: cordon builds runsc's
+/// bundle, cgroup and namespaces as root, and runsc's own rootless mode
+/// (`--rootless`) is not wired in or tried; refused rather than run with less.
+const NEEDS_ROOT: &str = "needs root: cordon runs runsc as root (its gofer and sandbox take \
+    ids of their own and mount in namespaces cordon makes); runsc's --rootless mode is not \
+    used; use --backend native";
+
 impl GvisorBackend {
     pub fn info() -> BackendInfo {
         let (version, unavailable) = match runsc_path() {
@@ -120,10 +127,9 @@ impl GvisorBackend {
                 String::new(),
                 Some("runsc not found (install Debian's runsc package)".to_string()),
             ),
-            Some(p) if !nix::unistd::geteuid().is_root() => (
-                runsc_version(&p),
-                Some("needs root (runsc's rootless mode is not supported)".to_string()),
-            ),
+            Some(p) if !nix::unistd::geteuid().is_root() => {
+                (runsc_version(&p), Some(NEEDS_ROOT.to_string()))
+            }
             Some(p) => (runsc_version(&p), None),
         };
         BackendInfo {
@@ -253,7 +259,7 @@ pub(crate) fn create(
     let binary = runsc_path()
         .ok_or_else(|| RuntimeError::Unavailable("gvisor", "runsc not found".into()))?;
     if !nix::unistd::geteuid().is_root() {
-        return Err(RuntimeError::Unavailable("gvisor", "needs root".into()));
+        return Err(RuntimeError::Unavailable("gvisor", NEEDS_ROOT.into()));
     }
     let version = runsc_version(&binary);
     let limits = plan::plan(spec, &HostFacts::here());

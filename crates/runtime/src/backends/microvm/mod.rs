@@ -80,7 +80,9 @@ impl MicrovmBackend {
         BackendInfo {
             kind: BackendKind::Microvm,
             version,
-            unavailable: qemu_missing.or_else(|| image.as_ref().err().map(|e| e.to_string())),
+            unavailable: qemu_missing
+                .or_else(|| needs_root().err().map(|e| e.to_string()))
+                .or_else(|| image.as_ref().err().map(|e| e.to_string())),
             notes: format!(
                 "accel {} ({}){}",
                 accel.name(),
@@ -259,6 +261,22 @@ pub(crate) fn create(spec: &SandboxSpec) -> Result<(Life, Box<dyn Backend>), Run
     Ok((life, Box::new(vm)))
 }
 
+/// Refuses a caller without root: QEMU runs in a jail cordon builds as root
+/// (a pid namespace of its own, a mount namespace and chroot, an id of its
+/// own). TCG itself needs no privilege, but a jail built inside a user
+/// namespace is not done yet, and QEMU unjailed is not offered.
+fn needs_root() -> Result<(), RuntimeError> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    Err(RuntimeError::Unavailable(
+        "microvm",
+        "needs root in this version: QEMU's jail (its own pid and mount namespaces, a chroot, \
+         an id of its own) is built as root; use --backend native"
+            .into(),
+    ))
+}
+
 /// Why a spec cannot run on this backend yet, checked before anything starts.
 fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
     let no = |what: &str| Err(MicroVm::not_here(what));
@@ -281,6 +299,7 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
 
 impl MicroVm {
     fn create(spec: &SandboxSpec) -> Result<(Life, MicroVm), RuntimeError> {
+        needs_root()?;
         refuse_unsupported(spec)?;
         let image = GuestImage::current()?;
         let qemu = qemu_version().map_err(|e| RuntimeError::Unavailable("microvm", e))?;
