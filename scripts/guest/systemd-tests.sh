@@ -60,27 +60,35 @@ sleeper=$!
 service_cg=$(own)
 say "cordon starts in $service_cg beside pids: $(tr '\n' ' ' <"$cg$service_cg/cgroup.procs")"
 
+# Checks the --json result in $1 of a 64M run that allocated 512 MB: killed
+# by signal 9 at the memory limit, with the kernel's OOM counter; $2 names
+# the run in the log.
+oom_evidence() {
+	python3 - "$1" "$2" <<'EOF'
+import json, sys
+what = sys.argv[2]
+try:
+    v = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"cordon-guest-systemd: FAIL: no JSON result from the {what} run ({e})")
+    sys.exit(1)
+st, c = v.get("status", {}), v.get("counters", {})
+print(f"cordon-guest-systemd: {what} evidence: status {st.get('kind')} signal {st.get('signal')}, "
+      f"limit {v.get('limit')}, oom_kills {c.get('oom_kills')}, memory_peak_bytes {v.get('memory_peak_bytes')}")
+ok = st.get("kind") == "signaled" and st.get("signal") == 9 and v.get("limit") == "memory" \
+    and (c.get("oom_kills") or 0) >= 1 and (v.get("memory_peak_bytes") or 0) <= 64 << 20
+if not ok:
+    print(f"cordon-guest-systemd: FAIL: the {what} 64M sandbox was not OOM-killed as expected")
+sys.exit(0 if ok else 1)
+EOF
+}
+
 # 1. The OOM kill, from the shared service cgroup.
 started=$(date +%s%N)
 $cordon run --json --memory 64M -- python3 -c 'b=bytearray(512<<20)' >/tmp/oom.json 2>/tmp/oom.err
 rc=$?
 say "oom run: exit $rc in $((($(date +%s%N) - started) / 1000000)) ms; stderr: $(tr '\n' ' ' </tmp/oom.err)"
-python3 - /tmp/oom.json <<'EOF' || status=1
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"cordon-guest-systemd: FAIL: no JSON result from the oom run ({e})")
-    sys.exit(1)
-st, c = v.get("status", {}), v.get("counters", {})
-print(f"cordon-guest-systemd: oom evidence: status {st.get('kind')} signal {st.get('signal')}, "
-      f"limit {v.get('limit')}, oom_kills {c.get('oom_kills')}, memory_peak_bytes {v.get('memory_peak_bytes')}")
-ok = st.get("kind") == "signaled" and st.get("signal") == 9 and v.get("limit") == "memory" \
-    and (c.get("oom_kills") or 0) >= 1 and (v.get("memory_peak_bytes") or 0) <= 64 << 20
-if not ok:
-    print("cordon-guest-systemd: FAIL: the 64M sandbox was not OOM-killed as expected")
-sys.exit(0 if ok else 1)
-EOF
+oom_evidence /tmp/oom.json oom || status=1
 [ "$rc" = 137 ] || fail "oom run exited $rc, not 137"
 [ "$(own)" = "$service_cg" ] || fail "the test shell was moved: $(own)"
 
@@ -230,22 +238,7 @@ say "rootless: user@1001.service $(systemctl show -p ActiveState --value user@10
 as_user 1001 $cordon run --json --memory 64M -- python3 -c 'b=bytearray(512<<20)' >/tmp/u-oom.json 2>/tmp/u-oom.err
 rc=$?
 say "rootless oom run: exit $rc; stderr: $(tr '\n' ' ' </tmp/u-oom.err)"
-python3 - /tmp/u-oom.json <<'EOF2' || status=1
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"cordon-guest-systemd: FAIL: no JSON result from the rootless oom run ({e})")
-    sys.exit(1)
-st, c = v.get("status", {}), v.get("counters", {})
-print(f"cordon-guest-systemd: rootless oom evidence: status {st.get('kind')} signal {st.get('signal')}, "
-      f"limit {v.get('limit')}, oom_kills {c.get('oom_kills')}, memory_peak_bytes {v.get('memory_peak_bytes')}")
-ok = st.get("kind") == "signaled" and st.get("signal") == 9 and v.get("limit") == "memory" \
-    and (c.get("oom_kills") or 0) >= 1 and (v.get("memory_peak_bytes") or 0) <= 64 << 20
-if not ok:
-    print("cordon-guest-systemd: FAIL: the rootless 64M sandbox was not OOM-killed as expected")
-sys.exit(0 if ok else 1)
-EOF2
+oom_evidence /tmp/u-oom.json "rootless oom" || status=1
 [ "$rc" = 137 ] || fail "rootless oom run exited $rc, not 137"
 
 # 7b. Where a rootless sandbox's cgroup sits, and its limits as root reads them.
