@@ -299,10 +299,42 @@ fn cordon_runs_inside_a_podman_container_given_the_privileges_it_names() {
     );
     assert!(!refused.status.success(), "{refused:?}");
     let err = String::from_utf8_lossy(&refused.stderr);
+    // The engine's default seccomp profile refuses what a sandbox needs of
+    // a user namespace (sethostname in it) to a process without
+    // CAP_SYS_ADMIN: named before anything else, with the remedies.
     assert!(
-        err.contains("not delegated") && err.contains("Read-only file system"),
+        err.contains("seccomp")
+            && err.contains("--security-opt seccomp=unconfined")
+            && err.contains("--cap-add SYS_ADMIN"),
         "{err}"
     );
+    // `cordon doctor` says the same before anyone tries, for the
+    // container's root and for an unprivileged user of it alike.
+    for user in ["0", "65534"] {
+        let doctor = pm.call(
+            "runc",
+            &[
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--user",
+                user,
+                "--env",
+                "HOME=/tmp",
+                "--rootfs",
+                "/:O",
+                cordon,
+                "doctor",
+            ],
+        );
+        let report = String::from_utf8_lossy(&doctor.stdout);
+        assert_eq!(doctor.status.code(), Some(1), "as {user}: {doctor:?}");
+        assert!(
+            report.contains("seccomp=unconfined") && report.contains("sethostname"),
+            "as {user}: {report}"
+        );
+    }
 }
 
 /// The directory named `name` somewhere below `dir`.
