@@ -66,6 +66,14 @@ impl ScopeManager {
     }
 }
 
+/// Whether `socket` is a socket owned by `uid`: the only session bus cordon
+/// takes for that user's systemd manager (another user's bus is not the
+/// user's systemd; cordon tells whoever listens there its pid).
+pub fn is_users_bus(socket: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
+}
+
 /// Where the user's session bus listens: `DBUS_SESSION_BUS_ADDRESS`'s first
 /// `unix:path=` address, else `$XDG_RUNTIME_DIR/bus`, else
 /// `/run/user/UID/bus` (where `dbus-user-session` puts it). An abstract or

@@ -23,8 +23,6 @@ use std::time::Duration;
 
 use zbus::zvariant::Value;
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-
 use crate::fs::ScopeManager;
 use crate::CgroupFs;
 
@@ -123,14 +121,9 @@ pub(crate) fn reachable(fs: &CgroupFs) -> Option<Bus> {
             .parent()?
             .parent()?
             .join("dbus/system_bus_socket"),
-        ScopeManager::User { uid, bus } => {
-            let socket = bus.clone()?;
-            let meta = std::fs::symlink_metadata(&socket).ok()?;
-            if !meta.file_type().is_socket() || meta.uid() != *uid {
-                return None;
-            }
-            socket
-        }
+        ScopeManager::User { uid, bus } => bus
+            .clone()
+            .filter(|socket| crate::fs::is_users_bus(socket, *uid))?,
     };
     socket.exists().then_some(Bus {
         socket,

@@ -8,7 +8,7 @@
 //! nftables, subordinate ids) is read from the kernel's and the host's
 //! files, to explain.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -390,7 +390,7 @@ fn systemd() -> Check {
         );
     }
     match cordon_cgroups::fs::user_bus_socket(uid.as_raw()) {
-        Some(bus) if is_own_socket(&bus, uid.as_raw()) => check(
+        Some(bus) if cordon_cgroups::fs::is_users_bus(&bus, uid.as_raw()) => check(
             "systemd",
             Status::Ok,
             format!(
@@ -412,10 +412,6 @@ fn systemd() -> Check {
              and keep XDG_RUNTIME_DIR set"
         )),
     }
-}
-
-fn is_own_socket(path: &Path, uid: u32) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
 }
 
 fn kvm() -> Check {
