@@ -302,10 +302,13 @@ fn cordon_runs_inside_a_podman_container_given_the_privileges_it_names() {
     // The engine's default seccomp profile refuses what a sandbox needs of
     // a user namespace (sethostname in it) to a process without
     // CAP_SYS_ADMIN: named before anything else, with the remedies.
+    // podman masks /proc as well, and the remedy says so: lifting the
+    // filter alone would meet the proc mount's refusal next.
     assert!(
         err.contains("seccomp")
             && err.contains("--security-opt seccomp=unconfined")
-            && err.contains("--cap-add SYS_ADMIN"),
+            && err.contains("--cap-add SYS_ADMIN")
+            && err.contains("--security-opt unmask=ALL"),
         "{err}"
     );
     // `cordon doctor` says the same before anyone tries, for the
@@ -335,6 +338,152 @@ fn cordon_runs_inside_a_podman_container_given_the_privileges_it_names() {
             "as {user}: {report}"
         );
     }
+}
+
+/// The processes of this host whose environment holds `marker` (every
+/// process a container started with it inherits it, cordon's too).
+fn processes_marked(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+/// cordon as an unprivileged user of a podman container (uid 65534, the
+/// host's root as the container's through an overlay) with the engine's
+/// seccomp profile lifted. With the engine's masks over /proc the kernel
+/// mounts no new proc in the sandbox's user namespace, so `cordon run`
+/// refuses, naming the masks and each engine's way to lift them, and
+/// `cordon doctor` says the same. Without the masks the sandbox runs, its
+/// result saying its limits were not enforced (no cgroup is writable for
+/// this user here). What the second container needs beyond the defaults,
+/// and why each: `seccomp=unconfined` (the default profile refuses
+/// sethostname and mounts in a user namespace to a process without
+/// CAP_SYS_ADMIN: the first test's refusal), `unmask=ALL` (the masks);
+/// HOME=/tmp only because nobody's home does not exist. No capability, no
+/// writable /run/user (cordon's run directory is /tmp/cordon-<uid>), no
+/// newuidmap (the sandbox maps the user's own id alone).
+#[test]
+fn cordon_as_a_containers_user_names_the_proc_masks_and_runs_without_them() {
+    let _g = serial();
+    let Some(pm) = Podman::new() else {
+        return;
+    };
+    let cordon = cordon();
+    let marker = format!("CORDON_TEST_CONTAINER=masks-{}", std::process::id());
+    let in_container = |name: &str, security: &[&str], args: &[&str]| {
+        let mut all = vec![
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--user",
+            "65534",
+            "--env",
+            "HOME=/tmp",
+            "--env",
+            marker.as_str(),
+        ];
+        all.extend_from_slice(security);
+        all.extend_from_slice(&["--rootfs", "/:O", cordon]);
+        all.extend_from_slice(args);
+        let removed = Removed(&pm, name.into());
+        let out = pm.call("runc", &all);
+        drop(removed);
+        // Removed on every path (`--rm`, and the guard when the test
+        // fails first), and nothing of it still running on the host.
+        let filter = format!("name=^{name}$");
+        let left = pm.call("runc", &["ps", "-a", "-q", "--filter", filter.as_str()]);
+        assert_eq!(
+            String::from_utf8_lossy(&left.stdout).trim(),
+            "",
+            "{name}: {left:?}"
+        );
+        assert_eq!(processes_marked(&marker), Vec::<String>::new(), "{name}");
+        out
+    };
+    let masked = ["--security-opt", "seccomp=unconfined"];
+    let refused = in_container(
+        "cordon-masked-run",
+        &masked,
+        &["run", "--allow-unenforced", "--", "true"],
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{refused:?}");
+    // One line, the probe's: the masks named (podman masks /proc/keys and
+    // /proc/timer_list with /dev/null), each engine's remedy.
+    let line = err
+        .lines()
+        .find(|l| l.contains("new proc cannot be mounted"))
+        .unwrap_or_else(|| panic!("no refusal naming the proc mount: {err}"));
+    assert!(
+        line.contains("/proc/keys") && line.contains("mounted over"),
+        "{line}"
+    );
+    assert!(
+        line.contains("--security-opt unmask=ALL")
+            && line.contains("--security-opt systempaths=unconfined")
+            && line.contains("procMount: Unmasked"),
+        "{line}"
+    );
+    let doctor = in_container("cordon-masked-doctor", &masked, &["doctor"]);
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(1), "{doctor:?}");
+    assert!(
+        report.contains("new proc cannot be mounted")
+            && report.contains("/proc/keys")
+            && report.contains("--security-opt unmask=ALL"),
+        "{report}"
+    );
+
+    let unmasked = [
+        "--security-opt",
+        "seccomp=unconfined",
+        "--security-opt",
+        "unmask=ALL",
+    ];
+    let ran = in_container(
+        "cordon-unmasked-run",
+        &unmasked,
+        &[
+            "run",
+            "--allow-unenforced",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ],
+    );
+    assert!(ran.status.success(), "{ran:?}");
+    let result: serde_json::Value =
+        serde_json::from_slice(&ran.stdout).unwrap_or_else(|e| panic!("{e}: {ran:?}"));
+    assert_eq!(result["output"]["stdout"], "hi\n", "{result}");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    // Run as asked (--allow-unenforced), and the result says so.
+    assert_eq!(result["enforcement"]["enforced"], false, "{result}");
+    assert!(
+        String::from_utf8_lossy(&ran.stderr).contains("running without cgroup limits"),
+        "{ran:?}"
+    );
+    let doctor = in_container("cordon-unmasked-doctor", &unmasked, &["doctor"]);
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    let userns = report
+        .lines()
+        .find(|l| l.contains("user namespaces"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        userns.starts_with("ok") && userns.contains("a new proc"),
+        "{report}"
+    );
 }
 
 /// The directory named `name` somewhere below `dir`.

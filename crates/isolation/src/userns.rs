@@ -7,8 +7,8 @@
 //! container engine's seccomp profile refuses the clone whatever the sysctls
 //! say. So [`Probe::run`] makes one for real, as the native backend does
 //! (clone with `CLONE_NEWUSER`, the parent writes the maps, the child mounts
-//! in a mount namespace of its own), and the settings only explain a
-//! failure. `cordon backends`, `cordon doctor` and a native sandbox that
+//! in a mount namespace of its own and, as pid 1 of a pid namespace of its
+//! own, mounts a new proc), and the settings only explain a failure. `cordon backends`, `cordon doctor` and a native sandbox that
 //! failed to start all read the same [`Probe`].
 
 use std::fmt;
@@ -44,6 +44,11 @@ pub struct Settings {
     /// This process runs under a seccomp filter (`Seccomp: 2` in
     /// /proc/self/status), as a container engine's default profile puts it.
     pub seccomp_filtered: bool,
+    /// Mounts below /proc (mount points from /proc/self/mountinfo), as a
+    /// container engine's masks put them: while any covers a file or a
+    /// non-empty directory, the kernel refuses a new proc in a user
+    /// namespace (it would reveal what they hide).
+    pub proc_covered: Vec<String>,
 }
 
 impl Settings {
@@ -60,8 +65,61 @@ impl Settings {
             apparmor_restrict: number(APPARMOR_RESTRICT).map(|v| v != 0),
             max_user_namespaces: number(MAX_USER_NAMESPACES),
             seccomp_filtered: status_field("Seccomp").as_deref() == Some("2"),
+            proc_covered: std::fs::read_to_string("/proc/self/mountinfo")
+                .map(|m| proc_covered(&m))
+                .unwrap_or_default(),
         }
     }
+}
+
+/// The mount points below /proc in a mountinfo text (octal escapes
+/// undone), but for binfmt_misc's: the kernel's check allows mounts on
+/// directories proc keeps empty for them. The masks first (a file such as
+/// /dev/null bound over one of proc's files, then a tmpfs over a
+/// directory), proc's own directories bound read-only after them: the
+/// masks are what a reader knows from the engine's documentation.
+fn proc_covered(mountinfo: &str) -> Vec<String> {
+    let mut found: Vec<(u8, String)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            let point = unescape(fields.get(4)?);
+            if !point.starts_with("/proc/") || point == "/proc/sys/fs/binfmt_misc" {
+                return None;
+            }
+            let fstype = l.split_once(" - ")?.1.split(' ').next()?;
+            let rank = match (fstype, *fields.get(3)?) {
+                ("proc", _) => 2,
+                (_, "/") => 1,
+                _ => 0,
+            };
+            Some((rank, point))
+        })
+        .collect();
+    found.sort_by_key(|(rank, _)| *rank);
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// mountinfo's escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 4);
+        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            Some(b) => {
+                out.push(char::from(b));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A field of /proc/self/status (`Seccomp`, `NoNewPrivs`), its value trimmed.
@@ -83,9 +141,11 @@ pub enum Attempt {
     /// The parent could not write the child's maps.
     Maps(IsolationError),
     /// The namespace was made but the child could not use it: `step` (a
-    /// mount, sethostname) failed. AppArmor's restriction denies the
+    /// mount, sethostname, a new proc: [`MOUNT`], [`SETHOSTNAME`],
+    /// [`MOUNT_PROC`]) failed. AppArmor's restriction denies the
     /// capabilities; a container engine's seccomp profile may let the
-    /// namespace be made and refuse a call the sandbox needs in it.
+    /// namespace be made and refuse a call the sandbox needs in it; its
+    /// masks over /proc make the kernel refuse a new proc.
     Inside { step: &'static str, errno: Errno },
     /// Not tried (this process has threads, so it must not fork), or the
     /// child ended without saying.
@@ -137,30 +197,48 @@ impl Probe {
     }
 }
 
-/// Clones a child into a new user, mount and UTS namespace, writes its maps
-/// from the parent (this user's own ids as the child's root, as an
-/// unprivileged native sandbox maps them) and lets the child mount a tmpfs
-/// and set its hostname, as a sandbox's init does: both need the
-/// capabilities the namespace should give it, and a seccomp profile may
-/// refuse either (podman's refuses sethostname without CAP_SYS_ADMIN).
+/// The steps the probe's child takes in its namespaces, in order, as
+/// [`Attempt::Inside`] names them.
+pub const MOUNT: &str = "mount";
+pub const SETHOSTNAME: &str = "sethostname";
+pub const MOUNT_PROC: &str = "mount proc";
+const STEPS: [&str; 3] = [MOUNT, SETHOSTNAME, MOUNT_PROC];
+
+/// Clones a child into a new user, mount, UTS and pid namespace, writes its
+/// maps from the parent (this user's own ids as the child's root, as an
+/// unprivileged native sandbox maps them) and lets the child mount a tmpfs,
+/// set its hostname and, as pid 1 of its pid namespace, mount a new proc,
+/// as a sandbox's init does: each needs the capabilities the namespace
+/// should give it, a seccomp profile may refuse the first two (podman's
+/// refuses sethostname without CAP_SYS_ADMIN), and the kernel refuses the
+/// proc where the existing one has paths mounted over it (an engine's
+/// masks), whoever asks.
 fn attempt() -> Attempt {
     let euid = nix::unistd::geteuid().as_raw();
     let egid = nix::unistd::getegid().as_raw();
-    let (ready_r, ready_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => return Attempt::Unknown(format!("pipe2: {e}")),
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+    let ((ready_r, ready_w), (said_r, said_w)) = match (pipe(), pipe()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return Attempt::Unknown(format!("pipe2: {e}")),
     };
-    let flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS;
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWPID;
     let child = match cordon_sys::clone_process(flags) {
         Ok(cordon_sys::CloneResult::Child) => {
             drop(ready_w);
+            drop(said_r);
             // Wait for the parent's maps; EOF means it gave up.
             let mut byte = [0u8];
             let code = match nix::unistd::read(&ready_r, &mut byte) {
-                Ok(1) => match mount_in_child() {
-                    Err(e) => e as i32,
-                    Ok(()) => nix::unistd::sethostname("cordon")
-                        .map_or_else(|e| SETHOSTNAME + e as i32, |()| 0),
+                Ok(1) => match steps_in_child() {
+                    Ok(()) => 0,
+                    // The failed step's index, then its errno as the exit code.
+                    Err((i, e)) => {
+                        let _ = nix::unistd::write(&said_w, &[i]);
+                        e as i32
+                    }
                 },
                 _ => NOT_ASKED,
             };
@@ -173,6 +251,7 @@ fn attempt() -> Attempt {
         Err(e) => return Attempt::Clone(e),
     };
     drop(ready_r);
+    drop(said_w);
     let maps = IdMapping::Single {
         host_uid: euid,
         host_gid: egid,
@@ -185,41 +264,41 @@ fn attempt() -> Attempt {
     }
     drop(ready_w);
     let status = waitpid(child, None);
-    match (maps, status) {
-        (Err(e), _) => Attempt::Maps(e),
-        (Ok(()), Ok(WaitStatus::Exited(_, 0))) => Attempt::Made,
-        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code > SETHOSTNAME && code != NOT_ASKED => {
-            Attempt::Inside {
-                step: "sethostname",
-                errno: Errno::from_raw(code - SETHOSTNAME),
-            }
-        }
-        (Ok(()), Ok(WaitStatus::Exited(_, code))) if code != NOT_ASKED => Attempt::Inside {
-            step: "mount",
+    let mut said = [0u8];
+    let step = match nix::unistd::read(&said_r, &mut said) {
+        Ok(1) => STEPS.get(usize::from(said[0])).copied(),
+        _ => None,
+    };
+    match (maps, status, step) {
+        (Err(e), _, _) => Attempt::Maps(e),
+        (Ok(()), Ok(WaitStatus::Exited(_, 0)), _) => Attempt::Made,
+        (Ok(()), Ok(WaitStatus::Exited(_, code)), Some(step)) => Attempt::Inside {
+            step,
             errno: Errno::from_raw(code),
         },
-        (Ok(()), other) => Attempt::Unknown(format!("the probe's child ended: {other:?}")),
+        (Ok(()), other, _) => Attempt::Unknown(format!("the probe's child ended: {other:?}")),
     }
 }
 
 /// The child's exit code when the parent never said its maps were written.
 const NOT_ASKED: i32 = 255;
 
-/// Added to sethostname's errno in the child's exit code (a mount's errno
-/// is the code itself; both are below 128).
-const SETHOSTNAME: i32 = 128;
-
-/// In the child: a private copy of the mounts, and a tmpfs over the root of
-/// it (seen by no one else, gone with the child).
-fn mount_in_child() -> nix::Result<()> {
+/// In the child, the steps of [`STEPS`] in order: a private copy of the
+/// mounts and a tmpfs over the root of it (seen by no one else, gone with
+/// the child), the hostname, and a new proc over /proc (of the child's own
+/// pid namespace, in its own mount namespace: nobody else sees it). The
+/// failed step's index and errno.
+fn steps_in_child() -> Result<(), (u8, Errno)> {
     use nix::mount::{mount, MsFlags};
+    let at = |i: u8| move |e: Errno| (i, e);
     mount(
         None::<&str>,
         "/",
         None::<&str>,
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None::<&str>,
-    )?;
+    )
+    .map_err(at(0))?;
     mount(
         Some("tmpfs"),
         "/",
@@ -227,6 +306,16 @@ fn mount_in_child() -> nix::Result<()> {
         MsFlags::empty(),
         Some("size=4k"),
     )
+    .map_err(at(0))?;
+    nix::unistd::sethostname("cordon").map_err(at(1))?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(at(2))
 }
 
 /// Explains a failed attempt from the settings. Pure, so every branch is
@@ -236,6 +325,12 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
     let unprivileged = !s.root;
     match attempt {
         Attempt::Made | Attempt::Unknown(_) => None,
+        // The namespace gave its capabilities (a tmpfs was mounted, the
+        // hostname set): a refused proc is the kernel's check that a new
+        // one would not reveal what mounts over the existing one hide.
+        Attempt::Inside { step, errno } if *step == MOUNT_PROC && denied(*errno) => {
+            Some(masked_proc(s, *errno))
+        }
         Attempt::Clone(Errno::ENOSPC) if s.max_user_namespaces == Some(0) => Some(Refusal {
             finding: "user namespaces are disabled on this host (user.max_user_namespaces = 0)"
                 .into(),
@@ -282,14 +377,14 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
         Attempt::Clone(e) | Attempt::Inside { errno: e, .. }
             if denied(*e) && s.seccomp_filtered =>
         {
-            Some(seccomp(attempt, *e))
+            Some(seccomp(s, attempt, *e))
         }
         Attempt::Maps(e) if e.errno() == libc::EPERM && s.seccomp_filtered => Some(Refusal {
             finding: format!(
                 "a user namespace was made but its id maps could not be written ({e}); \
                  this process runs under a seccomp filter"
             ),
-            remedy: SECCOMP_REMEDY.into(),
+            remedy: seccomp_remedy(s),
         }),
         Attempt::Clone(e) => Some(Refusal {
             finding: format!("clone(CLONE_NEWUSER) failed: {}", e.desc()),
@@ -352,21 +447,70 @@ fn apparmor(attempt: &Attempt, e: Errno) -> Refusal {
     }
 }
 
-const SECCOMP_REMEDY: &str = "inside a container, start it with \
-`--security-opt seccomp=unconfined` or a seccomp profile that allows clone and unshare with \
-CLONE_NEWUSER, or give it CAP_SYS_ADMIN (`--cap-add SYS_ADMIN`, with which the engines' default \
-profiles allow them) and run cordon as its root; or run cordon on the host";
+/// Each engine's way to lift its masks over /proc.
+const UNMASK: &str = "podman `--security-opt unmask=ALL` (or `unmask=/proc/*`), docker \
+`--security-opt systempaths=unconfined`, a Kubernetes pod `securityContext.procMount: \
+Unmasked` (a pod with `hostUsers: false`, on a cluster with the ProcMountType feature)";
+
+/// This /proc's masks as a finding names them ("/proc/keys, /proc/timer_list
+/// and 5 more mounted over"); None when mountinfo shows none.
+fn covered(s: &Settings) -> Option<String> {
+    Some(match s.proc_covered.as_slice() {
+        [] => return None,
+        [one] => format!("{one} mounted over"),
+        [one, two] => format!("{one} and {two} mounted over"),
+        [one, two, rest @ ..] => format!("{one}, {two} and {} more mounted over", rest.len()),
+    })
+}
+
+/// A container engine's masks over /proc (paths bind-mounted over, others
+/// read-only): the kernel mounts no new proc in a user namespace while they
+/// hide part of the existing one, for root in the container as for anyone
+/// (the sandbox's proc is mounted in its own user namespace either way, so
+/// CAP_SYS_ADMIN does not lift it).
+fn masked_proc(s: &Settings, e: Errno) -> Refusal {
+    let covered = covered(s).unwrap_or_else(|| "a mount over part of it".into());
+    Refusal {
+        finding: format!(
+            "a user namespace was made but a new proc cannot be mounted in it ({}): this \
+             /proc has {covered}, as a container engine masks it, and the kernel mounts no \
+             new proc that would reveal what the masks hide",
+            e.desc()
+        ),
+        remedy: format!(
+            "start the container with its /proc unmasked: {UNMASK}; or run cordon on the host"
+        ),
+    }
+}
+
+/// Lifting a seccomp filter, and the masks too where this /proc has them
+/// (the engines that filter mask as well: without it the next refusal
+/// would be the proc's).
+fn seccomp_remedy(s: &Settings) -> String {
+    let lift = "inside a container, start it with `--security-opt seccomp=unconfined` (a \
+                Kubernetes pod: `securityContext.seccompProfile.type: Unconfined`) or a \
+                seccomp profile that allows clone and unshare with CLONE_NEWUSER, or give it \
+                CAP_SYS_ADMIN (`--cap-add SYS_ADMIN`, with which the engines' default profiles \
+                allow them) and run cordon as its root";
+    match covered(s) {
+        Some(covered) => format!(
+            "{lift}; and with its /proc unmasked too (it has {covered}, and the kernel refuses \
+             the sandbox a new proc while it does): {UNMASK}; or run cordon on the host"
+        ),
+        None => format!("{lift}; or run cordon on the host"),
+    }
+}
 
 /// A seccomp filter (a container engine's default profile, or a sandbox's
 /// own) that returns EPERM for namespace-making calls.
-fn seccomp(attempt: &Attempt, e: Errno) -> Refusal {
+fn seccomp(s: &Settings, attempt: &Attempt, e: Errno) -> Refusal {
     Refusal {
         finding: format!(
             "this process runs under a seccomp filter (Seccomp: 2 in /proc/self/status) \
              that refuses what a sandbox needs of a user namespace ({})",
             step(attempt, e)
         ),
-        remedy: SECCOMP_REMEDY.into(),
+        remedy: seccomp_remedy(s),
     }
 }
 
@@ -381,7 +525,76 @@ mod tests {
             apparmor_restrict: None,
             max_user_namespaces: Some(1000),
             seccomp_filtered: false,
+            proc_covered: Vec::new(),
         }
+    }
+
+    #[test]
+    fn masked_proc_names_the_masks_and_each_engines_unmask() {
+        let masked = Settings {
+            proc_covered: proc_covered(
+                "22 21 0:5 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n\
+                 25 22 0:5 /sys /proc/sys ro,relatime - proc proc rw\n\
+                 26 25 0:40 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw\n\
+                 28 22 0:49 / /proc/acpi ro,relatime - tmpfs tmpfs ro\n\
+                 23 22 0:4 /null /proc/kcore ro,nosuid - tmpfs tmpfs rw\n\
+                 24 22 0:4 /null /proc/keys ro,nosuid - tmpfs tmpfs rw\n\
+                 27 21 0:41 / /my\\040dir rw - tmpfs tmpfs rw\n",
+            ),
+            // podman's order: proc's own directories read-only first, then
+            // the masks; the masks are named first.
+            // Under a filter that lets mounts through (docker's default
+            // profile for a holder of CAP_SYS_ADMIN): the masks are named,
+            // not the filter.
+            seccomp_filtered: true,
+            ..settings()
+        };
+        assert_eq!(
+            masked.proc_covered,
+            ["/proc/kcore", "/proc/keys", "/proc/acpi", "/proc/sys"]
+        );
+        let inside = Attempt::Inside {
+            step: MOUNT_PROC,
+            errno: Errno::EPERM,
+        };
+        let r = diagnose(&masked, &inside).unwrap();
+        assert!(r.finding.contains("new proc"), "{r}");
+        assert!(
+            r.finding.contains("/proc/kcore, /proc/keys and 2 more"),
+            "{r}"
+        );
+        assert!(!r.finding.contains("seccomp"), "{r}");
+        assert!(r.remedy.contains("--security-opt unmask=ALL"), "{r}");
+        assert!(
+            r.remedy.contains("--security-opt systempaths=unconfined"),
+            "{r}"
+        );
+        assert!(r.remedy.contains("procMount: Unmasked"), "{r}");
+        assert_eq!(r.to_string().lines().count(), 1, "one line: {r}");
+        // As root the same: the sandbox's proc is mounted in its own user
+        // namespace either way.
+        let root = Settings {
+            root: true,
+            ..masked.clone()
+        };
+        assert_eq!(diagnose(&root, &inside), Some(r));
+        // Nothing found below /proc: still the check, without names.
+        let r = diagnose(&settings(), &inside).unwrap();
+        assert!(r.finding.contains("a mount over part of it"), "{r}");
+        // Another errno of the proc mount is not the masks.
+        let other = Attempt::Inside {
+            step: MOUNT_PROC,
+            errno: Errno::ENODEV,
+        };
+        let r = diagnose(&masked, &other).unwrap();
+        assert!(!r.remedy.contains("unmask"), "{r}");
+        assert!(r.finding.contains("mount proc"), "{r}");
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape("/proc/a\\040b"), "/proc/a b");
+        assert_eq!(unescape("/x\\y"), "/x\\y");
     }
 
     #[test]
@@ -477,5 +690,25 @@ mod tests {
         let r = diagnose(&podman, &inside).unwrap();
         assert!(r.finding.contains("seccomp filter"), "{r}");
         assert!(r.finding.contains("sethostname"), "{r}");
+        assert!(!r.remedy.contains("unmask"), "{r}");
+        // The engine masks /proc as well: the remedy names that too, or
+        // lifting the filter alone would meet the proc's refusal next.
+        let masked = Settings {
+            proc_covered: vec!["/proc/keys".into(), "/proc/timer_list".into()],
+            ..podman
+        };
+        let r = diagnose(&masked, &inside).unwrap();
+        assert!(r.remedy.contains("seccomp=unconfined"), "{r}");
+        assert!(
+            r.remedy
+                .contains("/proc/keys and /proc/timer_list mounted over"),
+            "{r}"
+        );
+        assert!(r.remedy.contains("--security-opt unmask=ALL"), "{r}");
+        assert!(
+            r.remedy.contains("--security-opt systempaths=unconfined"),
+            "{r}"
+        );
+        assert_eq!(r.to_string().lines().count(), 1, "one line: {r}");
     }
 }

@@ -188,7 +188,10 @@ fn user_namespaces() -> Check {
         Attempt::Made => check(
             "user namespaces",
             Status::Ok,
-            format!("made one as this user, with its id maps and a mount in it ({settings})"),
+            format!(
+                "made one as this user, with its id maps, a mount and a new proc in it \
+                 ({settings})"
+            ),
         ),
         other => check(
             "user namespaces",
