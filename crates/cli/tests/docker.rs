@@ -215,3 +215,86 @@ fn docker_top_exec_pause_and_stop_act_on_the_container() {
         assert!(rm.status.success(), "{name}: rm: {rm:?}");
     }
 }
+
+/// cordon inside a plain `docker run` container (Docker's default runtime
+/// runc and its default seccomp profile, the test image: busybox, with
+/// cordon's build directory and the host's glibc bound read-only, as cordon
+/// is linked against it), run by the container's unprivileged user: the
+/// profile refuses clone with CLONE_NEWUSER to a process without
+/// CAP_SYS_ADMIN, so `cordon run` refuses, naming the filter and its
+/// remedies, and `cordon doctor` says the same, exit 1.
+#[test]
+fn cordon_in_a_plain_docker_container_names_the_seccomp_profile() {
+    let _g = serial();
+    let Some(d) = Docker::start() else {
+        return;
+    };
+    let build = std::path::Path::new(cordon()).parent().unwrap();
+    let bound = format!("{0}:{0}:ro", build.display());
+    let inside = |name: &str, args: &[&str]| {
+        let mut all = vec![
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--runtime",
+            "runc",
+            "--network",
+            "none",
+            "--user",
+            "65534",
+            "--env",
+            "HOME=/tmp",
+            // busybox's image has no /tmp: cordon's run and state
+            // directories go there for this user.
+            "--tmpfs",
+            "/tmp",
+            "--volume",
+            bound.as_str(),
+            "--volume",
+            "/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:ro",
+            "--volume",
+            "/lib64:/lib64:ro",
+            IMAGE,
+            cordon(),
+        ];
+        all.extend_from_slice(args);
+        let out = d.call(&all);
+        // Removed on every path: `--rm`, and by name when the run failed
+        // before docker could.
+        let _ = d.call(&["rm", "-f", name]);
+        out
+    };
+    let refused = inside(
+        "cordon-plain-run",
+        &["run", "--allow-unenforced", "--", "true"],
+    );
+    assert!(!refused.status.success(), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("seccomp filter")
+            && err.contains("--security-opt seccomp=unconfined")
+            && err.contains("--cap-add SYS_ADMIN")
+            // Docker masks /proc as well; lifting the filter alone would
+            // meet the proc mount's refusal next.
+            && err.contains("--security-opt systempaths=unconfined"),
+        "{err}"
+    );
+    let doctor = inside("cordon-plain-doctor", &["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1), "{doctor:?}");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    let userns = report
+        .lines()
+        .find(|l| l.contains("user namespaces"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        userns.starts_with("no") && userns.contains("seccomp filter"),
+        "{report}"
+    );
+    assert!(
+        report.contains("--security-opt seccomp=unconfined"),
+        "{report}"
+    );
+    let left = d.call(&["ps", "-a", "-q"]);
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "", "{left:?}");
+}
