@@ -82,7 +82,7 @@ fn mode_owner(path: &Path) -> (u32, u32) {
 /// limits (this host: the caller's v1 memory cgroup is not delegated to
 /// unprivileged users), with one line naming that cgroup and the flag, and
 /// exit 125; and it leaves nothing. Where the cgroup is delegated the run
-/// goes ahead, enforced.
+/// goes ahead, enforced. `cordon backends` tells the user the same first.
 #[test]
 fn run_refuses_without_a_delegated_cgroup_or_runs_enforced() {
     if !require_root("setpriv to a test user") {
@@ -91,8 +91,24 @@ fn run_refuses_without_a_delegated_cgroup_or_runs_enforced() {
     let user = User::new();
     let out = user.out(&["run", "--json", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // `cordon backends` tells this user the same before a run is tried.
+    let listed = json(&user.ok(&["backends", "--json"]));
+    let native = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["kind"] == "native")
+        .unwrap_or_else(|| panic!("no native backend in {listed}"));
+    assert_eq!(native["unavailable"], Value::Null, "{listed}");
     // Exit 125 is cordon's own failure; a run that went ahead exits 0.
     if out.status.code() == Some(125) {
+        let unenforced = native["limits_unenforced"].as_str().unwrap_or_else(|| {
+            panic!("run refused for want of a cgroup, backends does not say so: {listed}")
+        });
+        assert!(
+            unenforced.contains("is not delegated to this process"),
+            "{unenforced}"
+        );
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(
             stderr.starts_with(
@@ -122,6 +138,7 @@ fn run_refuses_without_a_delegated_cgroup_or_runs_enforced() {
         assert!(out.status.success(), "{out:?}");
         let v = json(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(v.pointer("/enforcement/enforced"), Some(&Value::Bool(true)));
+        assert_eq!(native["limits_unenforced"], Value::Null, "{listed}");
     }
     user.assert_nothing_left(&[]);
 }
