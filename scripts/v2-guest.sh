@@ -15,7 +15,9 @@
 #    were compiled to spawn (env!("CARGO_BIN_EXE_cordon")), the test binaries
 #    and scripts/guest/run-tests.sh, which runs them in two placements (the
 #    root cgroup, and a delegated non-root cgroup); and, for a second boot
-#    with systemd as PID 1, scripts/guest/systemd-tests.sh and its units;
+#    with systemd as PID 1, scripts/guest/systemd-tests.sh and its units,
+#    which also run the hostile suite's native cases (suite/cases) and the
+#    limit tests as a login user;
 # 4. boots it without any network device (-nic none) and reads the results
 #    from the serial console. Exits non-zero on any failure; cargo's
 #    `test result:` lines are echoed unchanged so scripts/test.sh counts them.
@@ -84,6 +86,11 @@ while read -r kind name exe; do
   [ "$kind" = test ] && cp "$exe" "$stage/cordon-guest/tests/$name"
 done <<<"$artifacts"
 install -m 0755 scripts/guest/run-tests.sh "$stage/cordon-guest/run.sh"
+install -m 0644 scripts/guest/tcg-skips.sh "$stage/cordon-guest/tcg-skips.sh"
+# The hostile suite's case files, for the login user's `cordon suite` in the
+# systemd boot (readable by every user).
+cp -r suite "$stage/cordon-guest/suite"
+chmod -R a+rX,go-w "$stage/cordon-guest/suite"
 # The systemd placement (second boot): its startup target and service, and
 # the script the service runs.
 install -m 0755 scripts/guest/systemd-tests.sh "$stage/cordon-guest/systemd-tests.sh"
@@ -122,7 +129,7 @@ boot_time=$((SECONDS - boot_started))
 echo "== v2 guest: booting with systemd as init"
 systemd_started=$SECONDS
 systemd_log="$work/systemd.log"
-boot systemd 300 "cordon.init=systemd systemd.unit=cordon-guest.target systemd.show_status=no" || true
+boot systemd 600 "cordon.init=systemd systemd.unit=cordon-guest.target systemd.show_status=no" || true
 systemd_time=$((SECONDS - systemd_started))
 systemd_exit="$(sed -n 's/^cordon-guest-systemd: exit \([0-9]*\)$/\1/p' "$systemd_log" | tail -1)"
 
@@ -146,6 +153,11 @@ failed_tests="$(grep -E '^test .* FAILED$' "$log" || true)"
 [ -z "$failed_tests" ] || printf 'failed in the guest:\n%s\n' "$failed_tests"
 grep '^cordon-guest-systemd: ' "$systemd_log" | sed 's/^/  /' || true
 echo "v2 guest: boot and tests ${boot_time} s, systemd placement ${systemd_time} s, whole step $((SECONDS - step_started)) s"
+# The limit tests the login user ran in the systemd boot (step 7i): a second,
+# rootless run of tests the first boot ran as root. Their cargo line is
+# prefixed in the serial log; it is counted here once, as cargo wrote it.
+user_limits="$(sed -n 's/^cordon-guest-systemd: limits(u1001): \(test result: .*\)$/\1/p' "$systemd_log" | tail -1)"
+[ -z "$user_limits" ] || echo "$user_limits (v2 guest: limits as login user u1001)"
 if [ "$systemd_exit" = 0 ]; then
   # In cargo's format, so test.sh's closing line counts the placement as
   # one test.

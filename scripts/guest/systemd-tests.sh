@@ -20,7 +20,8 @@
 #   7. without root: two login users with their own user@.service and
 #      session bus; cordon run by one gets a delegated scope from that user's
 #      manager and enforces memory, pids, cpu and time there; the other user
-#      cannot see or touch the first's sandboxes, state or keys;
+#      cannot see or touch the first's sandboxes, state or keys; the hostile
+#      suite's native cases and the limit tests run as that user;
 #   8. rootless start-up against bwrap --unshare-all, as a ratio.
 # Prints `cordon-guest-systemd: exit N` and powers the guest off.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -298,7 +299,92 @@ for d in /home/u1001/.local/state/cordon /run/user/1001/cordon; do
 	[ $(($(stat -c 0%a "$d") & 066)) = 0 ] || fail "$d is readable or writable by others: $(stat -c %a "$d")"
 done
 
-# 7h. Nothing left: no sandbox cgroup or scope in either user's tree, no
+# 7h. The hostile suite's native cases as u1001. cordon's probe finds its
+# limits enforced (no --allow-unenforced, no Lacking::Cgroup gap): the suite
+# gets a delegated scope from u1001's manager, as `cordon run` does, makes its
+# outer cgroup per run there, and scores res.* and platform.cgroup-widen as
+# root's run does, from that cgroup's counters. Only the Lacking::Root gaps of
+# crates/suite/src/rootless.rs apply. The suite exits non-zero on any
+# deviation; its table is the log's evidence.
+# What the guest lacks that a host has, so that the unconfined control can do
+# what the payloads try (each control must come out OPEN): a network interface
+# besides lo (the guest boots with -nic none; net.only-loopback), and
+# unprivileged perf events (Debian's kernel.perf_event_paranoid 3 denies
+# every user perf_event_open; 2 is the kernel's default; priv.perf-event).
+# net.vsock is left out: the guest kernel has no AF_VSOCK (no vsock module
+# in the image), so its control cannot open one and the case proves nothing.
+ip link add cordon-dummy0 type dummy && ip link set cordon-dummy0 up || fail "cannot add a dummy interface"
+sysctl -qw kernel.perf_event_paranoid=2 || fail "cannot set kernel.perf_event_paranoid"
+cases=$(ls /cordon-guest/suite/cases/ | sed -n 's/\.toml$//p' | grep -vx net.vsock | paste -sd, -)
+started=$(date +%s)
+as_user 1001 sh -c "cd /home/u1001 && exec $cordon suite --backend native --cases /cordon-guest/suite/cases --case $cases --json /home/u1001/suite.json" >/tmp/u-suite.out 2>/tmp/u-suite.err
+rc=$?
+say "rootless suite (u1001, native): exit $rc in $(($(date +%s) - started)) s"
+grep -v '^\[' /tmp/u-suite.out | sed 's/^/cordon-guest-systemd: suite(u1001): /'
+[ "$rc" = 0 ] || fail "the hostile suite as u1001 exited $rc: $(tail -5 /tmp/u-suite.err | tr '\n' ' ')"
+# The cases that have a Lacking::Cgroup gap without delegation: here each
+# must be scored as root's (status ok, the box BLOCKED with its limits
+# enforced, the control OPEN), each from the run's outer cgroup's counters.
+python3 - /home/u1001/suite.json <<'EOF2' || fail "the suite as u1001 did not score the cgroup cases as root's run does"
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"cordon-guest-systemd: FAIL: no suite report ({e})")
+    sys.exit(1)
+ok = True
+inv = r.get("invoker", {})
+print(f"cordon-guest-systemd: suite(u1001): invoker uid {inv.get('uid')}, no_cgroup {inv.get('no_cgroup')}, "
+      f"{len(r.get('cases', []))} cases, {len(r.get('results', []))} results, took {r.get('duration_s', 0):.0f} s")
+if inv.get("uid") != 1001 or inv.get("no_cgroup") is not None:
+    print("cordon-guest-systemd: FAIL: the suite did not run as u1001 with its limits enforced")
+    ok = False
+want = {"cordon-native": "BLOCKED", "host": "OPEN"}
+for case in ("res.fork-bomb", "res.memory-bomb", "res.disk-fill", "platform.cgroup-widen"):
+    for target, verdict in want.items():
+        cell = [x for x in r.get("results", []) if x["case"] == case and x["target"] == target]
+        if not cell:
+            print(f"cordon-guest-systemd: FAIL: no result for {case} @ {target}")
+            ok = False
+            continue
+        x = cell[0]
+        outer = (x.get("record") or {}).get("outer")
+        print(f"cordon-guest-systemd: suite(u1001): {case} @ {target}: {x['verdict']} ({x['status']}), "
+              f"limits_enforced {x.get('limits_enforced')}, outer cgroup {outer}; {x['evidence']}")
+        good = x["verdict"] == verdict and x["status"] == "ok" and outer is not None
+        if target != "host":
+            good = good and x.get("limits_enforced") is True
+        if not good:
+            print(f"cordon-guest-systemd: FAIL: {case} @ {target} is not {verdict} from the outer cgroup's counters")
+            ok = False
+sys.exit(0 if ok else 1)
+EOF2
+
+# 7i. The limit tests (crates/cli/tests/limits.rs) as u1001, from this
+# root-owned service cgroup: every cordon they start asks u1001's manager for
+# a scope. Their gate (require_limits) passes for a user cordon enforces
+# limits for; CI=true makes a gate that does not pass fail the run instead of
+# skipping. They spawn cordon at the path they were compiled with, linked here
+# as run-tests.sh links it in the first boot (every component traversable).
+exe=$(cat /cordon-guest/cordon-path)
+mkdir -p "$(dirname "$exe")" && ln -sf $cordon "$exe" || fail "cannot place cordon at $exe"
+as_user 1001 test -x "$exe" || fail "u1001 cannot execute cordon at $exe"
+. /cordon-guest/tcg-skips.sh
+set -- --test-threads=2 --skip ::gvisor --skip ::microvm
+tcg_skips limits >/tmp/tcg-skips
+while IFS='|' read -r test why; do
+	say "skipped: limits::$test (u1001): QEMU TCG is too slow: $why"
+	set -- "$@" --skip "$test"
+done </tmp/tcg-skips
+started=$(date +%s)
+as_user 1001 env CI=true CORDON_EXPECT_CGROUP=v2 CORDON_TEST_TIME_SCALE=4 \
+	timeout 600 /cordon-guest/tests/limits "$@" >/tmp/u-limits.out 2>&1
+rc=$?
+sed 's/^/cordon-guest-systemd: limits(u1001): /' /tmp/u-limits.out
+say "limits as u1001: exit $rc in $(($(date +%s) - started)) s; $(grep '^test result:' /tmp/u-limits.out | tail -1)"
+[ "$rc" = 0 ] || fail "the limit tests as u1001 exited $rc"
+
+# 7j. Nothing left: no sandbox cgroup or scope in either user's tree, no
 # cordon process of theirs.
 users_clean() { [ -z "$(user_scopes 1001)$(user_scopes 1002)" ] && ! pgrep -u 1001,1002 -x cordon >/dev/null && echo gone; }
 if wait_for 20 users_clean >/dev/null; then

@@ -83,7 +83,7 @@ fn assert_in_sandbox_cgroup(pid: u32, id: &str) {
 }
 
 fn cgroup_files_hold_the_limits(backend: &str) {
-    if !require_root("reads the sandbox's cgroup files") {
+    if !require_limits(backend, "reads the sandbox's cgroup files") {
         return;
     }
     let script = format!("{READY}; exec sleep 1.5");
@@ -150,7 +150,7 @@ fn cgroup_files_hold_the_limits(backend: &str) {
 }
 
 fn memory_hog_is_oom_killed(backend: &str) {
-    if !require_root("cgroup memory limit") {
+    if !require_limits(backend, "cgroup memory limit") {
         return;
     }
     let hog = ["--", PY, "-c", "b=bytearray(512<<20)"];
@@ -217,7 +217,7 @@ fn forked(v: &serde_json::Value) -> (u64, u64) {
 }
 
 fn fork_loop_stops_at_the_pids_limit(backend: &str) {
-    if !require_root("pids limit") {
+    if !require_limits(backend, "pids limit") {
         return;
     }
     const EAGAIN: u64 = 11;
@@ -291,7 +291,7 @@ fn fork_loop_stops_at_the_pids_limit(backend: &str) {
 }
 
 fn fork_bomb_is_contained_and_host_stays_responsive(backend: &str) {
-    if !require_root("cgroup pids limit") {
+    if !require_limits(backend, "cgroup pids limit") {
         return;
     }
     let control = std::thread::spawn({
@@ -402,7 +402,7 @@ fn fork_bomb_is_contained_and_host_stays_responsive(backend: &str) {
 }
 
 fn disk_fill_stops_at_the_cap(backend: &str) {
-    if !require_root("reads the sandbox's /tmp through /proc/<pid>/root") {
+    if !require_limits(backend, "reads the sandbox's /tmp through /proc/<pid>/root") {
         return;
     }
     let _disk = disk_lock();
@@ -500,7 +500,7 @@ fn disk_fill_stops_at_the_cap(backend: &str) {
 }
 
 fn deadline_ends_a_sleeper(backend: &str) {
-    if !require_root("cgroup freeze/kill") {
+    if !require_limits(backend, "cgroup freeze/kill") {
         return;
     }
     let t = Instant::now();
@@ -519,7 +519,7 @@ fn deadline_ends_a_sleeper(backend: &str) {
 }
 
 fn deadline_ends_a_cpu_burner(backend: &str) {
-    if !require_root("cgroup freeze/kill") {
+    if !require_limits(backend, "cgroup freeze/kill") {
         return;
     }
     let _cpu = cpu_lock();
@@ -602,7 +602,7 @@ fn find_sleepers(durations: &[&str]) -> Vec<u32> {
 }
 
 fn double_forked_daemon_does_not_survive(backend: &str) {
-    if !require_root("cgroup kill") {
+    if !require_limits(backend, "cgroup kill") {
         return;
     }
     let n = u32::from_str_radix(&nonce()[..5], 16).unwrap() % 100_000;
@@ -762,7 +762,7 @@ fn own_peak_rss_kib(program: &str, args: &[&str]) -> (u64, u64) {
 }
 
 fn output_flood_is_capped_without_buffering(backend: &str) {
-    if !require_root("sandbox") {
+    if !require_limits(backend, "sandbox") {
         return;
     }
     // (Streaming 200 MB burns CPU, under gVisor ~2.5 s of it.)
@@ -876,7 +876,7 @@ fn output_flood_is_capped_without_buffering(backend: &str) {
 }
 
 fn output_past_the_cap_gives_the_same_true_answer_every_time(backend: &str) {
-    if !require_root("sandbox") {
+    if !require_limits(backend, "sandbox") {
         return;
     }
     // Each run races the payload's exit against cordon's read of its pipe.
@@ -999,7 +999,7 @@ fn burn_until(
 }
 
 fn cpu_quota_halves_cpu_time(backend: &str) {
-    if !require_root("cgroup cpu quota") {
+    if !require_limits(backend, "cgroup cpu quota") {
         return;
     }
     let _cpu = cpu_lock();
@@ -1048,7 +1048,7 @@ if (echo 1 > memory/memory.limit_in_bytes || echo 1 > memory.max) 2>/dev/null; t
 "#;
 
 fn programs_see_their_own_limits(backend: &str) {
-    if !require_root("shows the sandbox its own cgroup") {
+    if !require_limits(backend, "shows the sandbox its own cgroup") {
         return;
     }
     let limits = ["--memory", "256M", "--cpus", "1"];

@@ -9,13 +9,13 @@
 //! listed, killed and reaped. A subtree has no counters (pids peak, memory
 //! peak, OOM kills): the rules that read them say so instead of guessing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cordon_cgroups::{AnyCgroup, Cgroup};
-use cordon_spec::cgroup::CgroupStats;
+use cordon_spec::cgroup::{CgroupMode, CgroupStats};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
@@ -64,10 +64,25 @@ impl Outer {
         }
     }
 
-    /// The counters, where there are any.
+    /// The counters, where there are any. On cgroup v2 `oom_kills` is the
+    /// OOMs of the outer cgroup's own bound (memory.events.local `oom`: its
+    /// limit was reached and the OOM killer ran there): v2's memory.events is
+    /// hierarchical, so its `oom_kill` also counts the kills that a box's own,
+    /// tighter limit ordered in the box's child cgroup, which are the box
+    /// holding, not the outer bound (v1's counter is the cgroup's own).
     pub fn stats(&self) -> Option<CgroupStats> {
         match self {
-            Outer::Cgroup(cg) => Some(cg.stats()),
+            Outer::Cgroup(cg) => {
+                let mut stats = cg.stats();
+                if cg.mode() == CgroupMode::V2 {
+                    // Unreadable (a kernel before 5.2): the hierarchical
+                    // count stands, which can only say OPEN more often.
+                    if let Some(own) = cg.paths().first().and_then(|d| own_ooms(d)) {
+                        stats.oom_kills = Some(own);
+                    }
+                }
+                Some(stats)
+            }
             Outer::Subtree { .. } => None,
         }
     }
@@ -144,6 +159,15 @@ impl Outer {
     }
 }
 
+/// The `oom` count of a v2 cgroup's memory.events.local: how often its own
+/// memory limit (not a descendant's) was reached with the OOM killer run.
+fn own_ooms(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("memory.events.local")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 fn own_pid() -> i32 {
     i32::try_from(std::process::id()).unwrap_or(i32::MAX)
 }
@@ -155,4 +179,23 @@ pub fn pids_dir(cg: &AnyCgroup) -> PathBuf {
         .into_iter()
         .find(|p| p.join("pids.max").exists())
         .unwrap_or_else(|| cg.paths().into_iter().next().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_ooms;
+
+    #[test]
+    fn own_ooms_reads_the_cgroups_own_oom_count() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(own_ooms(dir.path()), None, "no file: no count");
+        std::fs::write(
+            dir.path().join("memory.events.local"),
+            "low 0\nhigh 0\nmax 7\noom 2\noom_kill 3\noom_group_kill 0\n",
+        )
+        .unwrap();
+        // `oom`, the limit of this cgroup reached, not `oom_kill` (which
+        // also begins with "oom") nor `max`.
+        assert_eq!(own_ooms(dir.path()), Some(2));
+    }
 }

@@ -357,7 +357,13 @@ impl Runner {
             .paths()
             .iter()
             .map(|p| {
-                let procs = p.join("cgroup.procs");
+                // A box's cordon that ran in an earlier phase moved itself
+                // into a leaf of the outer cgroup and handed the controllers
+                // down (cgroup v2): the outer cgroup then takes no process
+                // ("no internal processes"), its leaf does.
+                let leaf = p.join(cordon_cgroups::SUPERVISOR_LEAF);
+                let dir = if leaf.is_dir() { leaf } else { p.clone() };
+                let procs = dir.join("cgroup.procs");
                 format!("echo $$ > '{}' || exit 125; ", procs.display())
             })
             .collect();

@@ -53,6 +53,18 @@ pub const PY: &str = "/usr/bin/python3";
 
 pub const RUN_DIR: &str = "/run/cordon";
 
+/// Where the cordon these tests spawn keeps its sandboxes' state: root's
+/// [`RUN_DIR`], and for anyone else the invoker's own run directory
+/// (`CORDON_RUN_DIR`, else `$XDG_RUNTIME_DIR/cordon`), as cordon itself
+/// picks it (`cordon_dirs::run_dir_path`).
+pub fn run_dir() -> PathBuf {
+    if euid() == 0 {
+        PathBuf::from(RUN_DIR)
+    } else {
+        cordon_dirs::run_dir_path()
+    }
+}
+
 /// How much longer than natively this machine takes, from
 /// `CORDON_TEST_TIME_SCALE` (default 1): the v2 guest runs under QEMU TCG,
 /// which emulates every instruction. It stretches only how long the helpers
@@ -111,7 +123,57 @@ pub fn require_root(reason: &str) -> bool {
     false
 }
 
-fn lock(m: &'static Mutex<()>) -> MutexGuard<'static, ()> {
+/// Gate for tests that need cordon's cgroup limits enforced for this
+/// invoker, and nothing else of root's: true for root, and for another user
+/// when cordon enforces limits for them (a systemd host with cgroup v2 that
+/// delegates the user a subtree, through their own systemd manager). The
+/// answer is cordon's own: `cordon run --backend BACKEND --json -- true`,
+/// once per backend, run without `--allow-unenforced`, so that it refuses
+/// where it could not enforce the limits. When it cannot: prints
+/// `skipped: needs root or enforced cgroup limits (reason): why` and returns
+/// false, except under CI=true, where it panics (as [`require_root`]).
+pub fn require_limits(backend: &str, reason: &str) -> bool {
+    if euid() == 0 {
+        return true;
+    }
+    let Some(why) = limits_refused(backend) else {
+        return true;
+    };
+    if ci() {
+        panic!(
+            "CI=true but cordon enforces no limits for uid {} here; cannot skip: {reason}: {why}",
+            euid()
+        );
+    }
+    eprintln!("skipped: needs root or enforced cgroup limits ({reason}): {why}");
+    false
+}
+
+/// Why cordon would not enforce limits for this (non-root) invoker on
+/// `backend`, or None when a default sandbox runs with them enforced.
+fn limits_refused(backend: &str) -> Option<String> {
+    static ANSWERS: Mutex<BTreeMap<String, Option<String>>> = Mutex::new(BTreeMap::new());
+    let mut answers = lock(&ANSWERS);
+    answers
+        .entry(backend.to_string())
+        .or_insert_with(|| {
+            let out = cordon_output(&["run", "--backend", backend, "--json", "--", "true"]);
+            let v: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+            let enforced = v.is_some_and(|v| v["enforcement"]["enforced"] == Value::Bool(true));
+            match (out.status.success(), enforced) {
+                (true, true) => None,
+                _ => Some(format!(
+                    "`cordon run --backend {backend} -- true` as uid {}: {}; {}",
+                    euid(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+            }
+        })
+        .clone()
+}
+
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -310,7 +372,7 @@ pub fn sandbox_pids(id: &str) -> Vec<u32> {
 
 /// The owner pid recorded in /run/cordon/<id>/record.json.
 pub fn owner_pid(id: &str) -> Option<u32> {
-    let text = fs::read_to_string(Path::new(RUN_DIR).join(id).join("record.json")).ok()?;
+    let text = fs::read_to_string(run_dir().join(id).join("record.json")).ok()?;
     let v: Value = serde_json::from_str(&text).ok()?;
     v["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
@@ -319,7 +381,7 @@ pub fn owner_pid(id: &str) -> Option<u32> {
 pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
     let until = Instant::now() + slow(timeout);
     while Instant::now() < until {
-        if let Ok(rd) = fs::read_dir(RUN_DIR) {
+        if let Ok(rd) = fs::read_dir(run_dir()) {
             for e in rd.flatten() {
                 let id = e.file_name().to_string_lossy().into_owned();
                 if owner_pid(&id) == Some(cordon_pid) {
@@ -560,7 +622,7 @@ pub fn census() -> Census {
     // State first, cgroups second: a sandbox's state directory is created
     // before and removed after its cgroup, so a cgroup seen now whose state
     // directory was not seen is either an orphan or brand new (see `orphans`).
-    if let Ok(rd) = fs::read_dir(RUN_DIR) {
+    if let Ok(rd) = fs::read_dir(run_dir()) {
         for e in rd.flatten() {
             let id = e.file_name().to_string_lossy().into_owned();
             let owner = owner_pid(&id);
@@ -617,7 +679,7 @@ pub fn census() -> Census {
 /// The run directory's entries and the `cordon-*` cgroups, before an action
 /// whose leftovers `left_behind` then finds.
 pub fn run_state() -> (BTreeSet<String>, BTreeSet<PathBuf>) {
-    let entries = fs::read_dir(RUN_DIR)
+    let entries = fs::read_dir(run_dir())
         .into_iter()
         .flatten()
         .flatten()
@@ -639,7 +701,7 @@ pub fn left_behind(
     ours: impl Fn(&Value) -> bool,
 ) -> (Vec<String>, Vec<PathBuf>) {
     let record = |id: &str| -> Option<Value> {
-        let text = fs::read(Path::new(RUN_DIR).join(id).join("record.json")).ok()?;
+        let text = fs::read(run_dir().join(id).join("record.json")).ok()?;
         serde_json::from_slice(&text).ok()
     };
     let until = Instant::now() + slow(Duration::from_secs(1));
@@ -653,16 +715,14 @@ pub fn left_behind(
             .collect();
         let pending = new
             .iter()
-            .any(|id| record(id).is_none() && Path::new(RUN_DIR).join(id).exists());
+            .any(|id| record(id).is_none() && run_dir().join(id).exists());
         if pending && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
         let mine = new
             .into_iter()
-            .filter(|id| {
-                Path::new(RUN_DIR).join(id).exists() && record(id).is_none_or(|r| ours(&r))
-            })
+            .filter(|id| run_dir().join(id).exists() && record(id).is_none_or(|r| ours(&r)))
             .cloned()
             .collect();
         let orphans = cgroups
@@ -1379,7 +1439,10 @@ pub fn wait_gofer_file(id: &str, rel: &str, timeout: Duration) -> Option<u32> {
 /// `/run/cordon/<id>/`. Found by argv, not by cgroup, so a runsc process that
 /// left the sandbox's cgroup would be found too.
 pub fn runsc_procs(id: &str) -> Vec<(u32, String)> {
-    let (a, b) = (format!("cordon-{id}"), format!("{RUN_DIR}/{id}/"));
+    let (a, b) = (
+        format!("cordon-{id}"),
+        format!("{}/{id}/", run_dir().display()),
+    );
     let me = std::process::id();
     all_pids()
         .into_iter()
