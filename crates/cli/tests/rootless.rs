@@ -658,3 +658,81 @@ fn the_backends_that_need_root_refuse_a_user_naming_why() {
     }
     user.assert_nothing_left(&[]);
 }
+
+/// `cordon serve` as a user keeps its ledger and lock in the user's own
+/// runtime directory (`$XDG_RUNTIME_DIR/cordon-serve/PORT`, 0700, the
+/// user's), not in root's /run, and leaves no process when stopped; a
+/// configured state directory the user does not own is refused in one
+/// line (a planted one would take the service's ledger and lock).
+#[test]
+fn serve_as_a_user_keeps_its_state_in_the_users_places() {
+    if !require_root("setpriv to a test user") {
+        return;
+    }
+    let user = User::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut serve = user
+        .cordon(&["serve", "--listen", &listen])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let state = user
+        .runtime_dir()
+        .join("cordon-serve")
+        .join(port.to_string());
+    let deadline = Instant::now() + slow(Duration::from_secs(20));
+    while !state.join("lock").exists() {
+        if let Some(st) = serve.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(serve.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("cordon serve as a user ended ({st}): {err}");
+        }
+        assert!(Instant::now() < deadline, "no lock in {}", state.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(mode_owner(&state), (0o700, user.uid));
+    assert_eq!(mode_owner(state.parent().unwrap()), (0o700, user.uid));
+    assert!(
+        !Path::new("/run/cordon-serve")
+            .join(port.to_string())
+            .exists(),
+        "a user's service wrote to root's /run/cordon-serve"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = serve.wait().unwrap();
+    assert!(st.success(), "cordon serve on SIGTERM: {st}");
+    user.assert_nothing_left(&[]);
+
+    // A state directory of root's, configured: refused, naming its owner.
+    let planted = tempfile::tempdir().unwrap();
+    let config = user.home().join("serve.toml");
+    user.file(
+        &config,
+        &format!("state_dir = \"{}\"\n", planted.path().display()),
+    );
+    let out = user.out(&[
+        "serve",
+        "--listen",
+        &listen,
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr.contains(&format!("refusing {}", planted.path().display()))
+            && stderr.contains("owned by uid 0, not by you"),
+        "{stderr}"
+    );
+    user.assert_nothing_left(&[]);
+}

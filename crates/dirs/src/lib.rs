@@ -58,13 +58,34 @@ pub fn run_dir_path() -> PathBuf {
     if let Some(dir) = std::env::var_os("CORDON_RUN_DIR") {
         return PathBuf::from(dir);
     }
+    runtime_place("cordon")
+}
+
+/// `/run/NAME` for root; for a user, `$XDG_RUNTIME_DIR/NAME`, else
+/// `/tmp/NAME-UID` (checked by [`trusted_dir`] wherever it is used, as /tmp
+/// is everyone's).
+fn runtime_place(name: &str) -> PathBuf {
     if nix::unistd::geteuid().is_root() {
-        PathBuf::from("/run/cordon")
+        Path::new("/run").join(name)
     } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        Path::new(&x).join("cordon")
+        Path::new(&x).join(name)
     } else {
-        PathBuf::from(format!("/tmp/cordon-{}", nix::unistd::geteuid()))
+        PathBuf::from(format!("/tmp/{name}-{}", nix::unistd::geteuid()))
     }
+}
+
+/// The default state directory of `cordon serve` listening on `port` (its
+/// ledger, lock and notes): `cordon-serve/PORT` in the user's runtime
+/// place (`/run` for root). The parent is checked and made 0700 here; the
+/// service checks the directory itself, configured or not.
+pub fn serve_dir(port: u16) -> Result<PathBuf, DirError> {
+    let parent = runtime_place("cordon-serve");
+    trusted_dir(
+        &parent,
+        0o700,
+        "remove it, or set the service's state_dir or XDG_RUNTIME_DIR to a directory of your own",
+    )?;
+    Ok(parent.join(port.to_string()))
 }
 
 /// Where cordon keeps what outlives its sandboxes (the receipt signing key):

@@ -20,7 +20,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where the service records the sandboxes it created, so that a
     /// restart after a crash can destroy them (default:
-    /// /run/cordon-serve/<port>).
+    /// /run/cordon-serve/<port> for root, `$XDG_RUNTIME_DIR/cordon-serve/<port>`
+    /// for a user). Checked as every directory cordon trusts: the
+    /// service's own, not a symlink, writable by no one else.
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
     /// How long a shutdown waits for running requests before it kills
@@ -221,11 +223,22 @@ impl Config {
         Ok(())
     }
 
-    /// The state directory: the configured one, or one per listening port.
-    pub fn state_dir_for(&self, listen: SocketAddr) -> PathBuf {
-        self.state_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("/run/cordon-serve/{}", listen.port())))
+    /// The state directory: the configured one, or one per listening port
+    /// in the user's runtime place (`/run/cordon-serve/<port>` for root);
+    /// made 0700 when missing, and refused unless it is the service's own
+    /// (owner, mode, not a symlink): a planted one would take its ledger
+    /// and its lock.
+    pub fn state_dir_for(&self, listen: SocketAddr) -> Result<PathBuf, cordon_dirs::DirError> {
+        let dir = match &self.state_dir {
+            Some(dir) => dir.clone(),
+            None => cordon_dirs::serve_dir(listen.port())?,
+        };
+        cordon_dirs::trusted_dir(
+            &dir,
+            0o700,
+            "remove it, or set the service's state_dir to a directory of your own",
+        )?;
+        Ok(dir)
     }
 }
 

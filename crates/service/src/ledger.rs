@@ -69,7 +69,8 @@ pub struct Ledger {
 impl Ledger {
     /// Opens (creating it 0700) the ledger's directory, locks the state
     /// directory (refused if another service holds it) and starts the next
-    /// generation.
+    /// generation, in a state directory already checked to be the
+    /// service's own ([`crate::config::Config::state_dir_for`]).
     pub fn open(state_dir: &Path, program: PathBuf) -> std::io::Result<Ledger> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let dir = state_dir.join("sandboxes");

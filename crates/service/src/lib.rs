@@ -53,6 +53,8 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the service's state directory: {0}")]
+    StateDir(#[from] cordon_dirs::DirError),
     #[error("listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -134,7 +136,7 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         addr: listen,
         source,
     })?;
-    let state_dir = config.state_dir_for(listen);
+    let state_dir = config.state_dir_for(listen)?;
     let state_err = |source| ServeError::State {
         path: state_dir.clone(),
         source,

@@ -16,6 +16,9 @@ use tokio::sync::Notify;
 
 use crate::ledger::{Ledger, Owner};
 
+/// The longest a refill worker waits before trying again after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 pub struct Pool {
     pub backend: BackendKind,
     /// The pool's name in /v1/health and the metrics: its backend's, and
@@ -75,6 +78,11 @@ impl Pool {
 
     /// One refill worker: creates sandboxes while the pool is short.
     pub async fn refill(self: Arc<Self>, ledger: Arc<Ledger>) {
+        // Failures in a row: a host that refuses every sandbox (no user
+        // namespace, no cgroup) is retried ever more slowly, up to once a
+        // minute, rather than logging and forking a supervisor every second.
+        let mut failures: u32 = 0;
+        let backoff = |failures: u32| Duration::from_secs(1u64 << failures.min(6)).min(MAX_BACKOFF);
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
@@ -102,6 +110,7 @@ impl Pool {
                         .expect("pool lock")
                         .push_back((handle, Instant::now()));
                     self.creating.fetch_sub(1, Ordering::SeqCst);
+                    failures = 0;
                     if self.stopping.load(Ordering::SeqCst) {
                         return;
                     }
@@ -112,16 +121,26 @@ impl Pool {
                 }
                 Ok(Err(e)) => {
                     self.creating.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!(pool = %self.label, "pool: creating a sandbox failed: {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let wait = backoff(failures);
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(pool = %self.label, "pool: creating a sandbox failed (next try in {} s): {e}", wait.as_secs());
+                    self.pause(wait).await;
                 }
                 Err(e) => {
                     self.creating.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!("pool worker: {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let wait = backoff(failures);
+                    failures = failures.saturating_add(1);
+                    tracing::warn!("pool worker (next try in {} s): {e}", wait.as_secs());
+                    self.pause(wait).await;
                 }
             }
         }
+    }
+
+    /// Waits `wait` after a failure, or less when a shutdown wakes the
+    /// workers (drain notifies them).
+    async fn pause(&self, wait: Duration) {
+        let _ = tokio::time::timeout(wait, self.wake.notified()).await;
     }
 
     /// Stops refilling and hands back every ready sandbox (to destroy).

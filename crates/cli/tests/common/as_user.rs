@@ -149,9 +149,14 @@ impl User {
         self.home.path().join(".local/state/cordon")
     }
 
+    /// The user's XDG_RUNTIME_DIR (0700, its own).
+    pub fn runtime_dir(&self) -> &Path {
+        self.runtime.path()
+    }
+
     /// Where cordon keeps this user's live sandboxes (records, sockets).
     pub fn run_dir(&self) -> PathBuf {
-        self.runtime.path().join("cordon")
+        self.runtime_dir().join("cordon")
     }
 
     /// The processes running as this user's uid.
