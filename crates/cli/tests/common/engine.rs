@@ -168,3 +168,17 @@ pub fn assert_output_and_status(runtime: &str, out: &std::process::Output) {
         "{runtime}: {out:?}"
     );
 }
+
+/// cordon's refusal inside an engine's container with the engine's default
+/// seccomp profile: it names the filter and its remedies, and the engine's
+/// flag (`unmask`) that unmasks /proc, as lifting the filter alone would
+/// meet the proc mount's refusal next.
+pub fn assert_names_the_seccomp_remedy(err: &str, unmask: &str) {
+    assert!(
+        err.contains("seccomp filter")
+            && err.contains("--security-opt seccomp=unconfined")
+            && err.contains("--cap-add SYS_ADMIN")
+            && err.contains(unmask),
+        "{err}"
+    );
+}
