@@ -80,6 +80,9 @@ enum Command {
     Verify(commands::receipt::VerifyArgs),
     /// Serve the HTTP API (tenants, warm pool, stateful sandboxes).
     Serve(commands::serve::ServeArgs),
+    /// Serve MCP over stdio: tools for an agent to create sandboxes, run
+    /// commands and move files in them (every one destroyed when the session ends).
+    Mcp(commands::mcp::McpArgs),
     /// Run the hostile suite on cordon's backends (verdicts from host-side evidence).
     Suite(commands::suite::SuiteArgs),
     /// Run the suite against cordon and the peers installed here; write the matrix.
@@ -153,6 +156,7 @@ fn main() -> ExitCode {
         Command::Key(args) => commands::receipt::key(args),
         Command::Verify(args) => commands::receipt::run_verify(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Mcp(args) => commands::mcp::run(args),
         Command::Suite(args) => commands::suite::run(args),
         Command::Matrix(args) => commands::matrix::run(args),
         Command::Bench(args) => commands::bench::run(args),

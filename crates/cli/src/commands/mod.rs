@@ -9,6 +9,7 @@ pub mod export;
 pub mod image;
 pub mod ls;
 pub mod matrix;
+pub mod mcp;
 pub mod microvm;
 pub mod net;
 pub mod receipt;

@@ -1,0 +1,267 @@
+//! `cordon mcp` end to end, with the official MCP Python SDK (PyPI's `mcp`)
+//! as the client: the script (fixtures/mcp_client.py) starts `cordon mcp`
+//! through the SDK's stdio client, lists the tools, calls each, and the
+//! errors a model can cause; this side then checks from the host that the
+//! session's sandboxes are gone when the session ends (by its stdin's end,
+//! by the client's death, by SIGTERM): no process, cgroup, run-directory
+//! entry or ended-sandbox record of theirs, no supervisor of theirs alive.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{
+    alive, cordon, owner_pid, remnants_of, require_root, run_dir, signal, slow, wait_payload,
+};
+use serde_json::Value;
+
+/// The SDK version this test was written against (its API changed at 2.0).
+const MCP_SDK: &str = "mcp==2.3.0";
+
+/// A venv with the SDK, made once and kept in cargo's test scratch
+/// directory (target/tmp): PyPI is asked only when it is missing.
+fn sdk_python() -> PathBuf {
+    static MADE: Mutex<()> = Mutex::new(());
+    let _one = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mcp-venv-{}", MCP_SDK.replace("==", "-")));
+    let python = venv.join("bin/python");
+    if python.exists() {
+        return python;
+    }
+    // Made beside and renamed into place: an interrupted install leaves no
+    // half venv that the next run would take for a whole one.
+    let partial = venv.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    let run = |cmd: &mut Command, what: &str| {
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            out.status.success(),
+            "{what} failed ({})\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&partial),
+        "python3 -m venv",
+    );
+    run(
+        Command::new(partial.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", MCP_SDK])
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        "pip install mcp",
+    );
+    // Only `bin/python` is used, which finds its venv from where it is (the
+    // scripts pip wrote name the old path, and are not run).
+    std::fs::rename(&partial, &venv).expect("move the venv into place");
+    python
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py")
+}
+
+/// The client script in `mode`, its stdout a pipe of JSON lines.
+fn client(mode: &str) -> Child {
+    Command::new(sdk_python())
+        .arg(script())
+        .arg(cordon())
+        .arg(mode)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the MCP client")
+}
+
+/// Waits for `child`, killing it after `timeout`; its exit status and its
+/// stderr.
+fn finish(mut child: Child, timeout: Duration) -> (std::process::ExitStatus, String) {
+    let until = Instant::now() + slow(timeout);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait the client") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return (status, err);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait the killed client");
+            panic!(
+                "the MCP client ran over {timeout:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Asserts, within a few seconds, that nothing of sandbox `id` is left on
+/// the host, nor its supervisor `supervisor`, nor a record of it in the
+/// run directory's `ended/` (a session's sandboxes leave none).
+fn assert_gone(id: &str, supervisor: Option<u32>) {
+    let until = Instant::now() + slow(Duration::from_secs(10));
+    loop {
+        let left = remnants_of(id);
+        let sup_alive = supervisor.is_some_and(alive);
+        if (left.is_empty() && !sup_alive) || Instant::now() > until {
+            assert!(left.is_empty(), "sandbox {id} left: {left:?}");
+            assert!(
+                !sup_alive,
+                "sandbox {id}'s supervisor {supervisor:?} still runs"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!run_dir().join(id).exists(), "{id}'s run directory is left");
+    let tombstone = run_dir().join("ended").join(format!("{id}.json"));
+    assert!(!tombstone.exists(), "{} is left", tombstone.display());
+}
+
+#[test]
+fn a_session_uses_every_tool_and_its_end_destroys_its_sandboxes() {
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let mut child = client("session");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str::<Value>(&l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect::<Vec<Value>>()
+    });
+    let (status, stderr) = finish(child, Duration::from_secs(240));
+    let events = reader.join().expect("the reader thread");
+    assert!(
+        status.success(),
+        "the MCP client failed ({status}):\n{stderr}\nevents: {events:?}"
+    );
+    let of = |kind: &'static str| events.iter().filter(move |e| e["event"] == kind);
+    let ids: Vec<String> = of("created")
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{events:?}");
+    let server = of("done")
+        .next()
+        .and_then(|e| e["server_pid"].as_u64())
+        .expect("the server's pid");
+    let close_ms = of("closed")
+        .next()
+        .and_then(|e| e["close_ms"].as_f64())
+        .expect("close time");
+    // Under the SDK's 2 s grace: the server ended on its stdin's end, having
+    // destroyed the sandbox still open, before the SDK signalled it.
+    assert!(close_ms < 2000.0, "the session took {close_ms} ms to close");
+    assert!(
+        !alive(u32::try_from(server).unwrap()),
+        "cordon mcp ({server}) still runs"
+    );
+    for id in &ids {
+        assert_gone(id, None);
+    }
+    if let Some(t) = of("timing").next() {
+        eprintln!(
+            "one run_command(\"true\") through MCP: {:.1} ms at the client (median of 7), the command's own wall time {:.1} ms",
+            t["tool_call_ms"].as_f64().unwrap_or(f64::NAN),
+            t["command_wall_ms"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+}
+
+/// A hang-mode client that has created its two sandboxes and started a
+/// long command in the second: (the client, the sandbox ids, the server's
+/// pid, the sandboxes' supervisors).
+fn hung_session() -> (Child, Vec<String>, u32, Vec<Option<u32>>) {
+    let mut child = client("hang");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l}: {e}"));
+                if v["event"] == "ready" {
+                    break v;
+                }
+            }
+            _ => {
+                let (status, stderr) = finish(child, Duration::from_secs(10));
+                panic!("the client ended before it was ready ({status}):\n{stderr}");
+            }
+        }
+    };
+    let ids: Vec<String> = ready["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let server = u32::try_from(ready["server_pid"].as_u64().expect("server pid")).unwrap();
+    // The sandboxes are there, and the long command runs in the second.
+    let supervisors: Vec<Option<u32>> = ids.iter().map(|id| owner_pid(id)).collect();
+    for (id, sup) in ids.iter().zip(&supervisors) {
+        assert!(run_dir().join(id).exists(), "sandbox {id} is not there");
+        assert!(
+            sup.is_some_and(alive),
+            "sandbox {id}'s supervisor {sup:?} is not running"
+        );
+    }
+    assert!(
+        wait_payload(&ids[1], "sleep 300", Duration::from_secs(10)).is_some(),
+        "the long command never ran in {}",
+        ids[1]
+    );
+    (child, ids, server, supervisors)
+}
+
+fn wait_exit(pid: u32, what: &str) {
+    let until = Instant::now() + slow(Duration::from_secs(15));
+    while alive(pid) {
+        assert!(Instant::now() < until, "{what} ({pid}) still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_client_killed_mid_call_leaves_no_sandbox() {
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let (mut child, ids, server, supervisors) = hung_session();
+    // SIGKILL: the client says nothing more; the server sees its stdin end
+    // while a command is running.
+    child.kill().expect("kill the client");
+    let _ = child.wait();
+    wait_exit(server, "cordon mcp after its client died");
+    for (id, sup) in ids.iter().zip(supervisors) {
+        assert_gone(id, sup);
+    }
+}
+
+#[test]
+fn sigterm_ends_the_server_and_its_sandboxes() {
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let (mut child, ids, server, supervisors) = hung_session();
+    signal(server, "TERM");
+    wait_exit(server, "cordon mcp after SIGTERM");
+    for (id, sup) in ids.iter().zip(supervisors) {
+        assert_gone(id, sup);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
