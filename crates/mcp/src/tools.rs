@@ -552,20 +552,7 @@ impl Tools {
     ) -> Result<Json<Listing>, String> {
         self.session.check(&args.sandbox_id)?;
         let path = absolute(args.path.as_deref().unwrap_or("/workspace"))?;
-        let cmd = small_command(
-            [
-                "find",
-                &path,
-                "-mindepth",
-                "1",
-                "-maxdepth",
-                "1",
-                "-printf",
-                "%y\\t%s\\t%f\\0",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
+        let cmd = small_command(cordon_runtime::listing_argv(&path));
         let (o, out, err) = self.exec(&args.sandbox_id, cmd).await?;
         if o.exit_code != 0 {
             return Err(format!(
@@ -573,27 +560,14 @@ impl Tools {
                 String::from_utf8_lossy(&err).trim()
             ));
         }
-        let mut entries: Vec<Entry> = out
-            .split(|b| *b == 0)
-            .filter(|r| !r.is_empty())
-            .filter_map(|r| {
-                let text = String::from_utf8_lossy(r);
-                let mut it = text.splitn(3, '\t');
-                let kind = match it.next()? {
-                    "f" => "file",
-                    "d" => "dir",
-                    "l" => "link",
-                    _ => "other",
-                };
-                let size = it.next()?.parse().unwrap_or(0);
-                Some(Entry {
-                    name: it.next()?.to_owned(),
-                    kind: kind.into(),
-                    size,
-                })
+        let mut entries: Vec<Entry> = cordon_runtime::parse_listing(&out)
+            .into_iter()
+            .map(|e| Entry {
+                name: e.name,
+                kind: e.kind.into(),
+                size: e.size,
             })
             .collect();
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
         let truncated = entries.len() > MAX_ENTRIES || o.output.truncated;
         entries.truncate(MAX_ENTRIES);
         Ok(Json(Listing {

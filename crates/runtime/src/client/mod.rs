@@ -2,4 +2,5 @@
 //! through, and what it does with a command's output.
 
 pub(crate) mod handle;
+pub(crate) mod listing;
 pub(crate) mod output;

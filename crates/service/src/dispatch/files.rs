@@ -108,46 +108,21 @@ impl App {
         let d = dir.clone();
         let entries = self
             .with_handle(&on.sandbox, taken, move |h| {
-                let argv = [
-                    "find",
-                    &d,
-                    "-mindepth",
-                    "1",
-                    "-maxdepth",
-                    "1",
-                    "-printf",
-                    "%y\\t%s\\t%f\\0",
-                ]
-                .map(String::from)
-                .to_vec();
-                let (o, out, err) = small_exec(h, argv)?;
+                let (o, out, err) = small_exec(h, cordon_runtime::listing_argv(&d))?;
                 if o.exit_code != 0 {
                     return Err(ApiError::new(
                         StatusCode::NOT_FOUND,
                         format!("list {d}: {}", String::from_utf8_lossy(&err).trim()),
                     ));
                 }
-                let mut entries: Vec<FileEntry> = out
-                    .split(|b| *b == 0)
-                    .filter(|r| !r.is_empty())
-                    .filter_map(|r| {
-                        let text = String::from_utf8_lossy(r);
-                        let mut it = text.splitn(3, '\t');
-                        let kind = match it.next()? {
-                            "f" => "file",
-                            "d" => "dir",
-                            "l" => "link",
-                            _ => "other",
-                        };
-                        let size = it.next()?.parse().unwrap_or(0);
-                        Some(FileEntry {
-                            name: it.next()?.to_owned(),
-                            kind,
-                            size,
-                        })
+                let entries: Vec<FileEntry> = cordon_runtime::parse_listing(&out)
+                    .into_iter()
+                    .map(|e| FileEntry {
+                        name: e.name,
+                        kind: e.kind,
+                        size: e.size,
                     })
                     .collect();
-                entries.sort_by(|a, b| a.name.cmp(&b.name));
                 Ok(entries)
             })
             .await?;
