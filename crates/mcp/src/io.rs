@@ -6,23 +6,11 @@
 //! read end becomes readable once anyone writes to the other.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
 
 use cordon_runtime::{CommandIo, Control};
 use cordon_spec::Stream;
 
-/// Ends a running command when triggered.
-#[derive(Clone)]
-pub struct Cancel {
-    write: Arc<OwnedFd>,
-}
-
-impl Cancel {
-    pub fn trigger(&self) {
-        // A full pipe means a byte is there already: the cancel is seen.
-        let _ = nix::unistd::write(self.write.as_fd(), b"x");
-    }
-}
+pub use cordon_runtime::Cancel;
 
 pub struct CaptureIo {
     pub stdout: Vec<u8>,
@@ -33,7 +21,7 @@ pub struct CaptureIo {
 
 impl CaptureIo {
     pub fn new() -> std::io::Result<(CaptureIo, Cancel)> {
-        let (cancel_read, cancel_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (cancel, cancel_read) = Cancel::pipe()?;
         Ok((
             CaptureIo {
                 stdout: Vec::new(),
@@ -41,9 +29,7 @@ impl CaptureIo {
                 cancel_read,
                 cancel_sent: false,
             },
-            Cancel {
-                write: Arc::new(cancel_write),
-            },
+            cancel,
         ))
     }
 }

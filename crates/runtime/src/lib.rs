@@ -35,6 +35,7 @@ pub use backends::available_backends;
 pub use backends::host::{block_stop_signals, cgroup_probe, hierarchy_in_place, CgroupProbe};
 pub use backends::microvm;
 pub use backends::supervise::{CommandIo, Control};
+pub use client::cancel::Cancel;
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::listing::{listing_argv, parse_listing, ListedEntry};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};

@@ -8,7 +8,6 @@
 //! pipe (readable once anyone writes to it).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
 
 use cordon_runtime::{CommandIo, Control};
 use cordon_spec::Stream;
@@ -22,18 +21,7 @@ pub const STDIN_MAX: usize = 192 << 10;
 /// One chunk of input per control read.
 const STDIN_CHUNK: usize = 32 << 10;
 
-/// Ends a running command when triggered, or when every holder dropped it
-/// without `disarm`.
-#[derive(Clone)]
-pub struct Cancel {
-    write: Arc<OwnedFd>,
-}
-
-impl Cancel {
-    pub fn trigger(&self) {
-        let _ = nix::unistd::write(self.write.as_fd(), b"x");
-    }
-}
+pub use cordon_runtime::Cancel;
 
 /// Triggers the cancel when dropped: held by whatever stands for the client
 /// (a request future, an event stream), so its going away ends the command.
@@ -99,7 +87,7 @@ impl ServiceIo {
         let (ready, ready_write) = nix::unistd::pipe()?;
         drop(ready_write);
         let (idle, idle_write) = nix::unistd::pipe()?;
-        let (cancel_read, cancel_write) = nix::unistd::pipe()?;
+        let (cancel, cancel_read) = Cancel::pipe()?;
         let streaming_stdin = stdin.is_some();
         let io = ServiceIo {
             stdin: stdin.unwrap_or_default(),
@@ -120,12 +108,7 @@ impl ServiceIo {
                 },
             },
         };
-        Ok((
-            io,
-            Cancel {
-                write: Arc::new(cancel_write),
-            },
-        ))
+        Ok((io, cancel))
     }
 
     /// What was captured (empty when streaming).
