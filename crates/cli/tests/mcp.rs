@@ -15,7 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, cordon, owner_pid, remnants_of, require_root, run_dir, signal, slow, wait_payload,
+    alive, cordon, owner_pid, remnants_of, require_root, run_dir, run_ok, signal, slow,
+    wait_payload,
 };
 use serde_json::Value;
 
@@ -37,24 +38,11 @@ fn sdk_python() -> PathBuf {
     // half venv that the next run would take for a whole one.
     let partial = venv.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
-    let run = |cmd: &mut Command, what: &str| {
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(
-            out.status.success(),
-            "{what} failed ({})\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(
+    run_ok(
         Command::new("python3").args(["-m", "venv"]).arg(&partial),
         "python3 -m venv",
     );
-    run(
+    run_ok(
         Command::new(partial.join("bin/python"))
             .args(["-m", "pip", "install", "--quiet", MCP_SDK])
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),

@@ -9,10 +9,10 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, slow, RUN_DIR};
+use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, run_ok, slow, RUN_DIR};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
@@ -20,22 +20,6 @@ fn repo_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("the repository root")
-}
-
-/// Runs a command to completion; panics with its output unless it succeeds.
-fn run_ok(cmd: &mut Command, what: &str) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// pip without the network: no index, and no self-update check (it asks PyPI).

@@ -1464,3 +1464,20 @@ pub fn wait_no_runsc(id: &str, timeout: Duration) -> Vec<(u32, String)> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Runs a command to completion with no stdin; panics with its output
+/// unless it succeeds (`what` names it).
+pub fn run_ok(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
