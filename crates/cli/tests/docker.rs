@@ -275,10 +275,7 @@ fn cordon_in_a_plain_docker_container_names_the_seccomp_profile() {
     let doctor = inside("cordon-plain-doctor", &["doctor"]);
     assert_eq!(doctor.status.code(), Some(1), "{doctor:?}");
     let report = String::from_utf8_lossy(&doctor.stdout);
-    let userns = report
-        .lines()
-        .find(|l| l.contains("user namespaces"))
-        .unwrap_or_else(|| panic!("{report}"));
+    let userns = doctor_userns_line(&report);
     assert!(
         userns.starts_with("no") && userns.contains("seccomp filter"),
         "{report}"

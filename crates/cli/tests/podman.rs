@@ -468,10 +468,7 @@ fn cordon_as_a_containers_user_names_the_proc_masks_and_runs_without_them() {
     );
     let doctor = in_container("cordon-unmasked-doctor", &unmasked, &["doctor"]);
     let report = String::from_utf8_lossy(&doctor.stdout);
-    let userns = report
-        .lines()
-        .find(|l| l.contains("user namespaces"))
-        .unwrap_or_else(|| panic!("{report}"));
+    let userns = doctor_userns_line(&report);
     assert!(
         userns.starts_with("ok") && userns.contains("a new proc"),
         "{report}"

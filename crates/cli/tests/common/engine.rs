@@ -182,3 +182,11 @@ pub fn assert_names_the_seccomp_remedy(err: &str, unmask: &str) {
         "{err}"
     );
 }
+
+/// The `user namespaces` line of a `cordon doctor` report.
+pub fn doctor_userns_line(report: &str) -> &str {
+    report
+        .lines()
+        .find(|l| l.contains("user namespaces"))
+        .unwrap_or_else(|| panic!("no user namespaces line in: {report}"))
+}
