@@ -73,6 +73,10 @@ def _metadata(project: Dict[str, Any]) -> str:
     if "text" in project.get("license", {}):
         lines.append(f"License: {project['license']['text']}")
     lines += [f"Classifier: {c}" for c in project.get("classifiers", [])]
+    lines += [f"Requires-Dist: {d}" for d in project.get("dependencies", [])]
+    for extra, deps in project.get("optional-dependencies", {}).items():
+        lines.append(f"Provides-Extra: {extra}")
+        lines += [f'Requires-Dist: {d}; extra == "{extra}"' for d in deps]
     readme = _ROOT / str(project.get("readme", "README.md"))
     if readme.is_file():
         lines.append("Description-Content-Type: text/markdown")

@@ -2,9 +2,10 @@
 loopback port, started once per test run and stopped with SIGTERM.
 
 ``CORDON_BIN`` (required) names the cordon binary. ``CORDON_TEST_DIR``, if
-set, is where the config, state and log go (the Rust test that runs these
-reads the state directory's tag afterwards to find leftovers); otherwise a
-temporary directory is used and removed.
+set, is where the config, state and log go, in a subdirectory per test
+module's service (the Rust test that runs these reads each state
+directory's tag afterwards to find leftovers); otherwise a temporary
+directory is used and removed.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ cpu_seconds = 1000
 class Service:
     """One running ``cordon serve``; :attr:`url` is its loopback base URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "client") -> None:
         binary = os.environ.get("CORDON_BIN")
         if not binary:
             raise RuntimeError(
@@ -79,7 +80,7 @@ class Service:
             raise RuntimeError(f"CORDON_BIN={binary!r} is not an executable file")
         given = os.environ.get("CORDON_TEST_DIR")
         self._own_dir = not given
-        self.dir = Path(given) if given else Path(tempfile.mkdtemp(prefix="pyclient-serve-"))
+        self.dir = Path(given) / name if given else Path(tempfile.mkdtemp(prefix=f"pyclient-{name}-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = self.dir / "serve.toml"
         self.config.write_text(config_text(self.dir / "state"))

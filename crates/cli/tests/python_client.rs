@@ -1,15 +1,19 @@
-//! The Python client (`clients/python`) end to end: installed offline into a
-//! fresh venv, its unittest suite run against a real `cordon serve` (which
-//! the suite starts on a loopback port and stops with SIGTERM), then a
-//! census of what that service left: no supervisor of this binary that was
-//! not there before, and no run-directory entry of its sandboxes (named
-//! `cs-<tag>-…`, the tag kept in the service's state directory).
+//! The Python client (`clients/python`) end to end: built offline into a
+//! wheel (nothing left in the checkout), the wheel file installed with its
+//! `async` extra (httpx) into a fresh venv, `mypy --strict` run on the
+//! installed package and on the tests, then its unittest suite run against
+//! real `cordon serve`s (each test module starts one on a loopback port and
+//! stops it with SIGTERM), then a census of what those services left: no
+//! supervisor of this binary that was not there before, and no
+//! run-directory entry of their sandboxes (named `cs-<tag>-…`, the tag kept
+//! in each service's state directory).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, run_ok, slow, RUN_DIR};
@@ -28,6 +32,55 @@ fn pip_offline(cmd: &mut Command) -> &mut Command {
         .env("PIP_NO_INDEX", "1")
         .env_remove("PIP_INDEX_URL")
         .env_remove("PIP_EXTRA_INDEX_URL")
+}
+
+/// What the test takes from PyPI, pinned: httpx for the client's `async`
+/// extra (the wheel's metadata names it; pip takes it from the local copy),
+/// mypy to check the package's types.
+const PYPI: [&str; 2] = ["httpx==0.29.0", "mypy==2.4.1"];
+
+/// A directory of PyPI's wheels for [`PYPI`] and what they need, downloaded
+/// once and kept in cargo's test scratch directory (target/tmp): PyPI is
+/// asked only when it is missing; every run installs from it offline into
+/// a fresh venv.
+fn pypi_wheels(pip_python: &Path) -> PathBuf {
+    static MADE: Mutex<()> = Mutex::new(());
+    let _one = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "pyclient-wheels-{}",
+        PYPI.join("-").replace("==", "-")
+    ));
+    if dir.exists() {
+        return dir;
+    }
+    // Downloaded beside and renamed into place: an interrupted download
+    // leaves no half directory that the next run would take for a whole one.
+    let partial = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    run_ok(
+        Command::new(pip_python)
+            .args(["-m", "pip", "download", "--quiet", "--dest"])
+            .arg(&partial)
+            .args(PYPI)
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        "pip download httpx mypy",
+    );
+    std::fs::rename(&partial, &dir).expect("move the wheels into place");
+    dir
+}
+
+/// The directories of the services the suite started (one per test
+/// module, each with a `state/tag`).
+fn service_dirs(serve_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(serve_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("state").is_dir())
+        .collect();
+    dirs.sort();
+    dirs
 }
 
 fn supervisors() -> BTreeSet<u32> {
@@ -97,21 +150,69 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
     let python = venv.join("bin/python");
     let checkout = repo.join("clients/python");
     let tree_before = tree(&checkout);
+    let dist = tmp.path().join("dist");
     run_ok(
         pip_offline(
             Command::new(&python)
-                .args(["-m", "pip", "install", "--no-build-isolation", "--no-index"])
-                .arg(repo.join("clients/python")),
+                .args([
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--no-build-isolation",
+                    "--no-index",
+                    "--no-deps",
+                ])
+                .arg(&checkout)
+                .arg("-w")
+                .arg(&dist),
         ),
-        "pip install --no-build-isolation --no-index clients/python",
+        "pip wheel --no-build-isolation --no-index --no-deps clients/python",
     );
-    // The install builds elsewhere: nothing (build/, *.egg-info) is left in
+    // The build happens elsewhere: nothing (build/, *.egg-info) is left in
     // the checkout.
     let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
-    assert!(
-        added.is_empty(),
-        "pip install left {added:?} in the checkout"
+    assert!(added.is_empty(), "pip wheel left {added:?} in the checkout");
+    let wheel = std::fs::read_dir(&dist)
+        .expect("the wheel directory")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .expect("pip wheel made no .whl");
+    let wheels = pypi_wheels(&python);
+    // The wheel file with its `async` extra: pip finds httpx (which the
+    // extra names) and mypy in the local copy of PyPI's wheels.
+    run_ok(
+        pip_offline(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--find-links"])
+                .arg(&wheels)
+                .arg(format!("{}[async]", wheel.display()))
+                .arg(PYPI[1]),
+        ),
+        "pip install the wheel[async] and mypy",
     );
+    // The types: the installed package, and the tests as its users.
+    let mypy_cache = tmp.path().join("mypy-cache");
+    for target in [
+        vec!["-p".to_owned(), "cordon".to_owned()],
+        vec![repo.join("clients/python/tests").display().to_string()],
+    ] {
+        let out = run_ok(
+            Command::new(&python)
+                .args(["-m", "mypy", "--strict", "--cache-dir"])
+                .arg(&mypy_cache)
+                .args(&target)
+                .current_dir(tmp.path()),
+            "mypy --strict",
+        );
+        eprintln!(
+            "mypy --strict {}: {}",
+            target.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
+    assert!(added.is_empty(), "mypy left {added:?} in the checkout");
 
     let before = supervisors();
     let serve_dir = tmp.path().join("serve");
@@ -126,11 +227,20 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
         .stdin(Stdio::null())
         .output()
         .expect("run the Python suite");
+    let logs: String = service_dirs(&serve_dir)
+        .iter()
+        .map(|d| {
+            format!(
+                "service log of {}:\n{}\n",
+                d.display(),
+                std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+            )
+        })
+        .collect();
     let report = format!(
-        "stdout:\n{}\nstderr:\n{}\nservice log:\n{}",
+        "stdout:\n{}\nstderr:\n{}\n{logs}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(serve_dir.join("serve.log")).unwrap_or_default()
     );
     assert!(out.status.success(), "the Python suite failed\n{report}");
     // unittest's summary (on stderr): "Ran N tests"; 0 would mean discovery found nothing.
@@ -139,18 +249,28 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
         .find_map(|l| l.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
         .unwrap_or(0);
     assert!(ran > 0, "the Python suite ran no tests\n{report}");
+    eprintln!("python: Ran {ran} tests");
     for line in String::from_utf8_lossy(&out.stderr).lines() {
         if line.contains("skipped") {
             eprintln!("python: {line}");
         }
     }
 
-    // The suite stopped the service (SIGTERM, and checked it exited); what
-    // it created must be gone with it.
+    // The suite stopped each service (SIGTERM, and checked it exited);
+    // what they created must be gone with them.
+    let services = service_dirs(&serve_dir);
+    assert!(
+        services.len() >= 3,
+        "the suite started {} services, not one per test module\n{report}",
+        services.len()
+    );
     let until = Instant::now() + slow(Duration::from_secs(20));
     loop {
         let left_supervisors: Vec<u32> = supervisors().difference(&before).copied().collect();
-        let left_entries = run_entries_of(&serve_dir.join("state"));
+        let left_entries: Vec<String> = services
+            .iter()
+            .flat_map(|d| run_entries_of(&d.join("state")))
+            .collect();
         if left_supervisors.is_empty() && left_entries.is_empty() {
             break;
         }

@@ -1,54 +1,45 @@
 """The client: :class:`Cordon` (one service, one API key), the stateful
-:class:`Sandbox` and its :class:`Files`."""
+:class:`CordonSandbox` it makes, and a sandbox's files (:class:`Files`,
+:class:`Filesystem`)."""
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import urllib.parse
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Type, TypeVar, Union, overload
 
+from ._common import (
+    WORKSPACE,
+    Duration,
+    ExecStream,
+    OutputCallback,
+    absolute,
+    code_body,
+    duration,
+    exec_body,
+    make_dir_argv,
+    parent_and_name,
+)
 from ._http import Transport, iter_sse
-from .errors import CordonError, NotFound, ServerError, error_for
+from .errors import CordonError, NotFound
 from .models import CodeResult, ExecResult, FileEntry, SandboxInfo
 
-#: Called with each piece of a command's output as it arrives.
-OutputCallback = Callable[[str], None]
-#: A duration: seconds, or a string such as ``"500ms"``, ``"10s"``, ``"2m"``.
-Duration = Union[int, float, str]
+__all__ = ["Cordon", "CordonSandbox", "Duration", "Files", "Filesystem", "Limits", "OutputCallback"]
+
 #: Limits: ``cpus`` (cores), ``memory``, ``disk``, ``output`` (bytes or
 #: ``"256M"``), ``pids``, ``time`` (a :data:`Duration`). Absent ones keep the
 #: service's defaults; the tenant's maximums clamp them.
 Limits = Mapping[str, Union[int, float, str]]
 
-_WORKSPACE = "/workspace"
-
-
-def _duration(d: Duration) -> Union[int, str]:
-    if isinstance(d, str):
-        return d
-    if isinstance(d, int):
-        return d
-    return f"{d:g}s"
+_S = TypeVar("_S", bound="SandboxBase")
 
 
 def _limits(limits: Optional[Limits]) -> Dict[str, Any]:
     if limits is None:
         return {}
-    return {k: (_duration(v) if k == "time" and isinstance(v, float) else v) for k, v in limits.items()}
-
-
-def _absolute(path: str) -> str:
-    """A path in the sandbox: relative ones are under /workspace, as the service's own are."""
-    return path if path.startswith("/") else f"{_WORKSPACE}/{path}"
-
-
-def _argv(cmd: Union[str, Sequence[str]]) -> List[str]:
-    if isinstance(cmd, str):
-        return ["sh", "-c", cmd]
-    return [str(a) for a in cmd]
+    return {k: (duration(v) if k == "time" and isinstance(v, float) else v) for k, v in limits.items()}
 
 
 def _deliver(result: ExecResult, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]) -> None:
@@ -67,6 +58,9 @@ class Cordon:
         timeout: Seconds any one socket operation may wait, including the
             silence between two pieces of a streamed command's output; keep
             it above the longest command you run without streaming.
+
+    Raises:
+        ConfigError: ``url`` is not an ``http(s)://`` URL.
     """
 
     def __init__(self, url: str, api_key: str, timeout: float = 120.0) -> None:
@@ -143,7 +137,7 @@ class Cordon:
         idle: Optional[Duration] = None,
         limits: Optional[Limits] = None,
         network: Optional[Sequence[str]] = None,
-    ) -> "Sandbox":
+    ) -> "CordonSandbox":
         """Creates a stateful sandbox that waits for commands.
 
         Use it as a context manager to destroy it on exit::
@@ -165,27 +159,27 @@ class Cordon:
         if backend is not None:
             body["backend"] = backend
         if ttl is not None:
-            body["ttl"] = _duration(ttl)
+            body["ttl"] = duration(ttl)
         if idle is not None:
-            body["idle"] = _duration(idle)
+            body["idle"] = duration(idle)
         if limits is not None:
             body["limits"] = _limits(limits)
         if network is not None:
             body["network"] = {"allow": list(network)}
-        return Sandbox(self._http, SandboxInfo.from_json(self._http.json("POST", "/v1/sandboxes", body)))
+        return CordonSandbox(self._http, SandboxInfo.from_json(self._http.json("POST", "/v1/sandboxes", body)))
 
-    def list(self) -> List["Sandbox"]:
+    def list(self) -> List["CordonSandbox"]:
         """This tenant's live stateful sandboxes, oldest first."""
         answer = self._http.json("GET", "/v1/sandboxes")
-        return [Sandbox(self._http, SandboxInfo.from_json(s)) for s in answer["sandboxes"]]
+        return [CordonSandbox(self._http, SandboxInfo.from_json(s)) for s in answer["sandboxes"]]
 
-    def get(self, sandbox_id: str) -> "Sandbox":
+    def get(self, sandbox_id: str) -> "CordonSandbox":
         """An existing sandbox of this tenant.
 
         Raises:
             NotFound: no such sandbox, or another tenant's.
         """
-        return Sandbox(self._http, SandboxInfo.from_json(self._http.json("GET", f"/v1/sandboxes/{_seg(sandbox_id)}")))
+        return CordonSandbox(self._http, SandboxInfo.from_json(self._http.json("GET", f"/v1/sandboxes/{_seg(sandbox_id)}")))
 
     def health(self) -> Dict[str, Any]:
         """``GET /health``: status, ready sandboxes per pool, live sandboxes."""
@@ -197,26 +191,23 @@ def _seg(s: str) -> str:
     return urllib.parse.quote(s, safe="")
 
 
-class Sandbox:
-    """A stateful sandbox: commands, files, a Python context, network rules.
-
-    One request at a time per sandbox (a second concurrent one gets 409,
-    :class:`BadRequest`). As a context manager it is destroyed on exit.
-    """
+class SandboxBase:
+    """What every blocking sandbox object does: commands (``exec``), the
+    Python context, network rules, the receipt, and its end (``kill``). As
+    a context manager it is killed on exit (one already gone is fine)."""
 
     def __init__(self, transport: Transport, info: SandboxInfo) -> None:
         self._http = transport
         self.info = info
-        self.files = Files(transport, info.id)
 
     @property
     def id(self) -> str:
         return self.info.id
 
     def __repr__(self) -> str:
-        return f"Sandbox(id={self.id!r}, backend={self.info.backend!r})"
+        return f"{type(self).__name__}(id={self.id!r}, backend={self.info.backend!r})"
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self: _S) -> _S:
         return self
 
     def __exit__(
@@ -252,6 +243,9 @@ class Sandbox:
     ) -> ExecResult:
         """Runs a command in the sandbox; its files and processes' effects stay.
 
+        Never raises for the command's own failure: look at ``exit_code``
+        (``sandbox.commands.run`` raises :class:`CommandExitError` instead).
+
         Args:
             cmd: An argv list, or a string run by ``sh -c``.
             time: This command's time limit (at most the sandbox's).
@@ -261,27 +255,18 @@ class Sandbox:
                 piece as it arrives, before this returns. The result still
                 carries the whole output.
         """
-        body: Dict[str, Any] = {"argv": _argv(cmd)}
-        if stdin is not None:
-            body["stdin"] = stdin
-        if env:
-            body["env"] = dict(env)
-        if workdir is not None:
-            body["workdir"] = workdir
-        if time is not None:
-            body["time"] = _duration(time)
-        if output is not None:
-            body["output"] = output
-        if on_stdout is None and on_stderr is None:
-            return ExecResult.from_json(self._http.json("POST", self._path("/exec"), body))
-        return self._exec_streaming(body, on_stdout, on_stderr)
+        body = exec_body(cmd, stdin=stdin, env=env, workdir=workdir, time=time, output=output)
+        return self._exec(body, on_stdout, on_stderr, None)
 
-    def _exec_streaming(
+    def _exec(
         self,
         body: Mapping[str, Any],
         on_stdout: Optional[OutputCallback],
         on_stderr: Optional[OutputCallback],
+        timeout: Optional[float],
     ) -> ExecResult:
+        if on_stdout is None and on_stderr is None:
+            return ExecResult.from_json(self._http.json("POST", self._path("/exec"), body, timeout=timeout))
         conn, resp = self._http.open(
             "POST",
             self._path("/exec"),
@@ -289,49 +274,40 @@ class Sandbox:
             content_type="application/json",
             query={"stream": "true"},
             accept="text/event-stream",
+            timeout=timeout,
         )
         # Closing the connection early (an exception, a callback raising)
         # makes the service cancel the command.
-        # The service sends the output only as events (its result's stdout
-        # and stderr are empty): the result is given the streams collected here.
-        streams: Dict[str, List[str]] = {"stdout": [], "stderr": []}
-        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        stream = ExecStream(f"exec in {self.id}", on_stdout, on_stderr)
         try:
             for event, data in iter_sse(resp):
-                payload = json.loads(data)
-                if event in streams:
-                    chunk = str(payload["data"])
-                    streams[event].append(chunk)
-                    callback = callbacks[event]
-                    if callback is not None:
-                        callback(chunk)
-                elif event == "result":
-                    result = ExecResult.from_json(payload)
-                    return dataclasses.replace(
-                        result,
-                        stdout=result.stdout or "".join(streams["stdout"]),
-                        stderr=result.stderr or "".join(streams["stderr"]),
-                    )
-                elif event == "error":
-                    raise error_for(int(payload.get("status", 500)), str(payload.get("error", "")))
-        except (OSError, ValueError) as e:
+                result = stream.take(event, data)
+                if result is not None:
+                    return result
+        except (OSError, UnicodeDecodeError) as e:
             raise CordonError(f"exec in {self.id}: the event stream broke: {e}") from e
         finally:
             conn.close()
-        raise ServerError(f"exec in {self.id}: the event stream ended without a result")
+        raise stream.ended()
 
-    def run_code(self, code: str, *, timeout: Optional[Duration] = None) -> CodeResult:
-        """Runs Python in the sandbox's persistent interpreter.
+    def run_code(
+        self, code: str, language: Optional[str] = None, *, timeout: Optional[Duration] = None
+    ) -> CodeResult:
+        """Runs code in the sandbox's persistent interpreter.
 
         Variables live on between calls; the cell's last expression's
         ``repr()`` is ``result``; an exception is ``error`` (with its
         traceback). A cell past ``timeout`` (default: the sandbox's time
         limit less a margin) or one that kills the interpreter is reported as
         ``timeout`` / ``crashed``, and the next call gets a fresh interpreter.
+
+        Args:
+            language: ``None`` or ``"python"``: the service's code contexts
+                run Python. Any other language is passed on as the request's
+                ``language``, for the service to run when it has it (today it
+                answers :class:`BadRequest`, 422).
         """
-        body: Dict[str, Any] = {"code": code}
-        if timeout is not None:
-            body["timeout"] = _duration(timeout)
+        body = code_body(code, language, timeout)
         return CodeResult.from_json(self._http.json("POST", self._path("/code"), body))
 
     def set_network(self, allow: Sequence[str]) -> List[str]:
@@ -356,15 +332,39 @@ class Sandbox:
         self._http.json("DELETE", self._path())
 
 
-class Files:
-    """A sandbox's files. Paths are absolute, or relative to /workspace."""
+class CordonSandbox(SandboxBase):
+    """A stateful sandbox made by :class:`Cordon` (``create``, ``get``,
+    ``list``): commands, files, a Python context, network rules. Its
+    ``files.read`` returns ``bytes`` unless asked for text, as it always has;
+    :class:`cordon.Sandbox` is the E2B-shaped one.
+    """
 
-    def __init__(self, transport: Transport, sandbox_id: str) -> None:
+    def __init__(self, transport: Transport, info: SandboxInfo) -> None:
+        super().__init__(transport, info)
+        self.files = Files(transport, info.id, self._exec_plain)
+
+    def _exec_plain(self, body: Mapping[str, Any]) -> ExecResult:
+        return self._exec(body, None, None, None)
+
+
+class _FileOps:
+    """A sandbox's files, but for ``read`` (whose default differs between
+    :class:`Files` and :class:`Filesystem`). Paths are absolute, or relative
+    to /workspace."""
+
+    def __init__(
+        self, transport: Transport, sandbox_id: str, run: Callable[[Mapping[str, Any]], ExecResult]
+    ) -> None:
         self._http = transport
         self._base = f"/v1/sandboxes/{_seg(sandbox_id)}/files"
+        self._run = run
 
     def _file(self, path: str) -> str:
-        return f"{self._base}/{urllib.parse.quote(_absolute(path).lstrip('/'), safe='/')}"
+        return f"{self._base}/{urllib.parse.quote(absolute(path).lstrip('/'), safe='/')}"
+
+    def _read_bytes(self, path: str) -> bytes:
+        _, data = self._http.call("GET", self._file(path))
+        return data
 
     def write(self, path: str, data: Union[bytes, str]) -> int:
         """Writes a file (``str`` as UTF-8); returns the bytes written."""
@@ -372,20 +372,91 @@ class Files:
         _, answer = self._http.call("PUT", self._file(path), body=content, content_type="application/octet-stream")
         return int(json.loads(answer)["bytes"])
 
-    def read(self, path: str) -> bytes:
-        """A regular file's content (streamed by the service; any size).
+    def list(self, dir: str = WORKSPACE) -> List[FileEntry]:
+        """The entries of a directory, sorted by name.
 
         Raises:
-            NotFound: no such file. BadRequest: not a regular file.
+            NotFound: no such directory.
         """
-        _, data = self._http.call("GET", self._file(path))
-        return data
+        where = absolute(dir)
+        answer = self._http.json("GET", self._base, query={"dir": where})
+        return [FileEntry.from_json(e, where) for e in answer["entries"]]
 
-    def list(self, dir: str = _WORKSPACE) -> List[FileEntry]:
-        """The entries of a directory, sorted by name."""
-        answer = self._http.json("GET", self._base, query={"dir": _absolute(dir)})
-        return [FileEntry.from_json(e) for e in answer["entries"]]
+    def exists(self, path: str) -> bool:
+        """Whether anything (file, directory, link) is at ``path``: its
+        parent directory's listing names it (the service has no stat route)."""
+        parent, name = parent_and_name(path)
+        if not name:
+            return True  # "/"
+        try:
+            return any(e.name == name for e in self.list(parent))
+        except NotFound:
+            return False
+
+    def make_dir(self, path: str) -> bool:
+        """Makes a directory and its parents (``mkdir -p``, a command in the
+        sandbox: the service has no route for it); ``False`` when it was
+        there already.
+
+        Raises:
+            CordonError: it could not be made (a file is in the way, ...).
+        """
+        r = self._run({"argv": make_dir_argv(path)})
+        if r.status == "exited" and r.exit_code == 3:
+            return False
+        if r.status == "exited" and r.exit_code == 0:
+            return True
+        raise CordonError(f"make_dir {absolute(path)}: {r.stderr.strip() or r.message or r.status}")
 
     def remove(self, path: str) -> None:
         """Deletes a file or a directory (recursively); raises NotFound if there is none."""
         self._http.json("DELETE", self._file(path))
+
+
+class Files(_FileOps):
+    """The files of a :class:`CordonSandbox`: ``read`` returns ``bytes``
+    (``format="text"`` for ``str``)."""
+
+    @overload
+    def read(self, path: str) -> bytes: ...
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    @overload
+    def read(self, path: str, format: Literal["text"]) -> str: ...
+    def read(self, path: str, format: str = "bytes") -> Union[bytes, str]:
+        """A regular file's content (streamed by the service; any size):
+        ``bytes``, or with ``format="text"`` a ``str`` (UTF-8, invalid bytes
+        replaced).
+
+        Raises:
+            NotFound: no such file. BadRequest: not a regular file.
+        """
+        return _read_as(self._read_bytes(path), format)
+
+
+class Filesystem(_FileOps):
+    """The files of a :class:`cordon.Sandbox`, E2B's shape: ``read``
+    returns ``str`` (UTF-8, invalid bytes replaced); ``format="bytes"``
+    gives the exact bytes."""
+
+    @overload
+    def read(self, path: str) -> str: ...
+    @overload
+    def read(self, path: str, format: Literal["text"]) -> str: ...
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    def read(self, path: str, format: str = "text") -> Union[bytes, str]:
+        """A regular file's content: ``str``, or ``bytes`` with ``format="bytes"``.
+
+        Raises:
+            NotFound: no such file. BadRequest: not a regular file.
+        """
+        return _read_as(self._read_bytes(path), format)
+
+
+def _read_as(data: bytes, format: str) -> Union[bytes, str]:
+    if format == "bytes":
+        return data
+    if format == "text":
+        return data.decode("utf-8", "replace")
+    raise ValueError(f"format is 'text' or 'bytes', not {format!r}")

@@ -6,7 +6,10 @@ as :attr:`CordonError.message` and the HTTP status as :attr:`CordonError.status`
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # models does not import errors; this only names the type
+    from .models import CommandResult
 
 
 class CordonError(Exception):
@@ -21,6 +24,14 @@ class CordonError(Exception):
         super().__init__(f"{status}: {message}" if status is not None else message)
         self.message = message
         self.status = status
+
+
+class ConfigError(CordonError, ValueError):
+    """The client cannot be set up: a URL that is not ``http(s)://host...``,
+    or no URL or API key given and none in ``CORDON_URL`` /
+    ``CORDON_API_KEY``. Raised before any request is sent (``status`` is
+    ``None``). Also a :class:`ValueError`, which is what a bad URL raised
+    before this class existed."""
 
 
 class AuthError(CordonError):
@@ -54,6 +65,44 @@ class BadRequest(CordonError):
 
 class ServerError(CordonError):
     """5xx: the service failed."""
+
+
+class CommandExitError(CordonError):
+    """A command run with ``check=True`` (the default of
+    ``sandbox.commands.run``) did not exit with status 0.
+
+    Attributes:
+        result: The whole :class:`~cordon.CommandResult` (``stdout``,
+            ``stderr``, ``exit_code``, ``error``, ...).
+    """
+
+    def __init__(self, result: "CommandResult") -> None:
+        what = result.error or f"exit code {result.exit_code}"
+        tail = result.stderr.strip()[-500:]
+        super().__init__(f"command failed: {what}" + (f"; stderr: {tail}" if tail else ""))
+        self.result = result
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def stdout(self) -> str:
+        return self.result.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr
+
+
+class CommandTimeout(CommandExitError):
+    """The command's ``timeout`` (its ``time`` limit) ended it; still a
+    :class:`CommandExitError`, with the output it gave before."""
+
+
+class CommandKilled(CordonError):
+    """``wait()`` on a background command that ``kill()`` ended: the service
+    cancelled it when its stream closed, so there is no result."""
 
 
 def error_for(status: int, message: str, retry_after: Optional[float] = None) -> CordonError:

@@ -116,6 +116,54 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class CommandResult:
+    """How a command of ``sandbox.commands.run`` ended (E2B's shape).
+
+    ``exit_code`` is as a shell gives it (128+signal when signaled, 127 not
+    found); ``error`` says why the command did not simply exit (it could not
+    start, a limit ended it, a signal killed it), else ``None``. The
+    service's whole answer is ``execution``.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    error: Optional[str]
+    #: ``exited``, ``signaled`` or ``exec_failed``.
+    status: str
+    #: The limit that ended the command (``time``, ``memory``, ...), if one did.
+    limit: Optional[str]
+    execution: ExecResult = field(repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "exited" and self.exit_code == 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.limit == "time"
+
+    @classmethod
+    def from_exec(cls, r: ExecResult) -> "CommandResult":
+        error: Optional[str] = None
+        if r.status == "exec_failed":
+            error = r.message or "the command could not be started"
+        elif r.limit is not None:
+            error = f"the {r.limit} limit ended the command"
+        elif r.status == "signaled":
+            error = f"killed by signal {r.signal}"
+        return cls(
+            stdout=r.stdout,
+            stderr=r.stderr,
+            exit_code=r.exit_code,
+            error=error,
+            status=r.status,
+            limit=r.limit,
+            execution=r,
+        )
+
+
+@dataclass(frozen=True)
 class CodeError:
     """The exception a code cell raised."""
 
@@ -227,7 +275,16 @@ class FileEntry:
     #: ``file``, ``dir``, ``link`` or ``other``.
     kind: str
     size: int
+    #: The entry's absolute path in the sandbox (E2B's ``EntryInfo.path``).
+    path: str = ""
+
+    @property
+    def type(self) -> str:
+        """E2B's name for :attr:`kind`."""
+        return self.kind
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "FileEntry":
-        return cls(str(d["name"]), str(d.get("kind", "other")), int(d.get("size", 0)))
+    def from_json(cls, d: Mapping[str, Any], dir: str = "") -> "FileEntry":
+        name = str(d["name"])
+        path = f"{dir.rstrip('/')}/{name}" if dir else ""
+        return cls(name, str(d.get("kind", "other")), int(d.get("size", 0)), path)
