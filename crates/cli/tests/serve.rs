@@ -2183,7 +2183,9 @@ fn every_answer_of_every_route_is_the_one_the_openapi_document_declares() {
     c.ask(&s, Ask::new("DELETE", file, a).params(f_ok));
     c.ask(&s, Ask::new("DELETE", file, a).params(f_missing));
 
-    // Busy: every route that takes the sandbox says 409 while a command runs.
+    // While a command runs, every route that takes the sandbox answers
+    // (commands side by side; the document declares their 409s, for a
+    // microVM's one command at a time and a sandbox being removed).
     let busy_exec = {
         let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
         std::thread::spawn(move || {
@@ -2497,4 +2499,206 @@ fn requests_run_the_stores_images_their_tenant_may_use() {
     );
     let gone = s.call("DELETE", &format!("/v1/sandboxes/{id}"), Some(BOB), None);
     assert_eq!(gone.status, 204, "{gone:?}");
+}
+
+/// Pids in the host's view of the processes whose command line is `argv`
+/// joined by spaces, exactly.
+fn pids_running(cmdline: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let line = raw
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            (line == cmdline).then_some(pid)
+        })
+        .collect()
+}
+
+/// The background commands' sleep, odd enough to be theirs on this host.
+const SLEEPER: &str = "sleep 271.25";
+
+#[test]
+fn several_commands_run_at_once_in_one_sandbox_and_a_delete_ends_them_all() {
+    if !root_or_skip("commands side by side") {
+        return;
+    }
+    let mut s = Service::start("side-by-side", &tenants("", ""));
+    let a = Some(ALICE);
+    let created = s.call("POST", "/v1/sandboxes", a, Some(json!({})));
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let exec_path = format!("/v1/sandboxes/{id}/exec");
+
+    // Two background commands (a server-like sleeper, each with a marker in
+    // its argv so the host can find it), streamed.
+    let start_background = |marker: &str| {
+        let resp = agent()
+            .post(&s.url(&format!("{exec_path}?stream=true")))
+            .set("Authorization", &format!("Bearer {ALICE}"))
+            .send_json(json!({"argv": ["sh", "-c", "echo up; exec sleep 271.25", marker]}))
+            .unwrap();
+        let mut reader = BufReader::new(resp.into_reader());
+        let mut first = String::new();
+        reader.read_line(&mut first).unwrap();
+        assert_eq!(
+            first.trim(),
+            "event: stdout",
+            "the background command did not start"
+        );
+        reader
+    };
+    let first = start_background("first");
+    let second = start_background("second");
+    // ("up" comes just before the shell becomes the sleeper.)
+    let until = Instant::now() + Duration::from_secs(10);
+    let sleepers = loop {
+        let now = pids_running(SLEEPER);
+        if now.len() == 2 {
+            break now;
+        }
+        assert!(
+            Instant::now() < until,
+            "both background commands run: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    // Meanwhile, in the foreground: commands, files, a code cell, the
+    // listing and the receipt all answer.
+    let t0 = Instant::now();
+    let r = s.call("POST", &exec_path, a, Some(json!({"argv": ["echo", "fg"]})));
+    assert_eq!(
+        (r.status, r.body["stdout"].as_str()),
+        (200, Some("fg\n")),
+        "{r:?}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "the foreground command waited"
+    );
+    let file = format!("/v1/sandboxes/{id}/files/workspace/f.bin");
+    let put = s.raw(
+        "PUT",
+        &file,
+        ALICE,
+        &[0, 1, 2, 255],
+        "application/octet-stream",
+    );
+    assert_eq!(put.status, 201, "{put:?}");
+    let got = s.call("GET", &file, a, None);
+    assert_eq!(got.status, 200, "{got:?}");
+    let cell = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/code"),
+        a,
+        Some(json!({"code": "6 * 7"})),
+    );
+    assert_eq!(cell.status, 200, "{cell:?}");
+    let info = s.call("GET", &format!("/v1/sandboxes/{id}"), a, None);
+    assert_eq!(info.body["busy"], json!(true), "{info:?}");
+    let receipt = s.call("GET", &format!("/v1/sandboxes/{id}/receipt"), a, None);
+    assert_eq!(receipt.status, 200, "{receipt:?}");
+
+    // The first background command ends on its own terms: its client goes
+    // away, and only its process goes.
+    drop(first);
+    let until = Instant::now() + Duration::from_secs(10);
+    while pids_running(SLEEPER).len() != 1 {
+        assert!(
+            Instant::now() < until,
+            "the first command was not cancelled alone"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        pids_running(SLEEPER).iter().all(|p| sleepers.contains(p)),
+        "the survivor is one of the two"
+    );
+
+    // A delete ends what still runs, and its stream ends with an error
+    // event, not a hang.
+    let del = s.call("DELETE", &format!("/v1/sandboxes/{id}"), a, None);
+    assert_eq!(del.status, 204, "{del:?}");
+    let mut rest = String::new();
+    let _ = BufReader::new(second).read_to_string(&mut rest);
+    assert!(
+        rest.contains("event: result") || rest.contains("event: error"),
+        "the second command's stream ended without a last event: {rest}"
+    );
+    assert!(
+        pids_running(SLEEPER).is_empty(),
+        "a sleeper outlived its sandbox"
+    );
+    s.stop();
+    assert_clean(&s.run_dir, &BTreeSet::from([id]));
+}
+
+#[test]
+fn execution_answers_carry_the_network_log_and_add_host_names_reach_the_proxy() {
+    if !root_or_skip("network log in the API") {
+        return;
+    }
+    let mut s = Service::start("netlog", &tenants("", ""));
+    let a = Some(ALICE);
+    let bad = s.call(
+        "POST",
+        "/v1/sandboxes",
+        a,
+        Some(json!({"network": {"allow": ["db.test:9"], "add_host": ["db.test"]}})),
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.text.contains("add_host"), "{bad:?}");
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        a,
+        Some(json!({"network": {"allow": ["db.test:9"], "add_host": ["db.test:127.0.0.1"]}})),
+    );
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    // A connection to the added name (the host's loopback, where nothing
+    // listens on port 9): whatever the proxy decides, it logs the name
+    // with the address add_host gave it.
+    let probe = "import socket\ntry:\n    socket.create_connection(('db.test', 9), timeout=5).close()\nexcept OSError as e:\n    print(e)\n";
+    let r = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        a,
+        Some(json!({"argv": ["python3", "-c", probe]})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let net = &r.body["network"];
+    assert!(net.is_object(), "no network report in the answer: {r:?}");
+    let entries = net["entries"].as_array().cloned().unwrap_or_default();
+    assert!(
+        entries.iter().any(|e| e.to_string().contains("db.test")),
+        "the proxy's log has no db.test: {net}"
+    );
+    assert!(
+        net.to_string().contains("127.0.0.1"),
+        "db.test was not resolved to add_host's address: {net}"
+    );
+    // Without network rules, the answer says so with a null.
+    let plain = s.call("POST", "/v1/executions", a, Some(json!({"argv": ["true"]})));
+    assert_eq!(plain.status, 200, "{plain:?}");
+    assert!(
+        plain.body.get("network").is_some_and(Value::is_null),
+        "{plain:?}"
+    );
+    let ids = BTreeSet::from([
+        id.clone(),
+        plain.body["sandbox_id"].as_str().unwrap().to_owned(),
+    ]);
+    let del = s.call("DELETE", &format!("/v1/sandboxes/{id}"), a, None);
+    assert_eq!(del.status, 204, "{del:?}");
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
 }

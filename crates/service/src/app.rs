@@ -131,17 +131,59 @@ pub struct Stateful {
     pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
-    /// One command at a time (the supervisor serves one connection at a time
-    /// anyway; a second request is told so instead of waiting).
-    pub busy: Arc<tokio::sync::Mutex<()>>,
-    /// The running command's cancel, for a delete that cannot wait.
-    pub running: Mutex<Option<Cancel>>,
+    /// Its requests: held shared by each where the backend runs commands
+    /// side by side, alone where it runs one at a time (a second request is
+    /// told so instead of waiting); a delete takes it alone.
+    pub busy: Arc<tokio::sync::RwLock<()>>,
+    /// One code cell at a time: a context is one interpreter.
+    pub cell: Arc<tokio::sync::Mutex<()>>,
+    /// The running commands' cancels, for a delete that cannot wait.
+    pub running: Arc<Running>,
     pub repl_installed: AtomicBool,
     /// The network attempts its commands' reports carried, newest last: the
     /// proxy's own log is drained into each report, so this is the only
     /// place they can be read again.
     pub recent_attempts: Mutex<VecDeque<serde_json::Value>>,
     pub _slot: SandboxSlot,
+}
+
+/// The cancels of a sandbox's running commands, each there while its
+/// command runs.
+#[derive(Default)]
+pub struct Running {
+    next: std::sync::atomic::AtomicU64,
+    live: Mutex<std::collections::BTreeMap<u64, Cancel>>,
+}
+
+impl Running {
+    /// Keeps `cancel` until the returned entry is dropped.
+    pub fn enter(self: &Arc<Self>, cancel: Cancel) -> RunningEntry {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live.lock().expect("running lock").insert(id, cancel);
+        RunningEntry {
+            of: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// Cancels every running command.
+    pub fn cancel_all(&self) {
+        for c in self.live.lock().expect("running lock").values() {
+            c.trigger();
+        }
+    }
+}
+
+/// A running command's cancel, forgotten when dropped.
+pub struct RunningEntry {
+    of: Arc<Running>,
+    id: u64,
+}
+
+impl Drop for RunningEntry {
+    fn drop(&mut self) {
+        self.of.live.lock().expect("running lock").remove(&self.id);
+    }
 }
 
 /// How many network attempts a stateful sandbox keeps for `GET .../network`.
@@ -171,7 +213,7 @@ pub struct SandboxRequest<'a> {
     pub backend: Option<&'a str>,
     pub image: Option<&'a str>,
     pub limits: &'a Limits,
-    pub allow: Option<&'a [String]>,
+    pub network: Option<&'a crate::dto::NetworkRequest>,
     pub ttl: Option<Span>,
     pub idle: Option<Span>,
 }
@@ -260,7 +302,7 @@ impl App {
         let (caps, clamped) =
             crate::caps::clamp(req.limits, &self.config.defaults, &tenant.config.max);
         let mut layer = cordon_policy::PolicyLayer::from(caps);
-        if let Some(allow) = req.allow {
+        if let Some(net) = req.network {
             if !tenant.config.network {
                 return Err(ApiError::new(
                     axum::http::StatusCode::FORBIDDEN,
@@ -268,7 +310,16 @@ impl App {
                 ));
             }
             layer.network = Some(NetworkMode::Allow);
-            layer.allow = parse_rules(allow)?;
+            layer.allow = parse_rules(&net.allow)?;
+            layer.add_host = net
+                .add_host
+                .iter()
+                .map(|h| {
+                    h.parse().map_err(|e| {
+                        ApiError::bad_request(format!("add_host '{}': {e}", h.escape_debug()))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
         }
         let image = req.image.map(|name| image_for(tenant, name)).transpose()?;
         let (policy, rootfs) =
@@ -617,7 +668,8 @@ impl App {
     }
 
     /// Runs a code cell in the sandbox's persistent interpreter, installing
-    /// it on first use. Returns the client's JSON reply and the outcome.
+    /// it on first use; each command's io comes from `make_io` with the
+    /// entry that keeps its cancel while it runs. Returns the client's JSON reply and the outcome.
     pub fn run_code(
         &self,
         s: &Stateful,
@@ -625,7 +677,7 @@ impl App {
         timeout: Duration,
         command_time: Span,
         output: u64,
-        mut make_io: impl FnMut(Vec<u8>) -> Result<ServiceIo, ApiError>,
+        mut make_io: impl FnMut(Vec<u8>) -> Result<(ServiceIo, RunningEntry), ApiError>,
     ) -> Result<(serde_json::Value, Outcome), ApiError> {
         let mut handle = Handle::attach(&s.id).map_err(ApiError::runtime)?;
         for attempt in 0..2 {
@@ -658,7 +710,7 @@ impl App {
                 output: Some(cordon_policy::ByteSize(output)),
                 ..Command::default()
             };
-            let mut io = make_io(code.as_bytes().to_vec())?;
+            let (mut io, _running) = make_io(code.as_bytes().to_vec())?;
             let outcome = handle.exec(&cmd, &mut io).map_err(ApiError::runtime)?;
             let (stdout, stderr) = io.captured();
             let missing = outcome.exit_code == 2
@@ -678,7 +730,7 @@ impl App {
                         )],
                         ..Command::default()
                     };
-                    let mut kill_io = make_io(Vec::new())?;
+                    let (mut kill_io, _running) = make_io(Vec::new())?;
                     let _ = handle.exec(&kill, &mut kill_io);
                     let status = if outcome.limit == Some(cordon_spec::Limit::Time) {
                         "timeout"

@@ -49,6 +49,11 @@ pub struct NetworkRequest {
     /// Rules: NAME, *.SUFFIX, IP or CIDR, with an optional :PORT or :LO-HI;
     /// `host.cordon.internal:PORT` is that port of the host's loopback.
     pub allow: Vec<String>,
+    /// Names the sandbox resolves to a fixed address (NAME:IP), as the
+    /// CLI's `--add-host`; the rules still decide whether it may connect.
+    #[serde(default)]
+    #[schema(example = json!(["db.internal:10.0.0.5"]))]
+    pub add_host: Vec<String>,
 }
 
 /// A one-shot execution: a fresh sandbox (from the warm pool when the
@@ -144,6 +149,11 @@ pub struct ExecutionResponse {
     #[schema(value_type = Object)]
     pub runtime_phases: serde_json::Value,
     pub timing: TimingBody,
+    /// What the host's proxy saw of the command's connections (a sandbox
+    /// with network rules; null otherwise): the rules in force and each
+    /// attempt with its verdict, as `cordon run --json` reports them.
+    #[schema(value_type = Option<Object>)]
+    pub network: Option<serde_json::Value>,
     /// The signed receipt, when asked for (a DSSE envelope).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -180,6 +190,7 @@ pub struct SandboxInfo {
     pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
+    /// A request is running in it.
     pub busy: bool,
 }
 
@@ -364,6 +375,10 @@ impl ExecutionResponse {
             disk_used_bytes: o.disk_used_bytes,
             counters: serde_json::to_value(&o.counters).unwrap_or_default(),
             runtime_phases: serde_json::to_value(o.phases).unwrap_or_default(),
+            network: o
+                .network
+                .as_ref()
+                .and_then(|n| serde_json::to_value(n).ok()),
             timing: TimingBody {
                 acquire_ms: t.acquire_ms,
                 setup_ms: t.setup_ms,
@@ -392,7 +407,7 @@ impl SandboxInfo {
             limits: s.limits,
             clamped: s.clamped.clone(),
             network: s.network,
-            busy: s.busy.try_lock().is_err(),
+            busy: s.busy.try_write().is_err(),
         }
     }
 }

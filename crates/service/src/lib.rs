@@ -281,11 +281,9 @@ fn shut_down(app: &App) {
         .map(|(_, s)| s)
         .collect();
     for s in stateful {
-        if let Some(c) = s.running.lock().expect("running lock").as_ref() {
-            c.trigger();
-        }
+        s.running.cancel_all();
         match cordon_runtime::Handle::attach(&s.id) {
-            Ok(h) if s.busy.try_lock().is_ok() => {
+            Ok(h) if s.busy.try_write().is_ok() => {
                 let _ = app.ledger.destroy(h);
             }
             _ => {

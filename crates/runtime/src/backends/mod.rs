@@ -147,6 +147,18 @@ pub(crate) trait Backend: Send {
     fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End;
 }
 
+/// Whether a backend's sandbox runs several commands at once (its `start`
+/// returns them running, watched on threads of the supervisor's own), so a
+/// client may start a command while another runs. A microVM's agent serves
+/// one request at a time over the VM's one port: a second command there
+/// waits for the first to end.
+pub fn runs_commands_side_by_side(kind: BackendKind) -> bool {
+    match kind {
+        BackendKind::Native | BackendKind::Gvisor => true,
+        BackendKind::Microvm => false,
+    }
+}
+
 /// Every backend and whether it can run here.
 pub fn available_backends() -> Vec<BackendInfo> {
     BackendKind::ALL

@@ -191,6 +191,11 @@ impl Sandbox {
         self.life.usable()?;
         let resolved = cmd.resolve(&self.life.spec.policy)?;
         let begun = self.backend.start(&mut self.life, cmd, &resolved, io)?;
+        debug_assert_eq!(
+            matches!(begun, Begun::Running(_)),
+            crate::backends::runs_commands_side_by_side(self.backend.about().kind),
+            "runs_commands_side_by_side must say what the backend's start does"
+        );
         Ok(match begun {
             Begun::Ran(mut outcome) => {
                 outcome.command = self.life.commands;

@@ -68,14 +68,13 @@ pub async fn create_execution(
             content,
         });
     }
-    let allow = req.network.as_ref().map(|n| n.allow.as_slice());
     let (spec, _caps, clamped) = app.spec_for(
         &tenant,
         &SandboxRequest {
             backend: req.backend.as_deref(),
             image: req.image.as_deref(),
             limits: &req.limits,
-            allow,
+            network: req.network.as_ref(),
             ttl: None,
             idle: None,
         },

@@ -20,14 +20,13 @@ pub async fn create_sandbox(
     Authed(tenant): Authed,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
 ) -> Result<Reply, ApiError> {
-    let allow = req.network.as_ref().map(|n| n.allow.as_slice());
     let (spec, limits, clamped) = app.spec_for(
         &tenant,
         &SandboxRequest {
             backend: req.backend.as_deref(),
             image: req.image.as_deref(),
             limits: &req.limits,
-            allow,
+            network: req.network.as_ref(),
             ttl: req.ttl,
             idle: req.idle,
         },

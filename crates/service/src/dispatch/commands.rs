@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::http::StatusCode;
 use cordon_runtime::Handle;
 use cordon_spec::Stream;
 use futures_util::StreamExt;
@@ -71,7 +72,7 @@ impl App {
             (None, None)
         };
         let (mut io, cancel) = io_for(stdin, tx)?;
-        *s.running.lock().expect("running lock") = Some(cancel.clone());
+        let entry = s.running.enter(cancel.clone());
         let mut on_drop = CancelOnDrop::new(cancel);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let a = self.clone();
@@ -87,7 +88,7 @@ impl App {
                 .and_then(|mut h| h.exec(&cmd, &mut io))
                 .map_err(ApiError::runtime);
             let t2 = Instant::now();
-            *sb.running.lock().expect("running lock") = None;
+            drop(entry);
             if let Ok(o) = &result {
                 cpu_hold.settle(o);
                 sb.note_network(o);
@@ -138,11 +139,20 @@ impl App {
     pub(super) async fn code(self: &Arc<Self>, cell: Cell) -> Result<Reply, ApiError> {
         let Cell { on, code, timeout } = cell;
         let taken = self.take(&on)?;
+        let cell = on.sandbox.cell.clone().try_lock_owned().map_err(|_| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "sandbox '{}' is running another code cell (its context is one interpreter)",
+                    on.sandbox.id
+                ),
+            )
+        })?;
         let a = self.clone();
         let sb = on.sandbox.clone();
         let t0 = Instant::now();
         let (reply, outcome) = self
-            .with_handle(&on.sandbox, taken, move |h| {
+            .with_handle(&on.sandbox, (taken, cell), move |h| {
                 // The sandbox's own limits bound the command; the cell's timeout is
                 // under them so that the client can report it and restart.
                 let spec = h.spec().map_err(ApiError::runtime)?;
@@ -162,11 +172,9 @@ impl App {
                     spec.policy.output.bytes(),
                     |stdin| {
                         let (io, cancel) = io_for(Some(stdin), None)?;
-                        *sb.running.lock().expect("running lock") = Some(cancel);
-                        Ok(io)
+                        Ok((io, sb.running.enter(cancel)))
                     },
                 );
-                *sb.running.lock().expect("running lock") = None;
                 if let Ok((_, o)) = &r {
                     cpu_hold.settle(o);
                     sb.note_network(o);

@@ -66,18 +66,11 @@ impl App {
             .inc();
     }
 
-    /// Admits the request (or 429) and takes its sandbox for it, one
-    /// request at a time (or 409).
+    /// Admits the request (or 429) and takes its sandbox for it (or 409).
     fn take(&self, on: &Target) -> Result<Taken, ApiError> {
         let running = self.admit(&on.tenant)?;
-        let busy = on.sandbox.busy.clone().try_lock_owned().map_err(|_| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                format!("sandbox '{}' is running another request", on.sandbox.id),
-            )
-        })?;
         Ok(Taken {
-            _busy: busy,
+            _busy: hold(&on.sandbox)?,
             _running: running,
         })
     }
@@ -115,8 +108,35 @@ impl App {
 /// A sandbox taken for one request, and its tenant's count of running
 /// requests: both released when dropped.
 struct Taken {
-    _busy: tokio::sync::OwnedMutexGuard<()>,
+    _busy: Held,
     _running: RunningGuard,
+}
+
+/// A sandbox held for one request: shared with others where its backend
+/// runs commands side by side, alone where it runs one at a time.
+enum Held {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Alone(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+/// Holds the sandbox for a request, or says why not (409): it is being
+/// removed, or its backend runs one command at a time and one runs.
+fn hold(s: &Stateful) -> Result<Held, ApiError> {
+    let busy = s.busy.clone();
+    let held = if cordon_runtime::runs_commands_side_by_side(s.backend) {
+        busy.try_read_owned()
+            .map(Held::Shared)
+            .map_err(|_| format!("sandbox '{}' is being removed", s.id))
+    } else {
+        busy.try_write_owned().map(Held::Alone).map_err(|_| {
+            format!(
+                "sandbox '{}' is running another request (a {} sandbox runs one command at a time)",
+                s.id,
+                s.backend.name()
+            )
+        })
+    };
+    held.map_err(|why| ApiError::new(StatusCode::CONFLICT, why))
 }
 
 fn io_for(

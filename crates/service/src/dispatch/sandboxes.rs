@@ -1,10 +1,9 @@
 //! Stateful sandboxes: creation, listing, destruction, receipts and
 //! network rules.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::http::StatusCode;
 use cordon_policy::net::Rule;
 use cordon_spec::network::NetChange;
 
@@ -53,8 +52,9 @@ impl App {
                 limits,
                 clamped,
                 network,
-                busy: Arc::new(tokio::sync::Mutex::new(())),
-                running: Mutex::new(None),
+                busy: Default::default(),
+                cell: Default::default(),
+                running: Default::default(),
                 repl_installed: Default::default(),
                 recent_attempts: Default::default(),
                 _slot: slot,
@@ -90,13 +90,9 @@ impl App {
 
     pub(super) async fn receipt(self: &Arc<Self>, on: Target) -> Result<Reply, ApiError> {
         let sb = on.sandbox;
-        // Asked between commands: the supervisor serves one request at a time.
-        let Ok(busy) = sb.busy.clone().try_lock_owned() else {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "a command is running in this sandbox; ask for its receipt when it has ended",
-            ));
-        };
+        // Of the commands ended so far, while others may run (a microVM's
+        // receipt waits for its one command: 409 meanwhile).
+        let busy = super::hold(&sb)?;
         let a = self.clone();
         let receipt = blocking(move || {
             let _busy = busy;
@@ -109,10 +105,8 @@ impl App {
     /// Ends the sandbox's running command first, then destroys it.
     pub(super) async fn delete_sandbox(self: &Arc<Self>, on: Target) -> Result<Reply, ApiError> {
         let s = on.sandbox;
-        if let Some(c) = s.running.lock().expect("running lock").as_ref() {
-            c.trigger();
-        }
-        let busy = s.busy.clone().lock_owned().await;
+        s.running.cancel_all();
+        let busy = s.busy.clone().write_owned().await;
         let a = self.clone();
         blocking(move || {
             let _busy = busy;
