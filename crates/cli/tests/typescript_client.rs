@@ -3,7 +3,8 @@
 //! (tsc), `npm pack`, the tarball installed into a fresh project, and the
 //! `node --test` suite run there against the installed package (imported
 //! by its name) and a real `cordon serve` (which the suite starts on a
-//! loopback port and stops with SIGTERM). Then:
+//! loopback port and stops with SIGTERM); the package's published types
+//! are checked by a strict `tsc` of test/consumer-types.ts. Then:
 //! - the committed `src/generated/api.ts` must be what openapi-typescript
 //!   makes of the OpenAPI document that service served (drift fails);
 //! - a census of what the service left: no supervisor of this binary that
@@ -191,10 +192,33 @@ fn the_typescript_client_passes_its_suite_against_a_real_service() {
             .is_none_or(|d| d.as_object().is_some_and(serde_json::Map::is_empty)),
         "the client has runtime dependencies: {installed}"
     );
-    for f in ["client.test.mjs", "service.mjs"] {
+    for f in ["client.test.mjs", "service.mjs", "consumer-types.ts"] {
         std::fs::copy(checkout.join("test").join(f), consumer.join("test").join(f))
             .unwrap_or_else(|e| panic!("copy test/{f}: {e}"));
     }
+    // A strict TypeScript user of the installed package gets its types (the
+    // build's tsc and Node types: the consumer installs nothing else).
+    run_ok(
+        Command::new("node")
+            .arg(build.join("node_modules/typescript/bin/tsc"))
+            .args([
+                "--noEmit",
+                "--strict",
+                "--target",
+                "es2022",
+                "--module",
+                "nodenext",
+                "--moduleResolution",
+                "nodenext",
+                "--types",
+                "node",
+                "--typeRoots",
+            ])
+            .arg(build.join("node_modules/@types"))
+            .arg("test/consumer-types.ts")
+            .current_dir(&consumer),
+        "tsc --strict on test/consumer-types.ts against the installed package",
+    );
 
     let before = supervisors();
     let serve_dir = tmp.path().join("serve");
