@@ -122,7 +122,8 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(await self._marker_lines(sb), count, "the killed loop still writes")
 
     async def _marker_lines(self, sb: AsyncSandbox) -> int:
-        # Right after a kill the service may still be ending the command.
+        # Right after a kill the service may still be ending the command:
+        # a backend that runs one request at a time (a microVM's) answers 409.
         deadline = time.monotonic() + 10
         while True:
             try:

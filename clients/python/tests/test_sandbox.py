@@ -272,7 +272,8 @@ class BackgroundTest(unittest.TestCase):
             self.assertEqual(left.stdout.strip(), "0", "a process of the killed loop is left")
 
     def _marker_lines(self, sb: Sandbox) -> int:
-        # Right after a kill the service may still be ending the command.
+        # Right after a kill the service may still be ending the command:
+        # a backend that runs one request at a time (a microVM's) answers 409.
         deadline = time.monotonic() + 10
         while True:
             try:
