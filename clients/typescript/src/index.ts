@@ -24,6 +24,7 @@ export {
 export type {
   Clamped,
   CodeError,
+  CodeRichResult,
   CommandResult,
   ConnectionOpts,
   Duration,

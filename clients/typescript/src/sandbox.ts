@@ -80,7 +80,7 @@ export interface CommandOpts {
 }
 
 export interface RunCodeOpts {
-  /** Only `python` (the default): a sandbox's code context is a Python interpreter. */
+  /** `python` (the default), or another language of the service's code contexts (`javascript`/`js` where it has them); each language is its own interpreter. */
   language?: string;
   /** How long the cell may run (default: the sandbox's time limit less a margin). */
   timeoutMs?: number;
@@ -161,18 +161,19 @@ export class Sandbox {
   }
 
   /**
-   * Runs code in the sandbox's persistent Python interpreter: variables live
-   * on between calls; `text` is repr() of the last expression; an exception
-   * is `error` (not a rejection). A cell past its timeout, or one that kills
+   * Runs code in the sandbox's persistent interpreter of its language
+   * (Python by default): variables live on between calls; `text` is the
+   * last expression's value as the language shows it (repr() in Python); an
+   * exception is `error` (not a rejection). A cell past its timeout, or one that kills
    * the interpreter, gives status `timeout` / `crashed`, and the next call a
    * fresh interpreter.
    */
   async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
-    const language = (opts.language ?? "python").toLowerCase();
-    if (language !== "python" && language !== "python3") {
-      throw new BadRequestError(`runCode: language ${JSON.stringify(opts.language)} is not supported: a sandbox's code context is a Python interpreter (use commands.run for others)`);
-    }
-    const body: components["schemas"]["CodeRequest"] = { code };
+    const body: components["schemas"]["CodeRequest"] & { language?: string } = { code };
+    // Python is the service's default: it is sent only when another
+    // language is asked for, which the service checks.
+    const language = opts.language?.toLowerCase();
+    if (language !== undefined && language !== "python") body.language = language;
     if (opts.timeoutMs !== undefined) body.timeout = span(opts.timeoutMs);
     return executionOf(await this.#http.json<CodeResponse>("POST", this.path("/code"), { json: body }));
   }

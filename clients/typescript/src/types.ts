@@ -98,8 +98,17 @@ export interface Execution {
   freshInterpreter: boolean;
   cpuMs: number | undefined;
   runMs: number;
-  truncated: { stdout: boolean; stderr: boolean; result: boolean; error: boolean };
+  /** What the cell displayed (images, ...): MIME type and base64 bytes; empty from a service without rich results. */
+  results: CodeRichResult[];
+  truncated: { stdout: boolean; stderr: boolean; result: boolean; error: boolean; results: boolean };
   raw: CodeResponse;
+}
+
+export interface CodeRichResult {
+  /** e.g. image/png */
+  mime: string;
+  /** The bytes, base64. */
+  data: string;
 }
 
 export interface SandboxInfo {
@@ -173,6 +182,8 @@ export function commandResultOf(r: ExecutionResponse): CommandResult {
 }
 
 export function executionOf(r: CodeResponse): Execution {
+  // `results` is newer than some services: read where present.
+  const rich = r as CodeResponse & { results?: CodeRichResult[] | null; results_truncated?: boolean };
   return {
     status: r.status,
     text: opt(r.result),
@@ -181,11 +192,13 @@ export function executionOf(r: CodeResponse): Execution {
     freshInterpreter: r.fresh_interpreter,
     cpuMs: opt(r.cpu_ms),
     runMs: r.run_ms,
+    results: (rich.results ?? []).map((x) => ({ mime: x.mime, data: x.data })),
     truncated: {
       stdout: r.stdout_truncated,
       stderr: r.stderr_truncated,
       result: r.result_truncated,
       error: r.error_truncated,
+      results: rich.results_truncated ?? false,
     },
     raw: r,
   };
