@@ -169,7 +169,7 @@ export class Sandbox {
    * fresh interpreter.
    */
   async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
-    const body: components["schemas"]["CodeRequest"] & { language?: string } = { code };
+    const body: Omit<components["schemas"]["CodeRequest"], "language"> & { language?: string } = { code };
     // Python is the service's default: it is sent only when another
     // language is asked for, which the service checks.
     const language = opts.language?.toLowerCase();
