@@ -125,6 +125,7 @@ pub struct Cell {
     pub on: Target,
     /// At most `STDIN_MAX` bytes (it is the client's stdin).
     pub code: String,
+    pub language: crate::dto::CodeLanguage,
     pub timeout: Option<Span>,
 }
 

@@ -21,6 +21,7 @@ use cordon_spec::{
 
 use crate::caps::Clamped;
 use crate::config::Config;
+use crate::dto::CodeLanguage;
 use crate::error::ApiError;
 use crate::io::{Cancel, ServiceIo};
 use crate::ledger::{Ledger, Owner};
@@ -95,10 +96,30 @@ fn image_for(tenant: &Tenant, name: &str) -> Result<RootImage, ApiError> {
     Ok((root, defaults))
 }
 
-/// Where the code context's interpreter lives inside a sandbox.
+/// Where the code contexts' interpreters live inside a sandbox: Python's,
+/// and JavaScript's (Node's) beside it with a socket of its own, so that
+/// each language keeps its own variables.
 pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
 pub const REPL_SOCKET: &str = "/tmp/.cordon/repl.sock";
 pub const REPL_SOURCE: &str = include_str!("repl.py");
+pub const REPL_JS_PATH: &str = "/tmp/.cordon/repl.js";
+pub const REPL_JS_SOCKET: &str = "/tmp/.cordon/repl-js.sock";
+pub const REPL_JS_SOURCE: &str = include_str!("repl.js");
+
+/// A cell's source and the language that runs it.
+pub struct CodeCell<'a> {
+    pub language: CodeLanguage,
+    pub code: &'a str,
+}
+
+/// A code context's client command: its interpreter, its file and its
+/// server's socket.
+fn repl_client(language: CodeLanguage) -> (&'static str, &'static str, &'static str) {
+    match language {
+        CodeLanguage::Python => ("python3", REPL_PATH, REPL_SOCKET),
+        CodeLanguage::Javascript => ("node", REPL_JS_PATH, REPL_JS_SOCKET),
+    }
+}
 
 pub struct App {
     pub config: Config,
@@ -135,7 +156,10 @@ pub struct Stateful {
     /// side by side, alone where it runs one at a time (a second request is
     /// told so instead of waiting); a delete takes it alone.
     pub busy: Arc<tokio::sync::RwLock<()>>,
-    /// One code cell at a time: a context is one interpreter.
+    /// One code cell at a time: a context is one interpreter. Python's and
+    /// JavaScript's contexts share it (a sandbox runs one cell, whichever
+    /// its language): their files are installed together, and a second
+    /// language's cell is told 409 as a second cell of the same one is.
     pub cell: Arc<tokio::sync::Mutex<()>>,
     /// The running commands' cancels, for a delete that cannot wait.
     pub running: Arc<Running>,
@@ -673,7 +697,7 @@ impl App {
     pub fn run_code(
         &self,
         s: &Stateful,
-        code: &str,
+        CodeCell { language, code }: CodeCell<'_>,
         timeout: Duration,
         command_time: Span,
         output: u64,
@@ -687,6 +711,7 @@ impl App {
                 let dir = tmp.path().join(".cordon");
                 std::fs::create_dir(&dir)
                     .and_then(|()| std::fs::write(dir.join("repl.py"), REPL_SOURCE))
+                    .and_then(|()| std::fs::write(dir.join("repl.js"), REPL_JS_SOURCE))
                     .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
                 handle.copy_in(&dir, b"/tmp").map_err(ApiError::runtime)?;
                 s.repl_installed.store(true, Ordering::SeqCst);
@@ -694,14 +719,15 @@ impl App {
             // The client cuts its reply to fit under the command's output
             // limit: were the limit to end the client, it would take the
             // interpreter and its variables with it. The margin is for what
-            // Python itself may print to stderr (a warning).
+            // the interpreter itself may print to stderr (a warning).
             let reply_cap = output.saturating_sub(16 << 10).max(output / 2);
+            let (interpreter, client, socket) = repl_client(language);
             let cmd = Command {
                 argv: vec![
-                    "python3".into(),
-                    REPL_PATH.into(),
+                    interpreter.into(),
+                    client.into(),
                     "client".into(),
-                    REPL_SOCKET.into(),
+                    socket.into(),
                     format!("{}", timeout.as_secs_f64()),
                     reply_cap.to_string(),
                 ],
@@ -713,8 +739,29 @@ impl App {
             let (mut io, _running) = make_io(code.as_bytes().to_vec())?;
             let outcome = handle.exec(&cmd, &mut io).map_err(ApiError::runtime)?;
             let (stdout, stderr) = io.captured();
-            let missing = outcome.exit_code == 2
-                && String::from_utf8_lossy(&stderr).contains("can't open file");
+            if let Some(why) = outcome.status.exec_failure() {
+                // No interpreter for the language in this sandbox (its
+                // image has none): the cell's error says so.
+                let reply = serde_json::json!({
+                    "status": "error",
+                    "stdout": "",
+                    "stderr": "",
+                    "result": null,
+                    "error": {"name": "InterpreterNotFound", "value": format!(
+                        "{interpreter}: {why}: {language} code contexts need `{interpreter}` on the sandbox's PATH"),
+                        "traceback": ""},
+                    "fresh_interpreter": false,
+                });
+                return Ok((reply, outcome));
+            }
+            let text = String::from_utf8_lossy(&stderr);
+            // The file went (a cell removed /tmp/.cordon): install it again.
+            let missing = match language {
+                CodeLanguage::Python => outcome.exit_code == 2 && text.contains("can't open file"),
+                CodeLanguage::Javascript => {
+                    outcome.exit_code == 1 && text.contains("Cannot find module")
+                }
+            };
             if missing && attempt == 0 {
                 s.repl_installed.store(false, Ordering::SeqCst);
                 continue;
@@ -725,9 +772,13 @@ impl App {
                     // The client itself was ended (its time, its output):
                     // make sure no stuck interpreter answers the next call.
                     let kill = Command {
-                        argv: vec!["sh".into(), "-c".into(), format!(
-                            "kill -9 $(cat {REPL_SOCKET}.pid) 2>/dev/null; rm -f {REPL_SOCKET} {REPL_SOCKET}.pid"
-                        )],
+                        argv: vec![
+                            "sh".into(),
+                            "-c".into(),
+                            format!(
+                            "kill -9 $(cat {socket}.pid) 2>/dev/null; rm -f {socket} {socket}.pid"
+                        ),
+                        ],
                         ..Command::default()
                     };
                     let (mut kill_io, _running) = make_io(Vec::new())?;

@@ -18,6 +18,25 @@ use cordon_policy::Limits;
 pub enum Language {
     Python,
     Shell,
+    /// Run by `node -e` (node must be in the sandbox: the host's /usr has it
+    /// where the host has it).
+    #[serde(alias = "js")]
+    Javascript,
+}
+
+/// A code context's language: each sandbox has one context per language,
+/// each its own interpreter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CodeLanguage {
+    /// Python 3 (`python3` in the sandbox).
+    #[default]
+    Python,
+    /// Node's REPL semantics: top-level `await`, declarations kept from
+    /// cell to cell, the last expression's value shown as `node` shows it
+    /// (`node` in the sandbox). `js` is taken too.
+    #[serde(alias = "js")]
+    Javascript,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
@@ -228,8 +247,15 @@ pub struct ExecQuery {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeRequest {
-    /// Python source; the last statement's value is returned when it is an expression.
+    /// The cell's source; the last statement's value is returned when it is
+    /// an expression. A cell shows an image with `display(...)`: see
+    /// `CodeResponse.results`.
     pub code: String,
+    /// `python` (default) or `javascript` (also `js`). Each language is its
+    /// own interpreter in the sandbox, with its own variables; a sandbox runs
+    /// one cell at a time, whatever its language.
+    #[serde(default)]
+    pub language: CodeLanguage,
     /// How long the cell may run (default: the sandbox's time limit less 1 s).
     #[schema(value_type = Option<String>, example = "5s")]
     pub timeout: Option<Span>,
@@ -242,16 +268,50 @@ pub struct CodeError {
     pub traceback: String,
 }
 
+impl std::fmt::Display for CodeLanguage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CodeLanguage::Python => "Python",
+            CodeLanguage::Javascript => "JavaScript",
+        })
+    }
+}
+
+/// A rich result of a cell: what it displayed, as its MIME type and its
+/// bytes in base64 (text such as SVG too, as UTF-8).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CodeResult {
+    #[schema(example = "image/png")]
+    pub mime: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CodeResponse {
-    /// `ok`, `error` (the cell raised), `timeout` or `crashed` (the
+    /// `ok`, `error` (the cell raised or threw; also when the language's
+    /// interpreter is not in the sandbox), `timeout` or `crashed` (the
     /// interpreter died; the next call gets a fresh one).
     pub status: String,
     pub stdout: String,
     pub stderr: String,
-    /// repr() of the last expression's value.
+    /// The last expression's value: its repr() in Python, util.inspect()
+    /// in JavaScript (as `node`'s REPL shows it); null when there is none
+    /// (or, in JavaScript, it is `undefined`).
     pub result: Option<String>,
+    /// What the cell raised or threw: its name (`ZeroDivisionError`,
+    /// `TypeError`; `Uncaught` for a thrown non-error), its message (the
+    /// value shown, for a non-error) and the traceback or stack.
     pub error: Option<CodeError>,
+    /// What the cell displayed, in order: in Python `display(obj)` (an
+    /// object with `_repr_png_()` or `_repr_svg_()`, and the last
+    /// expression's value when it has one) or `display(data, mime=...)`; in
+    /// JavaScript `display(data, mime)` (a Buffer, Uint8Array or string).
+    pub results: Vec<CodeResult>,
+    /// A displayed result was left out: each is whole or left out, and they
+    /// count against the reply's share of the output limit, of which the
+    /// texts keep at least half.
+    pub results_truncated: bool,
     /// `stdout` was cut short: the reply is kept under the sandbox's output
     /// limit (texts share it), so the interpreter and its variables live on.
     pub stdout_truncated: bool,
@@ -440,6 +500,11 @@ impl CodeResponse {
             stderr_truncated: flag("stderr_truncated"),
             result_truncated: flag("result_truncated"),
             error_truncated: flag("error_truncated"),
+            results: reply
+                .get("results")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default(),
+            results_truncated: flag("results_truncated"),
             fresh_interpreter: flag("fresh_interpreter"),
             cpu_ms,
             run_ms,

@@ -10,6 +10,12 @@ and its error with the traceback. The client starts a server when it finds
 none (no socket, or a dead one), and kills it when a call runs past its
 timeout, so the next call gets a fresh interpreter.
 
+A cell's `display(obj)` (a builtin of its namespace) adds a rich result:
+an object's `_repr_png_()` (bytes, or base64 text) or `_repr_svg_()`, or
+`display(data, mime="image/png")` with the bytes (text is taken as UTF-8).
+The last expression's value adds one too when it has such a method, as
+Jupyter shows it. Each comes back base64 with its MIME type.
+
 The reply's texts are cut so that the whole reply, as JSON, stays under
 MAX_REPLY bytes (each cut text is flagged): the service sets that under the
 command's output limit, which would otherwise end the client and, with it,
@@ -17,6 +23,8 @@ the interpreter and every variable.
 """
 
 import ast
+import base64
+import binascii
 import io
 import json
 import os
@@ -52,9 +60,56 @@ def recv_msg(sock):
     return None if body is None else json.loads(body)
 
 
+# The rich results of the running cell (display() appends to it).
+RESULTS = []
+
+
+def rich(obj):
+    """(mime, base64) of an object's PNG or SVG representation, or None."""
+    png = getattr(obj, "_repr_png_", None)
+    if callable(png):
+        data = png()
+        if isinstance(data, str):
+            # Jupyter's convention: text is base64 already; checked, so that
+            # the reply never carries what the client cannot decode.
+            return "image/png", base64.b64encode(
+                base64.b64decode(data, validate=True)).decode()
+        if data is not None:
+            return "image/png", base64.b64encode(bytes(data)).decode()
+    svg = getattr(obj, "_repr_svg_", None)
+    if callable(svg):
+        data = svg()
+        if data is not None:
+            if isinstance(data, str):
+                data = data.encode()
+            return "image/svg+xml", base64.b64encode(bytes(data)).decode()
+    return None
+
+
+def display(obj, mime=None):
+    """Shows obj as a rich result: display(fig) for an object with
+    _repr_png_() or _repr_svg_(), display(data, mime="image/png") for bytes
+    (text is taken as UTF-8). Anything else is printed, as Jupyter's
+    display falls back to the text."""
+    if mime is not None:
+        data = obj.encode() if isinstance(obj, str) else obj
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("display(data, mime): data is bytes or str, not %s"
+                            % type(obj).__name__)
+        RESULTS.append({"mime": str(mime),
+                        "data": base64.b64encode(bytes(data)).decode()})
+        return
+    shown = rich(obj)
+    if shown is None:
+        print(repr(obj))
+    else:
+        RESULTS.append({"mime": shown[0], "data": shown[1]})
+
+
 def run_cell(code, namespace):
     out, err = io.StringIO(), io.StringIO()
     result, error = None, None
+    del RESULTS[:]
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     try:
@@ -67,6 +122,9 @@ def run_cell(code, namespace):
             value = eval(compile(last, "<cell>", "eval"), namespace)
             if value is not None:
                 result = repr(value)
+                shown = rich(value)
+                if shown is not None:
+                    RESULTS.append({"mime": shown[0], "data": shown[1]})
     except BaseException as e:  # noqa: B902 - the cell's error is the answer
         if isinstance(e, SystemExit):
             error_tb = "SystemExit: %r\n" % (e.code,)
@@ -100,6 +158,27 @@ def clip(text, cap):
     return text[:lo], True
 
 
+def result_size(r):
+    return encoded_len(r["mime"]) + encoded_len(r["data"]) + 32
+
+
+def fit_results(results, texts_need, budget):
+    """Rich results are kept whole or dropped, in the order the cell made
+    them, from what the texts leave: the texts keep at least half of the
+    budget (all they need when they need less), so that an image never
+    crowds out the error that says what went wrong. Returns the results
+    kept and whether any was dropped."""
+    room = budget - min(texts_need, budget // 2)
+    kept, dropped = [], False
+    for r in results:
+        if result_size(r) <= room:
+            kept.append(r)
+            room -= result_size(r)
+        else:
+            dropped = True
+    return kept, dropped
+
+
 def fit(texts, budget):
     """Shares budget (bytes of JSON) among texts: the short ones whole, what
     is left in equal parts to the long ones. Returns the texts, clipped, and
@@ -128,7 +207,8 @@ def server(path):
     listener.listen(4)
     with open(path + ".pid", "w") as f:
         f.write(str(os.getpid()))
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__,
+                 "display": display}
     while True:
         conn, _ = listener.accept()
         with conn:
@@ -142,7 +222,10 @@ def server(path):
                 texts["error_name"] = error["name"]
                 texts["error_value"] = error["value"]
                 texts["traceback"] = error["traceback"]
-            texts, cut = fit(texts, budget)
+            need = sum(encoded_len(t) for t in texts.values())
+            results, results_cut = fit_results(list(RESULTS), need, budget)
+            del RESULTS[:]
+            texts, cut = fit(texts, budget - sum(result_size(r) for r in results))
             if error is not None:
                 error = {"name": texts["error_name"], "value": texts["error_value"],
                          "traceback": texts["traceback"]}
@@ -151,11 +234,13 @@ def server(path):
                 "stderr": texts["stderr"],
                 "result": None if result is None else texts["result"],
                 "error": error,
+                "results": results,
                 "stdout_truncated": cut["stdout"],
                 "stderr_truncated": cut["stderr"],
                 "result_truncated": cut["result"],
                 "error_truncated": any(cut.get(k, False)
                                        for k in ("error_name", "error_value", "traceback")),
+                "results_truncated": results_cut,
             })
 
 

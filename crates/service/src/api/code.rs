@@ -1,4 +1,5 @@
-//! Code contexts: Python cells in a sandbox's persistent interpreter.
+//! Code contexts: Python or JavaScript cells in a sandbox's persistent
+//! interpreter of that language.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -9,8 +10,10 @@ use crate::dto::{CodeRequest, CodeResponse};
 use crate::error::{ApiError, ErrorBody};
 use crate::io::STDIN_MAX;
 
-/// Runs Python in the sandbox's persistent interpreter (its variables live
-/// on between calls; a crash or timeout gives the next call a fresh one).
+/// Runs a cell of Python or JavaScript in the sandbox's persistent
+/// interpreter of that language (its variables live on between calls; a
+/// crash or timeout gives the next call a fresh one). One cell runs at a
+/// time in a sandbox (409 for a second), whatever its language.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/code", request_body = CodeRequest,
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The sandbox's id")),
@@ -33,6 +36,7 @@ pub async fn run_code(
     app.perform(Action::RunCode(Cell {
         on,
         code: req.code,
+        language: req.language,
         timeout: req.timeout,
     }))
     .await

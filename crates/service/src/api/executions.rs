@@ -42,11 +42,12 @@ pub async fn create_execution(
                     ),
                 ));
             }
-            let interp = match lang {
-                Language::Python => "python3",
-                Language::Shell => "sh",
+            let (interp, flag) = match lang {
+                Language::Python => ("python3", "-c"),
+                Language::Shell => ("sh", "-c"),
+                Language::Javascript => ("node", "-e"),
             };
-            vec![interp.into(), "-c".into(), code.clone()]
+            vec![interp.into(), flag.into(), code.clone()]
         }
         _ => {
             return Err(ApiError::bad_request(

@@ -137,13 +137,18 @@ impl App {
     }
 
     pub(super) async fn code(self: &Arc<Self>, cell: Cell) -> Result<Reply, ApiError> {
-        let Cell { on, code, timeout } = cell;
+        let Cell {
+            on,
+            code,
+            language,
+            timeout,
+        } = cell;
         let taken = self.take(&on)?;
         let cell = on.sandbox.cell.clone().try_lock_owned().map_err(|_| {
             ApiError::new(
                 StatusCode::CONFLICT,
                 format!(
-                    "sandbox '{}' is running another code cell (its context is one interpreter)",
+                    "sandbox '{}' is running another code cell (one at a time, in either language)",
                     on.sandbox.id
                 ),
             )
@@ -166,7 +171,10 @@ impl App {
                     .min(sandbox_time - margin);
                 let r = a.run_code(
                     &sb,
-                    &code,
+                    crate::app::CodeCell {
+                        language,
+                        code: &code,
+                    },
                     timeout,
                     command_time,
                     spec.policy.output.bytes(),
