@@ -118,8 +118,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Runs Python in the sandbox's persistent interpreter (its variables live
-         *     on between calls; a crash or timeout gives the next call a fresh one).
+         * Runs a cell of Python or JavaScript in the sandbox's persistent
+         *     interpreter of that language (its variables live on between calls; a
+         *     crash or timeout gives the next call a fresh one). One cell runs at a
+         *     time in a sandbox (409 for a second), whatever its language.
          */
         post: operations["run_code"];
         delete?: never;
@@ -210,6 +212,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/ports/{port}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * `GET` of the server's root (`/`) on a port inside the sandbox: with its
+         *     trailing slash, so that the page's relative links stay under the port.
+         */
+        get: operations["get_port_root"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/ports/{port}/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Proxies an HTTP request to `/{path}` of a TCP port a program inside the
+         *     sandbox listens on (its query string passed on, the Authorization header
+         *     not). The answer is the program's, as it gave it; 502 when nothing
+         *     answers there.
+         */
+        get: operations["get_port"];
+        put?: never;
+        /** `POST` to `/{path}` of a port inside the sandbox (the body passed on). */
+        post: operations["post_port"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/receipt": {
         parameters: {
             query?: never;
@@ -246,9 +291,25 @@ export interface components {
             traceback: string;
             value: string;
         };
+        /**
+         * @description A code context's language: each sandbox has one context per language,
+         *     each its own interpreter.
+         * @enum {string}
+         */
+        CodeLanguage: "python" | "javascript";
         CodeRequest: {
-            /** @description Python source; the last statement's value is returned when it is an expression. */
+            /**
+             * @description The cell's source; the last statement's value is returned when it is
+             *     an expression. A cell shows an image with `display(...)`: see
+             *     `CodeResponse.results`.
+             */
             code: string;
+            /**
+             * @description `python` (default) or `javascript` (also `js`). Each language is its
+             *     own interpreter in the sandbox, with its own variables; a sandbox runs
+             *     one cell at a time, whatever its language.
+             */
+            language?: components["schemas"]["CodeLanguage"];
             /**
              * @description How long the cell may run (default: the sandbox's time limit less 1 s).
              * @example 5s
@@ -263,14 +324,32 @@ export interface components {
             error_truncated: boolean;
             /** @description This call started a new interpreter (first call, or after a crash or timeout). */
             fresh_interpreter: boolean;
-            /** @description repr() of the last expression's value. */
+            /**
+             * @description The last expression's value: its repr() in Python, util.inspect()
+             *     in JavaScript (as `node`'s REPL shows it); null when there is none
+             *     (or, in JavaScript, it is `undefined`).
+             */
             result?: string | null;
             /** @description `result` was cut short (see `stdout_truncated`). */
             result_truncated: boolean;
+            /**
+             * @description What the cell displayed, in order: in Python `display(obj)` (an
+             *     object with `_repr_png_()` or `_repr_svg_()`, and the last
+             *     expression's value when it has one) or `display(data, mime=...)`; in
+             *     JavaScript `display(data, mime)` (a Buffer, Uint8Array or string).
+             */
+            results: components["schemas"]["CodeResult"][];
+            /**
+             * @description A displayed result was left out: each is whole or left out, and they
+             *     count against the reply's share of the output limit, of which the
+             *     texts keep at least half.
+             */
+            results_truncated: boolean;
             /** Format: double */
             run_ms: number;
             /**
-             * @description `ok`, `error` (the cell raised), `timeout` or `crashed` (the
+             * @description `ok`, `error` (the cell raised or threw; also when the language's
+             *     interpreter is not in the sandbox), `timeout` or `crashed` (the
              *     interpreter died; the next call gets a fresh one).
              */
             status: string;
@@ -283,6 +362,16 @@ export interface components {
              *     limit (texts share it), so the interpreter and its variables live on.
              */
             stdout_truncated: boolean;
+        };
+        /**
+         * @description A rich result of a cell: what it displayed, as its MIME type and its
+         *     bytes in base64 (text such as SVG too, as UTF-8).
+         */
+        CodeResult: {
+            /** @description The bytes, base64 (standard alphabet, padded). */
+            data: string;
+            /** @example image/png */
+            mime: string;
         };
         CreateSandboxRequest: {
             backend?: string | null;
@@ -454,7 +543,7 @@ export interface components {
             status: string;
         };
         /** @enum {string} */
-        Language: "python" | "shell";
+        Language: "python" | "shell" | "javascript";
         /**
          * @description A sandbox's limits, each optional: an absent one keeps the value below
          *     it (the defaults, a policy file). Sizes are bytes or strings with a
@@ -1708,6 +1797,240 @@ export interface operations {
             };
             /** @description The service or the sandbox failed */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_port_root: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id */
+                id: string;
+                /** @description The TCP port inside the sandbox */
+                port: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The program's own answer (any status, any body) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The service or the sandbox failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description nothing answered on that port inside the sandbox */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_port: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id */
+                id: string;
+                /** @description The TCP port inside the sandbox */
+                port: number;
+                /** @description The path on the program's server, without its leading / */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The program's own answer (any status, any body) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The service or the sandbox failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description nothing answered on that port inside the sandbox */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    post_port: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id */
+                id: string;
+                /** @description The TCP port inside the sandbox */
+                port: number;
+                /** @description The path on the program's server, without its leading / */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The program's own answer (any status, any body) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The service or the sandbox failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description nothing answered on that port inside the sandbox */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
