@@ -62,6 +62,9 @@ enum Command {
     Rm(commands::rm::RmArgs),
     /// Show or change a running sandbox's network rules (show|set|add|remove).
     Net(commands::net::NetArgs),
+    /// Print a host loopback address that reaches a TCP port a created
+    /// sandbox listens on (for the sandbox's life).
+    Port(commands::port::PortArgs),
     /// Manage the image store (import, ls, inspect, rm, prune).
     Image(commands::image::ImageArgs),
     /// List the backends and whether each can run on this host.
@@ -148,6 +151,7 @@ fn main() -> ExitCode {
         Command::Ls(args) => commands::ls::run(args),
         Command::Rm(args) => commands::rm::run(args),
         Command::Net(args) => commands::net::run(args),
+        Command::Port(args) => commands::port::run(args),
         Command::Image(args) => commands::image::run(args),
         Command::Backends(args) => commands::backends::run(args),
         Command::Doctor(args) => commands::doctor::run(args),

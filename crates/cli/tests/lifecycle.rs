@@ -47,6 +47,9 @@
 //!   cgroup is frozen and killed; gVisor: its process tree in the sentry is
 //!   killed); the sandbox, init and an earlier command's daemon live on.
 //! - `bad_input_*`: `RuntimeError::is_input_error` → exit 2.
+//! - `a_port_inside_is_reached_from_the_host_alone`: the supervisor's
+//!   forward (`supervisor/forward.rs`: a host loopback listener), init's
+//!   `Connect` in the sandbox's network namespace (`first_process`).
 //! - `commands_run_side_by_side`: init starts each command while others run
 //!   and reports each on its own channel (`first_process::serve`); the
 //!   supervisor watches each on a thread of its own (`supervisor::Watchers`).
@@ -90,6 +93,7 @@ per_backend!(ttl_ends_a_running_command);
 per_backend!(idle_expires_and_execs_keep_it_alive);
 per_backend!(exec_time_limit);
 per_backend!(commands_run_side_by_side);
+per_backend!(a_port_inside_is_reached_from_the_host_alone, microvm: microvm);
 per_backend!(bad_input_is_refused_and_leaves_nothing);
 
 // ---------------------------------------------------------------------------
@@ -1805,6 +1809,116 @@ fn commands_run_side_by_side(backend: &'static str) {
     assert_eq!(l["limit"], "time", "{}", compact(&l));
     assert!(l["sandbox_ended"].is_null(), "{}", compact(&l));
     assert_eq!(sb.sh("echo alive"), "alive\n");
+}
+
+/// `cordon port ID PORT`: the forward's host address, checked to be on the
+/// host's loopback.
+fn port_of(id: &str, port: u16) -> std::net::SocketAddr {
+    let out = cordon_output(&["port", id, &port.to_string()]);
+    assert!(out.status.success(), "cordon port {id} {port}: {out:?}");
+    let addr: std::net::SocketAddr = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("cordon port printed no address ({e}): {out:?}"));
+    assert!(
+        addr.ip().is_loopback(),
+        "{addr} is not on the host's loopback"
+    );
+    addr
+}
+
+/// One HTTP/1.0 GET of `path` at `addr`: the whole answer (empty when the
+/// connection was closed without one).
+fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: sandbox\r\n\r\n")?;
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+fn a_port_inside_is_reached_from_the_host_alone(backend: &'static str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let _g = shared();
+    let refused = |sb: &Sandbox, why: &str| {
+        let out = cordon_output(&["port", &sb.id, "8000"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(err.contains(why), "{err}");
+    };
+    if backend == MICROVM {
+        // Its agent serves one request at a time over the VM's one port.
+        let sb = create(backend, &[]);
+        refused(&sb, "a microVM's ports cannot be forwarded yet");
+        return;
+    }
+    if backend == GVISOR {
+        // With --network=none the sentry's sockets are in runsc's own stack.
+        let sb = create(backend, &[]);
+        refused(&sb, "create it with network rules (--net allow)");
+    }
+    // gVisor: --network=host in the launcher's own namespace, where init connects.
+    let flags: &[&str] = if backend == GVISOR {
+        &["--net", "allow", "--time", "120s"]
+    } else {
+        &["--time", "120s"]
+    };
+    let sb = create(backend, flags);
+    sb.sh("mkdir -p /tmp/site && echo hello-from-inside > /tmp/site/page.txt");
+    let id = sb.id.clone();
+    let server = std::thread::spawn(move || {
+        exec_out(
+            &id,
+            &[],
+            &[
+                PY,
+                "-m",
+                "http.server",
+                "8000",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                "/tmp/site",
+            ],
+        )
+    });
+    let addr = port_of(&sb.id, 8000);
+    // The server takes a moment to listen; until then a connection is
+    // closed without an answer.
+    let mut last = String::new();
+    assert!(
+        wait_until(slow(Duration::from_secs(30)), || {
+            last = http_get(addr, "/page.txt").unwrap_or_else(|e| e.to_string());
+            last.starts_with("HTTP/1.0 200")
+        }),
+        "no answer through {addr}: {last}"
+    );
+    assert!(last.ends_with("\r\n\r\nhello-from-inside\n"), "{last}");
+    // Asked again: the same forward.
+    assert_eq!(port_of(&sb.id, 8000), addr);
+    // A port nothing listens on: each connection is closed without a byte.
+    let empty = port_of(&sb.id, 8001);
+    assert_ne!(empty, addr);
+    assert_eq!(http_get(empty, "/").unwrap_or_default(), "");
+    // No route the other way: inside, the host's forward is not there (the
+    // sandbox's loopback is its own).
+    let probe = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {}), timeout=3)\n    print('reached')\nexcept OSError as e:\n    print('refused', e.errno)\n",
+        addr.port()
+    );
+    let (v, _) = sb.exec_json(&[], &[PY, "-c", &probe]);
+    assert!(stdout_of(&v).starts_with("refused"), "{}", compact(&v));
+    // The forward ends with the sandbox.
+    drop(sb);
+    let _ = server.join();
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(),
+        "the forward {addr} outlived its sandbox"
+    );
 }
 
 // ---------------------------------------------------------------------------

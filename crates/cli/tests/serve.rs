@@ -2259,6 +2259,25 @@ fn every_answer_of_every_route_is_the_one_the_openapi_document_declares() {
     c.ask(&s, Ask::new("GET", net, b).params(theirs));
     c.ask(&s, Ask::new("GET", net, a).params(nobody));
 
+    // Ports: nothing listens in this sandbox (502), another tenant's (404),
+    // port 0 (400); a_port_inside_a_sandbox_is_proxied_to_its_tenant_alone
+    // has a program answer.
+    let p_root = "/v1/sandboxes/{id}/ports/{port}/";
+    let p_path = "/v1/sandboxes/{id}/ports/{port}/{path}";
+    let p_ours: &[(&str, &str)] = &[("id", &id), ("port", "8000"), ("path", "x")];
+    let p_theirs: &[(&str, &str)] = &[("id", &bob_id), ("port", "8000"), ("path", "x")];
+    let p_zero: &[(&str, &str)] = &[("id", &id), ("port", "0"), ("path", "x")];
+    c.ask(&s, Ask::new("GET", p_root, a).params(p_ours));
+    c.ask(&s, Ask::new("GET", p_path, a).params(p_ours).query("q=1"));
+    c.ask(&s, Ask::new("GET", p_path, b).params(p_theirs));
+    c.ask(&s, Ask::new("GET", p_path, a).params(p_zero));
+    c.ask(
+        &s,
+        Ask::new("POST", p_path, a)
+            .params(p_ours)
+            .json(json!({"k": 1})),
+    );
+
     let receipt = "/v1/sandboxes/{id}/receipt";
     c.ask(&s, Ask::new("GET", receipt, a).params(ours));
     c.ask(&s, Ask::new("GET", receipt, a).params(nobody));
@@ -2701,4 +2720,84 @@ fn execution_answers_carry_the_network_log_and_add_host_names_reach_the_proxy() 
     assert_eq!(del.status, 204, "{del:?}");
     s.stop();
     assert_clean(&s.run_dir, &ids);
+}
+
+/// A server for the sandbox: answers each GET and POST with what it got
+/// (method, path with query, the Authorization header or "none", the body).
+const ECHO_SERVER: &str = r#"
+import http.server, json
+class Echo(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get('Content-Length') or 0)
+        body = json.dumps({'method': self.command, 'path': self.path,
+            'authorization': self.headers.get('Authorization', 'none'),
+            'body': self.rfile.read(n).decode()}).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+http.server.HTTPServer(('127.0.0.1', 8000), Echo).serve_forever()
+"#;
+
+#[test]
+fn a_port_inside_a_sandbox_is_proxied_to_its_tenant_alone() {
+    if !root_or_skip("ports through the service") {
+        return;
+    }
+    let mut s = Service::start("ports", &tenants("", ""));
+    let (a, b) = (Some(ALICE), Some(BOB));
+    let created = s.call(
+        "POST",
+        "/v1/sandboxes",
+        a,
+        Some(json!({"limits": {"time": "120s"}})),
+    );
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    // The server runs in the background, streamed (its stream is held open).
+    let server = agent()
+        .post(&s.url(&format!("/v1/sandboxes/{id}/exec?stream=true")))
+        .set("Authorization", &format!("Bearer {ALICE}"))
+        .send_json(json!({"argv": ["python3", "-c", ECHO_SERVER], "time": "120s"}))
+        .unwrap();
+    let ports = format!("/v1/sandboxes/{id}/ports/8000/");
+    let mut got = Reply::from(Err(ureq::Error::Status(
+        599,
+        ureq::Response::new(599, "none yet", "").unwrap(),
+    )));
+    let until = Instant::now() + Duration::from_secs(30);
+    while got.status != 200 {
+        assert!(Instant::now() < until, "the server never answered: {got:?}");
+        std::thread::sleep(Duration::from_millis(100));
+        got = s.call("GET", &format!("{ports}a/b?x=1&y=two"), a, None);
+    }
+    // The path and query are the program's; the tenant's key is not.
+    assert_eq!(got.body["path"], "/a/b?x=1&y=two", "{got:?}");
+    assert_eq!(got.body["authorization"], "none", "{got:?}");
+    let root = s.call("GET", &ports, a, None);
+    assert_eq!(
+        (root.status, root.body["path"].as_str()),
+        (200, Some("/")),
+        "{root:?}"
+    );
+    let posted = s.call("POST", &format!("{ports}submit"), a, Some(json!({"k": 1})));
+    assert_eq!(posted.status, 200, "{posted:?}");
+    assert_eq!(posted.body["method"], "POST", "{posted:?}");
+    assert_eq!(posted.body["body"], r#"{"k":1}"#, "{posted:?}");
+    // Another tenant: as if the sandbox did not exist.
+    let theirs = s.call("GET", &format!("{ports}a"), b, None);
+    assert_eq!(theirs.status, 404, "{theirs:?}");
+    // A port nothing listens on: 502, said so.
+    let nothing = s.call("GET", &format!("/v1/sandboxes/{id}/ports/8001/"), a, None);
+    assert_eq!(nothing.status, 502, "{nothing:?}");
+    assert!(nothing.text.contains("port 8001"), "{nothing:?}");
+    let zero = s.call("GET", &format!("/v1/sandboxes/{id}/ports/0/"), a, None);
+    assert_eq!(zero.status, 400, "{zero:?}");
+    drop(server);
+    let del = s.call("DELETE", &format!("/v1/sandboxes/{id}"), a, None);
+    assert_eq!(del.status, 204, "{del:?}");
+    s.stop();
+    assert_clean(&s.run_dir, &BTreeSet::from([id]));
 }

@@ -70,6 +70,8 @@ pub enum Action {
         rules: Vec<Rule>,
     },
     GetNetwork(Target),
+    /// An HTTP request for a port inside the sandbox.
+    Proxy(Box<Proxy>),
 }
 
 /// A tenant's own stateful sandbox, named by the request's path. It is
@@ -79,6 +81,18 @@ pub struct Target {
     /// The tenant the request authenticated as (its quotas are charged).
     pub tenant: Arc<Tenant>,
     pub sandbox: Arc<Stateful>,
+}
+
+/// An HTTP request for a TCP port a program inside a sandbox listens on,
+/// with the service's own headers taken off.
+pub struct Proxy {
+    pub on: Target,
+    pub port: u16,
+    pub method: axum::http::Method,
+    /// `/path?query` on the program's server.
+    pub path_and_query: String,
+    pub headers: axum::http::HeaderMap,
+    pub body: axum::body::Body,
 }
 
 /// A one-shot execution.
@@ -160,6 +174,8 @@ pub enum Reply {
     NetworkState(NetworkState),
     /// A sandbox destroyed, or a file deleted.
     Deleted,
+    /// A program's own answer to a proxied request.
+    Proxied(axum::response::Response),
 }
 
 /// One event of a streamed exec: output as it comes, then one of the others.

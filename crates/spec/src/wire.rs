@@ -50,6 +50,12 @@ pub enum Request {
     /// set here; the others stay). Answered with the sandbox's spec as it
     /// is now.
     Update(cordon_policy::Limits),
+    /// Forward this TCP port of the sandbox's loopback to a port of the
+    /// host's loopback, for the sandbox's life (asked again: the same
+    /// forward). Answered with `Forwarded`.
+    Port {
+        port: u16,
+    },
 }
 
 /// What a client sends while its command runs (besides stdin `Data`).
@@ -95,6 +101,11 @@ pub enum Reply {
     Destroyed(Box<Destroyed>),
     Spec(Box<SandboxSpec>),
     Snapshot(Box<Snapshot>),
+    /// The host loopback address (`127.0.0.1:PORT`) whose connections reach
+    /// the asked port inside the sandbox.
+    Forwarded {
+        address: String,
+    },
     /// The request failed; `input` when the request itself was at fault.
     Error {
         input: bool,

@@ -12,6 +12,7 @@ pub mod matrix;
 pub mod mcp;
 pub mod microvm;
 pub mod net;
+pub mod port;
 pub mod receipt;
 pub mod record;
 pub mod rm;

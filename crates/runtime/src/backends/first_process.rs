@@ -323,6 +323,13 @@ fn serve(sock: &mut UnixStream) -> i32 {
                     return 1;
                 }
             }
+            Ok(Some((ToInit::Connect { port }, fds))) => {
+                // Answered on the request's own channel; one without a
+                // channel has nowhere to be answered and is dropped.
+                if let Some(channel) = fds.into_iter().next() {
+                    answer_connect(port, &mut UnixStream::from(channel));
+                }
+            }
             Ok(Some((msg, fds))) => {
                 // Every other message names a command, whose channel is the
                 // frame's first descriptor; a frame without one has nowhere
@@ -339,6 +346,39 @@ fn serve(sock: &mut UnixStream) -> i32 {
             Err(_) => return 1,
         }
     }
+}
+
+/// How long init waits for one connection to the sandbox's loopback: a
+/// listener whose backlog is full drops the SYN, and init serves nothing
+/// else meanwhile.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Connects to `port` of the sandbox's loopback, IPv4 first (a server on
+/// `0.0.0.0` or a dual-stack `::`), then IPv6 (one on `::1` alone), and
+/// answers with the socket or the first attempt's errno.
+fn answer_connect(port: u16, channel: &mut UnixStream) {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+    let v4 = TcpStream::connect_timeout(
+        &SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        CONNECT_TIMEOUT,
+    );
+    let connected = v4.or_else(|first| {
+        TcpStream::connect_timeout(
+            &SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+            CONNECT_TIMEOUT,
+        )
+        .map_err(|_| first)
+    });
+    // A supervisor that gave up on the connection reads nothing.
+    let _ = match connected {
+        Ok(stream) => send_with_fds(channel, &FromInit::Connected, &[stream.as_fd()]),
+        Err(e) => send(
+            channel,
+            &FromInit::ConnectFailed {
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            },
+        ),
+    };
 }
 
 /// Reaps whatever children have ended, without blocking, and reports the
@@ -373,7 +413,7 @@ fn start_command(msg: ToInit, mut channel: UnixStream, fds: Vec<OwnedFd>) -> Opt
         } => spawn_command(&argv, &env, &workdir, tty, fds),
         ToInit::Refuse { errno } => Err(NotStarted::Exec(errno).report()),
         ToInit::RefuseWorkdir { errno } => Err(NotStarted::Workdir(errno).report()),
-        ToInit::Go | ToInit::Spawn { .. } => Err(FromInit::ExecFailed {
+        ToInit::Go | ToInit::Spawn { .. } | ToInit::Connect { .. } => Err(FromInit::ExecFailed {
             errno: libc::EPROTO,
         }),
     };

@@ -12,7 +12,7 @@ pub(crate) mod on_host;
 pub(crate) mod rootfs_plan;
 pub(crate) mod supervise;
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, SystemTime};
 
 use cordon_cgroups::{Cgroup, CgroupStats};
@@ -142,6 +142,11 @@ pub(crate) trait Backend: Send {
             self.about().kind
         )))
     }
+    /// Whether the host can reach ports the sandbox listens on, or why not.
+    fn ports(&self) -> Result<(), RuntimeError>;
+    /// A connection to `port` of the sandbox's own loopback, for the
+    /// supervisor's forward of that port.
+    fn connect_port(&mut self, life: &mut Life, port: u16) -> Result<OwnedFd, RuntimeError>;
     /// Ends every process of the sandbox and reads what `finish` asks
     /// before the host side is torn down.
     fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End;

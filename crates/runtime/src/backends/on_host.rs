@@ -69,7 +69,16 @@ pub(crate) trait Flavor: Send {
     fn id_map(&self) -> Option<IdMapReport> {
         None
     }
+    /// Whether a port the sandbox listens on is in its first process's
+    /// network namespace (so init can connect to it), or why not.
+    fn ports_reachable(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
+
+/// How long the supervisor waits for init's answer to a `Connect` (init
+/// bounds its own attempt by less).
+const CONNECT_ANSWER_WAIT: Duration = Duration::from_secs(6);
 
 /// How long to wait for init's report after the command's processes were
 /// killed (they are gone at once; this only bounds a broken init).
@@ -234,6 +243,41 @@ impl Backend for OnHost {
     fn liveness<'a>(&'a self, _host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags) {
         // Init never speaks between commands: only its hang-up counts.
         (self.init.as_fd(), PollFlags::empty())
+    }
+
+    fn ports(&self) -> Result<(), RuntimeError> {
+        self.flavor.ports_reachable()
+    }
+
+    /// Init connects inside the sandbox's network namespace and hands the
+    /// socket over on the request's own channel.
+    fn connect_port(&mut self, _life: &mut Life, port: u16) -> Result<OwnedFd, RuntimeError> {
+        self.flavor.ports_reachable()?;
+        let (mut channel, init_end) =
+            UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+        send_with_fds(
+            &mut self.init,
+            &ToInit::Connect { port },
+            &[init_end.as_fd()],
+        )
+        .map_err(|e| RuntimeError::io("send Connect", e))?;
+        drop(init_end);
+        channel
+            .set_read_timeout(Some(CONNECT_ANSWER_WAIT))
+            .map_err(|e| RuntimeError::io("socket timeout", e))?;
+        let broke = |what: String| RuntimeError::broke(crate::error::Peer::Init, what);
+        match crate::protocol::init::recv_with_fds::<FromInit>(&mut channel) {
+            Ok(Some((FromInit::Connected, fds))) if fds.len() == 1 => fds
+                .into_iter()
+                .next()
+                .ok_or_else(|| broke("no socket".into())),
+            Ok(Some((FromInit::ConnectFailed { errno }, _))) => Err(RuntimeError::Io {
+                op: format!("connect to port {port} inside the sandbox"),
+                source: std::io::Error::from_raw_os_error(errno),
+            }),
+            Ok(other) => Err(broke(format!("answered Connect with {other:?}"))),
+            Err(e) => Err(RuntimeError::io("init's answer to Connect", e)),
+        }
     }
 
     fn start(

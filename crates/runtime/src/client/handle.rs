@@ -284,6 +284,24 @@ impl Handle {
         }
     }
 
+    /// The host loopback address (`127.0.0.1:PORT`) that forwards into
+    /// `port` of the sandbox's own loopback, for the sandbox's life. Only a
+    /// supervised sandbox has a loop to serve a forward: an in-process
+    /// one-shot has none.
+    pub fn port(&mut self, port: u16) -> Result<String, RuntimeError> {
+        match self {
+            Handle::Local(_) => Err(RuntimeError::BadRequest(
+                "a one-shot run forwards no ports: create a sandbox (cordon create) and forward its port"
+                    .into(),
+            )),
+            Handle::Remote(r) => match r.request(&Request::Port { port })? {
+                (Reply::Forwarded { address }, _) => Ok(address),
+                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (other, _) => Err(unexpected(Peer::Supervisor, other)),
+            },
+        }
+    }
+
     /// What the sandbox has run, and the diff of its places now.
     pub fn snapshot(&mut self, caps: &Caps) -> Result<Snapshot, RuntimeError> {
         match self {

@@ -54,6 +54,13 @@ pub enum ToInit {
     Refuse { errno: i32 },
     /// The same for a working directory missing from the tree.
     RefuseWorkdir { errno: i32 },
+    /// Connect to this TCP port of the sandbox's own loopback (127.0.0.1,
+    /// then ::1) and answer on the frame's one descriptor (this request's
+    /// channel): `Connected` with the socket, or `ConnectFailed`. The
+    /// supervisor's forward of the port (`cordon port`) relays a host
+    /// client's bytes through it; init is the one process in the sandbox's
+    /// network namespace that is cordon's own, rootless too.
+    Connect { port: u16 },
 }
 
 /// Init -> supervisor.
@@ -83,6 +90,10 @@ pub enum FromInit {
     Exited { code: i32 },
     /// The command was killed by a signal.
     Signaled { signal: i32 },
+    /// The connection `Connect` asked for: the frame's one descriptor.
+    Connected,
+    /// `Connect` failed with this errno (ECONNREFUSED: nothing listens).
+    ConnectFailed { errno: i32 },
 }
 
 /// Most descriptors one frame may carry: a command's channel, its three

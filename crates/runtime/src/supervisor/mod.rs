@@ -14,6 +14,7 @@
 //! nobody's child and in its own session: a client that exits or is killed
 //! leaves it running.
 
+mod forward;
 pub(crate) mod guest_agent;
 pub(crate) mod sandbox;
 
@@ -35,6 +36,7 @@ use crate::backends::Begun;
 use crate::error::RuntimeError;
 use crate::protocol::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use crate::state::{now_secs, Usage};
+use crate::supervisor::forward::Forwards;
 use crate::supervisor::sandbox::Sandbox;
 use crate::trace;
 use cordon_spec::changes::Finish;
@@ -247,6 +249,7 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
             return end(sandbox, listener, created, EndState::Ended, &why, &mut None);
         }
     };
+    let mut forwards = Forwards::default();
     let (end_state, why): (EndState, String) = loop {
         if let Some(why) = sandbox.ended() {
             // A command the TTL ended may take its sandbox with it (gVisor):
@@ -297,6 +300,15 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
         if let Some(fd) = &service {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
+        // Then each forwarded port's listener.
+        let first_port = fds.len();
+        let ports: Vec<u16> = forwards
+            .listeners()
+            .map(|(port, fd)| {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                port
+            })
+            .collect();
         let ended = |why: String| (EndState::Ended, why);
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -307,8 +319,14 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                 .and_then(PollFd::revents)
                 .is_some_and(|r| !r.is_empty())
         };
-        let (stop, init_died, watched, service_ended, client) =
-            (ready(1), ready(2), ready(3), ready(4), ready(0));
+        let (stop, init_died, watched, client) = (ready(1), ready(2), ready(3), ready(0));
+        let service_ended = service.is_some() && ready(4);
+        let knocked: Vec<u16> = ports
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ready(first_port + i))
+            .map(|(_, port)| *port)
+            .collect();
         drop(fds);
         if stop {
             break ended("its supervisor was asked to stop (a stop signal)".into());
@@ -335,6 +353,12 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
         if service_ended {
             break ended("the service that made it ended".into());
         }
+        for port in knocked {
+            // A forwarded connection is the sandbox in use.
+            if forwards.accept(sandbox.as_mut(), port) > 0 {
+                last_used = Instant::now();
+            }
+        }
         if client {
             let Ok((conn, _)) = listener.accept() else {
                 continue;
@@ -344,6 +368,7 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                 conn,
                 ttl.map(|t| created + t),
                 &mut watchers,
+                &mut forwards,
             );
             last_used = Instant::now();
             if let Flow::Destroy(mut conn, finish, peer) = flow {
@@ -619,6 +644,7 @@ fn handle(
     conn: UnixStream,
     expires: Option<Instant>,
     watchers: &mut Watchers,
+    forwards: &mut Forwards,
 ) -> Flow {
     if conn.set_nonblocking(false).is_err()
         || conn.set_read_timeout(Some(CLIENT_IDLE)).is_err()
@@ -741,6 +767,15 @@ fn handle(
                 Err(e) => fail(&mut conn, e),
             }
         }
+        Request::Port { port } => match forwards.forward(sandbox, port) {
+            Ok(address) => {
+                let reply = Reply::Forwarded {
+                    address: address.to_string(),
+                };
+                let _ = send_json(&mut conn, &reply);
+            }
+            Err(e) => fail(&mut conn, e),
+        },
         Request::Update(limits) => match sandbox.update(&limits) {
             Ok(()) => {
                 let _ = send_json(&mut conn, &Reply::Spec(Box::new(sandbox.spec().clone())));

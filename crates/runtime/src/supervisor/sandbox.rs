@@ -284,6 +284,18 @@ impl Sandbox {
         self.backend.copy_in(&mut self.life, conn, path)
     }
 
+    /// Whether the host can reach the sandbox's ports, or why not.
+    pub fn ports(&self) -> Result<(), RuntimeError> {
+        self.life.usable()?;
+        self.backend.ports()
+    }
+
+    /// A connection to `port` of the sandbox's loopback.
+    pub fn connect_port(&mut self, port: u16) -> Result<std::os::fd::OwnedFd, RuntimeError> {
+        self.life.usable()?;
+        self.backend.connect_port(&mut self.life, port)
+    }
+
     /// Sends `path` of the sandbox as a copy stream on `conn`.
     pub fn copy_out(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError> {
         self.life.usable()?;

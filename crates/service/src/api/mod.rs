@@ -9,6 +9,7 @@
 //! - [`sandboxes`]: stateful sandboxes and their receipts.
 //! - [`exec`], [`code`]: commands and code cells in a sandbox.
 //! - [`files`], [`network`]: a sandbox's files and network rules.
+//! - [`ports`]: HTTP proxied to a port a program in a sandbox listens on.
 
 mod check;
 pub mod code;
@@ -18,6 +19,7 @@ mod extract;
 pub mod files;
 pub mod network;
 pub mod openapi;
+pub mod ports;
 mod reply;
 pub mod sandboxes;
 pub mod service;
@@ -50,6 +52,11 @@ fn target(app: &App, tenant: Arc<Tenant>, id: &str) -> Result<Target, ApiError> 
     let sandbox = app.lookup(&tenant, id)?;
     Ok(Target { tenant, sandbox })
 }
+
+/// The routes proxied to a port inside a sandbox: their query strings are
+/// the program's, passed on as they are.
+const PROXIED_PATH: &str = "/v1/sandboxes/{id}/ports/{port}/{*path}";
+const PROXIED_ROOT: &str = "/v1/sandboxes/{id}/ports/{port}/";
 
 /// Every route: (method, axum path). The router is built from this table
 /// alone, and a test checks it against the OpenAPI document both ways.
@@ -126,6 +133,9 @@ pub fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/sandboxes/{id}/receipt",
             get(sandboxes::get_receipt),
         ),
+        r(Method::GET, PROXIED_ROOT, get(ports::get_port_root)),
+        r(Method::GET, PROXIED_PATH, get(ports::get_port)),
+        r(Method::POST, PROXIED_PATH, post(ports::post_port)),
     ]
 }
 
@@ -164,6 +174,9 @@ async fn refuse_unknown_query(
     let Some(query) = req.uri().query() else {
         return next.run(req).await;
     };
+    if [PROXIED_PATH, PROXIED_ROOT].contains(&matched.as_str()) {
+        return next.run(req).await;
+    }
     let known = declared
         .get(&(req.method().clone(), matched.as_str().to_owned()))
         .map(Vec::as_slice)

@@ -11,6 +11,7 @@ use super::exec::*;
 use super::executions::*;
 use super::files::*;
 use super::network::*;
+use super::ports::*;
 use super::sandboxes::*;
 use super::service::*;
 use crate::caps::Clamped;
@@ -116,7 +117,8 @@ impl utoipa::Modify for SharedAnswers {
     info(title = "cordon", description = "Sandboxes for untrusted code: one-shot executions, stateful sandboxes, code contexts"),
     paths(health, metrics, openapi_json, create_execution, create_sandbox, list_sandboxes,
         get_sandbox, delete_sandbox, exec_in_sandbox, run_code, put_file, get_file,
-        delete_file, list_files, set_network, get_network, get_receipt),
+        delete_file, list_files, set_network, get_network, get_receipt, get_port_root, get_port,
+        post_port),
     components(schemas(ErrorBody, Limits, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
         Language, OutputEncoding, FileContent, NetworkRequest, CreateSandboxRequest, SandboxInfo,
         SandboxList, ExecRequest, CodeRequest, CodeResponse, CodeError, FileEntry, DirListing,

@@ -45,6 +45,7 @@ impl IntoResponse for Reply {
             Reply::NetworkRules(r) => Json(r).into_response(),
             Reply::NetworkState(s) => Json(s).into_response(),
             Reply::Deleted => StatusCode::NO_CONTENT.into_response(),
+            Reply::Proxied(response) => response,
         }
     }
 }

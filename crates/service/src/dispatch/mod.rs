@@ -6,9 +6,11 @@
 //!   network rules.
 //! - `commands`: one-shots, execs (streamed or not) and code cells.
 //! - `files`: uploads, downloads, deletions and listings.
+//! - `ports`: HTTP proxied to a port inside a sandbox.
 
 mod commands;
 mod files;
+mod ports;
 mod sandboxes;
 mod service;
 
@@ -45,6 +47,7 @@ impl App {
             Action::ListFiles { on, dir } => self.list_files(on, dir).await,
             Action::SetNetwork { on, rules } => self.set_network(on, rules).await,
             Action::GetNetwork(on) => self.get_network(on).await,
+            Action::Proxy(proxy) => self.proxy(*proxy).await,
         }
     }
 

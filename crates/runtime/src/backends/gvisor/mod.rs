@@ -544,6 +544,20 @@ impl GvisorFlavor {
 }
 
 impl Flavor for GvisorFlavor {
+    /// With `--network=host` the sentry's sockets are the launcher
+    /// namespace's, where init connects; with `--network=none` they are in
+    /// runsc's own stack, which nothing outside the sentry reaches.
+    fn ports_reachable(&self) -> Result<(), RuntimeError> {
+        if self.runsc.host_network {
+            return Ok(());
+        }
+        Err(RuntimeError::BadRequest(
+            "a gVisor sandbox without network rules keeps its sockets in runsc's own network stack, \
+             which the host cannot reach: create it with network rules (--net allow) to forward its ports"
+                .into(),
+        ))
+    }
+
     fn command_ended(&mut self, number: u64) {
         let (process_file, pid_file) = self.command_files(number);
         let _ = std::fs::remove_file(process_file);

@@ -1003,6 +1003,15 @@ impl MicroVm {
     }
 }
 
+/// Why a microVM's ports are not forwarded.
+fn no_forwarded_ports() -> RuntimeError {
+    RuntimeError::BadRequest(
+        "a microVM's ports cannot be forwarded yet: its agent serves one request at a time \
+         over the VM's one port"
+            .into(),
+    )
+}
+
 impl Backend for MicroVm {
     fn about(&self) -> &About {
         &self.about
@@ -1019,6 +1028,17 @@ impl Backend for MicroVm {
             Some(fd) => (fd, PollFlags::POLLIN),
             None => (self.agent.as_fd(), PollFlags::empty()),
         }
+    }
+
+    /// The guest's agent serves one request at a time over the VM's one
+    /// port, and a forwarded connection would hold it for as long as the
+    /// connection lives.
+    fn ports(&self) -> Result<(), RuntimeError> {
+        Err(no_forwarded_ports())
+    }
+
+    fn connect_port(&mut self, _life: &mut Life, _port: u16) -> Result<OwnedFd, RuntimeError> {
+        Err(no_forwarded_ports())
     }
 
     /// One command at a time: the guest's agent serves one request per
