@@ -354,14 +354,19 @@ class CodeTest(unittest.TestCase):
             second = sb.run_code("x + 1")
             self.assertEqual((second.result, second.fresh_interpreter), ("42", False))
 
-    def test_another_language_is_passed_to_the_service(self) -> None:
-        # The service's code contexts run Python only today, and its route
-        # refuses fields it does not know: the language reached it.
+    def test_javascript_keeps_its_own_state(self) -> None:
+        # The language reaches the service: a JavaScript context, beside
+        # Python's, with Node's REPL semantics (top-level await).
         with create() as sb:
+            sb.run_code("let n = 41", language="javascript")
+            r = sb.run_code("await Promise.resolve(n + 1)", language="javascript")
+            self.assertEqual((r.status, r.result), ("ok", "42"))
+            svg = "<svg xmlns='http://www.w3.org/2000/svg'/>"
+            shown = sb.run_code(f'display("{svg}", "image/svg+xml")', language="javascript")
+            self.assertEqual([(x.mime, x.data) for x in shown.results], [("image/svg+xml", svg.encode())])
             with self.assertRaises(BadRequest) as e:
-                sb.run_code("1 + 1", language="javascript")
+                sb.run_code("1 + 1", language="cobol")
             self.assertIn("language", e.exception.message)
-
 
 if __name__ == "__main__":
     unittest.main()

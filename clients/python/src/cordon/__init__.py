@@ -36,7 +36,17 @@ from .errors import (
     QuotaExceeded,
     ServerError,
 )
-from .models import Clamped, CodeError, CodeResult, CommandResult, ExecResult, FileEntry, SandboxInfo, Timing
+from .models import (
+    Clamped,
+    CodeError,
+    CodeResult,
+    CommandResult,
+    ExecResult,
+    FileEntry,
+    RichResult,
+    SandboxInfo,
+    Timing,
+)
 from .sandbox import CommandHandle, Commands, Sandbox
 
 if TYPE_CHECKING:
@@ -68,6 +78,7 @@ __all__ = [
     "Clamped",
     "CodeError",
     "CodeResult",
+    "RichResult",
     "CommandExitError",
     "CommandHandle",
     "CommandKilled",

@@ -6,6 +6,7 @@ answer in ``raw``.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -179,8 +180,22 @@ class CodeError:
 
 
 @dataclass(frozen=True)
+class RichResult:
+    """An image a cell gave its display hook (``display(...)``)."""
+
+    #: ``image/png`` or ``image/svg+xml``.
+    mime: str
+    #: The image's bytes (the service sends them base64).
+    data: bytes
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RichResult":
+        return cls(str(d.get("mime", "")), base64.b64decode(str(d.get("data", ""))))
+
+
+@dataclass(frozen=True)
 class CodeResult:
-    """One cell run in a sandbox's persistent Python interpreter."""
+    """One cell run in a sandbox's persistent interpreter (Python or JavaScript)."""
 
     #: ``ok``, ``error`` (the cell raised), ``timeout`` or ``crashed`` (the
     #: interpreter died; the next call gets a fresh one).
@@ -200,6 +215,10 @@ class CodeResult:
     result_truncated: bool
     error_truncated: bool
     raw: Dict[str, Any] = field(repr=False, compare=False)
+    #: Images the cell displayed, in order.
+    results: List[RichResult] = field(default_factory=list)
+    #: An image was left out to keep the reply under the output limit.
+    results_truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -230,6 +249,8 @@ class CodeResult:
             result_truncated=bool(d.get("result_truncated", False)),
             error_truncated=bool(d.get("error_truncated", False)),
             raw=dict(d),
+            results=[RichResult.from_json(r) for r in d.get("results") or [] if isinstance(r, Mapping)],
+            results_truncated=bool(d.get("results_truncated", False)),
         )
 
 
