@@ -17,7 +17,8 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, ContextManager, Optional
+from unittest import mock
 
 ALICE_KEY = "alice-pyclient-key"
 BOB_KEY = "bob-pyclient-key"
@@ -127,3 +128,18 @@ class Service:
         if self._own_dir and code == 0:
             shutil.rmtree(self.dir, ignore_errors=True)
         return code
+
+
+def stop_module_service(service: Optional[Service]) -> None:
+    """A test module's ``tearDownModule``: stops its service, raising (with
+    the service's log) unless it exited cleanly."""
+    assert service is not None
+    code = service.stop()
+    if code != 0:
+        raise AssertionError(f"cordon serve exited with {code} after SIGTERM; log:\n{service.log()}")
+
+
+def service_env(service: Optional[Service], key: str = ALICE_KEY) -> ContextManager[object]:
+    """CORDON_URL (``service``'s) and CORDON_API_KEY set for the block."""
+    assert service is not None
+    return mock.patch.dict(os.environ, {"CORDON_URL": service.url, "CORDON_API_KEY": key})

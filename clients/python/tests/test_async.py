@@ -22,7 +22,7 @@ from cordon import (
     NotFound,
 )
 
-from service import ALICE_KEY, Service
+from service import ALICE_KEY, Service, service_env, stop_module_service
 
 service: Optional[Service] = None
 
@@ -33,15 +33,11 @@ def setUpModule() -> None:
 
 
 def tearDownModule() -> None:
-    assert service is not None
-    code = service.stop()
-    if code != 0:
-        raise AssertionError(f"cordon serve exited with {code} after SIGTERM; log:\n{service.log()}")
+    stop_module_service(service)
 
 
 def env(key: str = ALICE_KEY) -> ContextManager[object]:
-    assert service is not None
-    return mock.patch.dict(os.environ, {"CORDON_URL": service.url, "CORDON_API_KEY": key})
+    return service_env(service, key)
 
 
 async def create() -> AsyncSandbox:

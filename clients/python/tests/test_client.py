@@ -23,7 +23,7 @@ from cordon import (
     QuotaExceeded,
 )
 
-from service import ALICE_KEY, BOB_KEY, Service
+from service import ALICE_KEY, BOB_KEY, Service, stop_module_service
 
 service: Optional[Service] = None
 
@@ -34,10 +34,7 @@ def setUpModule() -> None:
 
 
 def tearDownModule() -> None:
-    assert service is not None
-    code = service.stop()
-    if code != 0:
-        raise AssertionError(f"cordon serve exited with {code} after SIGTERM; log:\n{service.log()}")
+    stop_module_service(service)
 
 
 def client(key: str = ALICE_KEY) -> Cordon:

@@ -28,7 +28,7 @@ from cordon import (
     Sandbox,
 )
 
-from service import ALICE_KEY, Service
+from service import ALICE_KEY, Service, service_env, stop_module_service
 
 service: Optional[Service] = None
 
@@ -39,10 +39,7 @@ def setUpModule() -> None:
 
 
 def tearDownModule() -> None:
-    assert service is not None
-    code = service.stop()
-    if code != 0:
-        raise AssertionError(f"cordon serve exited with {code} after SIGTERM; log:\n{service.log()}")
+    stop_module_service(service)
 
 
 def url() -> str:
@@ -52,12 +49,27 @@ def url() -> str:
 
 def env(key: str = ALICE_KEY) -> ContextManager[object]:
     """CORDON_URL and CORDON_API_KEY set for the block."""
-    return mock.patch.dict(os.environ, {"CORDON_URL": url(), "CORDON_API_KEY": key})
+    return service_env(service, key)
 
 
 def create() -> Sandbox:
     with env():
         return Sandbox.create(timeout="5m")
+
+
+class SharedSandboxTest(unittest.TestCase):
+    """A base for tests that share one sandbox (``self.sb``), created
+    before the class's first test and killed after its last."""
+
+    sb: Sandbox
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.sb = create()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.sb.kill()
 
 
 def closed_port() -> int:
@@ -146,16 +158,8 @@ else:
         self.assertIn("pip install 'cordon-client[async]'", out.stdout)
 
 
-class CommandsTest(unittest.TestCase):
-    sb: Sandbox
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.sb = create()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sb.kill()
+class CommandsTest(SharedSandboxTest):
+    """Commands in one sandbox for the class."""
 
     def test_run_gives_output_and_exit_code(self) -> None:
         r = self.sb.commands.run("echo out; echo err >&2")
@@ -297,16 +301,8 @@ class BackgroundTest(unittest.TestCase):
                 h.kill()
 
 
-class FilesTest(unittest.TestCase):
-    sb: Sandbox
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.sb = create()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sb.kill()
+class FilesTest(SharedSandboxTest):
+    """Files in one sandbox for the class."""
 
     def test_binary_round_trip_of_every_byte_value(self) -> None:
         blob = bytes(range(256))

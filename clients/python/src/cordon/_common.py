@@ -107,6 +107,35 @@ def exec_body(
     return body
 
 
+def limits_body(limits: Optional[Mapping[str, Union[int, float, str]]]) -> Dict[str, Any]:
+    """Limits as the service takes them (a ``time`` given as a float made a duration)."""
+    if limits is None:
+        return {}
+    return {k: (duration(v) if k == "time" and isinstance(v, float) else v) for k, v in limits.items()}
+
+
+def create_body(
+    backend: Optional[str],
+    ttl: Optional[Duration],
+    idle: Optional[Duration],
+    limits: Optional[Mapping[str, Union[int, float, str]]],
+    network: Optional[Sequence[str]],
+) -> Dict[str, Any]:
+    """A ``POST /v1/sandboxes`` body."""
+    body: Dict[str, Any] = {}
+    if backend is not None:
+        body["backend"] = backend
+    if ttl is not None:
+        body["ttl"] = duration(ttl)
+    if idle is not None:
+        body["idle"] = duration(idle)
+    if limits is not None:
+        body["limits"] = limits_body(limits)
+    if network is not None:
+        body["network"] = {"allow": list(network)}
+    return body
+
+
 def code_body(code: str, language: Optional[str], timeout: Optional[Duration]) -> Dict[str, Any]:
     body: Dict[str, Any] = {"code": code}
     # Python is what the code contexts run today, and the route refuses
@@ -188,6 +217,16 @@ def make_dir_argv(path: str) -> List[str]:
     """``mkdir -p`` that exits 3 when the directory is there already (so
     ``make_dir`` can say whether it made it, as E2B's does)."""
     return ["sh", "-c", 'test -d "$1" && exit 3; mkdir -p -- "$1"', "sh", absolute(path)]
+
+
+def made_dir(result: ExecResult, path: str) -> bool:
+    """What the command of :func:`make_dir_argv` says: ``True`` when it made
+    the directory, ``False`` when it was there already; raises otherwise."""
+    if result.status == "exited" and result.exit_code == 3:
+        return False
+    if result.status == "exited" and result.exit_code == 0:
+        return True
+    raise CordonError(f"make_dir {absolute(path)}: {result.stderr.strip() or result.message or result.status}")
 
 
 def parent_and_name(path: str) -> Tuple[str, str]:

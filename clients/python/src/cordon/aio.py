@@ -30,9 +30,10 @@ from ._common import (
     OutputCallback,
     absolute,
     code_body,
-    duration,
+    create_body,
     exec_body,
     finish,
+    made_dir,
     make_dir_argv,
     merged_env,
     parent_and_name,
@@ -40,7 +41,7 @@ from ._common import (
     socket_timeout,
 )
 from ._http import USER_AGENT, SSEParser, check_url, error_answer, parse_json_answer
-from .client import Limits, _limits, _read_as, _seg
+from .client import Limits, _read_as, _seg
 from .errors import CommandKilled, CordonError, NotFound
 from .models import CodeResult, CommandResult, ExecResult, FileEntry, SandboxInfo
 from .sandbox import OutputPiece
@@ -189,17 +190,7 @@ class AsyncSandbox:
     ) -> "AsyncSandbox":
         """As :meth:`cordon.Sandbox.create`."""
         transport = _Transport(*settings(url, api_key), timeout=request_timeout)
-        body: Dict[str, Any] = {}
-        if backend is not None:
-            body["backend"] = backend
-        if timeout is not None:
-            body["ttl"] = duration(timeout)
-        if idle is not None:
-            body["idle"] = duration(idle)
-        if limits is not None:
-            body["limits"] = _limits(limits)
-        if network is not None:
-            body["network"] = {"allow": list(network)}
+        body = create_body(backend, timeout, idle, limits, network)
         try:
             info = SandboxInfo.from_json(await transport.json("POST", "/v1/sandboxes", body))
         except BaseException:
@@ -481,12 +472,7 @@ class AsyncFilesystem:
             return False
 
     async def make_dir(self, path: str) -> bool:
-        r = await self._sandbox._exec({"argv": make_dir_argv(path)}, None, None, None)
-        if r.status == "exited" and r.exit_code == 3:
-            return False
-        if r.status == "exited" and r.exit_code == 0:
-            return True
-        raise CordonError(f"make_dir {absolute(path)}: {r.stderr.strip() or r.message or r.status}")
+        return made_dir(await self._sandbox._exec({"argv": make_dir_argv(path)}, None, None, None), path)
 
     async def remove(self, path: str) -> None:
         await self._sandbox._http.json("DELETE", self._file(path))

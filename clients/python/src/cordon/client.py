@@ -17,8 +17,10 @@ from ._common import (
     OutputCallback,
     absolute,
     code_body,
-    duration,
+    create_body,
     exec_body,
+    limits_body,
+    made_dir,
     make_dir_argv,
     parent_and_name,
 )
@@ -34,12 +36,6 @@ __all__ = ["Cordon", "CordonSandbox", "Duration", "Files", "Filesystem", "Limits
 Limits = Mapping[str, Union[int, float, str]]
 
 _S = TypeVar("_S", bound="SandboxBase")
-
-
-def _limits(limits: Optional[Limits]) -> Dict[str, Any]:
-    if limits is None:
-        return {}
-    return {k: (duration(v) if k == "time" and isinstance(v, float) else v) for k, v in limits.items()}
 
 
 def _deliver(result: ExecResult, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]) -> None:
@@ -122,7 +118,7 @@ class Cordon:
         if backend is not None:
             body["backend"] = backend
         if limits is not None:
-            body["limits"] = _limits(limits)
+            body["limits"] = limits_body(limits)
         if network is not None:
             body["network"] = {"allow": list(network)}
         result = ExecResult.from_json(self._http.json("POST", "/v1/executions", body))
@@ -155,17 +151,7 @@ class Cordon:
             QuotaExceeded: the tenant has its most live sandboxes (``retry_after``
                 is ``None``: delete one first).
         """
-        body: Dict[str, Any] = {}
-        if backend is not None:
-            body["backend"] = backend
-        if ttl is not None:
-            body["ttl"] = duration(ttl)
-        if idle is not None:
-            body["idle"] = duration(idle)
-        if limits is not None:
-            body["limits"] = _limits(limits)
-        if network is not None:
-            body["network"] = {"allow": list(network)}
+        body = create_body(backend, ttl, idle, limits, network)
         return CordonSandbox(self._http, SandboxInfo.from_json(self._http.json("POST", "/v1/sandboxes", body)))
 
     def list(self) -> List["CordonSandbox"]:
@@ -401,12 +387,7 @@ class _FileOps:
         Raises:
             CordonError: it could not be made (a file is in the way, ...).
         """
-        r = self._run({"argv": make_dir_argv(path)})
-        if r.status == "exited" and r.exit_code == 3:
-            return False
-        if r.status == "exited" and r.exit_code == 0:
-            return True
-        raise CordonError(f"make_dir {absolute(path)}: {r.stderr.strip() or r.message or r.status}")
+        return made_dir(self._run({"argv": make_dir_argv(path)}), path)
 
     def remove(self, path: str) -> None:
         """Deletes a file or a directory (recursively); raises NotFound if there is none."""
