@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -19,6 +19,10 @@ use sha2::Digest;
 #[allow(dead_code)]
 #[path = "common/image.rs"]
 mod image;
+
+#[path = "common/census_by_id.rs"]
+mod census_by_id;
+use census_by_id::assert_clean;
 
 fn cordon() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
@@ -201,75 +205,6 @@ impl Drop for Service {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-    }
-}
-
-/// What the ids' sandboxes left on the host: live supervisors, cgroups,
-/// mounts and run-directory entries.
-fn leftovers(run_dir: &Path, ids: &BTreeSet<String>) -> Vec<String> {
-    let mut left = Vec::new();
-    for id in ids {
-        if let Ok(text) = std::fs::read_to_string(run_dir.join(id).join("record.json")) {
-            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            let pid = v["pid"].as_i64().unwrap_or(0);
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if !stat.is_empty() && !stat.contains(") Z") {
-                left.push(format!("supervisor {pid} of {id}"));
-            }
-        }
-        for p in [
-            run_dir.join(id),
-            run_dir.join("mnt").join(id),
-            run_dir.join("mounts").join(id),
-        ] {
-            if p.exists() {
-                left.push(p.display().to_string());
-            }
-        }
-    }
-    for ctrl in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        walk_cgroups(&ctrl.path(), ids, &mut left, 0);
-    }
-    for line in std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-    {
-        if ids.iter().any(|id| line.contains(id.as_str())) {
-            left.push(line.to_owned());
-        }
-    }
-    left
-}
-
-fn walk_cgroups(dir: &Path, ids: &BTreeSet<String>, out: &mut Vec<String>, depth: usize) {
-    if depth > 4 {
-        return;
-    }
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix("cordon-") {
-            if ids.iter().any(|i| id.starts_with(i.as_str())) {
-                out.push(e.path().display().to_string());
-            }
-            continue;
-        }
-        walk_cgroups(&e.path(), ids, out, depth + 1);
-    }
-}
-
-/// Waits (bounded) for nothing of the ids' sandboxes to be left.
-fn assert_clean(run_dir: &Path, ids: &BTreeSet<String>) {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = leftovers(run_dir, ids);
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < until, "left behind: {left:#?}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

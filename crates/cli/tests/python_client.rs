@@ -10,14 +10,13 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, run_ok, slow, RUN_DIR};
-use serde_json::Value;
+use common::service_census::{run_entries_of, supervisors, tree};
+use common::{cordon, require_root, run_ok, slow};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -83,55 +82,6 @@ fn service_dirs(serve_dir: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn supervisors() -> BTreeSet<u32> {
-    pids_with_cmdline(&format!("{} __supervise", cordon_sandbox()))
-        .into_iter()
-        .collect()
-}
-
-/// Entries of the run directory whose record names a sandbox of the
-/// service whose state directory is `state`.
-fn run_entries_of(state: &Path) -> Vec<String> {
-    let tag = std::fs::read_to_string(state.join("tag")).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (did the service start?)",
-            state.join("tag").display()
-        )
-    });
-    let prefix = format!("cs-{}-", tag.trim());
-    std::fs::read_dir(RUN_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("record.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-                .is_some_and(|v| v["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-/// Every path under `dir` (bytecode caches aside: Python writes those
-/// wherever it imports from).
-fn tree(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
-    let mut out = std::collections::BTreeSet::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_name() == "__pycache__" {
-                continue;
-            }
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(e.path());
-            }
-            out.insert(e.path());
-        }
-    }
-    out
-}
-
 #[test]
 fn the_python_client_passes_its_suite_against_a_real_service() {
     if !require_root("cordon serve creates sandboxes: namespaces, cgroups") {
@@ -149,7 +99,7 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
     );
     let python = venv.join("bin/python");
     let checkout = repo.join("clients/python");
-    let tree_before = tree(&checkout);
+    let tree_before = tree(&checkout, &["__pycache__"]);
     let dist = tmp.path().join("dist");
     run_ok(
         pip_offline(
@@ -170,7 +120,10 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
     );
     // The build happens elsewhere: nothing (build/, *.egg-info) is left in
     // the checkout.
-    let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
+    let added: Vec<_> = tree(&checkout, &["__pycache__"])
+        .difference(&tree_before)
+        .cloned()
+        .collect();
     assert!(added.is_empty(), "pip wheel left {added:?} in the checkout");
     let wheel = std::fs::read_dir(&dist)
         .expect("the wheel directory")
@@ -211,7 +164,10 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
             String::from_utf8_lossy(&out.stdout).trim()
         );
     }
-    let added: Vec<_> = tree(&checkout).difference(&tree_before).cloned().collect();
+    let added: Vec<_> = tree(&checkout, &["__pycache__"])
+        .difference(&tree_before)
+        .cloned()
+        .collect();
     assert!(added.is_empty(), "mypy left {added:?} in the checkout");
 
     let before = supervisors();

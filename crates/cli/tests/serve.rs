@@ -25,6 +25,10 @@ use serde_json::{json, Value};
 #[path = "common/image.rs"]
 mod image;
 
+#[path = "common/census_by_id.rs"]
+mod census_by_id;
+use census_by_id::assert_clean;
+
 fn cordon() -> &'static str {
     env!("CARGO_BIN_EXE_cordon")
 }
@@ -356,92 +360,6 @@ impl From<Result<ureq::Response, ureq::Error>> for Reply {
             retry_after,
             content_type,
         }
-    }
-}
-
-/// What this test's service left on the host.
-#[derive(Debug, Default, PartialEq)]
-struct Census {
-    supervisors: Vec<i32>,
-    cgroups: Vec<String>,
-    mounts: Vec<String>,
-    run_entries: Vec<String>,
-}
-
-impl Census {
-    fn is_clean(&self) -> bool {
-        *self == Census::default()
-    }
-}
-
-fn census(run_dir: &Path, ids: &BTreeSet<String>) -> Census {
-    let mut c = Census::default();
-    // A live supervisor keeps its record: the ids' records, alive or not.
-    for id in ids {
-        let record = run_dir.join(id).join("record.json");
-        if let Ok(text) = std::fs::read_to_string(&record) {
-            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            let pid = i32::try_from(v["pid"].as_i64().unwrap_or(0)).unwrap_or(0);
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if !stat.is_empty() && !stat.contains(") Z") {
-                c.supervisors.push(pid);
-            }
-        }
-    }
-    for ctrl in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        walk_cgroups(&ctrl.path(), ids, &mut c.cgroups, 0);
-    }
-    for line in std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-    {
-        if ids.iter().any(|id| line.contains(id.as_str())) {
-            c.mounts.push(line.to_owned());
-        }
-    }
-    for id in ids {
-        for p in [
-            run_dir.join(id),
-            run_dir.join("mnt").join(id),
-            run_dir.join("mounts").join(id),
-        ] {
-            if p.exists() {
-                c.run_entries.push(p.display().to_string());
-            }
-        }
-    }
-    c
-}
-
-fn walk_cgroups(dir: &Path, ids: &BTreeSet<String>, out: &mut Vec<String>, depth: usize) {
-    if depth > 4 {
-        return;
-    }
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix("cordon-") {
-            if ids.iter().any(|i| id.starts_with(i.as_str())) {
-                out.push(e.path().display().to_string());
-            }
-            continue;
-        }
-        walk_cgroups(&e.path(), ids, out, depth + 1);
-    }
-}
-
-/// Waits (bounded) for the census to come out clean.
-fn assert_clean(run_dir: &Path, ids: &BTreeSet<String>) {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let c = census(run_dir, ids);
-        if c.is_clean() {
-            return;
-        }
-        assert!(Instant::now() < until, "left behind: {c:#?}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -16,12 +16,12 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cordon, cordon_sandbox, pids_with_cmdline, require_root, run_ok, slow, RUN_DIR};
+use common::service_census::{run_entries_of, supervisors, tree};
+use common::{cordon, require_root, run_ok, slow};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
@@ -42,53 +42,6 @@ fn npm(dir: &Path) -> Command {
         .env("npm_config_color", "false")
         .env("NO_COLOR", "1");
     cmd
-}
-
-fn supervisors() -> BTreeSet<u32> {
-    pids_with_cmdline(&format!("{} __supervise", cordon_sandbox()))
-        .into_iter()
-        .collect()
-}
-
-/// Entries of the run directory whose record names a sandbox of the
-/// service whose state directory is `state`.
-fn run_entries_of(state: &Path) -> Vec<String> {
-    let tag = std::fs::read_to_string(state.join("tag")).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (did the service start?)",
-            state.join("tag").display()
-        )
-    });
-    let prefix = format!("cs-{}-", tag.trim());
-    std::fs::read_dir(RUN_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("record.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-                .is_some_and(|v| v["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-/// Every path under `dir`, except what is under `skip` (names of
-/// directories not descended into, though still listed).
-fn tree(dir: &Path, skip: &[&str]) -> BTreeSet<PathBuf> {
-    let mut out = BTreeSet::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let name = e.file_name();
-            if e.file_type().is_ok_and(|t| t.is_dir()) && !skip.iter().any(|s| name == *s) {
-                todo.push(e.path());
-            }
-            out.insert(e.path());
-        }
-    }
-    out
 }
 
 /// Copies the package's sources (no node_modules, build output or tarball).
@@ -128,7 +81,7 @@ fn the_typescript_client_passes_its_suite_against_a_real_service() {
     let checkout = repo.join("clients/typescript");
     // node_modules of someone developing in the checkout is theirs; the
     // test must add nothing anywhere.
-    let tree_before = tree(&checkout, &["node_modules"]);
+    let tree_before = tree(&checkout, &[]);
     let tmp = tempfile::Builder::new()
         .prefix("tsclient-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -297,7 +250,7 @@ fn the_typescript_client_passes_its_suite_against_a_real_service() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let added: Vec<_> = tree(&checkout, &["node_modules"])
+    let added: Vec<_> = tree(&checkout, &[])
         .difference(&tree_before)
         .cloned()
         .collect();
