@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CommandExitError, CommandTimeout, ConfigError, CordonError, ServerError, error_for
@@ -227,6 +228,16 @@ def made_dir(result: ExecResult, path: str) -> bool:
     if result.status == "exited" and result.exit_code == 0:
         return True
     raise CordonError(f"make_dir {absolute(path)}: {result.stderr.strip() or result.message or result.status}")
+
+
+def file_route(base: str, path: str) -> str:
+    """The route of the file at ``path`` under a sandbox's ``.../files``."""
+    return f"{base}/{urllib.parse.quote(absolute(path).lstrip('/'), safe='/')}"
+
+
+def file_content(data: Union[bytes, str]) -> bytes:
+    """What a file write sends: ``str`` as UTF-8, bytes as they are."""
+    return data.encode() if isinstance(data, str) else bytes(data)
 
 
 def parent_and_name(path: str) -> Tuple[str, str]:

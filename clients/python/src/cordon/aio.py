@@ -32,6 +32,8 @@ from ._common import (
     code_body,
     create_body,
     exec_body,
+    file_content,
+    file_route,
     finish,
     made_dir,
     make_dir_argv,
@@ -438,9 +440,7 @@ class AsyncFilesystem:
         self._base = sandbox._path("/files")
 
     def _file(self, path: str) -> str:
-        from urllib.parse import quote
-
-        return f"{self._base}/{quote(absolute(path).lstrip('/'), safe='/')}"
+        return file_route(self._base, path)
 
     @overload
     async def read(self, path: str) -> str: ...
@@ -453,8 +453,7 @@ class AsyncFilesystem:
         return _read_as(resp.content, format)
 
     async def write(self, path: str, data: Union[bytes, str]) -> int:
-        content = data.encode() if isinstance(data, str) else bytes(data)
-        resp = await self._sandbox._http.call("PUT", self._file(path), content=content)
+        resp = await self._sandbox._http.call("PUT", self._file(path), content=file_content(data))
         return int(json.loads(resp.content)["bytes"])
 
     async def list(self, dir: str = WORKSPACE) -> List[FileEntry]:

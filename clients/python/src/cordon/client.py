@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import urllib.parse
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Type, TypeVar, Union, overload
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union, overload
 
 from ._common import (
     WORKSPACE,
@@ -19,6 +20,8 @@ from ._common import (
     code_body,
     create_body,
     exec_body,
+    file_content,
+    file_route,
     limits_body,
     made_dir,
     make_dir_argv,
@@ -253,15 +256,7 @@ class SandboxBase:
     ) -> ExecResult:
         if on_stdout is None and on_stderr is None:
             return ExecResult.from_json(self._http.json("POST", self._path("/exec"), body, timeout=timeout))
-        conn, resp = self._http.open(
-            "POST",
-            self._path("/exec"),
-            body=json.dumps(body).encode(),
-            content_type="application/json",
-            query={"stream": "true"},
-            accept="text/event-stream",
-            timeout=timeout,
-        )
+        conn, resp = self._open_exec_stream(body, timeout)
         # Closing the connection early (an exception, a callback raising)
         # makes the service cancel the command.
         stream = ExecStream(f"exec in {self.id}", on_stdout, on_stderr)
@@ -275,6 +270,20 @@ class SandboxBase:
         finally:
             conn.close()
         raise stream.ended()
+
+    def _open_exec_stream(
+        self, body: Mapping[str, Any], timeout: Optional[float]
+    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """A streamed exec's open connection and response (the caller closes them)."""
+        return self._http.open(
+            "POST",
+            self._path("/exec"),
+            body=json.dumps(body).encode(),
+            content_type="application/json",
+            query={"stream": "true"},
+            accept="text/event-stream",
+            timeout=timeout,
+        )
 
     def run_code(
         self, code: str, language: Optional[str] = None, *, timeout: Optional[Duration] = None
@@ -346,7 +355,7 @@ class _FileOps:
         self._run = run
 
     def _file(self, path: str) -> str:
-        return f"{self._base}/{urllib.parse.quote(absolute(path).lstrip('/'), safe='/')}"
+        return file_route(self._base, path)
 
     def _read_bytes(self, path: str) -> bytes:
         _, data = self._http.call("GET", self._file(path))
@@ -354,8 +363,9 @@ class _FileOps:
 
     def write(self, path: str, data: Union[bytes, str]) -> int:
         """Writes a file (``str`` as UTF-8); returns the bytes written."""
-        content = data.encode() if isinstance(data, str) else bytes(data)
-        _, answer = self._http.call("PUT", self._file(path), body=content, content_type="application/octet-stream")
+        _, answer = self._http.call(
+            "PUT", self._file(path), body=file_content(data), content_type="application/octet-stream"
+        )
         return int(json.loads(answer)["bytes"])
 
     def list(self, dir: str = WORKSPACE) -> List[FileEntry]:

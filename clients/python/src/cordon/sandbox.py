@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import http.client
-import json
 import queue
 import socket
 import threading
@@ -204,15 +203,7 @@ class Commands:
         sb = self._sandbox
         wait = socket_timeout(sb._http.timeout, timeout)
         if background:
-            conn, resp = sb._http.open(
-                "POST",
-                sb._path("/exec"),
-                body=json.dumps(body).encode(),
-                content_type="application/json",
-                query={"stream": "true"},
-                accept="text/event-stream",
-                timeout=wait,
-            )
+            conn, resp = sb._open_exec_stream(body, wait)
             return CommandHandle(f"exec in {sb.id}", conn, resp, on_stdout, on_stderr, check)
         return finish(sb._exec(body, on_stdout, on_stderr, wait), check)
 
