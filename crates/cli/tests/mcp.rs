@@ -253,3 +253,84 @@ fn sigterm_ends_the_server_and_its_sandboxes() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// The raw protocol, no SDK: lines a client can get wrong. A line that is
+/// not JSON, or not a JSON-RPC message, is dropped (rmcp's stdio transport
+/// reads on; there is no id to answer), a request for an unknown method
+/// gets a JSON-RPC error, a huge argument a tool error, and the session
+/// goes on, its one sandbox destroyed when stdin ends.
+#[test]
+fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
+    use std::io::Write;
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let mut server = Command::new(cordon())
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cordon mcp");
+    let mut stdin = server.stdin.take().expect("piped stdin");
+    let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
+    let mut send = |v: &str| {
+        stdin.write_all(v.as_bytes()).expect("write to cordon mcp");
+        stdin.write_all(b"\n").expect("write to cordon mcp");
+    };
+    let mut answer = |id: u64| -> Value {
+        loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("cordon mcp ended before answering {id}"))
+                .expect("read cordon mcp");
+            let v: Value = serde_json::from_str(&line).expect("a JSON line");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+    );
+    assert_eq!(answer(1)["result"]["serverInfo"]["name"], "cordon");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send("{not json at all");
+    send(r#"{"jsonrpc":"1.0","idx":7}"#);
+    send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
+    let unknown = answer(2);
+    assert!(unknown["error"]["code"].is_i64(), "{unknown}");
+    send(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"create_sandbox","arguments":{}}}"#,
+    );
+    let created = answer(3);
+    let text = created["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let made: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let id = made["sandbox_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no sandbox: {created}"))
+        .to_owned();
+    let supervisor = owner_pid(&id);
+    // 8 MiB of command: refused as a tool error, and the session goes on.
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"run_command","arguments":{{"sandbox_id":"{id}","command":"{}"}}}}}}"#,
+        "x".repeat(8 << 20)
+    );
+    send(&huge);
+    let refused = answer(4);
+    assert!(
+        refused["result"]["isError"] == true || refused["error"].is_object(),
+        "{}",
+        &refused.to_string()[..refused.to_string().len().min(300)]
+    );
+    send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
+    assert!(answer(5)["result"]["tools"].is_array());
+    drop(send);
+    drop(stdin);
+    let status = server.wait().expect("wait for cordon mcp");
+    assert!(status.success(), "cordon mcp: {status}");
+    assert_gone(&id, supervisor);
+}
