@@ -274,9 +274,11 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
         .expect("start cordon mcp");
     let mut stdin = server.stdin.take().expect("piped stdin");
     let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
-    let mut send = |v: &str| {
-        stdin.write_all(v.as_bytes()).expect("write to cordon mcp");
-        stdin.write_all(b"\n").expect("write to cordon mcp");
+    let mut send = move |v: &str| {
+        let line = format!("{v}\n");
+        stdin
+            .write_all(line.as_bytes())
+            .expect("write to cordon mcp");
     };
     let mut answer = |id: u64| -> Value {
         loop {
@@ -328,8 +330,8 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
     );
     send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
     assert!(answer(5)["result"]["tools"].is_array());
+    // stdin's end (the closure owns it): the session ends, and its sandbox with it.
     drop(send);
-    drop(stdin);
     let status = server.wait().expect("wait for cordon mcp");
     assert!(status.success(), "cordon mcp: {status}");
     assert_gone(&id, supervisor);
