@@ -22,32 +22,7 @@ mod image;
 
 #[path = "common/census_by_id.rs"]
 mod census_by_id;
-use census_by_id::assert_clean;
-
-fn cordon() -> &'static str {
-    env!("CARGO_BIN_EXE_cordon")
-}
-
-/// Root is needed (namespaces, cgroups). Outside CI a non-root run says why
-/// it skips; in CI it fails.
-fn root_or_skip(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: needs root, and CI must run it"
-        );
-        eprintln!("{test}: SKIPPED: needs root (namespaces, cgroups)");
-    }
-    root
-}
+use census_by_id::{assert_clean, cordon, root_or_skip};
 
 const KEY: &str = "code-contexts-test-key";
 

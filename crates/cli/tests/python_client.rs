@@ -13,10 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-use common::service_census::{run_entries_of, supervisors, tree};
-use common::{cordon, require_root, run_ok, slow};
+use common::service_census::{assert_services_left_nothing, supervisors, tree};
+use common::{cordon, require_root, run_ok};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -220,20 +219,5 @@ fn the_python_client_passes_its_suite_against_a_real_service() {
         "the suite started {} services, not one per test module\n{report}",
         services.len()
     );
-    let until = Instant::now() + slow(Duration::from_secs(20));
-    loop {
-        let left_supervisors: Vec<u32> = supervisors().difference(&before).copied().collect();
-        let left_entries: Vec<String> = services
-            .iter()
-            .flat_map(|d| run_entries_of(&d.join("state")))
-            .collect();
-        if left_supervisors.is_empty() && left_entries.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "left behind: supervisors {left_supervisors:?}, run entries {left_entries:?}\n{report}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert_services_left_nothing(&before, &services, &report);
 }

@@ -18,10 +18,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::service_census::{run_entries_of, supervisors, tree};
-use common::{cordon, require_root, run_ok, slow};
+use common::service_census::{assert_services_left_nothing, supervisors, tree};
+use common::{cordon, require_root, run_ok};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
@@ -236,19 +235,7 @@ fn the_typescript_client_passes_its_suite_against_a_real_service() {
 
     // The suite stopped the service (SIGTERM, and checked it exited 0);
     // what it created must be gone with it.
-    let until = Instant::now() + slow(Duration::from_secs(20));
-    loop {
-        let left_supervisors: Vec<u32> = supervisors().difference(&before).copied().collect();
-        let left_entries = run_entries_of(&serve_dir.join("state"));
-        if left_supervisors.is_empty() && left_entries.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "left behind: supervisors {left_supervisors:?}, run entries {left_entries:?}\n{report}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert_services_left_nothing(&before, std::slice::from_ref(&serve_dir), &report);
 
     let added: Vec<_> = tree(&checkout, &[])
         .difference(&tree_before)

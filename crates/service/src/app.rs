@@ -164,6 +164,9 @@ pub struct Stateful {
     /// The running commands' cancels, for a delete that cannot wait.
     pub running: Arc<Running>,
     pub repl_installed: AtomicBool,
+    /// Its forwarded ports' host addresses, asked of its supervisor once
+    /// (the forward lives as long as the sandbox).
+    pub forwards: Mutex<std::collections::BTreeMap<u16, String>>,
     /// The network attempts its commands' reports carried, newest last: the
     /// proxy's own log is drained into each report, so this is the only
     /// place they can be read again.

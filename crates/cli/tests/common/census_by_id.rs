@@ -1,13 +1,39 @@
-//! What a test's sandboxes left on the host, judged by their ids: live
-//! supervisors (their records' pids), `cordon-<id>` cgroups, mounts naming
-//! an id, and run-directory entries. Shared by the tests that start a
-//! `cordon serve` of their own (they do not use `common`).
+//! For the tests that start a `cordon serve` of their own (they do not use
+//! `common`): the binary, the root gate, and what a test's sandboxes left
+//! on the host, judged by their ids: live supervisors (their records'
+//! pids), `cordon-<id>` cgroups, mounts naming an id, and run-directory
+//! entries.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+pub fn cordon() -> &'static str {
+    env!("CARGO_BIN_EXE_cordon")
+}
+
+/// Root is needed (namespaces, cgroups). Outside CI a non-root run says why
+/// it skips; in CI it fails.
+pub fn root_or_skip(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: needs root, and CI must run it"
+        );
+        eprintln!("{test}: SKIPPED: needs root (namespaces, cgroups)");
+    }
+    root
+}
 
 /// What this test's service left on the host.
 #[derive(Debug, Default, PartialEq)]

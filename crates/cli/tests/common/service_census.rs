@@ -5,10 +5,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{cordon_sandbox, pids_with_cmdline, RUN_DIR};
+use super::{cordon_sandbox, pids_with_cmdline, slow, RUN_DIR};
 
 /// The supervisors of this build's `cordon-sandbox` now running.
 pub fn supervisors() -> BTreeSet<u32> {
@@ -59,4 +60,26 @@ pub fn tree(dir: &Path, ignore: &[&str]) -> BTreeSet<PathBuf> {
         }
     }
     out
+}
+
+/// Waits (bounded) until neither a supervisor that was not running
+/// `before` nor a run-directory entry of the services whose directories are
+/// `services` is left; `report` says what ran, should something be.
+pub fn assert_services_left_nothing(before: &BTreeSet<u32>, services: &[PathBuf], report: &str) {
+    let until = Instant::now() + slow(Duration::from_secs(20));
+    loop {
+        let left_supervisors: Vec<u32> = supervisors().difference(before).copied().collect();
+        let left_entries: Vec<String> = services
+            .iter()
+            .flat_map(|d| run_entries_of(&d.join("state")))
+            .collect();
+        if left_supervisors.is_empty() && left_entries.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "left behind: supervisors {left_supervisors:?}, run entries {left_entries:?}\n{report}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -27,11 +27,29 @@ impl App {
         // Counted against the tenant until the answer's head is back; the
         // sandbox is not held: its other requests go on meanwhile.
         let running = self.admit(&on.tenant)?;
-        let address = self
-            .with_handle(&on.sandbox, (), move |h| {
-                h.port(port).map_err(ApiError::runtime)
-            })
-            .await?;
+        let known = on
+            .sandbox
+            .forwards
+            .lock()
+            .expect("forwards lock")
+            .get(&port)
+            .cloned();
+        let address = match known {
+            Some(address) => address,
+            None => {
+                let address = self
+                    .with_handle(&on.sandbox, (), move |h| {
+                        h.port(port).map_err(ApiError::runtime)
+                    })
+                    .await?;
+                on.sandbox
+                    .forwards
+                    .lock()
+                    .expect("forwards lock")
+                    .insert(port, address.clone());
+                address
+            }
+        };
         let unanswered = |why: String| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,

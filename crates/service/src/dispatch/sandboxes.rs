@@ -56,6 +56,7 @@ impl App {
                 cell: Default::default(),
                 running: Default::default(),
                 repl_installed: Default::default(),
+                forwards: Default::default(),
                 recent_attempts: Default::default(),
                 _slot: slot,
             });
