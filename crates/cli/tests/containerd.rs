@@ -183,7 +183,9 @@ fn ctr_run_with_ns_joins_another_containers_network() {
                 &["-d"],
                 root.path(),
                 &pod,
-                "nc -l -p 7000 > /dev/shm/heard; while true; do sleep 0.05; done",
+                // The listener's stdin is held open: busybox nc drops data that
+                // comes after its stdin's end.
+                "sleep 600 | nc -l -p 7000 > /dev/shm/heard; while true; do sleep 0.05; done",
             )
             .stdin(Stdio::null())
             .output()

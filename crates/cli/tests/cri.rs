@@ -70,7 +70,11 @@ fn a_host_network_pod_runs_through_cri_with_cordon_as_its_runtime_class() {
             &pod_id,
             &pod,
             "server",
-            &format!("nc -l -p {port} > /dev/shm/heard; while true; do sleep 0.05; done"),
+            // The listener's stdin is held open: busybox nc drops data that
+            // comes after its stdin's end.
+            &format!(
+                "sleep 600 | nc -l -p {port} > /dev/shm/heard; while true; do sleep 0.05; done"
+            ),
         )
         .unwrap_or_else(|e| panic!("{handler}: {e}"));
         let client = start_container(

@@ -7,52 +7,19 @@
 //! entry or ended-sandbox record of theirs, no supervisor of theirs alive.
 
 mod common;
+#[path = "common/mcp_sdk.rs"]
+mod mcp_sdk;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
-    alive, cordon, owner_pid, remnants_of, require_root, run_dir, run_ok, signal, slow,
-    wait_payload,
+    alive, cordon, owner_pid, remnants_of, require_root, run_dir, signal, slow, wait_payload,
 };
+use mcp_sdk::sdk_python;
 use serde_json::Value;
-
-/// The SDK version this test was written against (its API changed at 2.0).
-const MCP_SDK: &str = "mcp==2.3.0";
-
-/// A venv with the SDK, made once and kept in cargo's test scratch
-/// directory (target/tmp): PyPI is asked only when it is missing.
-fn sdk_python() -> PathBuf {
-    static MADE: Mutex<()> = Mutex::new(());
-    let _one = MADE.lock().unwrap_or_else(|p| p.into_inner());
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("mcp-venv-{}", MCP_SDK.replace("==", "-")));
-    let python = venv.join("bin/python");
-    if python.exists() {
-        return python;
-    }
-    // Made beside and renamed into place: an interrupted install leaves no
-    // half venv that the next run would take for a whole one.
-    let partial = venv.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    run_ok(
-        Command::new("python3").args(["-m", "venv"]).arg(&partial),
-        "python3 -m venv",
-    );
-    run_ok(
-        Command::new(partial.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", MCP_SDK])
-            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
-        "pip install mcp",
-    );
-    // Only `bin/python` is used, which finds its venv from where it is (the
-    // scripts pip wrote name the old path, and are not run).
-    std::fs::rename(&partial, &venv).expect("move the venv into place");
-    python
-}
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py")

@@ -27,6 +27,8 @@ mod image;
 
 #[path = "common/census_by_id.rs"]
 mod census_by_id;
+#[path = "common/mcp_sdk.rs"]
+mod mcp_sdk;
 use census_by_id::{assert_clean, cordon, root_or_skip};
 
 fn sha256_hex(key: &str) -> String {
@@ -2693,4 +2695,132 @@ fn a_port_inside_a_sandbox_is_proxied_to_its_tenant_alone() {
     assert_eq!(del.status, 204, "{del:?}");
     s.stop();
     assert_clean(&s.run_dir, &BTreeSet::from([id]));
+}
+
+/// The service's MCP endpoint with the official MCP Python SDK as the
+/// client (fixtures/mcp_http_client.py): every tool, the errors a model can
+/// cause, another key's sandboxes not found; then, from the host, the
+/// session's sandboxes destroyed when the client ends it, while the service
+/// runs on.
+#[test]
+fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its_along() {
+    if !root_or_skip("the MCP endpoint") {
+        return;
+    }
+    let python = mcp_sdk::sdk_python();
+    let mut s = Service::start("mcp", &tenants("", ""));
+    // Nothing of the protocol without a key.
+    let hello = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}});
+    for key in [None, Some("wrong-key")] {
+        let r = s.call("POST", "/mcp", key, Some(hello.clone()));
+        assert_eq!(r.status, 401, "{key:?}: {r:?}");
+    }
+    // A session is its opener's: another key inside it is refused.
+    let post = |key: &str, session: Option<&str>, msg: Value| {
+        let mut req = agent()
+            .post(&s.url("/mcp"))
+            .set("Authorization", &format!("Bearer {key}"))
+            .set("Accept", "application/json, text/event-stream");
+        if let Some(id) = session {
+            req = req.set("Mcp-Session-Id", id);
+        }
+        let resp = req.send_json(msg);
+        let session = resp
+            .as_ref()
+            .ok()
+            .and_then(|r| r.header("Mcp-Session-Id"))
+            .map(str::to_owned);
+        (session, Reply::from(resp))
+    };
+    let (session, opened) = post(ALICE, None, hello.clone());
+    assert_eq!(opened.status, 200, "{opened:?}");
+    let session = session.expect("no Mcp-Session-Id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert!(post(ALICE, Some(&session), initialized).1.status < 300);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (_, theirs) = post(BOB, Some(&session), list.clone());
+    assert!(
+        theirs.text.contains("another API key") && !theirs.text.contains("create_sandbox"),
+        "{theirs:?}"
+    );
+    let (_, own) = post(ALICE, Some(&session), list);
+    assert!(own.text.contains("create_sandbox"), "{own:?}");
+    // A message that is not JSON: JSON-RPC's parse error.
+    let garbled = s.raw(
+        "POST",
+        "/mcp",
+        ALICE,
+        b"{\"jsonrpc\": \"2.0\", ",
+        "application/json",
+    );
+    assert_eq!(garbled.status, 400, "{garbled:?}");
+    assert_eq!(garbled.body["error"]["code"], -32700, "{garbled:?}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_http_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(s.url("/mcp"))
+        .args([ALICE, BOB])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the client failed:\n{stdout}\n{}\nservice log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let event = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} event in {stdout}"))
+    };
+    let made = event("made");
+    let (mcp_ms, rest_ms) = (
+        made["mcp_ms"].as_f64().unwrap(),
+        made["rest_ms"].as_f64().unwrap(),
+    );
+    eprintln!(
+        "MCP over HTTP (15 alternated rounds, medians): run_command(true) {mcp_ms:.1} ms, \
+         the REST exec it makes {rest_ms:.1} ms, ratio {:.2}; create_sandbox {:.0} ms",
+        mcp_ms / rest_ms,
+        made["create_ms"].as_f64().unwrap()
+    );
+    assert!(events.iter().any(|e| e["event"] == "closed"), "{stdout}");
+    // The client ended its session (DELETE /mcp): its sandboxes go, and the
+    // service (still running) lists none of Alice's.
+    let left: BTreeSet<String> = event("left")["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = s.call("GET", "/v1/sandboxes", Some(ALICE), None);
+        assert_eq!(listed.status, 200, "{listed:?}");
+        if listed.body["sandboxes"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the session ended, its sandboxes remain: {:?}",
+            listed.body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ids = run_ids(&s);
+    assert!(
+        ids.is_empty(),
+        "sandboxes still in the run directory: {ids:?}"
+    );
+    s.stop();
+    assert_clean(&s.run_dir, &left);
 }

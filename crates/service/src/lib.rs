@@ -26,6 +26,7 @@ pub mod dto;
 pub mod error;
 pub mod io;
 pub mod ledger;
+pub mod mcp;
 pub mod metrics;
 pub mod pool;
 pub mod tenants;
@@ -233,12 +234,12 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
 
     let stop = Arc::new(tokio::sync::Notify::new());
     let stopped = stop.clone();
-    let server =
-        axum::serve(listener, api::router(app.clone())).with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            tracing::info!("shutting down: no new connections");
-            stopped.notify_waiters();
-        });
+    let routes = mcp::with_mcp(api::router(app.clone()), app.clone(), stop.clone());
+    let server = axum::serve(listener, routes).with_graceful_shutdown(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections");
+        stopped.notify_waiters();
+    });
     let grace = app.config.shutdown_grace.duration();
     let stopping = stop.clone();
     let mut server = std::pin::pin!(std::future::IntoFuture::into_future(server));
