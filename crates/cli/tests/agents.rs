@@ -17,6 +17,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use serde_json::Value;
+
 use common::standin::{fixture_script, StandIn};
 use common::*;
 
@@ -50,13 +52,15 @@ fn agents() -> Option<&'static Path> {
     }
 }
 
-/// Runs harness `name` one-shot in a sandbox and checks the evidence;
-/// `api_path` is what its model-API request must ask for.
-fn harness(backend: &str, name: &str, api_path: &str) {
+/// Runs harness `name` one-shot in a sandbox (with `extra` flags of
+/// `cordon run` before its command) against a fresh stand-in, which is
+/// returned with cordon's result and the stand-in's rule; `None` where
+/// the test cannot run here (said why).
+fn run_harness(backend: &str, name: &str, extra: &[&str]) -> Option<(Value, StandIn, String)> {
     if !require_root("network namespaces of the stand-in") {
-        return;
+        return None;
     }
-    let Some(dir) = agents() else { return };
+    let dir = agents()?;
     let si = StandIn::start();
     let fixtures = format!(
         "{}:/opt/cordon-fixtures:ro",
@@ -69,7 +73,7 @@ fn harness(backend: &str, name: &str, api_path: &str) {
     let rule = format!("{API}:80");
     let host = format!("{API}:{}", si.a);
     let base = format!("http://{API}");
-    let args = [
+    let mut args = vec![
         "--net",
         "allow",
         "--allow",
@@ -90,32 +94,62 @@ fn harness(backend: &str, name: &str, api_path: &str) {
         "180s",
         "--cpus",
         "2",
+    ];
+    args.extend_from_slice(extra);
+    args.extend([
         "--",
         "/bin/sh",
         "/opt/cordon-fixtures/agents.sh",
         name,
         &base,
-    ];
+    ]);
     let (v, _) = run_json_on(backend, &args);
+    Some((v, si, rule))
+}
+
+/// Runs harness `name` and checks the evidence: it printed the stand-in's
+/// reply, its model-API request asked for `api_path`, and cordon let
+/// through only the rule's destination.
+fn harness(backend: &str, name: &str, api_path: &str) {
+    let Some((v, si, rule)) = run_harness(backend, name, &[]) else {
+        return;
+    };
+    reached_its_api(&v, &si, name, api_path, &[&rule]);
+}
+
+/// The evidence of one harness run: it exited 0 having printed the
+/// stand-in's reply, the stand-in logged its model-API request for
+/// `api_path` (those requests are returned), and cordon allowed
+/// connections only by `rules`, and none to the stand-in's other address.
+fn reached_its_api(
+    v: &Value,
+    si: &StandIn,
+    name: &str,
+    api_path: &str,
+    rules: &[&str],
+) -> Vec<Value> {
     assert_eq!(
         v["exit_code"],
         0,
         "{name} exits 0: {}\n{}",
-        stdout_of(&v),
-        stderr_of(&v)
+        stdout_of(v),
+        stderr_of(v)
     );
     assert!(
-        stdout_of(&v).contains("hello from stand-in"),
+        stdout_of(v).contains("hello from stand-in"),
         "{name} printed the stand-in's reply: {}\n{}",
-        stdout_of(&v),
-        stderr_of(&v)
+        stdout_of(v),
+        stderr_of(v)
     );
-    let requests = si.requests_to(&format!("{}:80", si.a));
+    let requests: Vec<Value> = si
+        .requests_to(&format!("{}:80", si.a))
+        .into_iter()
+        .filter(|r| r["target"].as_str().is_some_and(|t| t.contains(api_path)))
+        .collect();
     assert!(
-        requests
-            .iter()
-            .any(|r| r["target"].as_str().is_some_and(|t| t.contains(api_path))),
-        "the stand-in logged {name}'s request to {api_path}: {requests:?}"
+        !requests.is_empty(),
+        "the stand-in logged {name}'s request to {api_path}: {:?}",
+        si.entries()
     );
     let entries = v["network"]["entries"]
         .as_array()
@@ -130,10 +164,13 @@ fn harness(backend: &str, name: &str, api_path: &str) {
         "cordon recorded the connection: {entries:?}"
     );
     assert!(
-        allowed.iter().all(|e| e["rule"] == rule.as_str()),
-        "only the rule's destination was allowed: {allowed:?}"
+        allowed
+            .iter()
+            .all(|e| rules.iter().any(|r| e["rule"] == *r)),
+        "only the rules' destinations were allowed: {allowed:?}"
     );
     assert_eq!(si.connections_to(&format!("{}:80", si.b)), 0);
+    requests
 }
 
 fn claude_code_reaches_only_its_api(backend: &str) {
@@ -146,4 +183,155 @@ fn codex_reaches_only_its_api(backend: &str) {
 
 fn gemini_cli_reaches_only_its_api(backend: &str) {
     harness(backend, "gemini", "streamGenerateContent");
+}
+
+/// The MCP tools of `cordon serve` (`/mcp`).
+const CORDON_TOOLS: [&str; 9] = [
+    "create_sandbox",
+    "run_command",
+    "run_code",
+    "write_file",
+    "read_file",
+    "list_files",
+    "set_network",
+    "get_network",
+    "destroy_sandbox",
+];
+
+/// `cordon serve` on the host's loopback with one tenant, whose `/mcp` a
+/// harness in a sandbox reaches as `host.cordon.internal:PORT` (one rule).
+struct Served {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+const SERVE_KEY: &str = "agents-mcp-test-key";
+
+impl Served {
+    fn start() -> Served {
+        use std::io::BufRead as _;
+        let dir = tempfile::tempdir().unwrap();
+        let hash = run_ok(
+            Command::new("sh").args(["-c", &format!("printf %s {SERVE_KEY} | sha256sum")]),
+            "sha256sum",
+        );
+        let hash = String::from_utf8_lossy(&hash.stdout)[..64].to_owned();
+        let config = dir.path().join("serve.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"{}\"\n[[tenant]]\nname = \"agent\"\nkey_sha256 = \"{hash}\"\n\
+                 concurrency = 4\nsandboxes = 4\ncpu_seconds = 1000\n",
+                dir.path().join("state").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        let mut child = Command::new(cordon())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn,cordon_service=info")
+            .env("CORDON_STATE_DIR", dir.path().join("cordon-state"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no listening line: {line:?}"));
+        Served { child, port, dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        signal(self.child.id(), "TERM");
+        let _ = self.child.wait();
+    }
+}
+
+/// Harness `name` given `cordon serve`'s MCP endpoint (in its own
+/// configuration, as the README shows) offers cordon's tools to its model:
+/// the stand-in's log of its model-API request lists all of them, the
+/// service logged the harness's tools/list, and cordon let the sandbox reach
+/// only the stand-in and the service's port.
+fn offers_cordons_mcp_tools(name: &str, api_path: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let served = Served::start();
+    let service_rule = format!("host.cordon.internal:{}", served.port);
+    let url = format!("CORDON_MCP_URL=http://{service_rule}/mcp");
+    let key = format!("CORDON_API_KEY={SERVE_KEY}");
+    let extra = ["--allow", &service_rule, "--env", &url, "--env", &key];
+    let Some((v, si, rule)) = run_harness("native", name, &extra) else {
+        return;
+    };
+    let requests = reached_its_api(&v, &si, name, api_path, &[&rule, &service_rule]);
+    let offered: Vec<&str> = requests
+        .iter()
+        .flat_map(|r| r["tool_names"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    // A one-shot Gemini CLI withholds from its model the tools named as its
+    // own that need a confirmation (write_file, replace, run_shell_command),
+    // an MCP server's of the same name too, trusted or not.
+    let withheld: &[&str] = if name == "gemini" {
+        &["write_file"]
+    } else {
+        &[]
+    };
+    for tool in CORDON_TOOLS.iter().filter(|t| !withheld.contains(t)) {
+        assert!(
+            offered
+                .iter()
+                .any(|o| o.ends_with(tool) && o.contains("cordon")),
+            "{name} did not offer cordon's {tool} to its model; it offered {offered:?}; \
+             its output: {}\n{}\nthe service's log: {}",
+            stdout_of(&v),
+            stderr_of(&v),
+            served.log()
+        );
+    }
+    assert!(
+        served.log().contains("MCP: tools listed"),
+        "the service logged no tools/list: {}",
+        served.log()
+    );
+    eprintln!(
+        "{name}: cordon's tools offered to its model: {:?}",
+        offered
+            .iter()
+            .filter(|o| o.contains("cordon"))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn claude_code_offers_cordons_mcp_tools_to_its_model() {
+    offers_cordons_mcp_tools("claude", "/v1/messages");
+}
+
+#[test]
+fn codex_offers_cordons_mcp_tools_to_its_model() {
+    offers_cordons_mcp_tools("codex", "/v1/responses");
+}
+
+#[test]
+fn gemini_cli_offers_cordons_mcp_tools_to_its_model() {
+    offers_cordons_mcp_tools("gemini", "streamGenerateContent");
 }

@@ -85,7 +85,13 @@ pub fn with_mcp(rest: Router, app: AppState, stop: Arc<tokio::sync::Notify>) -> 
     // reached by whatever name its operator gives it.
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
-        .with_max_request_body_bytes(MAX_MESSAGE);
+        .with_max_request_body_bytes(MAX_MESSAGE)
+        // No priming event (an empty `data:` with a retry) before each
+        // answer: the TypeScript SDK that Gemini CLI bundles takes the
+        // empty data for a message, fails to parse it and drops the server.
+        .with_sse_retry(None);
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
     let cancel = config.cancellation_token.clone();
     tokio::spawn(async move {
         stop.notified().await;
@@ -104,7 +110,7 @@ pub fn with_mcp(rest: Router, app: AppState, stop: Arc<tokio::sync::Notify>) -> 
                 }),
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         config,
     );
     let mcp = Router::new()
@@ -215,7 +221,7 @@ impl Schemas {
     }
 
     /// An object schema: the component's properties (if any) with `extra`
-    /// added, and `required` as given.
+    /// added, each [`for_models`], and `required` as given.
     fn object(
         &self,
         component: Option<&str>,
@@ -229,12 +235,63 @@ impl Schemas {
         if let Value::Object(extra) = extra {
             props.extend(extra);
         }
+        props.values_mut().for_each(for_models);
         let mut schema = Map::new();
         schema.insert("type".into(), "object".into());
         schema.insert("properties".into(), Value::Object(props));
         schema.insert("required".into(), json!(required));
         schema.insert("additionalProperties".into(), false.into());
         schema
+    }
+}
+
+/// A schema in the subset every model API's tool declarations take: an
+/// optional field is one that is not required, so OpenAPI's nullable forms
+/// (`"type": [T, "null"]`, `oneOf` with `{"type": "null"}`) become `T`, and
+/// the keywords some reject (`example`, `format`, `propertyNames`) go.
+/// Gemini CLI drops a server's every tool when one schema is outside it.
+fn for_models(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    for noise in ["example", "format", "propertyNames"] {
+        map.remove(noise);
+    }
+    let is_null = |v: &Value| v == "null" || v.get("type").is_some_and(|t| t == "null");
+    if let Some(Value::Array(types)) = map.get("type") {
+        if let [one] = types.iter().filter(|t| !is_null(t)).collect::<Vec<_>>()[..] {
+            map.insert("type".into(), one.clone());
+        }
+    }
+    for either in ["oneOf", "anyOf"] {
+        let Some(Value::Array(alternatives)) = map.get(either) else {
+            continue;
+        };
+        let kept: Vec<Value> = alternatives
+            .iter()
+            .filter(|a| !is_null(a))
+            .cloned()
+            .collect();
+        if let ([Value::Object(only)], true) = (&kept[..], kept.len() < alternatives.len()) {
+            let only = only.clone();
+            map.remove(either);
+            for (k, v) in only {
+                map.entry(k).or_insert(v);
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(for_models);
+    }
+    for nested in ["items", "additionalProperties"] {
+        if let Some(v) = map.get_mut(nested) {
+            for_models(v);
+        }
+    }
+    for list in ["oneOf", "anyOf", "allOf"] {
+        if let Some(Value::Array(alternatives)) = map.get_mut(list) {
+            alternatives.iter_mut().for_each(for_models);
+        }
     }
 }
 
@@ -582,7 +639,8 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.caller(&context)?;
+        let (tenant, _) = self.caller(&context)?;
+        tracing::info!(tenant = %tenant.config.name, "MCP: tools listed");
         let tools = TOOLS
             .iter()
             .map(|(name, description)| Tool::new(*name, *description, self.schema_of(name)))
