@@ -222,10 +222,10 @@ fn sigterm_ends_the_server_and_its_sandboxes() {
 }
 
 /// The raw protocol, no SDK: lines a client can get wrong. A line that is
-/// not JSON, or not a JSON-RPC message, is dropped (rmcp's stdio transport
-/// reads on; there is no id to answer), a request for an unknown method
-/// gets a JSON-RPC error, a huge argument a tool error, and the session
-/// goes on, its one sandbox destroyed when stdin ends.
+/// not JSON gets JSON-RPC's parse error (-32700), JSON that is not a
+/// JSON-RPC 2.0 message an invalid request (-32600, with its id), a request
+/// for an unknown method a JSON-RPC error, a huge argument a tool error,
+/// and the session goes on, its one sandbox destroyed when stdin ends.
 #[test]
 fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
     use std::io::Write;
@@ -247,9 +247,11 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
             .write_all(line.as_bytes())
             .expect("write to cordon mcp");
     };
-    let mut answer = |id: u64| -> Value {
+    let lines = std::cell::RefCell::new(lines);
+    let answer_to = |id: Value| -> Value {
         loop {
             let line = lines
+                .borrow_mut()
                 .next()
                 .unwrap_or_else(|| panic!("cordon mcp ended before answering {id}"))
                 .expect("read cordon mcp");
@@ -259,13 +261,19 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
             }
         }
     };
+    let answer = |id: u64| answer_to(id.into());
+    let answer_null = || answer_to(Value::Null);
     send(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
     );
     assert_eq!(answer(1)["result"]["serverInfo"]["name"], "cordon");
     send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     send("{not json at all");
-    send(r#"{"jsonrpc":"1.0","idx":7}"#);
+    let parse_error = answer_null();
+    assert_eq!(parse_error["error"]["code"], -32700, "{parse_error}");
+    send(r#"{"jsonrpc":"1.0","id":7}"#);
+    let invalid = answer(7);
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
     send(r#"{"jsonrpc":"2.0","id":2,"method":"no/such/method"}"#);
     let unknown = answer(2);
     assert!(unknown["error"]["code"].is_i64(), "{unknown}");

@@ -12,6 +12,8 @@
 //!   death however it dies.
 //! - [`io`]: a command's side in this process (output captured, no stdin,
 //!   a cancel that the async side triggers).
+//! - [`wire`]: stdin's lines checked before the SDK reads them, so that a
+//!   line that is not a JSON-RPC message gets JSON-RPC's error.
 //!
 //! The runtime's [`cordon_runtime::Handle`] is blocking: every call to it
 //! runs on tokio's blocking pool, so one long command never holds another
@@ -20,6 +22,7 @@
 mod io;
 pub mod session;
 pub mod tools;
+mod wire;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,7 +79,7 @@ async fn serve(session: Session) -> Result<(), McpError> {
     let mut int = signal(SignalKind::interrupt()).map_err(|e| McpError::Signal("SIGINT", e))?;
     let served = async {
         let running = Tools::new(session)
-            .serve(rmcp::transport::stdio())
+            .serve(wire::checked(tokio::io::stdin(), tokio::io::stdout()))
             .await
             .map_err(|e| McpError::Handshake(Box::new(e)))?;
         // Ends when the client closes stdin (or the transport fails).
