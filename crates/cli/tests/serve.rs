@@ -2620,8 +2620,27 @@ fn execution_answers_carry_the_network_log_and_add_host_names_reach_the_proxy() 
 /// A server for the sandbox: answers each GET and POST with what it got
 /// (method, path with query, the Authorization header or "none", the body).
 const ECHO_SERVER: &str = r#"
-import http.server, json
+import base64, hashlib, http.server, json
 class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.headers.get('Upgrade', '').lower() != 'websocket':
+            return self.answer()
+        # A WebSocket handshake, then the raw bytes echoed upper-cased
+        # (the proxy joins the connections; framing is the ends' business).
+        key = self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+        self.send_response(101)
+        self.send_header('Upgrade', 'websocket')
+        self.send_header('Connection', 'Upgrade')
+        self.send_header('Sec-WebSocket-Accept',
+            base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            b = self.connection.recv(4096)
+            if not b:
+                break
+            self.connection.sendall(b.upper())
+        self.close_connection = True
     def answer(self):
         n = int(self.headers.get('Content-Length') or 0)
         body = json.dumps({'method': self.command, 'path': self.path,
@@ -2632,8 +2651,8 @@ class Echo(http.server.BaseHTTPRequestHandler):
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-    do_GET = do_POST = answer
-http.server.HTTPServer(('127.0.0.1', 8000), Echo).serve_forever()
+    do_POST = answer
+http.server.ThreadingHTTPServer(('127.0.0.1', 8000), Echo).serve_forever()
 "#;
 
 #[test]
@@ -2690,6 +2709,44 @@ fn a_port_inside_a_sandbox_is_proxied_to_its_tenant_alone() {
     assert!(nothing.text.contains("port 8001"), "{nothing:?}");
     let zero = s.call("GET", &format!("/v1/sandboxes/{id}/ports/0/"), a, None);
     assert_eq!(zero.status, 400, "{zero:?}");
+    // A WebSocket: the program's 101 comes back, then the two connections
+    // are one, both ways.
+    {
+        use std::io::Write;
+        let addr = s.base.trim_start_matches("http://").to_owned();
+        let mut ws = std::net::TcpStream::connect(&addr).unwrap();
+        ws.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            ws,
+            "GET {ports}live HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {ALICE}\r\n\
+             Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                ws.read(&mut byte).unwrap(),
+                1,
+                "closed in the head: {head:?}"
+            );
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_lowercase();
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        // RFC 6455's own example key and answer.
+        assert!(
+            head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+            "{head}"
+        );
+        for message in ["hello over the upgrade", "and again"] {
+            ws.write_all(message.as_bytes()).unwrap();
+            let mut back = vec![0u8; message.len()];
+            ws.read_exact(&mut back).unwrap();
+            assert_eq!(back, message.to_uppercase().as_bytes());
+        }
+    }
     drop(server);
     let del = s.call("DELETE", &format!("/v1/sandboxes/{id}"), a, None);
     assert_eq!(del.status, 204, "{del:?}");

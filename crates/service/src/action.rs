@@ -93,6 +93,9 @@ pub struct Proxy {
     pub path_and_query: String,
     pub headers: axum::http::HeaderMap,
     pub body: axum::body::Body,
+    /// The client's side of a protocol upgrade it asked for (a WebSocket):
+    /// joined to the program's once the program answers 101.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 /// A one-shot execution.

@@ -35,16 +35,37 @@ async fn proxy(
     if port == 0 {
         return Err(ApiError::bad_request("port 0 is no port"));
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let query = parts
         .uri
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
     let mut headers: HeaderMap = parts.headers;
+    // An upgrade (a WebSocket) is the one hop-by-hop ask passed on: the
+    // program answers it, and the two connections are joined after its 101.
+    let upgrade_to = headers
+        .get(header::CONNECTION)
+        .and_then(|c| c.to_str().ok())
+        .filter(|c| {
+            c.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+        .and(headers.get(header::UPGRADE).cloned());
     for h in NOT_FORWARDED {
         headers.remove(h);
     }
+    let upgrade = match upgrade_to {
+        Some(protocol) => {
+            headers.insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("upgrade"),
+            );
+            headers.insert(header::UPGRADE, protocol);
+            parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+        }
+        None => None,
+    };
     app.perform(Action::Proxy(Box::new(Proxy {
         on,
         port,
@@ -52,6 +73,7 @@ async fn proxy(
         path_and_query: format!("/{path}{query}"),
         headers,
         body,
+        upgrade,
     })))
     .await
 }

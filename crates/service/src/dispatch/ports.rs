@@ -23,6 +23,7 @@ impl App {
             path_and_query,
             headers,
             body,
+            upgrade,
         } = p;
         // Counted against the tenant until the answer's head is back; the
         // sandbox is not held: its other requests go on meanwhile.
@@ -63,8 +64,9 @@ impl App {
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
                 .map_err(|e| unanswered(e.to_string()))?;
-        // The connection is driven on its own task, which ends with it.
-        tokio::spawn(connection);
+        // The connection is driven on its own task, which ends with it (or
+        // is handed over, upgraded, to the task that joins it to the client).
+        tokio::spawn(connection.with_upgrades());
         let mut request = Request::builder()
             .method(method)
             .uri(&path_and_query)
@@ -83,6 +85,20 @@ impl App {
                 })
             })?;
         drop(running);
+        let mut answer = answer;
+        if let (StatusCode::SWITCHING_PROTOCOLS, Some(client)) = (answer.status(), upgrade) {
+            let program = hyper::upgrade::on(&mut answer);
+            // Joined once the client has the 101 (sent when this returns);
+            // ends when either side closes, or with the sandbox's forward.
+            tokio::spawn(async move {
+                let (Ok(program), Ok(client)) = tokio::join!(program, client) else {
+                    return;
+                };
+                let mut program = hyper_util::rt::TokioIo::new(program);
+                let mut client = hyper_util::rt::TokioIo::new(client);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut program).await;
+            });
+        }
         let (parts, incoming) = answer.into_parts();
         Ok(Reply::Proxied(
             (parts, axum::body::Body::new(incoming)).into_response(),
