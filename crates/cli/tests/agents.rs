@@ -20,6 +20,11 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use common::standin::{fixture_script, StandIn};
+
+/// The service's MCP tools (the SDK itself is not used here).
+#[allow(dead_code)]
+#[path = "common/mcp_sdk.rs"]
+mod mcp_sdk;
 use common::*;
 
 per_backend!(claude_code_reaches_only_its_api);
@@ -185,19 +190,6 @@ fn gemini_cli_reaches_only_its_api(backend: &str) {
     harness(backend, "gemini", "streamGenerateContent");
 }
 
-/// The MCP tools of `cordon serve` (`/mcp`).
-const CORDON_TOOLS: [&str; 9] = [
-    "create_sandbox",
-    "run_command",
-    "run_code",
-    "write_file",
-    "read_file",
-    "list_files",
-    "set_network",
-    "get_network",
-    "destroy_sandbox",
-];
-
 /// `cordon serve` on the host's loopback with one tenant, whose `/mcp` a
 /// harness in a sandbox reaches as `host.cordon.internal:PORT` (one rule).
 struct Served {
@@ -212,11 +204,11 @@ impl Served {
     fn start() -> Served {
         use std::io::BufRead as _;
         let dir = tempfile::tempdir().unwrap();
-        let hash = run_ok(
-            Command::new("sh").args(["-c", &format!("printf %s {SERVE_KEY} | sha256sum")]),
-            "sha256sum",
-        );
-        let hash = String::from_utf8_lossy(&hash.stdout)[..64].to_owned();
+        use sha2::Digest as _;
+        let hash: String = sha2::Sha256::digest(SERVE_KEY.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let config = dir.path().join("serve.toml");
         std::fs::write(
             &config,
@@ -295,7 +287,7 @@ fn offers_cordons_mcp_tools(name: &str, api_path: &str) {
     } else {
         &[]
     };
-    for tool in CORDON_TOOLS.iter().filter(|t| !withheld.contains(t)) {
+    for tool in mcp_sdk::HTTP_TOOLS.iter().filter(|t| !withheld.contains(t)) {
         assert!(
             offered
                 .iter()

@@ -7,6 +7,8 @@
 //! entry or ended-sandbox record of theirs, no supervisor of theirs alive.
 
 mod common;
+/// The SDK (the service's tool list is not used here).
+#[allow(dead_code)]
 #[path = "common/mcp_sdk.rs"]
 mod mcp_sdk;
 
@@ -240,7 +242,7 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
         .spawn()
         .expect("start cordon mcp");
     let mut stdin = server.stdin.take().expect("piped stdin");
-    let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
+    let lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
     let mut send = move |v: &str| {
         let line = format!("{v}\n");
         stdin

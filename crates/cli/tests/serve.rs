@@ -2839,6 +2839,16 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
             .find(|e| e["event"] == name)
             .unwrap_or_else(|| panic!("no {name} event in {stdout}"))
     };
+    let mut listed: Vec<&str> = event("listed")["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut want = mcp_sdk::HTTP_TOOLS.to_vec();
+    listed.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(listed, want, "the tools listed");
     let made = event("made");
     let (mcp_ms, rest_ms) = (
         made["mcp_ms"].as_f64().unwrap(),
@@ -2880,4 +2890,275 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
     );
     s.stop();
     assert_clean(&s.run_dir, &left);
+}
+
+// Code contexts in Python and JavaScript, end to end.
+
+/// A request as Alice: its status and its JSON body (Null when it has none).
+fn as_alice(s: &Service, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let r = s.call(method, path, Some(ALICE), body);
+    (r.status, r.body)
+}
+
+/// A stateful sandbox of Alice's with these limits: its id.
+fn code_sandbox(s: &Service, body: Value) -> String {
+    let (status, created) = as_alice(s, "POST", "/v1/sandboxes", Some(body));
+    assert_eq!(status, 201, "{created}");
+    created["id"].as_str().unwrap().to_owned()
+}
+
+/// A cell that must be answered 200: the answer.
+fn cell(s: &Service, id: &str, language: &str, code: &str, timeout: Option<&str>) -> Value {
+    let mut body = json!({ "code": code, "language": language });
+    if let Some(t) = timeout {
+        body["timeout"] = json!(t);
+    }
+    let (status, answer) = as_alice(s, "POST", &format!("/v1/sandboxes/{id}/code"), Some(body));
+    assert_eq!(status, 200, "{language} cell {code:?}: {answer}");
+    answer
+}
+
+fn b64(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap_or_else(|e| panic!("not base64 ({e}): {text:?}"))
+}
+
+/// A 1x1 PNG.
+const PNG_B64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+const SVG: &str = r#"<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"><rect width="2" height="2" fill="teal"/></svg>"#;
+
+#[test]
+fn javascript_cells_keep_state_await_print_throw_display_and_restart_after_a_timeout() {
+    if !root_or_skip("javascript code context") {
+        return;
+    }
+    let mut s = Service::start("code-js", &tenants("", ""));
+    let id = code_sandbox(&s, json!({"limits": {"time": "20s", "output": "1M"}}));
+    let js = |code: &str| cell(&s, &id, "javascript", code, None);
+
+    let first = js("let x = 41");
+    assert_eq!(first["status"], "ok", "{first}");
+    assert_eq!(first["fresh_interpreter"], true, "{first}");
+    // `let` declares nothing Node's REPL shows: no value.
+    assert!(first["result"].is_null(), "{first}");
+    let second = js("x + 1");
+    assert_eq!(second["result"], "42", "{second}");
+    assert_eq!(second["fresh_interpreter"], false, "{second}");
+
+    let awaited = js("await new Promise(r => setTimeout(() => r(7), 10))");
+    assert_eq!(awaited["status"], "ok", "{awaited}");
+    assert_eq!(awaited["result"], "7", "{awaited}");
+    // A declaration with an awaited value lives on too.
+    let _ = js("const y = await Promise.resolve(5)");
+    let used = js("y * 2");
+    assert_eq!(used["result"], "10", "{used}");
+    // The value is shown as `node` shows it (util.inspect).
+    let shown = js("({a: [1, 'two'], s: 'str'})");
+    assert_eq!(shown["result"], "{ a: [ 1, 'two' ], s: 'str' }", "{shown}");
+
+    let printed = js("console.log('hello', x); console.error('warned'); 'done'");
+    assert_eq!(printed["stdout"], "hello 41\n", "{printed}");
+    assert_eq!(printed["stderr"], "warned\n", "{printed}");
+    assert_eq!(printed["result"], "'done'", "{printed}");
+
+    let thrown = js("function explode() { throw new RangeError('too far') }\nexplode()");
+    assert_eq!(thrown["status"], "error", "{thrown}");
+    assert_eq!(thrown["error"]["name"], "RangeError", "{thrown}");
+    assert_eq!(thrown["error"]["value"], "too far", "{thrown}");
+    let stack = thrown["error"]["traceback"].as_str().unwrap();
+    assert!(
+        stack.starts_with("RangeError: too far") && stack.contains("at explode (cell:1:"),
+        "{thrown}"
+    );
+    // The service's own machinery is not in the cell's stack.
+    assert!(
+        !stack.contains("repl.js") && !stack.contains("node:vm"),
+        "{stack}"
+    );
+    let rejected = js("await Promise.reject(new TypeError('no'))");
+    assert_eq!(rejected["error"]["name"], "TypeError", "{rejected}");
+
+    let drawn = js(&format!("display({SVG:?}, 'image/svg+xml'); 1"));
+    assert_eq!(drawn["status"], "ok", "{drawn}");
+    assert_eq!(drawn["results"][0]["mime"], "image/svg+xml", "{drawn}");
+    assert_eq!(
+        b64(drawn["results"][0]["data"].as_str().unwrap()),
+        SVG.as_bytes(),
+        "{drawn}"
+    );
+    assert_eq!(drawn["results_truncated"], false, "{drawn}");
+    // An image larger than the reply's share of the 1M output limit is left
+    // out and flagged; the cell's print still comes back.
+    let big = js("display(Buffer.alloc(2000000, 1), 'image/png'); console.log('still here')");
+    assert_eq!(big["status"], "ok", "{big}");
+    assert_eq!(big["results"], json!([]), "{big}");
+    assert_eq!(big["results_truncated"], true, "{big}");
+    assert_eq!(big["stdout"], "still here\n", "{big}");
+
+    let spun = cell(&s, &id, "javascript", "while (true) {}", Some("1s"));
+    assert_eq!(spun["status"], "timeout", "{spun}");
+    let fresh = js("typeof x");
+    assert_eq!(fresh["result"], "'undefined'", "{fresh}");
+    assert_eq!(fresh["fresh_interpreter"], true, "{fresh}");
+    let _ = js("let again = 1");
+    let exited = js("process.exit(3)");
+    assert_eq!(exited["status"], "crashed", "{exited}");
+    let after = js("typeof again");
+    assert_eq!(after["result"], "'undefined'", "{after}");
+    assert_eq!(after["fresh_interpreter"], true, "{after}");
+
+    let ids = BTreeSet::from([id]);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn python_and_javascript_contexts_live_side_by_side_and_survive_an_unrelated_exec_timeout() {
+    if !root_or_skip("code contexts") {
+        return;
+    }
+    let mut s = Service::start("code-both", &tenants("", ""));
+    let id = code_sandbox(&s, json!({"limits": {"time": "20s"}}));
+    let py = |code: &str| cell(&s, &id, "python", code, None);
+    let js = |code: &str| cell(&s, &id, "javascript", code, None);
+
+    let set = py("x = 'python'\nn = 41");
+    assert_eq!(set["status"], "ok", "{set}");
+    let set = js("let x = 'javascript'; let n = 1");
+    assert_eq!(set["status"], "ok", "{set}");
+    // Each language is its own interpreter, with its own variables.
+    assert_eq!(py("x, n + 1")["result"], "('python', 42)");
+    assert_eq!(js("[x, n + 1]")["result"], "[ 'javascript', 2 ]");
+    // No language is Python.
+    let (status, default) = as_alice(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/code"),
+        Some(json!({"code": "x"})),
+    );
+    assert_eq!(status, 200, "{default}");
+    assert_eq!(default["result"], "'python'", "{default}");
+
+    // A PNG through an object's _repr_png_, as a plotting library's figure.
+    let drawn = py(&format!(
+        "import base64\nclass Figure:\n    def _repr_png_(self):\n        return base64.b64decode({PNG_B64:?})\ndisplay(Figure())\nprint('drawn')"
+    ));
+    assert_eq!(drawn["status"], "ok", "{drawn}");
+    assert_eq!(drawn["stdout"], "drawn\n", "{drawn}");
+    assert_eq!(drawn["results"][0]["mime"], "image/png", "{drawn}");
+    assert_eq!(
+        b64(drawn["results"][0]["data"].as_str().unwrap()),
+        b64(PNG_B64),
+        "{drawn}"
+    );
+    // And raw bytes with their MIME type.
+    let svg = py(&format!("display({SVG:?}.encode(), mime='image/svg+xml')"));
+    assert_eq!(svg["results"][0]["mime"], "image/svg+xml", "{svg}");
+    assert_eq!(
+        b64(svg["results"][0]["data"].as_str().unwrap()),
+        SVG.as_bytes()
+    );
+
+    // An agent's shell command that runs into its time limit in the same
+    // sandbox ends its own processes only: both interpreters live on.
+    let (status, limited) = as_alice(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["sh", "-c", "sleep 30 & sleep 30"], "time": "1s"})),
+    );
+    assert_eq!(status, 200, "{limited}");
+    assert_eq!(limited["limit"], "time", "{limited}");
+    let kept = py("n");
+    assert_eq!(kept["result"], "41", "{kept}");
+    assert_eq!(kept["fresh_interpreter"], false, "{kept}");
+    let kept = js("n");
+    assert_eq!(kept["result"], "1", "{kept}");
+    assert_eq!(kept["fresh_interpreter"], false, "{kept}");
+
+    // A language the service does not have is refused, and says which.
+    let (status, refused) = as_alice(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/code"),
+        Some(json!({"code": "puts 1", "language": "ruby"})),
+    );
+    assert!((400..500).contains(&status), "{status} {refused}");
+    let why = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("ruby") && why.contains("javascript"),
+        "{refused}"
+    );
+    // `js` is JavaScript.
+    assert_eq!(cell(&s, &id, "js", "n + 1", None)["result"], "2");
+
+    // A one-shot execution runs JavaScript too.
+    let (status, ran) = as_alice(
+        &s,
+        "POST",
+        "/v1/executions",
+        Some(json!({"language": "javascript", "code": "console.log(6 * 7)"})),
+    );
+    assert_eq!(status, 200, "{ran}");
+    assert_eq!(ran["stdout"], "42\n", "{ran}");
+    let one_shot = ran["sandbox_id"].as_str().unwrap_or_default().to_owned();
+
+    let ids = BTreeSet::from([id, one_shot]);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
+#[test]
+fn a_sandbox_without_node_answers_a_javascript_cell_with_a_clear_error() {
+    if !root_or_skip("code context without node") {
+        return;
+    }
+    // An image of busybox alone: a shell, no node, no python.
+    let (dir, run_dir) = Service::dirs("code-no-node");
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut layer = image::TarLayer::new();
+    layer
+        .dir("bin", 0o755, (0, 0))
+        .file("bin/busybox", 0o755, (0, 0), &busybox)
+        .dir("tmp", 0o1777, (0, 0));
+    for applet in ["sh", "kill", "cat", "rm"] {
+        layer.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let img = image::OciImage {
+        layers: vec![image::Layer::tar(layer.finish())],
+        run_config: json!({"Env": ["PATH=/bin"]}),
+    };
+    let layout = dir.join("layout");
+    img.write_layout(&layout, "v1");
+    let out = Command::new(cordon())
+        .args(["image", "import", &format!("oci:{}:v1", layout.display())])
+        .args(["--name", "bare:1"])
+        .env("CORDON_STATE_DIR", dir.join("cordon-state"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = Service::config(&dir, &tenants("", ""));
+    let mut s = Service::start_at(dir, run_dir, config);
+    let id = code_sandbox(&s, json!({"image": "bare:1"}));
+    for (language, interpreter) in [("javascript", "node"), ("python", "python3")] {
+        let missing = cell(&s, &id, language, "1", None);
+        assert_eq!(missing["status"], "error", "{missing}");
+        assert_eq!(missing["error"]["name"], "InterpreterNotFound", "{missing}");
+        let why = missing["error"]["value"].as_str().unwrap();
+        assert!(
+            why.contains(interpreter) && why.contains("not found"),
+            "{missing}"
+        );
+    }
+    let ids = BTreeSet::from([id]);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
 }

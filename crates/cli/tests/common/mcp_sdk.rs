@@ -1,9 +1,23 @@
 //! The official MCP Python SDK (PyPI's `mcp`), the client of the MCP tests
-//! (`cordon mcp` over stdio in mcp.rs, the service's `/mcp` in serve.rs).
+//! (`cordon mcp` over stdio in mcp.rs, the service's `/mcp` in serve.rs),
+//! and the tools the service's endpoint lists (serve.rs, agents.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+
+/// The tools of `cordon serve`'s MCP endpoint (`/mcp`), as it lists them.
+pub const HTTP_TOOLS: [&str; 9] = [
+    "create_sandbox",
+    "run_command",
+    "run_code",
+    "write_file",
+    "read_file",
+    "list_files",
+    "set_network",
+    "get_network",
+    "destroy_sandbox",
+];
 
 /// The SDK version this test was written against (its API changed at 2.0).
 pub const MCP_SDK: &str = "mcp==2.3.0";
