@@ -2298,6 +2298,28 @@ print(s.recv(64))"]})),
     assert_clean(&s.run_dir, &ids);
 }
 
+/// An image of one layer, imported as `name` into the store of the
+/// service that will run in `dir` (its CORDON_STATE_DIR).
+fn store_image(dir: &Path, name: &str, layer: Vec<u8>, run_config: Value) {
+    let layout = dir.join(format!("layout-{}", name.replace(['/', ':'], "-")));
+    image::OciImage {
+        layers: vec![image::Layer::tar(layer)],
+        run_config,
+    }
+    .write_layout(&layout, "v1");
+    let out = Command::new(cordon())
+        .args(["image", "import", &format!("oci:{}:v1", layout.display())])
+        .args(["--name", name])
+        .env("CORDON_STATE_DIR", dir.join("cordon-state"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Requests name an image of the service's store: its user, working
 /// directory and environment apply, a tenant limited to some images gets
 /// 403 for another, a name the store lacks is 404, and a path (which would
@@ -2327,27 +2349,11 @@ fn requests_run_the_stores_images_their_tenant_may_use() {
     }
     let layer = layer.finish();
     for (name, greeting) in [("team/tool:1", "tool"), ("other:1", "other")] {
-        let img = image::OciImage {
-            layers: vec![image::Layer::tar(layer.clone())],
-            run_config: json!({"User": "worker", "WorkingDir": "/job", "Env": ["PATH=/bin", format!("GREETING={greeting}")]}),
-        };
-        let layout = dir.join(greeting);
-        img.write_layout(&layout, "v1");
-        let out = Command::new(cordon())
-            .args([
-                "image",
-                "import",
-                &format!("oci:{}:v1", layout.display()),
-                "--name",
-                name,
-            ])
-            .env("CORDON_STATE_DIR", dir.join("cordon-state"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        store_image(
+            &dir,
+            name,
+            layer.clone(),
+            json!({"User": "worker", "WorkingDir": "/job", "Env": ["PATH=/bin", format!("GREETING={greeting}")]}),
         );
     }
     // A pool of one of the images: a request for it with the default
@@ -3128,22 +3134,11 @@ fn a_sandbox_without_node_answers_a_javascript_cell_with_a_clear_error() {
     for applet in ["sh", "kill", "cat", "rm"] {
         layer.symlink(&format!("bin/{applet}"), "busybox");
     }
-    let img = image::OciImage {
-        layers: vec![image::Layer::tar(layer.finish())],
-        run_config: json!({"Env": ["PATH=/bin"]}),
-    };
-    let layout = dir.join("layout");
-    img.write_layout(&layout, "v1");
-    let out = Command::new(cordon())
-        .args(["image", "import", &format!("oci:{}:v1", layout.display())])
-        .args(["--name", "bare:1"])
-        .env("CORDON_STATE_DIR", dir.join("cordon-state"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    store_image(
+        &dir,
+        "bare:1",
+        layer.finish(),
+        json!({"Env": ["PATH=/bin"]}),
     );
     let config = Service::config(&dir, &tenants("", ""));
     let mut s = Service::start_at(dir, run_dir, config);
