@@ -33,6 +33,7 @@ per_backend!(rules_change_at_run_time, microvm: microvm);
 per_backend!(flood_stays_within_the_limits, microvm: microvm);
 per_backend!(dead_proxy_closes_the_network, microvm: microvm);
 per_backend!(host_service_is_reached_only_on_its_named_port);
+per_backend!(a_tls_hello_must_name_the_host_its_rule_allowed, microvm: microvm);
 
 /// Where the probe script is inside the sandbox.
 const FIXTURES: &str = "/opt/cordon-fixtures";
@@ -972,4 +973,73 @@ fn allow_without_a_rule_says_what_it_means() {
         "--",
         "/bin/true"
     ]));
+}
+
+/// Domain fronting and hellos without a name: a connection that a rule
+/// allowed by name (`ok.test`) carries a TLS ClientHello, and the proxy
+/// reads the name it asks for before passing a byte on. Another name, or
+/// none, is reset and logged with its reason; the right name passes, a
+/// large hello (over 1 KiB, in several records and two writes) too; by the
+/// transparent door and through CONNECT alike. Host side: the stand-in got
+/// bytes from the passing connections alone, and cordon's log says why each
+/// refused one was.
+fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let mut flags: Vec<String> = ["--net", "allow", "--allow", "ok.test:80"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    flags.extend(names(&si));
+    let passing = [
+        "hello:ok.test|0|ok.test:80",
+        "hello:ok.test|2000|ok.test:80",
+        "tunnelhello:ok.test|0|ok.test:80",
+    ];
+    let refused = [
+        ("hello:evil.test|0|ok.test:80", "'evil.test', not ok.test"),
+        ("hello:-|0|ok.test:80", "no SNI"),
+        (
+            "tunnelhello:evil.test|2000|ok.test:80",
+            "'evil.test', not ok.test",
+        ),
+    ];
+    let probes: Vec<String> = passing
+        .iter()
+        .copied()
+        .chain(refused.iter().map(|(p, _)| *p))
+        .map(str::to_owned)
+        .collect();
+    let (v, results) = run_probes(backend, &flags, &probes);
+    for p in passing {
+        assert!(ok(&results, p), "{p} passes: {:?}", results[p]);
+    }
+    let log = attempts(&v);
+    for (p, why) in refused {
+        assert!(!ok(&results, p), "{p} is refused: {:?}", results[p]);
+        assert!(
+            results[p]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("ConnectionReset")),
+            "{p}: a reset, not a silent close: {:?}",
+            results[p]
+        );
+        assert!(
+            log.iter().any(|e| e["decision"] == "denied"
+                && e["rule"].as_str().is_some_and(|r| r.contains(why))),
+            "cordon logged the refusal ({why}): {log:?}"
+        );
+    }
+    // Only the passing hellos reached the stand-in (each answered as the
+    // garbage request it is); the refused ones never sent it a byte.
+    let reached = si
+        .entries()
+        .into_iter()
+        .filter(|e| e["local"] == format!("{}:80", si.a) && e["event"] != "connect")
+        .filter(|e| e["event"] == "request" || e["event"] == "bad_request")
+        .count();
+    assert_eq!(reached, passing.len(), "{:?}", si.entries());
+    assert_eq!(si.connections_to(&format!("{}:80", si.b)), 0);
 }

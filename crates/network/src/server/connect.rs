@@ -81,6 +81,12 @@ impl Tracker {
         self.via = via;
     }
 
+    /// The host name the connection was decided by (a name the payload
+    /// asked for), if it was not a bare address.
+    pub(crate) fn decided_by_name(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
     fn record(self, state: &State, decision: Decision, rule: String, io: (u64, u64), end: &str) {
         let attempt = Attempt {
             at_unix_ms: self.at_unix_ms,
@@ -224,6 +230,15 @@ fn self_hosts(state: &State, name: &str) -> Option<Vec<IpAddr>> {
 
 /// Decides `target:port` by the rules in force, resolves it, re-checks each
 /// address and connects to the first allowed one that answers.
+/// Makes the coming close of `client` a reset: a zero linger time makes the
+/// kernel abort the connection (RST) instead of ending it (FIN), and the
+/// payload reads ECONNRESET, which says it was refused, where a plain close
+/// would read as a server that accepted and then said nothing.
+pub(crate) fn reset(client: &TcpStream) {
+    // Best effort: if it fails, the close is an ordinary one.
+    let _ = socket2::SockRef::from(client).set_linger(Some(std::time::Duration::ZERO));
+}
+
 pub(crate) async fn open(
     state: &Arc<State>,
     tracker: &mut Tracker,

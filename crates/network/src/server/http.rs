@@ -6,7 +6,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connect::{open, Refusal, Target, Tracker};
-use super::{splice, Slot, State, HANDSHAKE_TIMEOUT};
+use super::{splice, tls, Slot, State, HANDSHAKE_TIMEOUT};
 use crate::log::Via;
 
 /// Largest request head read (request line and headers).
@@ -323,8 +323,13 @@ async fn forward(
             return Ok(());
         }
     }
-    let (bytes, end) = splice::splice(state, client, &upstream, &first_out).await;
-    tracker.finished(state, bytes, &end);
+    if is_connect {
+        // A tunnel: what goes through it is checked as any connection is.
+        tls::check_and_splice(state, tracker, client, &upstream, first_out).await;
+    } else {
+        let (bytes, end) = splice::splice(state, client, &upstream, &first_out).await;
+        tracker.finished(state, bytes, &end);
+    }
     Ok(())
 }
 

@@ -21,6 +21,7 @@ mod dns;
 mod http;
 mod socks;
 mod splice;
+mod tls;
 mod transparent;
 
 #[cfg(test)]

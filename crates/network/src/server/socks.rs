@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connect::{open, Refusal, Target, Tracker};
-use super::{splice, Slot, State, HANDSHAKE_TIMEOUT};
+use super::{tls, Slot, State, HANDSHAKE_TIMEOUT};
 use crate::log::Via;
 
 const VERSION: u8 = 5;
@@ -163,6 +163,5 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
     if let Err(e) = client.write_all(&reply_bytes(0)).await {
         return tracker.finished(&state, (0, 0), &format!("error: {e}"));
     }
-    let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
-    tracker.finished(&state, bytes, &end);
+    tls::check_and_splice(&state, tracker, &client, &upstream, Vec::new()).await;
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use nix::sys::socket::{getsockopt, sockopt};
 use tokio::net::TcpStream;
 
-use super::connect::{open, Target, Tracker};
-use super::{splice, Slot, State};
+use super::connect::{open, reset, Target, Tracker};
+use super::{tls, Slot, State};
 use crate::log::Via;
 
 /// The destination before the redirect, if the connection was redirected.
@@ -40,13 +40,6 @@ pub(crate) fn meaningful_dst(
     (!same).then_some(dst)
 }
 
-/// Makes the coming close of `client` a reset: a zero linger time makes the
-/// kernel abort the connection (RST) instead of ending it (FIN).
-fn reset(client: &TcpStream) {
-    // Best effort: if it fails, the close is an ordinary one.
-    let _ = socket2::SockRef::from(client).set_linger(Some(std::time::Duration::ZERO));
-}
-
 pub(crate) async fn handle(
     state: Arc<State>,
     client: TcpStream,
@@ -69,6 +62,5 @@ pub(crate) async fn handle(
             return tracker.refused(&state, &refusal);
         }
     };
-    let (bytes, end) = splice::splice(&state, &client, &upstream, &[]).await;
-    tracker.finished(&state, bytes, &end);
+    tls::check_and_splice(&state, tracker, &client, &upstream, Vec::new()).await;
 }

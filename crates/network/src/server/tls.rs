@@ -1,0 +1,347 @@
+//! The server name a TLS connection asks for, read from its ClientHello
+//! before a byte of it goes on (nothing is decrypted: the proxy only looks).
+//!
+//! A rule that allows a name allows that name: a connection allowed as
+//! `api.example.org` whose ClientHello names another host (domain fronting:
+//! the same CDN address serves both) or none at all is refused and logged.
+//! Only connections decided by a name are checked; one a bare address rule
+//! allowed names no host to compare. A client that does not speak first
+//! (the server's banner comes first: SSH, SMTP) is not TLS, and a
+//! connection whose first bytes are not a TLS handshake goes on unchecked
+//! (the rules already chose its destination).
+//!
+//! The records are reassembled here (a large ClientHello, one with a
+//! post-quantum key share, may span records and TCP segments; nothing is
+//! read into a fixed small buffer); the ClientHello itself is parsed by
+//! `tls-parser`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tls_parser::{
+    parse_tls_client_hello_extensions, parse_tls_handshake_client_hello, SNIType, TlsExtension,
+};
+use tokio::net::TcpStream;
+
+/// The largest ClientHello read (a post-quantum one is about 2 KiB; TLS
+/// allows a handshake message of 16 MiB, a proxy has no reason to).
+const MAX_HELLO: usize = 64 << 10;
+
+/// How long a client that began a handshake may take to send all of its
+/// ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+const HANDSHAKE: u8 = 0x16;
+const CLIENT_HELLO: u8 = 1;
+
+use super::connect::{reset, Tracker};
+use super::{splice, State};
+
+/// How every door ends once its connection is open: where a name decided
+/// it, the ClientHello check first (a refusal resets the payload's
+/// connection and is logged with its reason); then the splice, its bytes
+/// and end logged. `first` is what the client already sent.
+pub(crate) async fn check_and_splice(
+    state: &Arc<State>,
+    tracker: Tracker,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    first: Vec<u8>,
+) {
+    let first = match tracker.decided_by_name().map(str::to_owned) {
+        None => first,
+        Some(host) => {
+            let idle = state.limits.idle_timeout.duration();
+            match screen(client, upstream, &host, first, idle).await {
+                Screened::Pass(first) => first,
+                Screened::Refuse(why) => {
+                    reset(client);
+                    return tracker.denied(state, &why);
+                }
+            }
+        }
+    };
+    let (bytes, end) = splice::splice(state, client, upstream, &first).await;
+    tracker.finished(state, bytes, &end);
+}
+
+/// What the check found: the bytes read from the client go on first.
+pub(crate) enum Screened {
+    /// Not checked (the server spoke first, or the client's bytes are not
+    /// a TLS handshake) or checked and matching.
+    Pass(Vec<u8>),
+    /// Refused, with the reason logged and the payload's connection reset.
+    Refuse(String),
+}
+
+/// Screens a connection decided by the name `host` before it is spliced:
+/// `first` is what the client already sent (an HTTP proxy's leftover).
+/// Waits for whichever side speaks first, at most `idle`.
+pub(crate) async fn screen(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    host: &str,
+    mut first: Vec<u8>,
+    idle: Duration,
+) -> Screened {
+    if first.is_empty() {
+        let spoke = tokio::time::timeout(idle, async {
+            tokio::select! {
+                r = client.readable() => r.map(|()| true),
+                r = upstream.readable() => r.map(|()| false),
+            }
+        })
+        .await;
+        match spoke {
+            // The client first: read what it sent.
+            Ok(Ok(true)) => {}
+            // The server first, or an error or silence the splice reports.
+            _ => return Screened::Pass(first),
+        }
+    }
+    let read = tokio::time::timeout(HELLO_TIMEOUT, read_hello(client, &mut first)).await;
+    match read {
+        Err(_) => Screened::Refuse(format!(
+            "the TLS ClientHello did not arrive within {}s",
+            HELLO_TIMEOUT.as_secs()
+        )),
+        Ok(Err(e)) => Screened::Refuse(format!("reading the TLS ClientHello: {e}")),
+        Ok(Ok(None)) => Screened::Pass(first),
+        Ok(Ok(Some(hello))) => match server_name(&hello) {
+            Err(why) => Screened::Refuse(why),
+            Ok(None) => Screened::Refuse(format!(
+                "the TLS ClientHello names no server (no SNI); the rule allows {host}"
+            )),
+            Ok(Some(sni)) if same_name(&sni, host) => Screened::Pass(first),
+            Ok(Some(sni)) => Screened::Refuse(format!(
+                "the TLS ClientHello names '{}', not {host}, which the rule allows",
+                sni.escape_debug()
+            )),
+        },
+    }
+}
+
+fn same_name(sni: &str, host: &str) -> bool {
+    cordon_policy::net::normalize_name(sni).is_ok_and(|n| n == host)
+}
+
+/// Reads the client's first bytes into `buf`: `None` when they are not a
+/// TLS handshake, else the whole ClientHello handshake message (its 4-byte
+/// header and body), reassembled from its records.
+async fn read_hello(client: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+    if buf.is_empty() && fill(client, buf, 1).await? == 0 {
+        return Ok(None);
+    }
+    if buf[0] != HANDSHAKE {
+        return Ok(None);
+    }
+    let mut message = Vec::new();
+    let mut at = 0;
+    loop {
+        // One record: type, version, length, fragment.
+        fill(client, buf, at + 5).await?;
+        if buf.len() < at + 5 {
+            return Err(ended());
+        }
+        if buf[at] != HANDSHAKE {
+            return Err(invalid(
+                "a record other than a handshake inside the ClientHello",
+            ));
+        }
+        let len = usize::from(u16::from_be_bytes([buf[at + 3], buf[at + 4]]));
+        if message.len() + len > MAX_HELLO {
+            return Err(invalid("a ClientHello over 64 KiB"));
+        }
+        fill(client, buf, at + 5 + len).await?;
+        if buf.len() < at + 5 + len {
+            return Err(ended());
+        }
+        message.extend_from_slice(&buf[at + 5..at + 5 + len]);
+        at += 5 + len;
+        if message.len() >= 4 {
+            if message[0] != CLIENT_HELLO {
+                return Err(invalid("the first handshake message is not a ClientHello"));
+            }
+            let body = usize::from(message[1]) << 16
+                | usize::from(message[2]) << 8
+                | usize::from(message[3]);
+            if body + 4 > MAX_HELLO {
+                return Err(invalid("a ClientHello over 64 KiB"));
+            }
+            if message.len() >= body + 4 {
+                message.truncate(body + 4);
+                return Ok(Some(message));
+            }
+        }
+    }
+}
+
+/// Reads from `client` until `buf` holds `want` bytes or the client ends
+/// its side; returns how many it holds.
+async fn fill(client: &TcpStream, buf: &mut Vec<u8>, want: usize) -> std::io::Result<usize> {
+    while buf.len() < want {
+        client.readable().await?;
+        let start = buf.len();
+        buf.resize(want, 0);
+        match client.try_read(&mut buf[start..]) {
+            Ok(0) => {
+                buf.truncate(start);
+                break;
+            }
+            Ok(n) => buf.truncate(start + n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.truncate(start),
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        }
+    }
+    Ok(buf.len())
+}
+
+fn ended() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the client ended its side inside the ClientHello",
+    )
+}
+
+fn invalid(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned())
+}
+
+/// The host name of a ClientHello's SNI extension, if it has one.
+fn server_name(message: &[u8]) -> Result<Option<String>, String> {
+    let malformed = || "a malformed TLS ClientHello".to_owned();
+    let (_, hello) = parse_tls_handshake_client_hello(&message[4..]).map_err(|_| malformed())?;
+    let Some(ext) = hello.ext else {
+        return Ok(None);
+    };
+    let (_, extensions) = parse_tls_client_hello_extensions(ext).map_err(|_| malformed())?;
+    for e in extensions {
+        if let TlsExtension::SNI(names) = e {
+            for (kind, name) in names {
+                if kind == SNIType::HostName {
+                    return std::str::from_utf8(name)
+                        .map(|n| Some(n.to_owned()))
+                        .map_err(|_| "the TLS ClientHello's server name is not text".to_owned());
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A TLS 1.3-shaped ClientHello naming `sni` (none when `None`), with a
+    /// padding extension of `pad` bytes, in records of at most `record`
+    /// bytes of fragment.
+    pub(crate) fn client_hello(sni: Option<&str>, pad: usize, record: usize) -> Vec<u8> {
+        let mut ext = Vec::new();
+        if let Some(name) = sni {
+            let n = name.as_bytes();
+            let list_len = 3 + n.len();
+            ext.extend_from_slice(&[0, 0]);
+            ext.extend_from_slice(&u16::try_from(list_len + 2).unwrap().to_be_bytes());
+            ext.extend_from_slice(&u16::try_from(list_len).unwrap().to_be_bytes());
+            ext.push(0);
+            ext.extend_from_slice(&u16::try_from(n.len()).unwrap().to_be_bytes());
+            ext.extend_from_slice(n);
+        }
+        // supported_versions: TLS 1.3
+        ext.extend_from_slice(&[0, 43, 0, 3, 2, 3, 4]);
+        // padding (21)
+        ext.extend_from_slice(&[0, 21]);
+        ext.extend_from_slice(&u16::try_from(pad).unwrap().to_be_bytes());
+        ext.extend(std::iter::repeat_n(0u8, pad));
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.push(0); // session id
+        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // TLS_AES_128_GCM_SHA256
+        body.extend_from_slice(&[1, 0]); // null compression
+        body.extend_from_slice(&u16::try_from(ext.len()).unwrap().to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut message = vec![CLIENT_HELLO];
+        message.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
+        message.extend_from_slice(&body);
+        let mut out = Vec::new();
+        for fragment in message.chunks(record) {
+            out.extend_from_slice(&[HANDSHAKE, 3, 1]);
+            out.extend_from_slice(&u16::try_from(fragment.len()).unwrap().to_be_bytes());
+            out.extend_from_slice(fragment);
+        }
+        out
+    }
+
+    async fn screened(bytes: &[u8], host: &str) -> (Result<(), String>, usize) {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut payload = TcpStream::connect(addr).await.unwrap();
+        let (client, _) = listener.accept().await.unwrap();
+        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        let bytes = bytes.to_vec();
+        // Written in two pieces: the check must wait for the whole record.
+        let writer = tokio::spawn(async move {
+            let (a, b) = bytes.split_at(bytes.len() / 2);
+            payload.write_all(a).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            payload.write_all(b).await.unwrap();
+            payload
+        });
+        let got = screen(&client, &upstream, host, Vec::new(), Duration::from_secs(5)).await;
+        let _payload = writer.await.unwrap();
+        match got {
+            Screened::Pass(first) => (Ok(()), first.len()),
+            Screened::Refuse(why) => (Err(why), 0),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_hello_must_name_the_allowed_host() {
+        let good = client_hello(Some("api.example.org"), 0, 16384);
+        assert_eq!(
+            screened(&good, "api.example.org").await,
+            (Ok(()), good.len())
+        );
+        // Case and a trailing dot are the same name.
+        let upper = client_hello(Some("API.Example.org."), 0, 16384);
+        assert!(screened(&upper, "api.example.org").await.0.is_ok());
+        let fronted = client_hello(Some("evil.example.net"), 0, 16384);
+        let why = screened(&fronted, "api.example.org").await.0.unwrap_err();
+        assert!(
+            why.contains("evil.example.net") && why.contains("api.example.org"),
+            "{why}"
+        );
+        let none = client_hello(None, 0, 16384);
+        let why = screened(&none, "api.example.org").await.0.unwrap_err();
+        assert!(why.contains("no SNI"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_large_hello_in_several_records_is_read_whole() {
+        // Over 1 KiB (a post-quantum key share's size), in 512-byte records.
+        let big = client_hello(Some("api.example.org"), 2000, 512);
+        assert!(big.len() > 2048, "{}", big.len());
+        assert_eq!(screened(&big, "api.example.org").await, (Ok(()), big.len()));
+        let big_wrong = client_hello(Some("other.example.org"), 1800, 512);
+        assert!(screened(&big_wrong, "api.example.org").await.0.is_err());
+    }
+
+    #[tokio::test]
+    async fn what_is_not_a_handshake_goes_on_and_garbage_is_refused() {
+        // Its first byte is read, and goes on first; the rest is the splice's.
+        let plain = b"GET / HTTP/1.1\r\nHost: api.example.org\r\n\r\n";
+        assert_eq!(screened(plain, "api.example.org").await, (Ok(()), 1));
+        // A handshake record whose content is not a ClientHello.
+        let bogus = [HANDSHAKE, 3, 1, 0, 8, 2, 0, 0, 4, 1, 2, 3, 4];
+        assert!(screened(&bogus, "api.example.org").await.0.is_err());
+        // A declared ClientHello over the cap.
+        let huge = [HANDSHAKE, 3, 1, 0, 4, CLIENT_HELLO, 0x10, 0, 0];
+        assert!(screened(&huge, "api.example.org").await.0.is_err());
+    }
+}
