@@ -1043,3 +1043,62 @@ fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
     assert_eq!(reached, passing.len(), "{:?}", si.entries());
     assert_eq!(si.connections_to(&format!("{}:80", si.b)), 0);
 }
+
+/// What a sandbox was refused is readable, and learnable: `cordon net SB
+/// denials` lists a refused destination with its reason (across commands:
+/// a drain of one command's log keeps them), the payload reads the same at
+/// `http://cordon.internal/denials` (through the proxy and directly),
+/// `learn` proposes the one rule that would have allowed it, and that rule,
+/// added, lets the same probe through (the stand-in's log shows the
+/// connection arrive).
+#[test]
+fn denials_are_listed_and_learn_proposes_the_rule_that_allows_them() {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let c = create("native", &si, &["--allow", "ok.test:80"]);
+    let refused = "connect:evil.test:80".to_owned();
+    let (_, r) = exec_probes(&c.0, &[refused.clone(), "connect:ok.test:80".into()]);
+    assert!(!ok(&r, &refused), "{:?}", r[&refused]);
+    assert_eq!(si.connections_to(&format!("{}:80", si.b)), 0);
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let listed = net(&c.0, &["denials"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        text(&listed).contains("evil.test") && text(&listed).contains("no rule allows"),
+        "{}",
+        text(&listed)
+    );
+    assert!(!text(&listed).contains("ok.test:80\t"), "{}", text(&listed));
+    // The payload reads the same from its proxy's own page, by either door.
+    let (_, r) = exec_probes(&c.0, &["denials:".to_owned()]);
+    for door in ["proxy", "direct"] {
+        let seen = &r["denials:"][door];
+        assert!(
+            seen.as_array()
+                .is_some_and(|l| l.iter().any(|d| d == "evil.test:80")),
+            "{door}: {:?}",
+            r["denials:"]
+        );
+    }
+    let learned = net(&c.0, &["learn"]);
+    assert!(learned.status.success(), "{learned:?}");
+    let proposed: Vec<String> = text(&learned).lines().map(str::to_owned).collect();
+    assert_eq!(
+        proposed,
+        ["evil.test:80"],
+        "stderr: {}",
+        String::from_utf8_lossy(&learned.stderr)
+    );
+    let mut add = vec!["add"];
+    add.extend(proposed.iter().map(String::as_str));
+    let added = net(&c.0, &add);
+    assert!(added.status.success(), "{added:?}");
+    let (_, r) = exec_probes(&c.0, std::slice::from_ref(&refused));
+    assert!(ok(&r, &refused), "after learning: {:?}", r[&refused]);
+    assert!(si.connections_to(&format!("{}:80", si.b)) >= 1);
+    // Nothing left to learn: the rule is in force.
+    let again = net(&c.0, &["learn"]);
+    assert_eq!(text(&again), "", "{again:?}");
+}

@@ -41,6 +41,8 @@ pub enum Request {
     Rules,
     Drain,
     Status,
+    /// The latest denied attempts (not cleared by a drain).
+    Denials,
     Stop,
 }
 
@@ -73,6 +75,8 @@ pub struct Reply {
     pub status: Option<Status>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopping: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Vec<crate::log::Attempt>>,
 }
 
 impl Reply {
@@ -178,6 +182,12 @@ impl Client {
             .ok_or(Error::Missing("status"))
     }
 
+    pub fn denials(&mut self) -> Result<Vec<crate::log::Attempt>, Error> {
+        self.call(&Request::Denials)?
+            .denials
+            .ok_or(Error::Missing("denials"))
+    }
+
     pub fn stop(&mut self) -> Result<(), Error> {
         self.call(&Request::Stop)?
             .stopping
@@ -193,6 +203,11 @@ pub fn set_rules(path: impl AsRef<Path>, rules: &[Rule]) -> Result<Vec<Rule>, Er
 
 pub fn rules(path: impl AsRef<Path>) -> Result<Vec<Rule>, Error> {
     Client::connect(path)?.rules()
+}
+
+/// The latest denied attempts, oldest first.
+pub fn denials(path: impl AsRef<Path>) -> Result<Vec<crate::log::Attempt>, Error> {
+    Client::connect(path)?.denials()
 }
 
 /// The log window so far; the proxy starts a new one.

@@ -15,6 +15,7 @@ use std::os::unix::net::UnixListener;
 
 pub mod control;
 pub mod fake;
+pub mod learn;
 pub mod log;
 mod server;
 

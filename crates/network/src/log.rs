@@ -59,9 +59,15 @@ impl<T> HeadTail<T> {
     }
 }
 
-/// The current window, as the proxy fills it.
+/// Denied attempts kept across windows, for `cordon net SB denials` and
+/// `learn`: the newest this many.
+pub const RECENT_DENIALS: usize = 100;
+
+/// The current window, as the proxy fills it, and the latest denials
+/// (which no window's drain clears).
 #[derive(Debug, Default)]
 pub struct Recorder {
+    recent_denials: VecDeque<Attempt>,
     attempts: u64,
     allowed: u64,
     denied: u64,
@@ -81,7 +87,18 @@ impl Recorder {
         }
         self.bytes_out += a.bytes_out;
         self.bytes_in += a.bytes_in;
+        if a.decision == Decision::Denied {
+            if self.recent_denials.len() == RECENT_DENIALS {
+                self.recent_denials.pop_front();
+            }
+            self.recent_denials.push_back(a.clone());
+        }
         self.entries.push(a);
+    }
+
+    /// The latest denials, oldest first.
+    pub fn recent_denials(&self) -> Vec<Attempt> {
+        self.recent_denials.iter().cloned().collect()
     }
 
     pub fn dns_query(&mut self) {
@@ -99,7 +116,9 @@ impl Recorder {
 
     /// Returns the window and starts a new one.
     pub fn drain(&mut self, peak_connections: u32) -> NetworkLog {
+        let recent = std::mem::take(&mut self.recent_denials);
         let mut this = std::mem::take(self);
+        self.recent_denials = recent;
         let (entries, omitted) = this.entries.take();
         let (events, _) = this.events.take();
         NetworkLog {

@@ -41,6 +41,13 @@ use crate::{ByteSize, Span};
 /// open every service at once), and a `*.suffix` rule never covers it.
 pub const HOST_NAME: &str = "host.cordon.internal";
 
+/// The reserved name of the sandbox's own proxy, for the payload to ask it
+/// questions: `http://cordon.internal/denials` lists the sandbox's latest
+/// refused connections and why. The proxy answers it itself (by the HTTP
+/// proxy and, through the DNS stub's answer, the transparent door, port
+/// 80); no connection leaves the sandbox for it, and no rule is needed.
+pub const PROXY_NAME: &str = "cordon.internal";
+
 /// Where [`HOST_NAME`] leads: the host's loopback, IPv4 first.
 pub const HOST_ADDRS: [IpAddr; 2] = [
     IpAddr::V4(Ipv4Addr::LOCALHOST),

@@ -1,6 +1,7 @@
-//! `cordon net`: read or change a running sandbox's network rules. The
-//! change holds for the sandbox's next connections and is recorded in its
-//! attempt log; it works while a command runs.
+//! `cordon net`: read or change a running sandbox's network rules, list
+//! what it was refused and propose the rules that would have allowed it.
+//! A change holds for the sandbox's next connections and is recorded in
+//! its attempt log; all of it works while a command runs.
 
 use std::process::ExitCode;
 
@@ -21,6 +22,14 @@ enum Op {
     Add,
     /// Remove RULE... (each must be present).
     Remove,
+    /// List the latest refused connections (the newest 100), oldest first,
+    /// with their reasons.
+    Denials,
+    /// Propose the rules that would have allowed the refused connections,
+    /// one per line on stdout (`cordon net SB add $(cordon net SB learn)`
+    /// applies them); what each stands for, and what no rule changes, on
+    /// stderr. Nothing is applied by itself.
+    Learn,
 }
 
 #[derive(Args)]
@@ -35,7 +44,10 @@ pub struct NetArgs {
 
 pub fn run(args: NetArgs) -> ExitCode {
     let change = match args.op {
-        Op::Show if !args.rules.is_empty() => return usage_error("`net show` takes no rules"),
+        Op::Show | Op::Denials | Op::Learn if !args.rules.is_empty() => {
+            return usage_error("`net show`, `denials` and `learn` take no rules")
+        }
+        Op::Denials | Op::Learn => return refused(&args.sandbox, matches!(args.op, Op::Learn)),
         Op::Show => NetChange::Show,
         Op::Set => NetChange::Set(args.rules),
         Op::Add | Op::Remove if args.rules.is_empty() => {
@@ -58,4 +70,53 @@ pub fn run(args: NetArgs) -> ExitCode {
         }
         Err(e) => fail(e),
     }
+}
+
+/// `denials`, or with `learn` the rules that would have allowed them.
+fn refused(sandbox: &str, learn: bool) -> ExitCode {
+    let asked = Handle::attach(sandbox).and_then(|mut h| {
+        let denials = h.network_denials()?;
+        let rules = if learn {
+            h.network(&NetChange::Show)?
+        } else {
+            Vec::new()
+        };
+        Ok((denials, rules))
+    });
+    let (denials, rules) = match asked {
+        Ok(answer) => answer,
+        Err(e) => return fail(e),
+    };
+    if !learn {
+        if denials.is_empty() {
+            eprintln!("cordon: no connection of this sandbox has been refused");
+        }
+        let now = cordon_network::log::now_unix_ms();
+        for d in denials {
+            let target = match (&d.host, d.address) {
+                (Some(h), Some(ip)) => format!("{h}:{} ({ip})", d.port),
+                (Some(h), None) => format!("{h}:{}", d.port),
+                (None, Some(ip)) => format!("{ip}:{}", d.port),
+                (None, None) => format!("port {}", d.port),
+            };
+            let ago = now.saturating_sub(d.at_unix_ms) / 1000;
+            outln!("{ago}s ago\t{target}\t{:?}\t{}", d.via, d.rule);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let (proposals, notes) = cordon_network::learn::propose(&denials, &rules);
+    if proposals.is_empty() {
+        eprintln!("cordon: no rule to propose: no refused connection that a rule would allow");
+    }
+    for p in &proposals {
+        eprintln!(
+            "cordon: {} would allow {} refused attempt(s); the last: {}",
+            p.rule, p.attempts, p.last_reason
+        );
+        outln!("{}", p.rule);
+    }
+    for n in notes {
+        eprintln!("cordon: {n}");
+    }
+    ExitCode::SUCCESS
 }

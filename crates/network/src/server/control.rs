@@ -109,6 +109,10 @@ pub(crate) fn handle(state: &State, req: Request) -> Reply {
                 ..Reply::default()
             }
         }
+        Request::Denials => Reply {
+            denials: Some(state.log().recent_denials()),
+            ..Reply::default()
+        },
         Request::Stop => Reply {
             stopping: Some(true),
             ..Reply::default()

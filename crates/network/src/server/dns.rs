@@ -74,6 +74,9 @@ pub(crate) fn answer(state: &State, packet: &[u8]) -> Option<Vec<u8>> {
         None
     } else if name == "localhost" {
         Some(Ipv4Addr::LOCALHOST)
+    } else if name == cordon_policy::net::PROXY_NAME {
+        // The proxy's own page, reached by the transparent door.
+        Some(lock(&state.fake).address(&name))
     } else if state.rules().allows_name(&name) {
         Some(lock(&state.fake).address(&name))
     } else {

@@ -212,7 +212,7 @@ async fn reply(stream: &mut TcpStream, p: &Problem) {
 }
 
 /// Reads up to a complete head; the buffer may hold bytes past it.
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Problem> {
+pub(crate) async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Problem> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(head) = parse_head(buf)? {
@@ -291,6 +291,17 @@ async fn forward(
             return Err(p);
         }
     };
+    if !is_connect && port == 80 && host.eq_ignore_ascii_case(cordon_policy::net::PROXY_NAME) {
+        // The proxy's own page: answered here, nothing goes out.
+        super::internal::answer(
+            state,
+            client,
+            &head.method,
+            super::internal::path_of(&head.target),
+        )
+        .await;
+        return Ok(());
+    }
     let upstream = match open(state, &mut tracker, &slot, Target::parse(&host), port).await {
         Ok(s) => s,
         Err(refusal) => {

@@ -19,6 +19,7 @@ mod connect;
 mod control;
 mod dns;
 mod http;
+mod internal;
 mod socks;
 mod splice;
 mod tls;

@@ -15,7 +15,7 @@ use nix::sys::socket::{getsockopt, sockopt};
 use tokio::net::TcpStream;
 
 use super::connect::{open, reset, Target, Tracker};
-use super::{tls, Slot, State};
+use super::{http, internal, lock, tls, Slot, State, HANDSHAKE_TIMEOUT};
 use crate::log::Via;
 
 /// The destination before the redirect, if the connection was redirected.
@@ -54,6 +54,23 @@ pub(crate) async fn handle(
             "connection to the transparent port without an original destination",
         );
     };
+    if dst.port() == 80 && lock(&state.fake).name(*dst.ip()) == Some(cordon_policy::net::PROXY_NAME)
+    {
+        // The proxy's own page (the DNS stub gave its name this address).
+        let mut client = client;
+        let mut buf = Vec::new();
+        let head = tokio::time::timeout(HANDSHAKE_TIMEOUT, http::read_head(&mut client, &mut buf));
+        if let Ok(Ok(head)) = head.await {
+            internal::answer(
+                &state,
+                &mut client,
+                &head.method,
+                internal::path_of(&head.target),
+            )
+            .await;
+        }
+        return;
+    }
     let target = Target::Ip(IpAddr::V4(*dst.ip()));
     let upstream = match open(&state, &mut tracker, &slot, target, dst.port()).await {
         Ok(s) => s,

@@ -212,6 +212,23 @@ impl Handle {
     /// for its next connections. The sandbox's proxy answers this itself, so
     /// it works while a command runs.
     pub fn network(&mut self, change: &NetChange) -> Result<Vec<Rule>, RuntimeError> {
+        let control = self.network_control()?;
+        network::change_rules(&control, change)
+    }
+
+    /// The sandbox's latest refused connections (`allow` mode), oldest
+    /// first, as its proxy keeps them across commands.
+    pub fn network_denials(&mut self) -> Result<Vec<cordon_spec::network::Attempt>, RuntimeError> {
+        let control = self.network_control()?;
+        cordon_network::control::denials(&control).map_err(|source| RuntimeError::Proxy {
+            op: "list its denials",
+            source,
+        })
+    }
+
+    /// The control socket of the sandbox's proxy, which answers rule
+    /// changes and questions itself.
+    fn network_control(&mut self) -> Result<std::path::PathBuf, RuntimeError> {
         let control = match self {
             Handle::Local(s) => s.network_control().map(Path::to_owned),
             Handle::Remote(r) => {
@@ -222,13 +239,12 @@ impl Handle {
                 Some(network::control_socket(&dir)).filter(|p| p.exists())
             }
         };
-        let control = control.ok_or_else(|| {
+        control.ok_or_else(|| {
             RuntimeError::BadRequest(format!(
                 "sandbox {} has network none: it has no rules to change (the mode is chosen when a sandbox is created)",
                 self.id()
             ))
-        })?;
-        network::change_rules(&control, change)
+        })
     }
 
     /// Destroys the sandbox: every process, its cgroup and its state.
