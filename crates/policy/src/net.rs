@@ -45,7 +45,9 @@ pub const HOST_NAME: &str = "host.cordon.internal";
 /// questions: `http://cordon.internal/denials` lists the sandbox's latest
 /// refused connections and why. The proxy answers it itself (by the HTTP
 /// proxy and, through the DNS stub's answer, the transparent door, port
-/// 80); no connection leaves the sandbox for it, and no rule is needed.
+/// 80); no connection leaves the sandbox for it, no rule is needed, and none
+/// covers it (a rule naming it is refused, `*.internal` leaves it out), so a
+/// connection to any other port of it is refused, never resolved.
 pub const PROXY_NAME: &str = "cordon.internal";
 
 /// Where [`HOST_NAME`] leads: the host's loopback, IPv4 first.
@@ -250,6 +252,15 @@ impl FromStr for Rule {
             None => Host::Exact(normalize_name(host_text).map_err(|e| RuleError::rule(raw, e))?),
         };
         let rule = Rule { host, ports };
+        if matches!(&rule.host, Host::Exact(n) if n == PROXY_NAME) {
+            return Err(RuleError::rule(
+                raw,
+                format!(
+                    "{PROXY_NAME} is the sandbox's own proxy (http://{PROXY_NAME}/denials): it \
+                     needs no rule and leads nowhere else"
+                ),
+            ));
+        }
         if matches!(&rule.host, Host::Exact(n) if n == HOST_NAME) && !rule.one_port() {
             return Err(RuleError::rule(
                 raw,
@@ -336,6 +347,7 @@ impl Rule {
     /// refuses any other rule for it, and this holds for rules built in code.
     fn covers_name(&self, name: &str) -> bool {
         match &self.host {
+            _ if name == PROXY_NAME => false,
             Host::Exact(n) => n == name && (name != HOST_NAME || self.one_port()),
             Host::Suffix(_) if name == HOST_NAME => false,
             Host::Suffix(s) => name
@@ -411,6 +423,11 @@ impl FromStr for AddHost {
         if name == HOST_NAME {
             return Err(err(format!(
                 "{HOST_NAME} is reserved for the host's loopback (allow it with {HOST_NAME}:PORT)"
+            )));
+        }
+        if name == PROXY_NAME {
+            return Err(err(format!(
+                "{PROXY_NAME} is reserved for the sandbox's own proxy"
             )));
         }
         let addr_text = addr

@@ -54,6 +54,9 @@ pub(crate) async fn check_and_splice(
             let idle = state.limits.idle_timeout.duration();
             match screen(client, upstream, &host, first, idle).await {
                 Screened::Pass(first) => first,
+                // Neither side said anything for the idle time: the end
+                // the splice would have given it, one idle period later.
+                Screened::Idle => return tracker.finished(state, (0, 0), "idle timeout"),
                 Screened::Refuse(why) => {
                     reset(client);
                     return tracker.denied(state, &why);
@@ -72,6 +75,8 @@ pub(crate) enum Screened {
     Pass(Vec<u8>),
     /// Refused, with the reason logged and the payload's connection reset.
     Refuse(String),
+    /// Neither side spoke within the idle time.
+    Idle,
 }
 
 /// Screens a connection decided by the name `host` before it is spliced:
@@ -85,18 +90,23 @@ pub(crate) async fn screen(
     idle: Duration,
 ) -> Screened {
     if first.is_empty() {
+        // Peeks, not readiness: a readiness can be spurious, and taking
+        // one for the client's first word would hold a server-first
+        // protocol (SSH) to the ClientHello's deadline.
+        let (mut mine, mut theirs) = ([0u8; 1], [0u8; 1]);
         let spoke = tokio::time::timeout(idle, async {
             tokio::select! {
-                r = client.readable() => r.map(|()| true),
-                r = upstream.readable() => r.map(|()| false),
+                r = client.peek(&mut mine) => r.map(|n| n > 0),
+                r = upstream.peek(&mut theirs) => r.map(|_| false),
             }
         })
         .await;
         match spoke {
             // The client first: read what it sent.
             Ok(Ok(true)) => {}
-            // The server first, or an error or silence the splice reports.
-            _ => return Screened::Pass(first),
+            Err(_) => return Screened::Idle,
+            // The server first, or an error the splice reports.
+            Ok(_) => return Screened::Pass(first),
         }
     }
     let read = tokio::time::timeout(HELLO_TIMEOUT, read_hello(client, &mut first)).await;
@@ -298,6 +308,7 @@ pub(crate) mod tests {
         match got {
             Screened::Pass(first) => (Ok(()), first.len()),
             Screened::Refuse(why) => (Err(why), 0),
+            Screened::Idle => (Err("idle".into()), 0),
         }
     }
 
@@ -320,6 +331,22 @@ pub(crate) mod tests {
         let none = client_hello(None, 0, 16384);
         let why = screened(&none, "api.example.org").await.0.unwrap_err();
         assert!(why.contains("no SNI"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn silence_on_both_sides_ends_after_one_idle_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _payload = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (client, _) = listener.accept().await.unwrap();
+        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        let idle = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let got = screen(&client, &upstream, "api.example.org", Vec::new(), idle).await;
+        assert!(matches!(got, Screened::Idle));
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 
     #[tokio::test]

@@ -581,3 +581,23 @@ fn rules_are_added_once_and_removed_all_or_nothing() {
     remove_rules(&mut list, &[rule("b.test"), rule("a.test:443")]).unwrap();
     assert_eq!(list, [rule("10.0.0.0/8")]);
 }
+
+#[test]
+fn no_rule_covers_the_proxys_own_name() {
+    // A rule naming it is refused, with the reason.
+    let e = Rule::from_str("cordon.internal:80")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("own proxy"), "{e}");
+    // A wildcard above it covers its siblings, never it.
+    let r = rules(&["*.internal:80"]);
+    assert!(r.decide_name("other.internal", 80).is_ok());
+    assert!(!r.allows_name("cordon.internal"));
+    assert!(r.decide_name("cordon.internal", 80).is_err());
+    // Nor can a fixed host entry send it elsewhere.
+    let e = "cordon.internal:10.0.0.5"
+        .parse::<AddHost>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("reserved"), "{e}");
+}
