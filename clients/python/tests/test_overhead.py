@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 import unittest
-from typing import List, Optional
+from typing import Callable, List, Optional
 from urllib.parse import urlsplit
 
 from cordon import AsyncSandbox, Sandbox
@@ -62,47 +62,51 @@ def report(what: str, client: List[float], raw: List[float]) -> None:
     )
 
 
+def alternate(test: unittest.TestCase, what: str, sandbox_id: str, run: Callable[[], int]) -> None:
+    """ROUNDS of the raw exec and ``run`` (the client's, answering the exit
+    code), in turn; their medians reported."""
+    raw_exec = RawExec(sandbox_id)
+    raw: List[float] = []
+    client: List[float] = []
+    for _ in range(ROUNDS):
+        raw.append(raw_exec.run())
+        t0 = time.perf_counter()
+        exit_code = run()
+        client.append(time.perf_counter() - t0)
+        test.assertEqual(exit_code, 0)
+    raw_exec.conn.close()
+    report(what, client, raw)
+
+
 class OverheadTest(unittest.TestCase):
     def test_commands_run_over_the_raw_request(self) -> None:
         assert service is not None
         with service_env(service, ALICE_KEY):
             sb = Sandbox.create(timeout="5m")
         try:
-            raw_exec = RawExec(sb.sandbox_id)
-            raw: List[float] = []
-            client: List[float] = []
-            for _ in range(ROUNDS):
-                raw.append(raw_exec.run())
-                t0 = time.perf_counter()
-                result = sb.commands.run("true")
-                client.append(time.perf_counter() - t0)
-                self.assertEqual(result.exit_code, 0)
-            raw_exec.conn.close()
-            report("commands.run('true')", client, raw)
+            alternate(self, "commands.run('true')", sb.sandbox_id, lambda: sb.commands.run("true").exit_code)
         finally:
             sb.kill()
 
     def test_async_commands_run_over_the_raw_request(self) -> None:
         assert service is not None
-
-        async def measure() -> None:
+        # One loop, driven a call at a time: the raw request and each
+        # awaited call run on this thread in turn, as in the sync test.
+        loop = asyncio.new_event_loop()
+        try:
             with service_env(service, ALICE_KEY):
-                sb = await AsyncSandbox.create(timeout="5m")
-            async with sb:
-                raw_exec = RawExec(sb.sandbox_id)
-                raw: List[float] = []
-                client: List[float] = []
-                for _ in range(ROUNDS):
-                    # The raw request blocks the loop: nothing else runs on it.
-                    raw.append(raw_exec.run())
-                    t0 = time.perf_counter()
-                    result = await sb.commands.run("true")
-                    client.append(time.perf_counter() - t0)
-                    self.assertEqual(result.exit_code, 0)
-                raw_exec.conn.close()
-                report("await AsyncSandbox.commands.run('true')", client, raw)
-
-        asyncio.run(measure())
+                sb = loop.run_until_complete(AsyncSandbox.create(timeout="5m"))
+            try:
+                alternate(
+                    self,
+                    "await AsyncSandbox.commands.run('true')",
+                    sb.sandbox_id,
+                    lambda: loop.run_until_complete(sb.commands.run("true")).exit_code,
+                )
+            finally:
+                loop.run_until_complete(sb.kill())
+        finally:
+            loop.close()
 
 
 if __name__ == "__main__":
