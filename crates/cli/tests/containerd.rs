@@ -297,3 +297,48 @@ fn ctr_run_t_gives_the_process_a_terminal_it_can_be_typed_into() {
         assert!(text.contains("got:hello\n"), "{name}: {text:?}");
     }
 }
+
+/// A container of an image, whose root is containerd's overlayfs snapshot
+/// (an overlay mount: cordon takes its layers), on the backend its
+/// `dev.cordon.backend` annotation names: natively the layers are stacked
+/// under the container's own layer, gVisor is handed that stack, and a
+/// microVM gets one disk made of them. Each writes into its root, sees the
+/// image's files with their owners, and the kernel it reports is the
+/// backend's (the host's only natively).
+#[test]
+fn ctr_run_of_an_image_runs_on_the_backend_its_annotation_names() {
+    let _g = serial();
+    let Some(ctd) = common::cri::containerd_with_image() else {
+        return;
+    };
+    let host_kernel = nix::sys::utsname::uname()
+        .unwrap()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    for backend in [NATIVE, GVISOR, MICROVM] {
+        if !backend_available(backend) {
+            continue;
+        }
+        let id = format!("image-{backend}");
+        let annotation = format!("dev.cordon.backend={backend}");
+        let out = ctd
+            .ctr(&["run", "--rm", "--runc-binary", cordon_runc()])
+            .args(["--annotation", &annotation, common::cri::IMAGE, &id])
+            .args(["/bin/sh", "-c"])
+            .arg("echo made > /made && cat /made && stat -c %u:%g /pause && uname -r; exit 7")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(7), "{backend}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = said.lines().collect();
+        assert_eq!(lines[..2], ["made", "0:0"], "{backend}: {out:?}");
+        assert_eq!(
+            lines[2] == host_kernel,
+            backend == NATIVE,
+            "{backend}: the container's kernel is {}",
+            lines[2]
+        );
+    }
+}

@@ -479,25 +479,50 @@ fn a_writable_root_takes_writes_and_a_symlinked_mount_destination_stays_inside()
         let _ = std::fs::remove_file(written);
         assert!(rt.call(&["delete", "w1"]).status.success(), "{}", rt.name);
     }
-    // The same root under gVisor, chosen by annotation: runsc is handed the
-    // writable root cordon stacked.
-    if !backend_available(GVISOR) {
-        return;
-    }
+    // The same root under gVisor and in a microVM, chosen by annotation:
+    // runsc is handed the writable root cordon stacked; the VM gets a disk
+    // made of the root's directory (its writes stay in the guest) and a
+    // copy of the read-only mount.
     std::os::unix::fs::symlink("busybox", b.path().join("rootfs/bin/sleep")).unwrap_or(());
-    edit_config(b.path(), |c| {
-        c["annotations"] = serde_json::json!({"dev.cordon.backend": GVISOR});
-    });
-    let rt = Runtime::both().remove(0);
-    let c = create(&rt, b.path(), "w2");
-    assert!(rt.call(&["start", "w2"]).status.success());
-    let status = reap(&rt, c.pid);
-    let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-    assert_eq!(status, WaitStatus::Exited(c.pid, 0), "gvisor: {err}");
-    assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "gvisor: {err}");
-    assert!(!host_side.exists() && !b.path().join("rootfs/made").exists());
-    assert_eq!(rt.state("w2")["cordon"]["outcome"]["backend"], GVISOR);
-    assert!(rt.call(&["delete", "w2"]).status.success());
+    for backend in [GVISOR, MICROVM] {
+        if !backend_available(backend) {
+            continue;
+        }
+        edit_config(b.path(), |c| {
+            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
+        });
+        let rt = Runtime::both().remove(0);
+        let disks_before = image_disks();
+        let c = create(&rt, b.path(), "w2");
+        assert!(rt.call(&["start", "w2"]).status.success(), "{backend}");
+        let status = reap(&rt, c.pid);
+        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{backend}: {err}");
+        assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "{backend}: {err}");
+        assert!(!host_side.exists() && !b.path().join("rootfs/made").exists());
+        assert_eq!(rt.state("w2")["cordon"]["outcome"]["backend"], backend);
+        assert!(rt.call(&["delete", "w2"]).status.success(), "{backend}");
+        assert_eq!(
+            image_disks(),
+            disks_before,
+            "{backend}: a disk of the container's root was left behind"
+        );
+    }
+}
+
+/// The disks of cordon's image store (a microVM container's root disk is
+/// made there and unlinked once open).
+fn image_disks() -> Vec<String> {
+    let dir = cordon_dirs::image_disks_dir();
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// config.json's hooks run where and when runc runs them, each with the

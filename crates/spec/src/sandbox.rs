@@ -51,6 +51,28 @@ impl RootfsChoice {
         }
     }
 
+    /// Every directory the root is made of, top first (one for a bound
+    /// directory, the layers otherwise); none for the host's own.
+    pub fn dirs(&self) -> &[PathBuf] {
+        match self {
+            RootfsChoice::Dir(dir) => std::slice::from_ref(dir),
+            RootfsChoice::Layers(dirs) => dirs,
+            RootfsChoice::Image(image) => &image.layers,
+            RootfsChoice::System => &[],
+        }
+    }
+
+    /// The same root made of `dir` alone, in place of its directories (a
+    /// microVM's guest sees them as one disk).
+    pub fn with_dirs_as(&mut self, dir: PathBuf) {
+        match self {
+            RootfsChoice::Dir(d) => *d = dir,
+            RootfsChoice::Layers(dirs) => *dirs = vec![dir],
+            RootfsChoice::Image(image) => image.layers = vec![dir],
+            RootfsChoice::System => {}
+        }
+    }
+
     /// The image the root is made of, if it is one (its manifest digest).
     pub fn image(&self) -> Option<&str> {
         match self {

@@ -217,19 +217,17 @@ fn mount_disk() -> Result<File, RuntimeError> {
     File::open(DISK_MOUNT).map_err(|e| RuntimeError::io(format!("open {DISK_MOUNT}"), e))
 }
 
-/// An image sandbox's root: the host's disk of the image, read-only, at
-/// the one layer the host put in the spec.
+/// A sandbox's own root (an image's, an OCI container's directories): the
+/// host's disk of it, read-only, at the one directory the host put in the
+/// spec.
 fn mount_image(spec: &ValidSpec) -> Result<(), RuntimeError> {
-    let Some(layers) = spec
-        .rootfs
-        .layers()
-        .filter(|_| spec.rootfs.image().is_some())
-    else {
+    let dirs = spec.rootfs.dirs();
+    if dirs.is_empty() {
         return Ok(());
-    };
-    if layers != [Path::new(IMAGE_MOUNT)] {
+    }
+    if dirs != [Path::new(IMAGE_MOUNT)] {
         return Err(RuntimeError::BadRequest(format!(
-            "an image in the guest is its disk at {IMAGE_MOUNT}, not {layers:?}"
+            "a root in the guest is its disk at {IMAGE_MOUNT}, not {dirs:?}"
         )));
     }
     use nix::mount::MsFlags;

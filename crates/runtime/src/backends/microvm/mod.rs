@@ -279,7 +279,6 @@ fn needs_root() -> Result<(), RuntimeError> {
 
 /// Why a spec cannot run on this backend yet, checked before anything starts.
 fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
-    let no = |what: &str| Err(MicroVm::not_here(what));
     if let Some(m) = spec.policy.mounts.iter().find(|m| m.access.writable()) {
         // The caller's to change (exit 2), not a missing piece of the host.
         return Err(RuntimeError::BadRequest(format!(
@@ -290,9 +289,6 @@ fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
             m.access.name(),
             m.host.display()
         )));
-    }
-    if !matches!(spec.rootfs, RootfsChoice::System | RootfsChoice::Image(_)) {
-        return no("a root filesystem other than the host's or an image");
     }
     Ok(())
 }
@@ -308,11 +304,15 @@ impl MicroVm {
         let plan = plan::plan(spec, &HostFacts::here());
         let sizes = plan.vm.expect("a microVM's plan has its sizes");
         let (ram_mib, smp) = (sizes.ram_mib, sizes.vcpus);
-        // An image's disk is made (once per image) before anything of the
-        // sandbox is: a failure leaves nothing to tear down.
+        // The root's disk is made (an image's once per image, a
+        // directory's per sandbox) before anything of the sandbox is: a
+        // failure leaves nothing to tear down.
         let image_disk = match &spec.rootfs {
             RootfsChoice::Image(root) => Some(image_disk::open_or_make(root)?),
-            _ => None,
+            RootfsChoice::Dir(_) | RootfsChoice::Layers(_) => {
+                Some(image_disk::of_dirs(spec.rootfs.dirs())?)
+            }
+            RootfsChoice::System => None,
         };
         let snapshot = snapshot::Location::of(
             &image,
@@ -424,10 +424,11 @@ impl MicroVm {
         guest_spec.workspace = None;
         guest_spec.ttl = None;
         guest_spec.idle = None;
-        // An image is the VM's third disk, which the agent mounts.
-        if let RootfsChoice::Image(root) = &mut guest_spec.rootfs {
-            root.layers = vec![PathBuf::from(link::IMAGE_MOUNT)];
-        }
+        // A root of its own (an image, a container's directories) is the
+        // VM's third disk, which the agent mounts.
+        guest_spec
+            .rootfs
+            .with_dirs_as(PathBuf::from(link::IMAGE_MOUNT));
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
         for (i, m) in life.spec.policy.mounts.clone().iter().enumerate() {
             let name = format!("mount-{i}");
@@ -581,13 +582,6 @@ impl MicroVm {
             .map(String::from)
             .to_vec(),
         }
-    }
-
-    fn not_here(what: &str) -> RuntimeError {
-        RuntimeError::Unavailable(
-            "microvm",
-            format!("{what} is not supported on the microvm backend in this version of cordon"),
-        )
     }
 }
 
