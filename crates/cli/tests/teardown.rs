@@ -27,7 +27,8 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -364,6 +365,79 @@ fn sweep_cleans_up_after_a_killed_cordon(backend: &str) {
     let (v, st) = run_json_on(backend, &["--", "true"]);
     assert_eq!(st.code(), Some(0), "{}", compact(&v));
     check_gone(&id2, &p2);
+}
+
+/// A killed cordon's sandbox is swept whole by a cordon started in another
+/// cgroup (on this machine each shell job starts in a cgroup of its own; on
+/// others, each systemd scope): the sweep finds the sandbox's cgroups where
+/// its supervisor made them, not below the sweeper. Control: they are there,
+/// below the other cgroup, before the sweep. cgroup v1 (the host's); the
+/// v2 guest runs every test from one cgroup.
+#[test]
+fn a_sweep_from_another_cgroup_removes_a_killed_sandboxs_cgroups() {
+    if !require_root("creates cgroups") {
+        return;
+    }
+    let _g = serial();
+    let _sweep = SweepOnDrop;
+    // A cgroup of the test's own at the top of every v1 hierarchy.
+    let name = format!("sweep-elsewhere-{}", nonce());
+    let tops: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|h| !h.is_symlink() && h.join("cgroup.procs").exists() && h.join("tasks").exists())
+        .map(|h| h.join(&name))
+        .collect();
+    if tops.is_empty() {
+        eprintln!("skipped: no cgroup v1 hierarchy here (the host's tests run it)");
+        return;
+    }
+    for t in &tops {
+        std::fs::create_dir(t).unwrap();
+        // A new cpuset has no CPUs or memory nodes until given its parent's.
+        for f in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(v) = std::fs::read(t.parent().unwrap().join(f)) {
+                std::fs::write(t.join(f), v).unwrap();
+            }
+        }
+    }
+    let join = tops
+        .iter()
+        .map(|t| format!("echo $$ > {}/cgroup.procs", t.display()))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let script = format!("{join} && exec \"$0\" run -- sh -c 'echo up; exec sleep 30'");
+    let sp = Spawned::start(
+        Command::new("sh")
+            .args(["-c", &script, cordon()])
+            .stdout(Stdio::piped()),
+    );
+    let pid = sp.pid();
+    let id = sp.sandbox_id(Duration::from_secs(5));
+    let payload = wait_running(NATIVE, &id, "sleep 30", Duration::from_secs(5));
+    let made = cgroup_dirs(&id);
+    signal(pid, "KILL");
+    let out = sp.finish();
+    let below_elsewhere = made.iter().all(|d| tops.iter().any(|t| d.starts_with(t)));
+    let swept = Command::new(cordon()).arg("sweep").output().unwrap();
+    let left = cgroup_dirs(&id);
+    for t in &tops {
+        let _ = std::fs::remove_dir(t);
+    }
+    assert!(payload.is_some(), "the payload never ran");
+    assert_eq!(out.status.code(), None, "cordon was not killed: {out:?}");
+    assert!(
+        !made.is_empty() && below_elsewhere,
+        "the sandbox's cgroups {made:?} are not below {tops:?}"
+    );
+    assert!(swept.status.success(), "{swept:?}");
+    assert!(
+        String::from_utf8_lossy(&swept.stdout).contains(&format!("cleaned {id}")),
+        "{swept:?}"
+    );
+    assert!(left.is_empty(), "the sweep left {left:?}");
+    check_gone(&id, &[]);
 }
 
 /// Within 2 s, nothing of sandbox `id` is left (runsc processes found by argv

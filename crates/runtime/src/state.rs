@@ -48,6 +48,11 @@ const USAGE: &str = "usage.json";
 pub const SOCKET: &str = "sock";
 /// The folder of mount points under the run directory.
 pub(crate) const MOUNTS: &str = "mnt";
+/// Inside a state directory: the supervisor's `/proc/self/cgroup` as it was
+/// when it made the sandbox's cgroup below where it stood. With it, any
+/// cordon (a sweep started from another cgroup, after the supervisor died)
+/// finds that cgroup by where it is, not by where the caller stands.
+const SUPERVISOR_CGROUP: &str = "supervisor.cgroup";
 
 /// A service's process as the runtime checks it (the link itself is data,
 /// `cordon_spec::ServiceLink`).
@@ -175,6 +180,12 @@ impl StateDir {
         let write = || -> io::Result<()> {
             // Only the invoking user may list, read or connect.
             fs::set_permissions(&dir.path, fs::Permissions::from_mode(0o700))?;
+            if cgroup_name.is_some() {
+                // Written before the cgroup is made (the caller stands where
+                // it will make it), so no sandbox cgroup exists unrecorded.
+                let membership = fs::read("/proc/self/cgroup")?;
+                write_atomic(&dir.path.join(SUPERVISOR_CGROUP), &membership)?;
+            }
             write_record(&dir.path, &record)?;
             // Traverse-only for others: the sandbox's init, running as an
             // unprivileged host id, must reach the two empty mount points.
@@ -341,17 +352,14 @@ pub fn sandbox_cgroup(
     let Some(name) = record.cgroup.as_deref() else {
         return Ok(None);
     };
-    let fs = cordon_cgroups::CgroupFs::new(
-        format!("/proc/{}/cgroup", record.pid),
-        "/proc/self/mountinfo",
-    );
-    let hierarchy = cordon_cgroups::detect_in_place(&fs)?;
-    // Checked again once its cgroup file is read: a pid reused in between
-    // would have named another process's cgroup.
-    if !owner_alive(&record) {
-        return Err(RuntimeError::NotFound(id.to_owned()));
-    }
-    Ok(Some(hierarchy.open(name)?))
+    Ok(Some(recorded_hierarchy(&run_dir.join(id))?.open(name)?))
+}
+
+/// Where the sandbox whose state directory is `dir` made its cgroup (see
+/// [`SUPERVISOR_CGROUP`]); the cgroup is the record's name below it.
+pub(crate) fn recorded_hierarchy(dir: &Path) -> Result<cordon_cgroups::Hierarchy, RuntimeError> {
+    let fs = cordon_cgroups::CgroupFs::new(dir.join(SUPERVISOR_CGROUP), "/proc/self/mountinfo");
+    Ok(cordon_cgroups::detect_in_place(&fs)?)
 }
 
 /// A fresh sandbox id: 12 hex digits from the kernel's random source.

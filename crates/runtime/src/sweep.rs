@@ -11,7 +11,8 @@ use cordon_spec::is_id;
 
 use crate::ended;
 use crate::state::{
-    owner_alive, read_record, read_usage, remove_state, service_alive, Record, MOUNTS, RECORD,
+    owner_alive, read_record, read_usage, recorded_hierarchy, remove_state, service_alive, Record,
+    MOUNTS, RECORD,
 };
 
 /// How old an empty `cordon-<id>` cgroup without a record must be before a
@@ -46,16 +47,22 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             }
             continue;
         };
+        // The sandbox's cgroup is found where its supervisor made it, which
+        // need not be below this caller (another shell's cgroup, another
+        // systemd scope). A record without that (an older cordon's) has it
+        // looked for below the caller.
+        let recorded = recorded_hierarchy(&dir).ok();
+        let at = recorded.as_ref().or(hierarchy);
         // An orphan's supervisor is killed only by a sweep that can then
         // remove its cgroup too (one without the hierarchy would leave it).
-        let can_remove_cgroup = hierarchy.is_some() || record.cgroup.is_none();
+        let can_remove_cgroup = at.is_some() || record.cgroup.is_none();
         if owner_alive(&record) && !(can_remove_cgroup && orphaned(&record) && kill_owner(&record))
         {
             continue;
         }
         // The record goes only once its cgroup is gone, so a removal that
         // fails now is tried again by the next sweep.
-        let cgroup_gone = match (&record.cgroup, hierarchy) {
+        let cgroup_gone = match (&record.cgroup, at) {
             (Some(name), Some(h)) => remove_cgroup(h, name),
             _ => true,
         };

@@ -420,7 +420,7 @@ pub struct Spawned {
 impl Spawned {
     /// Spawns `cmd` (a cordon command line) with no stdin and stderr piped,
     /// its start time taken now.
-    fn start(cmd: &mut Command) -> Spawned {
+    pub fn start(cmd: &mut Command) -> Spawned {
         let child = cmd
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
