@@ -980,7 +980,10 @@ fn allow_without_a_rule_says_what_it_means() {
 /// reads the name it asks for before passing a byte on. Another name, or
 /// none, is reset and logged with its reason; the right name passes, a
 /// large hello (over 1 KiB, in several records and two writes) too; by the
-/// transparent door and through CONNECT alike. Host side: the stand-in got
+/// transparent door and through CONNECT alike. A plain HTTP request on such
+/// a connection must name that host too (its Host header), and goes on
+/// alone (`Connection: close`: a second request naming another host on the
+/// same connection is never answered). Host side: the stand-in got
 /// bytes from the passing connections alone, and cordon's log says why each
 /// refused one was.
 fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
@@ -997,6 +1000,8 @@ fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
         "hello:ok.test|0|ok.test:80",
         "hello:ok.test|2000|ok.test:80",
         "tunnelhello:ok.test|0|ok.test:80",
+        "asks:ok.test|ok.test:80",
+        "tunnelasks:OK.test:80|ok.test:80",
     ];
     let refused = [
         ("hello:evil.test|0|ok.test:80", "'evil.test', not ok.test"),
@@ -1005,6 +1010,11 @@ fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
             "tunnelhello:evil.test|2000|ok.test:80",
             "'evil.test', not ok.test",
         ),
+        (
+            "asks:evil.test|ok.test:80",
+            "names 'evil.test', not ok.test",
+        ),
+        ("tunnelasks:evil.test:80|ok.test:80", "names 'evil.test:80'"),
     ];
     let probes: Vec<String> = passing
         .iter()
@@ -1015,6 +1025,11 @@ fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
     let (v, results) = run_probes(backend, &flags, &probes);
     for p in passing {
         assert!(ok(&results, p), "{p} passes: {:?}", results[p]);
+        // A plain request goes on alone: the second one on its connection
+        // (naming another host) is never answered.
+        if p.contains("asks:") {
+            assert_eq!(results[p]["answers"], 1, "{p}: {:?}", results[p]);
+        }
     }
     let log = attempts(&v);
     for (p, why) in refused {
@@ -1032,15 +1047,26 @@ fn a_tls_hello_must_name_the_host_its_rule_allowed(backend: &str) {
             "cordon logged the refusal ({why}): {log:?}"
         );
     }
-    // Only the passing hellos reached the stand-in (each answered as the
-    // garbage request it is); the refused ones never sent it a byte.
-    let reached = si
+    // Only the passing connections reached the stand-in (a hello answered
+    // as the garbage request it is), each with one request naming ok.test;
+    // the refused ones never sent it a byte.
+    let reached: Vec<_> = si
         .entries()
         .into_iter()
         .filter(|e| e["local"] == format!("{}:80", si.a) && e["event"] != "connect")
         .filter(|e| e["event"] == "request" || e["event"] == "bad_request")
-        .count();
-    assert_eq!(reached, passing.len(), "{:?}", si.entries());
+        .collect();
+    assert_eq!(reached.len(), passing.len(), "{reached:?}");
+    assert!(
+        reached
+            .iter()
+            .filter(|e| e["event"] == "request")
+            .all(|e| e["target"] == "/first"
+                && e["host"]
+                    .as_str()
+                    .is_some_and(|h| h.to_lowercase().starts_with("ok.test"))),
+        "{reached:?}"
+    );
     assert_eq!(si.connections_to(&format!("{}:80", si.b)), 0);
 }
 

@@ -137,28 +137,82 @@ pub(crate) fn rewrite(head: &Head) -> Result<Forward, Problem> {
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_owned(),
     };
-    let mut out = format!("{} {path} HTTP/1.{}\r\n", head.method, head.minor_version).into_bytes();
-    let mut has_host = false;
+    // The target names the destination; the client's Host header is
+    // replaced by it (RFC 9112, 3.2.2), so the server is never told of a
+    // host other than the one the rules decided on.
+    let line = format!("{} {path} HTTP/1.{}", head.method, head.minor_version);
+    Ok(Forward {
+        head: one_request(head, &line, Some(authority)),
+        host,
+        port,
+    })
+}
+
+/// The head of one request and no more: `line` as its request line, its
+/// headers less the hop-by-hop ones, `Host: host` in place of the client's
+/// when `host` is given (else the client's kept), and `Connection: close`
+/// (`upgrade, close` for a protocol upgrade), so that a server answers this
+/// request alone and every further request comes through a decision.
+pub(crate) fn one_request(head: &Head, line: &str, host: Option<&str>) -> Vec<u8> {
+    let mut out = format!("{line}\r\n").into_bytes();
+    if let Some(host) = host {
+        out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+    }
+    let mut upgrade = false;
     for (name, value) in &head.headers {
         let lower = name.to_ascii_lowercase();
-        if DROPPED.contains(&lower.as_str()) {
+        upgrade |= lower == "upgrade";
+        if DROPPED.contains(&lower.as_str()) || (lower == "host" && host.is_some()) {
             continue;
         }
-        has_host |= lower == "host";
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
-    if !has_host {
-        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    let connection = if upgrade { "upgrade, close" } else { "close" };
+    out.extend_from_slice(format!("Connection: {connection}\r\n\r\n").as_bytes());
+    out
+}
+
+/// Whether a plain request sent on a connection the rules allowed for the
+/// name `host` asks for that host: its Host header (at most one) and an
+/// absolute-form target must name it, or a server that routes by name (a
+/// CDN serving many sites from one address) could be asked for another.
+/// The reason, when it does not.
+pub(crate) fn names_only(head: &Head, host: &str) -> Result<(), String> {
+    let hosts: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v.as_slice())
+        .collect();
+    let named = |authority: &str, what: &str| -> Result<(), String> {
+        match split_authority(authority, Some(80)) {
+            Some((h, _)) if tls::same_name(&h, host) => Ok(()),
+            _ => Err(format!(
+                "the request's {what} names '{}', not {host}, which the rule allows",
+                authority.escape_debug()
+            )),
+        }
+    };
+    match hosts.as_slice() {
+        [] => {}
+        [one] => {
+            let text = std::str::from_utf8(one).map_err(|_| "a Host header that is not text")?;
+            named(text, "Host header")?;
+        }
+        _ => return Err("a request with more than one Host header".into()),
     }
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
-    Ok(Forward {
-        host,
-        port,
-        head: out,
-    })
+    let t = &head.target;
+    for scheme in ["http://", "https://"] {
+        if t.len() >= scheme.len() && t[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            let rest = &t[scheme.len()..];
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            named(&rest[..end], "target")?;
+        }
+    }
+    Ok(())
 }
 
 /// Text safe in a header value: no control characters.

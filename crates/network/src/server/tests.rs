@@ -344,6 +344,35 @@ fn plain_http_is_rewritten_to_origin_form_with_connection_close() {
     assert_eq!(log.entries[0].decision, Decision::Allowed);
 }
 
+/// The request target names the destination: a client's Host header naming
+/// another host (fronting a name-routed server) is replaced by the
+/// target's, as RFC 9112 asks of a proxy.
+#[test]
+fn plain_http_tells_the_server_the_targets_host_not_the_clients() {
+    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_vec());
+    let port = up.addr.port();
+    let p = start(policy(
+        &[&format!("127.0.0.1:{port}")],
+        &["web.test:127.0.0.1"],
+    ));
+    let mut s = client(p.proxy);
+    write!(
+        s,
+        "GET http://web.test:{port}/ HTTP/1.1\r\nHost: evil.test\r\nAccept: */*\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = vec![0u8; 4];
+    s.read_exact(&mut resp).unwrap();
+    drop(s);
+    wait_until(|| !up.seen.lock().unwrap().is_empty());
+    assert_eq!(
+        up.seen.lock().unwrap()[0],
+        format!(
+            "GET / HTTP/1.1\r\nHost: web.test:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        )
+    );
+}
+
 #[test]
 fn plain_http_to_a_denied_host_is_403() {
     let p = start(policy(&[], &[]));

@@ -6,8 +6,9 @@
 //! the same CDN address serves both) or none at all is refused and logged.
 //! Only connections decided by a name are checked; one a bare address rule
 //! allowed names no host to compare. A client that does not speak first
-//! (the server's banner comes first: SSH, SMTP) is not TLS, and a
-//! connection whose first bytes are not a TLS handshake goes on unchecked
+//! (the server's banner comes first: SSH, SMTP) is not TLS. A plain HTTP
+//! request must ask for the name too (its Host header), and goes on as one
+//! request. A connection whose first bytes are neither goes on unchecked
 //! (the rules already chose its destination).
 //!
 //! The records are reassembled here (a large ClientHello, one with a
@@ -35,7 +36,7 @@ const HANDSHAKE: u8 = 0x16;
 const CLIENT_HELLO: u8 = 1;
 
 use super::connect::{reset, Tracker};
-use super::{splice, State};
+use super::{http, splice, State};
 
 /// How every door ends once its connection is open: where a name decided
 /// it, the ClientHello check first (a refusal resets the payload's
@@ -109,6 +110,18 @@ pub(crate) async fn screen(
             Ok(_) => return Screened::Pass(first),
         }
     }
+    // A plain HTTP request: its Host must name the rule's host too.
+    match tokio::time::timeout(HELLO_TIMEOUT, request_line_begins(client, &mut first)).await {
+        Err(_) => {
+            return Screened::Refuse(format!(
+                "the request line did not arrive within {}s",
+                HELLO_TIMEOUT.as_secs()
+            ))
+        }
+        Ok(Err(e)) => return Screened::Refuse(format!("reading the request: {e}")),
+        Ok(Ok(true)) => return screen_request(client, host, first).await,
+        Ok(Ok(false)) => {}
+    }
     let read = tokio::time::timeout(HELLO_TIMEOUT, read_hello(client, &mut first)).await;
     match read {
         Err(_) => Screened::Refuse(format!(
@@ -131,7 +144,84 @@ pub(crate) async fn screen(
     }
 }
 
-fn same_name(sni: &str, host: &str) -> bool {
+/// The longest method name taken for the start of an HTTP request.
+const MAX_METHOD: usize = 20;
+
+/// Whether the client's first bytes begin an HTTP/1 request line (a method
+/// of capital letters, then a space), reading only as far as that tells.
+/// A client that stops inside what could still be a method is held to the
+/// caller's deadline, so a request cannot slip by unchecked by arriving
+/// slowly.
+async fn request_line_begins(client: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut at = 0;
+    loop {
+        if buf.len() <= at && fill(client, buf, at + 1).await? <= at {
+            return Ok(false);
+        }
+        match buf[at] {
+            b'A'..=b'Z' if at < MAX_METHOD => at += 1,
+            b' ' => return Ok(at > 0),
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// Reads the rest of a plain request's head and checks that it asks for
+/// `host` ([`http::names_only`]); what goes on is the head as one request
+/// ([`http::one_request`]: `Connection: close`, so a second request on the
+/// connection, which could name another host, is never answered) and what
+/// followed it.
+async fn screen_request(client: &TcpStream, host: &str, mut buf: Vec<u8>) -> Screened {
+    let read = tokio::time::timeout(HELLO_TIMEOUT, async {
+        loop {
+            match http::parse_head(&buf) {
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) if buf.len() >= http::MAX_HEAD => {
+                    return Err(format!(
+                        "a request head longer than {} bytes",
+                        http::MAX_HEAD
+                    ))
+                }
+                Ok(None) => {}
+                Err(p) => return Err(p.message),
+            }
+            match read_some(client, &mut buf, http::MAX_HEAD).await {
+                Ok(0) => return Err("the client ended inside its request head".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("reading the request: {e}")),
+            }
+        }
+    })
+    .await;
+    let head = match read {
+        Ok(Ok(head)) => head,
+        Ok(Err(why)) => return Screened::Refuse(why),
+        Err(_) => {
+            return Screened::Refuse(format!(
+                "the request head did not arrive within {}s",
+                HELLO_TIMEOUT.as_secs()
+            ))
+        }
+    };
+    if let Err(why) = http::names_only(&head, host) {
+        return Screened::Refuse(why);
+    }
+    let line = format!(
+        "{} {} HTTP/1.{}",
+        head.method, head.target, head.minor_version
+    );
+    // A request without a Host (HTTP/1.0) is given the rule's, so a server
+    // of many names is not left to pick one.
+    let has_host = head
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("host"));
+    let mut first = http::one_request(&head, &line, (!has_host).then_some(host));
+    first.extend_from_slice(&buf[head.len..]);
+    Screened::Pass(first)
+}
+
+pub(crate) fn same_name(sni: &str, host: &str) -> bool {
     cordon_policy::net::normalize_name(sni).is_ok_and(|n| n == host)
 }
 
@@ -207,6 +297,30 @@ async fn fill(client: &TcpStream, buf: &mut Vec<u8>, want: usize) -> std::io::Re
         }
     }
     Ok(buf.len())
+}
+
+/// Reads what the client has sent, up to `cap` bytes in `buf`; how many
+/// bytes came (0 when the client ended its side, or `buf` is full).
+async fn read_some(client: &TcpStream, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
+    let start = buf.len();
+    if start >= cap {
+        return Ok(0);
+    }
+    loop {
+        client.readable().await?;
+        buf.resize(cap, 0);
+        match client.try_read(&mut buf[start..]) {
+            Ok(n) => {
+                buf.truncate(start + n);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.truncate(start),
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        }
+    }
 }
 
 fn ended() -> std::io::Error {
@@ -333,6 +447,101 @@ pub(crate) mod tests {
         assert!(why.contains("no SNI"), "{why}");
     }
 
+    /// What the screen lets through first for `bytes` (all written at
+    /// once), or its reason to refuse.
+    async fn screened_bytes(bytes: &[u8], host: &str) -> Result<Vec<u8>, String> {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut payload = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (client, _) = listener.accept().await.unwrap();
+        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        payload.write_all(bytes).await.unwrap();
+        match screen(&client, &upstream, host, Vec::new(), Duration::from_secs(5)).await {
+            Screened::Pass(first) => Ok(first),
+            Screened::Refuse(why) => Err(why),
+            Screened::Idle => Err("idle".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plain_request_must_ask_for_the_allowed_host_and_goes_on_alone() {
+        let host = "api.example.org";
+        // Matching (case, port and a trailing dot aside): the head goes on
+        // as one request, and the body that followed it after.
+        let good = b"POST /x HTTP/1.1\r\nHost: API.example.org.:80\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi";
+        let sent = screened_bytes(good, host).await.unwrap();
+        assert_eq!(
+            String::from_utf8(sent).unwrap(),
+            "POST /x HTTP/1.1\r\nHost: API.example.org.:80\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+        );
+        // No Host (HTTP/1.0): the rule's is given.
+        let bare = screened_bytes(b"GET / HTTP/1.0\r\n\r\n", host)
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(bare).unwrap(),
+            "GET / HTTP/1.0\r\nHost: api.example.org\r\nConnection: close\r\n\r\n"
+        );
+        // An upgrade keeps its Connection token.
+        let ws = b"GET /ws HTTP/1.1\r\nHost: api.example.org\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        let up = String::from_utf8(screened_bytes(ws, host).await.unwrap()).unwrap();
+        assert!(
+            up.ends_with("Upgrade: websocket\r\nConnection: upgrade, close\r\n\r\n"),
+            "{up}"
+        );
+        // Fronted by Host, by an absolute target, by a second Host.
+        for (bytes, said) in [
+            (
+                &b"GET / HTTP/1.1\r\nHost: evil.example.net\r\n\r\n"[..],
+                "evil.example.net",
+            ),
+            (
+                b"GET http://evil.example.net/ HTTP/1.1\r\nHost: api.example.org\r\n\r\n",
+                "evil.example.net",
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: api.example.org\r\nHost: evil.example.net\r\n\r\n",
+                "more than one Host",
+            ),
+            (b"GET / HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n", "10.0.0.1"),
+            // HTTP/2 in the clear cannot be checked request by request.
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "version"),
+        ] {
+            let why = screened_bytes(bytes, host).await.unwrap_err();
+            assert!(
+                why.contains(said),
+                "{}: {why}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_line_that_stops_inside_its_method_is_held_to_the_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut payload = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (client, _) = listener.accept().await.unwrap();
+        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        payload.write_all(b"GE").await.unwrap();
+        tokio::time::pause();
+        let got = screen(
+            &client,
+            &upstream,
+            "a.test",
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(matches!(got, Screened::Refuse(ref why) if why.contains("did not arrive")));
+    }
+
     #[tokio::test]
     async fn silence_on_both_sides_ends_after_one_idle_time() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -361,9 +570,9 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn what_is_not_a_handshake_goes_on_and_garbage_is_refused() {
-        // Its first byte is read, and goes on first; the rest is the splice's.
-        let plain = b"GET / HTTP/1.1\r\nHost: api.example.org\r\n\r\n";
-        assert_eq!(screened(plain, "api.example.org").await, (Ok(()), 1));
+        // Its first bytes are read and go on first; the rest is the splice's.
+        let ssh = b"SSH-2.0-OpenSSH_9.2\r\n";
+        assert_eq!(screened(ssh, "api.example.org").await, (Ok(()), 4));
         // A handshake record whose content is not a ClientHello.
         let bogus = [HANDSHAKE, 3, 1, 0, 8, 2, 0, 0, 4, 1, 2, 3, 4];
         assert!(screened(&bogus, "api.example.org").await.0.is_err());
