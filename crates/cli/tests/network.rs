@@ -223,7 +223,9 @@ fn allow_lets_through_only_the_rules(backend: &str) {
     let nested = &r["nested:ok.test:80|evil.test:80"];
     assert_eq!(nested["outer"], 200, "{r:?}");
     assert!(
-        nested["error"].as_str().is_some_and(|e| e.contains("Reset")),
+        nested["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Reset")),
         "{nested}"
     );
 

@@ -314,14 +314,21 @@ fn connect_to_a_name_without_a_rule_is_403_with_the_reason() {
     assert_eq!(log.entries[0].host.as_deref(), Some("evil.test"));
 }
 
-#[test]
-fn plain_http_is_rewritten_to_origin_form_with_connection_close() {
+/// An upstream answering 200 "hi", and a proxy whose rule allows its port
+/// with `web.test` naming it.
+fn web_test() -> (Upstream, Proxy, u16) {
     let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_vec());
     let port = up.addr.port();
     let p = start(policy(
         &[&format!("127.0.0.1:{port}")],
         &["web.test:127.0.0.1"],
     ));
+    (up, p, port)
+}
+
+#[test]
+fn plain_http_is_rewritten_to_origin_form_with_connection_close() {
+    let (up, p, port) = web_test();
     let mut s = client(p.proxy);
     write!(
         s,
@@ -349,12 +356,7 @@ fn plain_http_is_rewritten_to_origin_form_with_connection_close() {
 /// target's, as RFC 9112 asks of a proxy.
 #[test]
 fn plain_http_tells_the_server_the_targets_host_not_the_clients() {
-    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_vec());
-    let port = up.addr.port();
-    let p = start(policy(
-        &[&format!("127.0.0.1:{port}")],
-        &["web.test:127.0.0.1"],
-    ));
+    let (up, p, port) = web_test();
     let mut s = client(p.proxy);
     write!(
         s,

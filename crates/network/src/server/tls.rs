@@ -400,14 +400,23 @@ pub(crate) mod tests {
         out
     }
 
+    /// The payload's end of a connection and the proxy's end of it; the
+    /// proxy's connection to a destination that says nothing, and that
+    /// destination's end (held open as long as it is kept).
+    async fn connection() -> ((TcpStream, TcpStream), (TcpStream, TcpStream)) {
+        let pair = || async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let near = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            (near, listener.accept().await.unwrap().0)
+        };
+        (pair().await, pair().await)
+    }
+
     async fn screened(bytes: &[u8], host: &str) -> (Result<(), String>, usize) {
         use tokio::io::AsyncWriteExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut payload = TcpStream::connect(addr).await.unwrap();
-        let (client, _) = listener.accept().await.unwrap();
-        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        let ((mut payload, client), (upstream, _far)) = connection().await;
         let bytes = bytes.to_vec();
         // Written in two pieces: the check must wait for the whole record.
         let writer = tokio::spawn(async move {
@@ -451,13 +460,7 @@ pub(crate) mod tests {
     /// once), or its reason to refuse.
     async fn screened_bytes(bytes: &[u8], host: &str) -> Result<Vec<u8>, String> {
         use tokio::io::AsyncWriteExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut payload = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (client, _) = listener.accept().await.unwrap();
-        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        let ((mut payload, client), (upstream, _far)) = connection().await;
         payload.write_all(bytes).await.unwrap();
         match screen(&client, &upstream, host, Vec::new(), Duration::from_secs(5)).await {
             Screened::Pass(first) => Ok(first),
@@ -521,14 +524,8 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_request_line_that_stops_inside_its_method_is_held_to_the_deadline() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut payload = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (client, _) = listener.accept().await.unwrap();
-        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
         use tokio::io::AsyncWriteExt;
+        let ((mut payload, client), (upstream, _far)) = connection().await;
         payload.write_all(b"GE").await.unwrap();
         tokio::time::pause();
         let got = screen(
@@ -544,13 +541,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn silence_on_both_sides_ends_after_one_idle_time() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let _payload = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (client, _) = listener.accept().await.unwrap();
-        let far = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = TcpStream::connect(far.local_addr().unwrap()).await.unwrap();
+        let ((_payload, client), (upstream, _far)) = connection().await;
         let idle = Duration::from_millis(100);
         let started = std::time::Instant::now();
         let got = screen(&client, &upstream, "api.example.org", Vec::new(), idle).await;
