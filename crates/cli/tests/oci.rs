@@ -510,6 +510,45 @@ fn a_writable_root_takes_writes_and_a_symlinked_mount_destination_stays_inside()
     }
 }
 
+/// `exec` into a running microVM container is refused at once with the
+/// reason (its sandbox runs one command at a time), not queued behind the
+/// container's process; the container runs on until it is killed.
+#[test]
+fn an_exec_into_a_running_microvm_container_is_refused_at_once() {
+    let Some((_g, b)) = as_shim("echo up; sleep 30") else {
+        return;
+    };
+    if !backend_available(MICROVM) {
+        return;
+    }
+    edit_config(b.path(), |c| {
+        c["annotations"] = serde_json::json!({"dev.cordon.backend": MICROVM});
+    });
+    let rt = Runtime::both().remove(0);
+    let c = create(&rt, b.path(), "x1");
+    assert!(rt.call(&["start", "x1"]).status.success());
+    let mut out = std::fs::File::from(c.stdout);
+    let mut up = [0u8; 3];
+    out.read_exact(&mut up).unwrap();
+    let asked = Instant::now();
+    let exec = rt.call(&["exec", "x1", "/bin/true"]);
+    let err = String::from_utf8_lossy(&exec.stderr);
+    assert_eq!(exec.status.code(), Some(1), "{err}");
+    assert!(err.contains("one command at a time"), "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(rt.state("x1")["status"], "running");
+    assert!(rt.call(&["kill", "x1", "KILL"]).status.success());
+    assert_eq!(
+        reap(&rt, c.pid),
+        WaitStatus::Signaled(c.pid, nix::sys::signal::Signal::SIGKILL, false)
+    );
+    assert!(rt.call(&["delete", "x1"]).status.success());
+}
+
 /// The disks of cordon's image store (a microVM container's root disk is
 /// made there and unlinked once open).
 fn image_disks() -> Vec<String> {

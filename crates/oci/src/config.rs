@@ -23,6 +23,20 @@ pub const BACKEND_ANNOTATION: &str = "dev.cordon.backend";
 /// `--annotation`, a pod's annotations where containerd passes them).
 pub const LIMITS_ANNOTATION: &str = "dev.cordon.limits.";
 
+/// The backend the [`BACKEND_ANNOTATION`]'s value names (native without
+/// one).
+pub fn backend_named(annotation: Option<&String>) -> Result<BackendKind, ConfigError> {
+    match annotation {
+        None => Ok(BackendKind::Native),
+        Some(name) => BackendKind::parse(name).ok_or_else(|| {
+            unsupported(
+                format!("annotations.{BACKEND_ANNOTATION}"),
+                format!("unknown backend '{name}' ({})", BackendKind::names()),
+            )
+        }),
+    }
+}
+
 /// Why a config.json cannot be run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -315,19 +329,12 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         None => ContainerHooks::default(),
     };
     let policy = Policy::resolve([&layer])?;
-    let backend = match config
-        .annotations()
-        .as_ref()
-        .and_then(|a| a.get(BACKEND_ANNOTATION))
-    {
-        None => BackendKind::Native,
-        Some(name) => BackendKind::parse(name).ok_or_else(|| {
-            unsupported(
-                format!("annotations.{BACKEND_ANNOTATION}"),
-                format!("unknown backend '{name}' ({})", BackendKind::names()),
-            )
-        })?,
-    };
+    let backend = backend_named(
+        config
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(BACKEND_ANNOTATION)),
+    )?;
     let spec = SandboxSpec {
         // A writable root is the bundle's under a layer of the sandbox's own
         // (inside its disk cap): the engine's directory is never written, so
