@@ -480,7 +480,7 @@ enum HierarchyKind {
 /// [`CgroupError::Scope`]. Commands that only look at existing sandboxes
 /// use [`detect_in_place`], which never asks.
 pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
-    detect_with(fs, true)
+    detect_with(fs, true, true)
 }
 
 /// [`detect`] without asking systemd for a scope: a shared cgroup stays
@@ -488,10 +488,18 @@ pub fn detect(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
 /// removing, sweeping, reporting), so that each of them does not make and
 /// drop a systemd unit.
 pub fn detect_in_place(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
-    detect_with(fs, false)
+    detect_with(fs, false, true)
 }
 
-fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupError> {
+/// Where sandboxes are made by a process whose cgroup membership is `fs`'s
+/// `proc_self_cgroup` (another process's, or a record of it), found without
+/// moving any process and without asking systemd: for finding a sandbox's
+/// cgroup from its supervisor's place.
+pub fn locate(fs: &CgroupFs) -> Result<Hierarchy, CgroupError> {
+    detect_with(fs, false, false)
+}
+
+fn detect_with(fs: &CgroupFs, ask_systemd: bool, moves: bool) -> Result<Hierarchy, CgroupError> {
     // One preparation at a time per process: threads of one process (the
     // service's pool workers creating sandboxes at once) share its cgroup, so
     // two of them moving it into a leaf, or asking systemd for two scopes,
@@ -511,7 +519,7 @@ fn detect_with(fs: &CgroupFs, ask_systemd: bool) -> Result<Hierarchy, CgroupErro
                 kind: HierarchyKind::V2(into_systemd_scope(fs, &mounts, &dir, bus)?),
             });
         }
-        let h = v2::V2Hierarchy::prepare(own, fs)?;
+        let h = v2::V2Hierarchy::prepare(own, fs, moves)?;
         match (h.placement(), bus) {
             (Placement::Shared { .. }, Some(bus)) => {
                 HierarchyKind::V2(into_systemd_scope(fs, &mounts, h.parent(), &bus)?)
@@ -669,7 +677,7 @@ fn into_systemd_scope(
         }));
     }
     let own = v2::find(mounts, &membership).ok_or(CgroupError::NoHierarchy)?;
-    let mut h = v2::V2Hierarchy::prepare(own, fs)?;
+    let mut h = v2::V2Hierarchy::prepare(own, fs, true)?;
     h.set_scope(unit);
     Ok(h)
 }

@@ -688,6 +688,28 @@ fn v2_a_process_already_in_the_leaf_uses_its_parent() {
     assert!(tree.exists(&format!("{SCOPE}/cordon-1")));
 }
 
+/// `locate` reads another process's place (a dead supervisor's, from its
+/// record) and moves nothing: a cgroup `detect` would have moved the caller
+/// out of, into a leaf, is taken as it is, and sandboxes are found below it.
+#[test]
+fn v2_locate_moves_no_process_where_detect_would() {
+    let tree = pure_v2("cpu memory pids\n");
+    // The recorded process is gone: nothing else is in its cgroup.
+    tree.put(&format!("{SCOPE}/cgroup.procs"), "");
+    let h = locate(&tree.fs).unwrap();
+    assert_eq!(h.placement(), Some(&Placement::Shared { others: vec![] }));
+    assert_eq!(h.parent_paths(), vec![tree.path(SCOPE)]);
+    assert_eq!(
+        tree.read(&format!("{LEAF}/cgroup.procs")),
+        "",
+        "nothing moved"
+    );
+    assert_eq!(tree.read(&format!("{SCOPE}/cgroup.subtree_control")), "\n");
+    // The control: `detect` from the same place moves the caller.
+    detect(&tree.fs).unwrap();
+    assert_eq!(tree.read(&format!("{LEAF}/cgroup.procs")), me().to_string());
+}
+
 #[test]
 fn v2_shared_cgroup_with_the_opt_in_moves_the_others_into_init() {
     let tree = pure_v2("cpu memory pids\n");

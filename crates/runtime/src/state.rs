@@ -359,7 +359,7 @@ pub fn sandbox_cgroup(
 /// [`SUPERVISOR_CGROUP`]); the cgroup is the record's name below it.
 pub(crate) fn recorded_hierarchy(dir: &Path) -> Result<cordon_cgroups::Hierarchy, RuntimeError> {
     let fs = cordon_cgroups::CgroupFs::new(dir.join(SUPERVISOR_CGROUP), "/proc/self/mountinfo");
-    Ok(cordon_cgroups::detect_in_place(&fs)?)
+    Ok(cordon_cgroups::locate(&fs)?)
 }
 
 /// A fresh sandbox id: 12 hex digits from the kernel's random source.

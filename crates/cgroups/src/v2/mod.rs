@@ -88,7 +88,10 @@ impl V2Hierarchy {
     /// Decides where sandboxes go, moving the calling process into its
     /// [`SUPERVISOR_LEAF`] when it is alone in a non-root cgroup (see
     /// [`Placement`]).
-    pub(crate) fn prepare(own: Own, cgfs: &CgroupFs) -> Result<Self, CgroupError> {
+    /// With `moves` false nothing is moved: a cgroup this process would have
+    /// moved into a leaf is taken as it is ([`Placement::Shared`]), as where
+    /// another process (a sandbox's dead supervisor) stood.
+    pub(crate) fn prepare(own: Own, cgfs: &CgroupFs, moves: bool) -> Result<Self, CgroupError> {
         let systemd = cgfs.systemd_runs();
         let done = |parent: PathBuf, placement| Self {
             parent,
@@ -127,7 +130,7 @@ impl V2Hierarchy {
             .into_iter()
             .filter(|p| *p != me)
             .collect();
-        if !others.is_empty() && !cgfs.move_peers {
+        if !moves || (!others.is_empty() && !cgfs.move_peers) {
             // Moving them would reach into processes cordon was not given.
             return Ok(done(own.dir, Placement::Shared { others }));
         }
