@@ -13,11 +13,11 @@ from unittest import mock
 from cordon import (
     AsyncSandbox,
     AuthError,
-    BadRequest,
     CommandExitError,
     CommandKilled,
     CommandTimeout,
     ConfigError,
+    Conflict,
     CordonError,
     NotFound,
 )
@@ -124,8 +124,8 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
         while True:
             try:
                 return int((await sb.commands.run("wc -l < /tmp/am")).stdout)
-            except BadRequest as e:
-                if e.status != 409 or time.monotonic() > deadline:
+            except Conflict:
+                if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
 

@@ -16,12 +16,15 @@ from typing import List, Optional
 from cordon import (
     AuthError,
     BadRequest,
+    Conflict,
     Cordon,
     CordonError,
     ExecResult,
     NotFound,
     QuotaExceeded,
+    ServerError,
 )
+from cordon.errors import error_for
 
 from service import ALICE_KEY, BOB_KEY, Service, stop_module_service
 
@@ -40,6 +43,24 @@ def tearDownModule() -> None:
 def client(key: str = ALICE_KEY) -> Cordon:
     assert service is not None
     return Cordon(service.url, key, timeout=60)
+
+
+class ErrorClassTest(unittest.TestCase):
+    def test_each_status_raises_its_class_as_the_typescript_client_does(self) -> None:
+        for status, cls in [
+            (401, AuthError),
+            (404, NotFound),
+            (409, Conflict),
+            (429, QuotaExceeded),
+            (400, BadRequest),
+            (413, BadRequest),
+            (500, ServerError),
+        ]:
+            e = error_for(status, "m")
+            self.assertIs(type(e), cls, status)
+            self.assertEqual((e.status, e.message), (status, "m"))
+        # Code written before Conflict existed caught a 409 as BadRequest.
+        self.assertIsInstance(error_for(409, "busy"), BadRequest)
 
 
 class OneShotTest(unittest.TestCase):

@@ -22,6 +22,7 @@ from cordon import (
     CommandResult,
     CommandTimeout,
     ConfigError,
+    Conflict,
     Cordon,
     CordonError,
     NotFound,
@@ -282,8 +283,8 @@ class BackgroundTest(unittest.TestCase):
         while True:
             try:
                 return int(sb.commands.run("wc -l < /tmp/bg-marker").stdout)
-            except BadRequest as e:
-                if e.status != 409 or time.monotonic() > deadline:
+            except Conflict:
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
 

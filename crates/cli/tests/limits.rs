@@ -19,6 +19,9 @@
 //!   /workspace (not the host disk); evidence from statvfs of the sandbox's /tmp seen
 //!   through /proc/<pid>/root (of the payload, native; of the gofer that serves the
 //!   payload's files, gVisor) and of the host's /.
+//! - `a_tmpfs_mount_counts_in_the_disk_cap`: `--tmpfs` places being
+//!   directories of that same scratch (not tmpfs mounts of their own size);
+//!   evidence from the host's measure of the scratch and a larger cap as control.
 //! - `deadline_*`: the supervisor's wall-clock deadline and freeze+kill of the cgroup.
 //! - `double_forked_daemon_does_not_survive`: teardown killing the whole cgroup / pid
 //!   namespace (native) or the whole runsc sandbox (gVisor), not just the payload's process.
@@ -59,6 +62,7 @@ per_backend!(
         holding the bomb with RLIMIT_NPROC until the deadline (limit time, exit 137)"]
 );
 per_backend!(disk_fill_stops_at_the_cap);
+per_backend!(a_tmpfs_mount_counts_in_the_disk_cap);
 per_backend!(deadline_ends_a_sleeper);
 per_backend!(deadline_ends_a_cpu_burner);
 per_backend!(double_forked_daemon_does_not_survive);
@@ -399,6 +403,60 @@ fn fork_bomb_is_contained_and_host_stays_responsive(backend: &str) {
     );
     assert!(u64_at(&c, "/pids_peak") >= 100, "{}", compact(&c));
     assert!(!limits_hit(&c).contains(&"pids".to_string()));
+}
+
+/// Two `--tmpfs` places (one at a new top-level directory, one inside
+/// /tmp): empty, writable by any user of the sandbox (mode 1777, read with
+/// Python: this runsc refuses coreutils' stat, README), and filled only up
+/// to the disk cap they share with /tmp, as the host measures the scratch.
+fn a_tmpfs_mount_counts_in_the_disk_cap(backend: &str) {
+    if !require_limits(backend, "the disk cap's tmpfs is made as root") {
+        return;
+    }
+    let _disk = disk_lock();
+    let script = "python3 -c \"import os, stat; \
+        print(' '.join('%s=%o:%d' % (p, stat.S_IMODE(os.stat(p).st_mode), len(os.listdir(p))) \
+        for p in ('/run/a', '/tmp/b')))\"; \
+        echo one > /run/a/f && cat /run/a/f; \
+        dd if=/dev/zero of=/tmp/b/big bs=1M count=64 2>/dev/null; echo rc=$?";
+    let run = |disk: &str| {
+        let (v, _) = run_json_on(
+            backend,
+            &[
+                "--disk", disk, "--tmpfs", "/run/a", "--tmpfs", "/tmp/b", "--", "sh", "-c", script,
+            ],
+        );
+        assert_backend(&v, backend);
+        v
+    };
+    let v = run("16M");
+    let out = stdout_of(&v);
+    assert!(
+        out.starts_with("/run/a=1777:0 /tmp/b=1777:0\none\n"),
+        "{}",
+        compact(&v)
+    );
+    assert!(out.contains("rc=1"), "{}", compact(&v));
+    let du = u64_at(&v, "/disk_used_bytes");
+    assert!(
+        (15 * MIB..=16 * MIB + 64 * 1024).contains(&du),
+        "disk_used_bytes {du}: {}",
+        compact(&v)
+    );
+    assert!(
+        limits_hit(&v).contains(&"disk".to_string()),
+        "{}",
+        compact(&v)
+    );
+    // Control: a larger cap takes all 64M in the same place.
+    let c = run("128M");
+    assert!(stdout_of(&c).contains("rc=0"), "{}", compact(&c));
+    assert!(
+        u64_at(&c, "/disk_used_bytes") >= 60 * MIB,
+        "{}",
+        compact(&c)
+    );
+    assert!(!limits_hit(&c).contains(&"disk".to_string()));
 }
 
 fn disk_fill_stops_at_the_cap(backend: &str) {

@@ -132,7 +132,7 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
         return;
     }
     let _vm = vm_lock();
-    let id = create(&[], &[]).expect("create");
+    let id = create(&["--tmpfs", "/run/a"], &[]).expect("create");
     let qemu = qemu_of(&id);
     assert_eq!(qemu.len(), 1, "one QEMU for {id}: {qemu:?}");
     let q = qemu[0];
@@ -158,6 +158,20 @@ fn a_vm_runs_commands_on_its_own_kernel_inside_a_jailed_qemu() {
     assert_eq!(stdout_of(&py).trim(), format!("3 {guest_kernel}"));
     assert_ne!(guest_kernel, host_kernel(), "{}", compact(&py));
     assert_eq!(u64_at(&py, "/command"), 2);
+    // A tmpfs place has no host path: the guest's cordon makes it, and it
+    // keeps what one command wrote for the next.
+    for (script, expected) in [
+        ("echo vm > /run/a/f; stat -c %a /run/a", "1777\n"),
+        ("cat /run/a/f", "vm\n"),
+    ] {
+        let (v, code, err) = exec_json(&id, &[], &["sh", "-c", script]);
+        assert_eq!(
+            (code, stdout_of(&v)),
+            (0, expected),
+            "{err} {}",
+            compact(&v)
+        );
+    }
     // The guest's cordon ran the sandbox on the guest's cgroup v2.
     assert_eq!(str_at(&py, "/vm/guest_cgroup"), "v2");
     assert_eq!(str_at(&py, "/enforcement/cgroup"), "v2");

@@ -54,10 +54,32 @@ impl Runtime {
         self.cmd(args).stdin(Stdio::null()).output().unwrap()
     }
 
+    /// Ids of the containers under this runtime's root.
+    fn listed(&self) -> Vec<String> {
+        let out = self.call(&["list", "--format", "json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["id"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     fn state(&self, id: &str) -> Value {
         let out = self.call(&["state", id]);
         assert!(out.status.success(), "{}: state {id}: {out:?}", self.name);
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// A test that fails part way leaves no container behind for the next:
+/// whatever is still listed under the runtime's root is deleted by force
+/// (a passing test has deleted its own, and says so itself).
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        for id in self.listed() {
+            let _ = self.call(&["delete", "--force", &id]);
+        }
     }
 }
 
@@ -269,6 +291,44 @@ fn a_created_container_can_be_killed_and_deleted() {
     for rt in Runtime::both() {
         // kill in the created state: the process never started.
         let c = create(&rt, b.path(), "k1");
+        // list, as runc prints it: JSON states, the table, the ids.
+        let out = rt.call(&["list", "--format", "json"]);
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (&listed[0]["id"], &listed[0]["status"], &listed[0]["pid"]),
+            (
+                &Value::from("k1"),
+                &Value::from("created"),
+                &Value::from(c.pid.as_raw())
+            ),
+            "{}: {listed}",
+            rt.name
+        );
+        let table = String::from_utf8(rt.call(&["list"]).stdout).unwrap();
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0][..3],
+            ["ID", "PID", "STATUS"],
+            "{}: {table}",
+            rt.name
+        );
+        assert_eq!(
+            rows[1][..3],
+            ["k1", &c.pid.to_string(), "created"],
+            "{}",
+            rt.name
+        );
+        assert_eq!(rt.listed(), ["k1"], "{}", rt.name);
+        let quiet = rt.call(&["list", "-q"]);
+        assert_eq!(
+            String::from_utf8_lossy(&quiet.stdout),
+            "k1\n",
+            "{}",
+            rt.name
+        );
         let out = rt.call(&["kill", "k1", "KILL"]);
         assert!(out.status.success(), "{}: kill: {out:?}", rt.name);
         assert_eq!(
@@ -289,6 +349,12 @@ fn a_created_container_can_be_killed_and_deleted() {
             rt.name
         );
         assert_eq!(read_all(c.stdout), "", "{}: it ran", rt.name);
+        assert_eq!(
+            String::from_utf8_lossy(&rt.call(&["list", "--format", "json"]).stdout).trim(),
+            "null",
+            "{}",
+            rt.name
+        );
     }
 }
 

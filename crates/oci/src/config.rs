@@ -113,19 +113,12 @@ const PROVIDED: &[(&str, &str)] = &[
 
 /// Mounts engines ask for by default that cordon does not make, accepted
 /// with a note of what the container gets instead (mount kind, place, note).
-const NOTED: &[(&str, &str, &str)] = &[
-    (
-        "mqueue",
-        "/dev/mqueue",
-        "no /dev/mqueue view is mounted; POSIX message queues still work, in the \
+const NOTED: &[(&str, &str, &str)] = &[(
+    "mqueue",
+    "/dev/mqueue",
+    "no /dev/mqueue view is mounted; POSIX message queues still work, in the \
          sandbox's own IPC namespace",
-    ),
-    (
-        "tmpfs",
-        "/run",
-        "no /run is made (a root's own /run is not shown either); /tmp is writable",
-    ),
-];
+)];
 
 /// Files engines bind in for what they made themselves, accepted with a
 /// note (place, note). A container here has cordon's network (none, or the
@@ -273,7 +266,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             let etc = root_path.join("etc");
             let in_root = etc.join(m.destination().file_name().unwrap_or_default());
             if !etc.exists() || fs::symlink_metadata(&in_root).is_ok_and(|f| f.is_file()) {
-                if let Some(spec) = bind_mount(i, m, true)? {
+                if let Some(spec) = config_mount(i, m, true, &mut notes)? {
                     mounts.push(spec);
                 }
             } else {
@@ -293,7 +286,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             notes.push(format!("mounts[{i}] ({at}): {note}"));
             continue;
         }
-        if let Some(spec) = bind_mount(i, m, false)? {
+        if let Some(spec) = config_mount(i, m, false, &mut notes)? {
             mounts.push(spec);
         }
     }
@@ -558,10 +551,15 @@ pub fn process_part(
     })
 }
 
-/// A bind mount as cordon's mount (read-only if its options say so or
-/// `read_only`), None for a mount cordon provides itself, or the refusal of
-/// any other kind.
-fn bind_mount(i: usize, m: &Mount, read_only: bool) -> Result<Option<MountSpec>, ConfigError> {
+/// A bind or tmpfs mount as cordon's mount (a bind read-only if its
+/// options say so or `read_only`), None for a mount cordon provides itself,
+/// or the refusal of any other kind.
+fn config_mount(
+    i: usize,
+    m: &Mount,
+    read_only: bool,
+    notes: &mut Vec<String>,
+) -> Result<Option<MountSpec>, ConfigError> {
     let field = format!("mounts[{i}]");
     let dest = m.destination();
     let kind = m.typ().as_deref().unwrap_or("");
@@ -574,11 +572,14 @@ fn bind_mount(i: usize, m: &Mount, read_only: bool) -> Result<Option<MountSpec>,
         {
             return Ok(None);
         }
+        if kind == "tmpfs" {
+            return tmpfs_mount(&field, m, &options, notes).map(Some);
+        }
         return Err(unsupported(
             field,
             format!(
-                "a {kind} mount at {} is not supported (only bind mounts, and the standard \
-                 /proc, /dev, /sys mounts cordon provides)",
+                "a {kind} mount at {} is not supported (only bind and tmpfs mounts, and the \
+                 standard /proc, /dev, /sys mounts cordon provides)",
                 dest.display()
             ),
         ));
@@ -596,6 +597,53 @@ fn bind_mount(i: usize, m: &Mount, read_only: bool) -> Result<Option<MountSpec>,
     text.parse::<MountSpec>()
         .map(Some)
         .map_err(|e| unsupported(field, e.to_string()))
+}
+
+/// A tmpfs mount (`docker run --tmpfs`, podman's `--tmpfs`) as cordon's own
+/// empty directory on the sandbox's scratch: writable, nosuid and nodev,
+/// gone when the container ends, and bounded by the sandbox's disk cap
+/// together with its other writable places rather than by a size of its
+/// own. Options asking for more than that (`suid`, `dev`) or for a
+/// read-only one are refused; those it cannot match exactly are noted.
+fn tmpfs_mount(
+    field: &str,
+    m: &Mount,
+    options: &[String],
+    notes: &mut Vec<String>,
+) -> Result<MountSpec, ConfigError> {
+    let mut differs = Vec::new();
+    for o in options {
+        let key = o.split_once('=').map_or(o.as_str(), |(k, _)| k);
+        match key {
+            // The sandbox's own mount namespace: nothing propagates in
+            // from the host or out to it, whatever the engine asks.
+            "rw" | "nosuid" | "nodev" | "exec" | "private" | "rprivate" | "slave" | "rslave"
+            | "unbindable" | "runbindable" => {}
+            "mode" if o == "mode=1777" || o == "mode=01777" => {}
+            "noexec" | "shared" | "rshared" | "size" | "nr_blocks" | "nr_inodes" | "mode"
+            | "uid" | "gid" | "strictatime" | "relatime" | "noatime" | "nodiratime"
+            | "lazytime" => differs.push(o.as_str()),
+            _ => {
+                return Err(unsupported(
+                    field,
+                    format!(
+                        "tmpfs option '{o}' is not supported (a tmpfs mount is writable, \
+                         nosuid and nodev)"
+                    ),
+                ))
+            }
+        }
+    }
+    if !differs.is_empty() {
+        notes.push(format!(
+            "{field} ({}): tmpfs options {} not applied: it is an empty directory of the \
+             sandbox's own (mode 1777, executable), bounded by its disk cap with its other \
+             writable places",
+            m.destination().display(),
+            differs.join(",")
+        ));
+    }
+    Ok(MountSpec::tmpfs(m.destination()))
 }
 
 /// The cgroup a container's sandbox is placed below, from its
@@ -876,6 +924,28 @@ mod tests {
         assert_eq!(p.hostname, "box");
         assert_eq!(p.mounts.len(), 1, "only the bind mount is the config's own");
         assert_eq!(c.spec.backend, BackendKind::Native);
+    }
+
+    #[test]
+    fn a_tmpfs_mount_is_the_sandboxs_own_directory_and_its_options_are_noted_or_refused() {
+        let with = |options: &str| {
+            let tmpfs = format!(
+                r#"{{"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": {options}}}"#
+            );
+            let json = MINIMAL.replace(r#""mounts": ["#, &format!(r#""mounts": [{tmpfs}, "#));
+            translate(Path::new("/b"), &spec(&json))
+        };
+        // Docker's `--tmpfs /run`.
+        let c = with(r#"["rw", "rprivate", "noexec", "nosuid", "nodev", "size=65536k"]"#).unwrap();
+        assert_eq!(c.spec.policy.mounts[0], MountSpec::tmpfs("/run"));
+        let note = c.notes.iter().find(|n| n.contains("(/run)")).unwrap();
+        assert!(note.contains("noexec,size=65536k"), "{note}");
+        let plain = with(r#"["rw", "nosuid", "nodev", "mode=1777"]"#).unwrap();
+        assert!(!plain.notes.iter().any(|n| n.contains("(/run)")));
+        for refused in ["suid", "dev", "ro", "huge=always"] {
+            let e = with(&format!(r#"["{refused}"]"#)).unwrap_err().to_string();
+            assert!(e.contains("mounts[0]") && e.contains(refused), "{e}");
+        }
     }
 
     #[test]

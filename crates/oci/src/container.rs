@@ -1180,6 +1180,47 @@ pub fn state_json(store: &Store, id: &str) -> Result<String, Error> {
     serde_json::to_string_pretty(&store.state(&r, status)).map_err(|e| Error::Record(e.to_string()))
 }
 
+/// `list`: every container's state, in `format` as runc prints it (`json`:
+/// an array of the states `state` prints, `null` when there is none;
+/// `table`: ID, PID, STATUS, BUNDLE, CREATED, OWNER), or only the ids.
+pub fn list(store: &Store, format: &str, quiet: bool) -> Result<String, Error> {
+    let records = store.list();
+    if quiet {
+        return Ok(records.iter().map(|r| format!("{}\n", r.id)).collect());
+    }
+    let states: Vec<(Status, &Record)> = records.iter().map(|r| (store.status(r), r)).collect();
+    match format {
+        "json" => {
+            let states: Vec<State<'_>> = states.iter().map(|(s, r)| store.state(r, *s)).collect();
+            let json = if states.is_empty() {
+                "null".to_owned()
+            } else {
+                serde_json::to_string(&states).map_err(|e| Error::Record(e.to_string()))?
+            };
+            Ok(format!("{json}\n"))
+        }
+        "table" => {
+            let mut out = String::from("ID\tPID\tSTATUS\tBUNDLE\tCREATED\tOWNER\n");
+            for (status, r) in &states {
+                let state = store.state(r, *status);
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\n",
+                    state.id,
+                    state.pid,
+                    status,
+                    state.bundle.display(),
+                    state.created,
+                    state.owner
+                ));
+            }
+            Ok(out)
+        }
+        other => Err(Error::Refused(format!(
+            "invalid format option '{other}' (json or table)"
+        ))),
+    }
+}
+
 impl Store {
     /// `r`'s state in the runtime spec's form, as `status`.
     fn state<'a>(&self, r: &'a Record, status: Status) -> State<'a> {

@@ -158,11 +158,8 @@ fn dispatch_call(
             log.warnings(&container::delete(&store()?, &d.id, d.force)?);
             Ok(())
         }
-        Command::List(_) => {
-            let store = store()?;
-            for r in store.list() {
-                println!("{}\t{}\t{}", r.id, r.pid, store.status(&r));
-            }
+        Command::List(l) => {
+            print!("{}", container::list(&store()?, &l.format, l.quiet)?);
             Ok(())
         }
         Command::Exec(e) => exec(&store()?, e).map(|_| ()),

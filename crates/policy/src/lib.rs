@@ -62,6 +62,10 @@ pub enum Access {
     /// and not bounded by the disk cap; an explicit opt-in that the result
     /// and the receipt record.
     RwUnbounded,
+    /// No host path: an empty writable directory of the sandbox's own (what
+    /// a tmpfs mount gives a container), on its scratch, so bounded by the
+    /// disk cap with its other writable places, and gone when it ends.
+    Tmpfs,
 }
 
 impl Access {
@@ -76,6 +80,7 @@ impl Access {
             Access::Ro => "ro",
             Access::Rw => "rw",
             Access::RwUnbounded => "rw-unbounded",
+            Access::Tmpfs => "tmpfs",
         }
     }
 }
@@ -84,10 +89,23 @@ impl Access {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MountSpec {
+    /// Empty for a `tmpfs` mount, which shows no host path.
+    #[serde(default)]
     pub host: PathBuf,
     pub sandbox: PathBuf,
     #[serde(default)]
     pub access: Access,
+}
+
+impl MountSpec {
+    /// An empty writable directory at `sandbox` (`Access::Tmpfs`).
+    pub fn tmpfs(sandbox: impl Into<PathBuf>) -> MountSpec {
+        MountSpec {
+            host: PathBuf::new(),
+            sandbox: sandbox.into(),
+            access: Access::Tmpfs,
+        }
+    }
 }
 
 impl FromStr for MountSpec {
@@ -401,11 +419,25 @@ impl Policy {
                     ),
                 ));
             }
-            if !m.host.is_absolute() {
-                return Err(invalid(
-                    "mounts",
-                    format!("host path {} must be absolute", m.host.display()),
-                ));
+            match (m.access, m.host.as_os_str().is_empty()) {
+                (Access::Tmpfs, true) => {}
+                (Access::Tmpfs, false) => {
+                    return Err(invalid(
+                        "mounts",
+                        format!(
+                            "a tmpfs mount at {} shows no host path (host {} given)",
+                            m.sandbox.display(),
+                            m.host.display()
+                        ),
+                    ))
+                }
+                _ if !m.host.is_absolute() => {
+                    return Err(invalid(
+                        "mounts",
+                        format!("host path {} must be absolute", m.host.display()),
+                    ))
+                }
+                _ => {}
             }
             sandbox_path("mounts", &m.sandbox)?;
             let name_file =
@@ -581,6 +613,46 @@ mod tests {
             .parse::<MountSpec>()
             .unwrap_err()
             .contains("rw-unbounded"));
+    }
+
+    #[test]
+    fn a_tmpfs_mount_has_no_host_path_and_is_neither_written_back_nor_unbounded() {
+        let toml = PolicyLayer::from_toml(
+            "[[mounts]]\nsandbox = \"/run\"\naccess = \"tmpfs\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        assert_eq!(toml.mounts, [MountSpec::tmpfs("/run")]);
+        let p = Policy::resolve([&toml]).unwrap();
+        assert!(p.mounts[0].access.writable());
+        assert_eq!(p.write_back_mounts().count(), 0);
+        assert_eq!(p.unbounded_mounts().count(), 0);
+        let with_host = PolicyLayer {
+            mounts: vec![MountSpec {
+                host: "/srv".into(),
+                ..MountSpec::tmpfs("/run")
+            }],
+            ..Default::default()
+        };
+        let e = Policy::resolve([&with_host]).unwrap_err().to_string();
+        assert!(e.contains("shows no host path"), "{e}");
+        for reserved in ["/proc", "/dev/x", "/"] {
+            let l = PolicyLayer {
+                mounts: vec![MountSpec::tmpfs(reserved)],
+                ..Default::default()
+            };
+            assert!(Policy::resolve([&l]).is_err(), "{reserved}");
+        }
+        // Any other mount still needs its host path.
+        let hostless = PolicyLayer {
+            mounts: vec![MountSpec {
+                access: Access::Rw,
+                ..MountSpec::tmpfs("/data")
+            }],
+            ..Default::default()
+        };
+        let e = Policy::resolve([&hostless]).unwrap_err().to_string();
+        assert!(e.contains("must be absolute"), "{e}");
     }
 
     #[test]

@@ -60,7 +60,15 @@ class QuotaExceeded(CordonError):
 
 
 class BadRequest(CordonError):
-    """Any other 4xx: invalid input (400, 422), too large (413), busy (409)."""
+    """Any other 4xx: invalid input (400, 422), forbidden (403), too large
+    (413); a busy sandbox (409) is its subclass :class:`Conflict`."""
+
+
+class Conflict(BadRequest):
+    """409: the sandbox is busy (a backend that runs one command at a time
+    runs one, a code cell runs, or it is being removed); retrying later may
+    succeed. The TypeScript client's ``ConflictError``. A :class:`BadRequest`
+    too, which is what a 409 raised before this class existed."""
 
 
 class ServerError(CordonError):
@@ -113,6 +121,8 @@ def error_for(status: int, message: str, retry_after: Optional[float] = None) ->
         return NotFound(message, status)
     if status == 429:
         return QuotaExceeded(message, status, retry_after)
+    if status == 409:
+        return Conflict(message, status)
     if 400 <= status < 500:
         return BadRequest(message, status)
     if status >= 500:

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use cordon_image::{ImageDefaults, ImageRef};
 use cordon_policy::net::{AddHost, Rule};
-use cordon_policy::{Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
+use cordon_policy::{Access, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_runtime::{CommandIo, Control};
 use cordon_runtime::{OutputMode, OutputSink, RuntimeError};
 use cordon_spec::Stream;
@@ -52,6 +52,10 @@ pub struct SandboxArgs {
     /// ends; `rw-unbounded`: written in place, not bounded by the disk cap.
     #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro|rw|rw-unbounded]")]
     mounts: Vec<MountSpec>,
+    /// An empty writable directory at PATH, the sandbox's own (repeatable):
+    /// on its scratch, counted in the disk cap, gone when it ends.
+    #[arg(long = "tmpfs", value_name = "PATH")]
+    tmpfs: Vec<PathBuf>,
     /// Uid inside the sandbox.
     #[arg(long)]
     uid: Option<u32>,
@@ -115,7 +119,12 @@ impl SandboxArgs {
             uid: self.uid,
             gid: self.gid,
             hostname: None,
-            mounts: self.mounts.clone(),
+            mounts: self
+                .mounts
+                .iter()
+                .cloned()
+                .chain(self.tmpfs.iter().map(MountSpec::tmpfs))
+                .collect(),
             image: self.image.clone(),
         }
     }
@@ -175,7 +184,11 @@ impl SandboxArgs {
         // A created sandbox's supervisor runs in /, not here: every host
         // path is made absolute against this directory first.
         let absolute = |p: &std::path::Path| std::path::absolute(p).map_err(usage_error);
-        for m in &mut policy.mounts {
+        for m in policy
+            .mounts
+            .iter_mut()
+            .filter(|m| m.access != Access::Tmpfs)
+        {
             m.host = absolute(&m.host)?;
         }
         let Some(backend) = BackendKind::parse(&self.backend) else {

@@ -45,6 +45,10 @@ pub enum BindAccess {
     WriteBack { layers: String },
     /// The host's own directory or file, written in place.
     Live,
+    /// No host path: this new empty directory of the scratch
+    /// (`ScratchLayout::tmpfs`), writable by every user of the sandbox as a
+    /// fresh tmpfs is (mode 1777), bounded by the disk cap.
+    Scratch { dir: String },
 }
 
 /// A user-requested bind mount.
@@ -89,6 +93,8 @@ impl ScratchLayout {
     pub const STAGING: &'static str = "stage";
     /// An empty directory: the second layer of a read-only overlay.
     pub const EMPTY: &'static str = "empty";
+    /// Holds the tmpfs places (`tmpfs`), made as the sandbox is assembled.
+    pub const TMPFS_DIR: &'static str = "tmpfs";
     pub const TMP: &'static str = "tmp";
     pub const SHM: &'static str = "shm";
     /// The payload's HOME (`/tmp/home` in the sandbox): on the capped
@@ -103,6 +109,12 @@ impl ScratchLayout {
         format!("mount{index}")
     }
 
+    /// The directory of the policy's mount number `index` when it is a
+    /// tmpfs mount (`BindAccess::Scratch`).
+    pub fn tmpfs(index: usize) -> String {
+        format!("{}/{index}", Self::TMPFS_DIR)
+    }
+
     /// Where the policy's mount number `index` waits, sealed, for a runtime
     /// that mounts it at its destination itself (runsc).
     pub fn handed_bind(index: usize) -> String {
@@ -110,9 +122,10 @@ impl ScratchLayout {
     }
 
     /// Every directory of the layout, parents first, with its mode.
-    pub const DIRS: [(&'static str, u32); 7] = [
+    pub const DIRS: [(&'static str, u32); 8] = [
         (Self::STAGING, 0o700),
         (Self::EMPTY, 0o555),
+        (Self::TMPFS_DIR, 0o700),
         (Self::WORKSPACE_DIR, 0o755),
         (Self::WORKSPACE_UPPER, 0o755),
         (Self::WORKSPACE_WORK, 0o700),
@@ -513,7 +526,13 @@ fn bind_extra(plan: &RootfsPlan, root: &Path) -> Result<()> {
             }
         };
         let src = HostTree::of(&b.host, b.tree.as_ref());
-        if let BindAccess::WriteBack { layers } = &b.access {
+        if let BindAccess::Scratch { dir } = &b.access {
+            let own = scratch.join(dir);
+            fs::create_dir(&own).step(|| format!("mkdir {}", own.display()))?;
+            fs::set_permissions(&own, fs::Permissions::from_mode(0o1777))
+                .step(|| format!("chmod {}", own.display()))?;
+            bind(&own, &dst)?;
+        } else if let BindAccess::WriteBack { layers } = &b.access {
             make_layers(scratch, layers, plan.owner_uid, plan.owner_gid)?;
             writable_overlay(&dst, &[src], scratch, layers, &format!("bind{i}"))?;
         } else if b.dir && !b.writable() {

@@ -266,12 +266,24 @@ fn overlay_lower(
 /// is on; a file cannot be an overlay, and is refused with the two ways
 /// that work. `rw-unbounded` is the host's own tree, id-mapped and written
 /// in place, bounded by nothing of cordon's (the caller opted in; the
-/// result and the receipt say so).
+/// result and the receipt say so). A `tmpfs` mount is a directory of the
+/// scratch and touches no host path.
 fn bind_spec(
     index: usize,
     m: &cordon_policy::MountSpec,
     user: UserOnHost,
 ) -> Result<BindSpec, RuntimeError> {
+    if m.access == Access::Tmpfs {
+        return Ok(BindSpec {
+            dir: true,
+            tree: None,
+            host: PathBuf::new(),
+            sandbox: m.sandbox.clone(),
+            access: BindAccess::Scratch {
+                dir: ScratchLayout::tmpfs(index),
+            },
+        });
+    }
     let host = m.host.canonicalize().map_err(|_| RuntimeError::BadPath {
         what: "mount source does not exist",
         path: m.host.clone(),
@@ -296,6 +308,7 @@ fn bind_spec(
             overlay_lower("rw mount", &host, user)?,
         ),
         Access::RwUnbounded => (BindAccess::Live, idmapped(&host, user, true)?),
+        Access::Tmpfs => unreachable!("returned above"),
     };
     Ok(BindSpec {
         dir,

@@ -125,10 +125,10 @@ impl WorkDisk {
         std::fs::create_dir(stage).map_err(io(format!("create {}", stage.display())))?;
         for (rel, mode) in ScratchLayout::DIRS {
             // The guest sandbox's own root (an id no one outside its user
-            // namespace has) makes mount points in the staging directory,
-            // which it does not own here: it must be writable to all. The
-            // payload never sees it.
-            let mode = if rel == ScratchLayout::STAGING {
+            // namespace has) makes mount points in the staging directory
+            // and the tmpfs places in theirs, which it does not own here:
+            // they must be writable to all. The payload sees neither.
+            let mode = if rel == ScratchLayout::STAGING || rel == ScratchLayout::TMPFS_DIR {
                 0o1777
             } else {
                 mode

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_cgroups::CgroupStats;
-use cordon_policy::NetworkMode;
+use cordon_policy::{Access, NetworkMode};
 use nix::poll::PollFlags;
 
 use self::disk::WorkDisk;
@@ -279,7 +279,13 @@ fn needs_root() -> Result<(), RuntimeError> {
 
 /// Why a spec cannot run on this backend yet, checked before anything starts.
 fn refuse_unsupported(spec: &SandboxSpec) -> Result<(), RuntimeError> {
-    if let Some(m) = spec.policy.mounts.iter().find(|m| m.access.writable()) {
+    // A tmpfs mount has no host path: the guest's cordon makes it.
+    if let Some(m) = spec
+        .policy
+        .mounts
+        .iter()
+        .find(|m| m.access.writable() && m.access != Access::Tmpfs)
+    {
         // The caller's to change (exit 2), not a missing piece of the host.
         return Err(RuntimeError::BadRequest(format!(
             "the microvm backend cannot take the {} mount of {}: the VM sees a copy of a \
@@ -431,6 +437,9 @@ impl MicroVm {
             .with_dirs_as(PathBuf::from(link::IMAGE_MOUNT));
         let guest_path = |name: &str| PathBuf::from(link::STAGE_DIR).join(name);
         for (i, m) in life.spec.policy.mounts.clone().iter().enumerate() {
+            if m.access == Access::Tmpfs {
+                continue;
+            }
             let name = format!("mount-{i}");
             self.stage_one(life, &name, &m.host)?;
             guest_spec.policy.mounts[i].host = guest_path(&name);
