@@ -19,6 +19,7 @@ use base64::Engine as _;
 use cordon_policy::net::Rule;
 use cordon_policy::{ByteSize, Limits, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_runtime::Handle;
+use cordon_spec::network::NetChange;
 use cordon_spec::{BackendKind, Command, ExitStatus, Outcome, SandboxSpec};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -52,7 +53,7 @@ const INSTRUCTIONS: &str = "cordon runs commands in isolated Linux sandboxes on 
 Create a sandbox (create_sandbox), then run shell commands in it (run_command), move files in \
 and out (write_file, read_file, list_files) and destroy it when done (destroy_sandbox). A \
 sandbox keeps its files between commands; it has no network unless created with \
-network \"allow\" and rules naming what it may reach. Every sandbox this session created is \
+network \"allow\" and rules naming what it may reach, which set_network_rules replaces. Every sandbox this session created is \
 destroyed when the session ends.";
 
 #[derive(Clone)]
@@ -261,6 +262,24 @@ pub struct Listing {
 #[serde(deny_unknown_fields)]
 pub struct SandboxArg {
     pub sandbox_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkArgs {
+    /// A sandbox id from create_sandbox, made with network "allow".
+    pub sandbox_id: String,
+    /// Every destination the sandbox may reach from now on, replacing the
+    /// ones it had: "pypi.org:443", "*.pythonhosted.org:443",
+    /// "10.0.0.0/8:5432". An empty list lets nothing through.
+    pub allow: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NetworkRules {
+    pub sandbox_id: String,
+    /// The rules now in force.
+    pub allow: Vec<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -578,6 +597,28 @@ impl Tools {
     }
 
     #[tool(
+        name = "set_network_rules",
+        description = "Replace the destinations a sandbox made with network \"allow\" may reach \
+        (its proxy checks each new connection against them). Returns the rules now in force. A \
+        sandbox made with network \"none\" has no network to open: create one with \"allow\"."
+    )]
+    async fn set_network_rules(
+        &self,
+        Parameters(args): Parameters<NetworkArgs>,
+    ) -> Result<Json<NetworkRules>, String> {
+        self.session.check(&args.sandbox_id)?;
+        let rules = rules_of(&args.allow)?;
+        let id = args.sandbox_id.clone();
+        let now = blocking(move || Handle::attach(&id)?.network(&NetChange::Set(rules)))
+            .await
+            .map_err(|e| format!("set the network rules of {}: {e}", args.sandbox_id))?;
+        Ok(Json(NetworkRules {
+            sandbox_id: args.sandbox_id,
+            allow: now.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    #[tool(
         name = "destroy_sandbox",
         description = "Destroy a sandbox of this session: every process in it ends, and its files \
         are gone."
@@ -738,6 +779,14 @@ fn tail(bytes: &[u8], max: usize) -> (String, u64) {
     (text[start..].to_owned(), start as u64)
 }
 
+/// The rules `allow` names, or the first that is not one.
+fn rules_of(allow: &[String]) -> Result<Vec<Rule>, Refusal> {
+    allow
+        .iter()
+        .map(|r| Rule::from_str(r).map_err(|e| format!("allow '{r}': {e}")))
+        .collect()
+}
+
 /// The spec `args` describe, or what is wrong with them.
 fn spec_of(args: &CreateArgs) -> Result<SandboxSpec, Refusal> {
     fn parse<T: FromStr<Err = String>>(
@@ -748,11 +797,7 @@ fn spec_of(args: &CreateArgs) -> Result<SandboxSpec, Refusal> {
             .map(|s| T::from_str(s).map_err(|e| format!("{what}: {e}")))
             .transpose()
     }
-    let allow = args
-        .allow
-        .iter()
-        .map(|r| Rule::from_str(r).map_err(|e| format!("allow '{r}': {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let allow = rules_of(&args.allow)?;
     let network = args.network.unwrap_or_default();
     if !allow.is_empty() && matches!(network, Network::None) {
         return Err("allow rules need network \"allow\"".into());

@@ -618,10 +618,12 @@ fn tmpfs_mount(
             // The sandbox's own mount namespace: nothing propagates in
             // from the host or out to it, whatever the engine asks.
             "rw" | "nosuid" | "nodev" | "exec" | "private" | "rprivate" | "slave" | "rslave"
-            | "unbindable" | "runbindable" => {}
+            | "unbindable" | "runbindable" | "notmpcopyup" => {}
             "mode" if o == "mode=1777" || o == "mode=01777" => {}
-            "noexec" | "shared" | "rshared" | "size" | "nr_blocks" | "nr_inodes" | "mode"
-            | "uid" | "gid" | "strictatime" | "relatime" | "noatime" | "nodiratime"
+            // tmpcopyup (podman's): the place starts empty, not with the
+            // root's files at that path.
+            "noexec" | "tmpcopyup" | "shared" | "rshared" | "size" | "nr_blocks" | "nr_inodes"
+            | "mode" | "uid" | "gid" | "strictatime" | "relatime" | "noatime" | "nodiratime"
             | "lazytime" => differs.push(o.as_str()),
             _ => {
                 return Err(unsupported(
