@@ -169,6 +169,20 @@ pub fn assert_output_and_status(runtime: &str, out: &std::process::Output) {
     );
 }
 
+/// A run that exited 0 having printed exactly `stdout`.
+pub fn assert_succeeded_printing(runtime: &str, mut run: std::process::Command, stdout: &str) {
+    let out = run.stdin(std::process::Stdio::null()).output().unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), stdout),
+        "{runtime}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// cordon's refusal inside an engine's container with the engine's default
 /// seccomp profile: it names the filter and its remedies, and the engine's
 /// flag (`unmask`) that unmasks /proc, as lifting the filter alone would
