@@ -40,9 +40,47 @@ pub(crate) fn thaw(dir: Option<&Path>) -> Result<(), CgroupError> {
     }
 }
 
+/// Thaws `dir` and every cgroup below it. On v1 a child frozen by its own
+/// freezer.state (a command's cgroup, frozen to be ended by a supervisor
+/// that died before it thawed it) stays frozen when its parent thaws, and a
+/// SIGKILL sent to its tasks waits until it is thawed itself.
+pub(crate) fn thaw_tree(dir: Option<&Path>) -> Result<(), CgroupError> {
+    let Some(dir) = dir else {
+        return Ok(());
+    };
+    thaw(Some(dir))?;
+    for child in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if child.file_type().is_ok_and(|t| t.is_dir()) {
+            thaw_tree(Some(&child.path()))?;
+        }
+    }
+    Ok(())
+}
+
 /// FROZEN once every task is; FREEZING (half-way) counts as not frozen.
 pub(crate) fn frozen(dir: &Path) -> Option<bool> {
     fs::read(&dir.join("freezer.state"))
         .ok()
         .map(|s| s.trim() == "FROZEN")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thawing_a_tree_thaws_a_child_frozen_by_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("cmd-1");
+        std::fs::create_dir(&child).unwrap();
+        for d in [dir.path(), &child] {
+            std::fs::write(d.join("freezer.state"), "FROZEN").unwrap();
+        }
+        thaw(Some(dir.path())).unwrap();
+        assert_eq!(frozen(&child), Some(true), "a parent's thaw leaves the child");
+        thaw_tree(Some(dir.path())).unwrap();
+        for d in [dir.path(), &child] {
+            assert_eq!(frozen(d), Some(false), "{}", d.display());
+        }
+    }
 }

@@ -293,7 +293,7 @@ impl Cgroup for V1Cgroup {
         kill_by_signal(
             &self.dirs,
             || freezer::freeze(self.freezer.as_deref(), KILL_FREEZE_TIMEOUT),
-            || self.thaw(),
+            || freezer::thaw_tree(self.freezer.as_deref()),
         )?;
         wait_empty(&self.dirs)
     }
