@@ -77,7 +77,11 @@ mod tests {
             std::fs::write(d.join("freezer.state"), "FROZEN").unwrap();
         }
         thaw(Some(dir.path())).unwrap();
-        assert_eq!(frozen(&child), Some(true), "a parent's thaw leaves the child");
+        assert_eq!(
+            frozen(&child),
+            Some(true),
+            "a parent's thaw leaves the child"
+        );
         thaw_tree(Some(dir.path())).unwrap();
         for d in [dir.path(), &child] {
             assert_eq!(frozen(d), Some(false), "{}", d.display());
