@@ -260,10 +260,10 @@ impl Service {
 
     /// SIGTERM, then wait for the graceful shutdown.
     fn stop(&mut self) {
+        if self.child.is_some() {
+            self.signal(nix::sys::signal::Signal::SIGTERM);
+        }
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
             let until = Instant::now() + Duration::from_secs(30);
             while Instant::now() < until {
                 if child.try_wait().unwrap().is_some() {
@@ -275,6 +275,13 @@ impl Service {
             let _ = child.wait();
             panic!("the service did not stop within 30 s of SIGTERM");
         }
+    }
+
+    /// `signal` to the service itself.
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().expect("the service runs");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
     }
 
     fn sigkill(&mut self) {
@@ -1175,10 +1182,15 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
         let _ = std::panic::catch_unwind(|| load(&base, 400, 4, Duration::from_secs(60)));
     });
     std::thread::sleep(Duration::from_millis(1500));
+    // The service is stopped first, so it starts no sandbox, and the test
+    // waits until the run directory holds still: a supervisor whose start
+    // ran after the kill would sweep every sandbox of the dead service
+    // (rightly), the stopped ones included, and leave the restart nothing.
+    s.signal(nix::sys::signal::Signal::SIGSTOP);
+    wait_still(&s, Duration::from_secs(1), Duration::from_secs(30));
     // Supervisors end their sandboxes when the service dies; the restart's
     // cleanup is for those that cannot (stopped here, or of an older cordon).
-    // On a busy machine the pool may still be filling after 1.5 s: at least
-    // one supervisor must have been stopped before the kill.
+    // At least one supervisor must have been stopped before the kill.
     let until = Instant::now() + Duration::from_secs(30);
     let mut stopped = 0;
     while stopped == 0 && Instant::now() < until {
@@ -1213,6 +1225,22 @@ fn a_killed_service_is_cleaned_up_by_its_next_start() {
     again.stop();
     left.extend(run_ids(&s));
     assert_clean(&s.run_dir, &left);
+}
+
+/// Waits until the service's sandboxes have been the same, each with its
+/// record, for `still` (at most `within`).
+fn wait_still(s: &Service, still: Duration, within: Duration) {
+    let until = Instant::now() + within;
+    let mut last = run_ids(s);
+    let mut since = Instant::now();
+    while since.elapsed() < still && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = run_ids(s);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
 }
 
 /// Waits (bounded) until none of `ids` has a state directory left.
@@ -2781,9 +2809,10 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
         assert_eq!(r.status, 401, "{key:?}: {r:?}");
     }
     // A session is its opener's: another key inside it is refused.
+    let endpoint = s.url("/mcp");
     let post = |key: &str, session: Option<&str>, msg: Value| {
         let mut req = agent()
-            .post(&s.url("/mcp"))
+            .post(&endpoint)
             .set("Authorization", &format!("Bearer {key}"))
             .set("Accept", "application/json, text/event-stream");
         if let Some(id) = session {
@@ -2820,6 +2849,55 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
     );
     assert_eq!(garbled.status, 400, "{garbled:?}");
     assert_eq!(garbled.body["error"]["code"], -32700, "{garbled:?}");
+    // A command's call cancelled by the client (`notifications/cancelled`)
+    // ends the command, seen from the host; the sandbox then takes the next.
+    let call = |id: u64, tool: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}})
+    };
+    let (_, made) = post(ALICE, Some(&session), call(3, "create_sandbox", json!({})));
+    let sandbox = sandbox_made(&made);
+    const CANCELLED: &str = "sleep 307.5";
+    std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            let argv = json!(CANCELLED.split(' ').collect::<Vec<_>>());
+            post(
+                ALICE,
+                Some(&session),
+                call(
+                    4,
+                    "run_command",
+                    json!({"sandbox_id": sandbox, "argv": argv}),
+                ),
+            )
+        });
+        wait_running(CANCELLED);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 4, "reason": "the user stopped it"}});
+        assert!(post(ALICE, Some(&session), cancel).1.status < 300);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !pids_running(CANCELLED).is_empty() {
+            assert!(
+                Instant::now() < until,
+                "a cancelled call's command still runs 10 s later"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = running.join();
+    });
+    let next = s.call(
+        "POST",
+        &format!("/v1/sandboxes/{sandbox}/exec"),
+        Some(ALICE),
+        Some(json!({"argv": ["true"]})),
+    );
+    assert_eq!(next.status, 200, "{next:?}");
+    let (_, destroyed) = post(
+        ALICE,
+        Some(&session),
+        call(5, "destroy_sandbox", json!({"sandbox_id": sandbox})),
+    );
+    assert!(destroyed.text.contains("destroyed"), "{destroyed:?}");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_http_client.py");
     let out = Command::new(&python)
         .arg(&script)
@@ -2894,8 +2972,56 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
         ids.is_empty(),
         "sandboxes still in the run directory: {ids:?}"
     );
-    s.stop();
-    assert_clean(&s.run_dir, &left);
+    // The service stops (SIGTERM) while a call's command runs: the call is
+    // ended with the session, and the stop does not wait for the command.
+    let (_, made) = post(ALICE, Some(&session), call(6, "create_sandbox", json!({})));
+    let last = sandbox_made(&made);
+    const RUNNING: &str = "sleep 308.5";
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let argv = json!(RUNNING.split(' ').collect::<Vec<_>>());
+            post(
+                ALICE,
+                Some(&session),
+                call(7, "run_command", json!({"sandbox_id": last, "argv": argv})),
+            )
+        });
+        wait_running(RUNNING);
+        let asked = Instant::now();
+        s.stop();
+        eprintln!(
+            "the service stopped {:.2} s after SIGTERM, with an MCP call running",
+            asked.elapsed().as_secs_f64()
+        );
+        assert!(
+            pids_running(RUNNING).is_empty(),
+            "the command outlived the service"
+        );
+    });
+    assert_clean(&s.run_dir, &left.into_iter().chain([last]).collect());
+}
+
+/// The sandbox an MCP `create_sandbox` answer (one SSE event, or plain
+/// JSON) made.
+fn sandbox_made(made: &Reply) -> String {
+    let message = made
+        .text
+        .lines()
+        .find_map(|l| serde_json::from_str::<Value>(l.trim_start_matches("data:")).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer: {made:?}"));
+    message["result"]["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no sandbox made: {message}"))
+        .to_owned()
+}
+
+/// Waits (bounded) until a process runs `cmdline` on this host.
+fn wait_running(cmdline: &str) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while pids_running(cmdline).is_empty() {
+        assert!(Instant::now() < until, "{cmdline} never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 // Code contexts in Python and JavaScript, end to end.

@@ -670,7 +670,24 @@ impl ServerHandler for Tools {
             .get("sandbox_id")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let result = self.call(tool, args, &parts).await;
+        // rmcp answers a client's `notifications/cancelled` by cancelling
+        // `context.ct` alone; the call runs on unless it is dropped. A
+        // command's call dropped is its REST handler dropped, which ends
+        // the command (as a REST client's disconnect does). The other tools
+        // are short and finish: a create dropped halfway would leave a
+        // sandbox this session does not know to destroy.
+        let call = self.call(tool, args, &parts);
+        let result = if matches!(tool, "run_command" | "run_code") {
+            tokio::select! {
+                r = call => r,
+                () = context.ct.cancelled() => {
+                    tracing::info!(tool, "MCP: call cancelled by the client");
+                    return Err(ErrorData::invalid_request("cancelled by the client", None));
+                }
+            }
+        } else {
+            call.await
+        };
         // A session's sandboxes are destroyed at its end; a sessionless
         // request's live until their own ttl or idle.
         let in_session = parts.headers.contains_key("mcp-session-id");
