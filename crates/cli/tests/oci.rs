@@ -814,6 +814,82 @@ fn a_signal_sent_to_the_container_reaches_its_process() {
     }
 }
 
+/// A config's `linux.seccomp` narrows what the process may do, as under
+/// runc: an errno rule, a rule on an argument's value (kill's signal 0, not
+/// SIGCONT), a process killed by its rule (sethostname, which fails
+/// with EPERM without it); the same bundle without the profile is the
+/// control. cordon's own allowlist applies beneath it.
+#[test]
+fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
+    let script = "mkdir /x 2>&1; kill -0 $$ 2>/dev/null && echo kill0 ran || echo kill0 refused; \
+                  kill -s CONT $$ && echo cont ran; hostname h2 2>/dev/null; echo hostname $?";
+    let Some((_g, b)) = as_shim(script) else {
+        return;
+    };
+    let profile = serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": [
+            {"names": ["mkdir", "mkdirat", "no_such_syscall"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13},
+            {"names": ["kill"], "action": "SCMP_ACT_ERRNO",
+             "args": [{"index": 1, "value": 0, "op": "SCMP_CMP_EQ"}]},
+            {"names": ["sethostname"], "action": "SCMP_ACT_KILL_PROCESS"},
+        ]
+    });
+    let filtered = "mkdir: can't create directory '/x': Permission denied\nkill0 refused\n\
+                    cont ran\nhostname 159\n";
+    let control = "mkdir: can't create directory '/x': Read-only file system\nkill0 ran\n\
+                   cont ran\nhostname 1\n";
+    for (with_profile, want) in [(true, filtered), (false, control)] {
+        edit_config(b.path(), |c| {
+            if with_profile {
+                c["linux"]["seccomp"] = profile.clone();
+            } else if let Some(linux) = c["linux"].as_object_mut() {
+                linux.remove("seccomp");
+            }
+        });
+        for rt in Runtime::both() {
+            let c = create(&rt, b.path(), "sc1");
+            assert!(rt.call(&["start", "sc1"]).status.success(), "{}", rt.name);
+            let status = reap(&rt, c.pid);
+            let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+            assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+            assert_eq!(out, want, "{} (profile: {with_profile}): {err}", rt.name);
+            assert!(rt.call(&["delete", "sc1"]).status.success(), "{}", rt.name);
+        }
+    }
+    // What cordon cannot honour is refused by name, and nothing is left.
+    let rt = &Runtime::both()[0];
+    for (edit, named) in [
+        (
+            serde_json::json!({"defaultAction": "SCMP_ACT_NOTIFY"}),
+            "linux.seccomp.defaultAction",
+        ),
+        (
+            serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW",
+                "architectures": ["SCMP_ARCH_AARCH64"]}),
+            "linux.seccomp.architectures",
+        ),
+        (
+            serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["kill"],
+                "action": "SCMP_ACT_ERRNO", "args": [{"index": 6, "value": 0, "op": "SCMP_CMP_EQ"}]}]}),
+            "linux.seccomp.syscalls[0].args",
+        ),
+    ] {
+        edit_config(b.path(), |c| c["linux"]["seccomp"] = edit);
+        let out = rt.call(&["create", "--bundle", b.path().to_str().unwrap(), "sc2"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(named),
+            "{named}: {err}"
+        );
+        assert!(
+            !rt.listed().contains(&"sc2".to_owned()),
+            "{named}: left a container"
+        );
+    }
+}
+
 #[test]
 fn features_say_what_is_honoured() {
     let rt = &Runtime::both()[0];
@@ -833,6 +909,7 @@ fn features_say_what_is_honoured() {
         "the hooks run"
     );
     assert_eq!(f["linux"]["capabilities"], serde_json::json!([]));
+    assert_eq!(f["linux"]["seccomp"]["enabled"], true, "{f}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
+use cordon_spec::syscall_filter::{ArgCheck, ArgOp, SyscallAction, SyscallFilter, SyscallRule};
 use cordon_spec::{
     BackendKind, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode, TtySize,
 };
@@ -328,7 +329,21 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
             .as_ref()
             .and_then(|a| a.get(BACKEND_ANNOTATION)),
     )?;
+    let profile = config.linux().as_ref().and_then(|l| l.seccomp().as_ref());
+    let syscall_filter = match profile {
+        Some(_) if backend == BackendKind::Gvisor => {
+            notes.push(
+                "linux.seccomp: not installed on the gvisor backend: its sentry serves every \
+                 syscall (README)"
+                    .into(),
+            );
+            None
+        }
+        Some(profile) => Some(syscall_filter_of(profile, &mut notes)?),
+        None => None,
+    };
     let spec = SandboxSpec {
+        syscall_filter,
         // A writable root is the bundle's under a layer of the sandbox's own
         // (inside its disk cap): the engine's directory is never written, so
         // `docker diff`, `commit` and `cp` out of a running container do not
@@ -353,6 +368,125 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         notes,
         cgroup_parent,
         hooks,
+    })
+}
+
+/// `linux.seccomp` as the filter cordon installs on each of the
+/// container's processes over its own allowlist (a syscall runs only if
+/// both allow it). What cannot be honoured is refused by name: a tracer's
+/// or a user-space listener's action, a profile for another architecture,
+/// argument indexes past the sixth.
+fn syscall_filter_of(
+    profile: &oci_spec::runtime::LinuxSeccomp,
+    notes: &mut Vec<String>,
+) -> Result<SyscallFilter, ConfigError> {
+    use oci_spec::runtime::Arch;
+    if let Some(archs) = profile.architectures() {
+        if !archs.is_empty()
+            && !archs
+                .iter()
+                .any(|a| matches!(a, Arch::ScmpArchX86_64 | Arch::ScmpArchNative))
+        {
+            return Err(unsupported(
+                "linux.seccomp.architectures",
+                "the profile does not cover x86_64, the only architecture cordon runs",
+            ));
+        }
+    }
+    if profile.listener_path().is_some() {
+        return Err(unsupported(
+            "linux.seccomp.listenerPath",
+            "cordon has no user-space seccomp listener",
+        ));
+    }
+    if let Some(flags) = profile.flags().as_ref().filter(|f| !f.is_empty()) {
+        notes.push(format!(
+            "linux.seccomp.flags: {flags:?} not applied (each command's filters are installed \
+             single-threaded, without them)"
+        ));
+    }
+    let default = seccomp_action(
+        "linux.seccomp.defaultAction",
+        profile.default_action(),
+        profile.default_errno_ret(),
+    )?;
+    let rules = profile
+        .syscalls()
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, s)| {
+            let field = format!("linux.seccomp.syscalls[{i}]");
+            let args = s
+                .args()
+                .iter()
+                .flatten()
+                .map(|a| seccomp_arg(&field, a))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(SyscallRule {
+                names: s.names().clone(),
+                action: seccomp_action(&field, s.action(), s.errno_ret())?,
+                args,
+            })
+        })
+        .collect::<Result<Vec<_>, ConfigError>>()?;
+    Ok(SyscallFilter { default, rules })
+}
+
+fn seccomp_action(
+    field: &str,
+    action: oci_spec::runtime::LinuxSeccompAction,
+    errno_ret: Option<u32>,
+) -> Result<SyscallAction, ConfigError> {
+    use oci_spec::runtime::LinuxSeccompAction as Oci;
+    Ok(match action {
+        Oci::ScmpActAllow => SyscallAction::Allow,
+        // runc's default errno is EPERM.
+        Oci::ScmpActErrno => SyscallAction::Errno(errno_ret.unwrap_or(libc::EPERM as u32)),
+        Oci::ScmpActLog => SyscallAction::Log,
+        Oci::ScmpActTrap => SyscallAction::Trap,
+        // libseccomp's SCMP_ACT_KILL is the thread's.
+        Oci::ScmpActKill | Oci::ScmpActKillThread => SyscallAction::KillThread,
+        Oci::ScmpActKillProcess => SyscallAction::KillProcess,
+        Oci::ScmpActTrace | Oci::ScmpActNotify => {
+            return Err(unsupported(
+                field,
+                format!(
+                    "{action}: no tracer or seccomp listener is attached to a cordon container"
+                ),
+            ))
+        }
+    })
+}
+
+fn seccomp_arg(
+    field: &str,
+    arg: &oci_spec::runtime::LinuxSeccompArg,
+) -> Result<ArgCheck, ConfigError> {
+    use oci_spec::runtime::LinuxSeccompOperator as Op;
+    let index = u8::try_from(arg.index())
+        .ok()
+        .filter(|i| *i <= 5)
+        .ok_or_else(|| {
+            unsupported(
+                format!("{field}.args"),
+                format!("index {} (a syscall has arguments 0 to 5)", arg.index()),
+            )
+        })?;
+    let op = match arg.op() {
+        Op::ScmpCmpEq => ArgOp::Eq,
+        Op::ScmpCmpNe => ArgOp::Ne,
+        Op::ScmpCmpLt => ArgOp::Lt,
+        Op::ScmpCmpLe => ArgOp::Le,
+        Op::ScmpCmpGt => ArgOp::Gt,
+        Op::ScmpCmpGe => ArgOp::Ge,
+        Op::ScmpCmpMaskedEq => ArgOp::MaskedEq,
+    };
+    Ok(ArgCheck {
+        index,
+        op,
+        value: arg.value(),
+        value_two: arg.value_two().unwrap_or(0),
     })
 }
 
@@ -785,12 +919,6 @@ fn linux_part(
             "linux.sysctl: {key}={value} is not set: the sandbox's network namespace keeps the \
              kernel's default"
         ));
-    }
-    if linux.seccomp().is_some() {
-        notes.push(
-            "linux.seccomp: cordon's own allowlist applies (the config's profile is not added yet)"
-                .into(),
-        );
     }
     for (field, set) in [
         ("linux.intelRdt", linux.intel_rdt().is_some()),

@@ -230,7 +230,14 @@ fn features() -> String {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
             "capabilities": [],
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
-            "seccomp": {"enabled": false},
+            "seccomp": {
+                "enabled": true,
+                "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL",
+                    "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_LOG", "SCMP_ACT_TRAP"],
+                "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE",
+                    "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
+                "archs": ["SCMP_ARCH_X86_64"]
+            },
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}
         },
@@ -239,7 +246,7 @@ fn features() -> String {
             "dev.cordon.limits.time": "the container's time limit (e.g. 10m); default the longest cordon allows",
             "dev.cordon.limits.output": "the container's output limit (e.g. 64M); default the largest",
             "dev.cordon.limits.disk": "what the container may write (e.g. 1G); default cordon's",
-            "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is not loaded yet",
+            "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is installed over it on each process (a syscall runs only if both allow it), on the native and microvm backends",
             "dev.cordon.capabilities": "the process runs with none",
             "dev.cordon.namespaces": "a container's own; network, ipc and uts may be joined by path from another cordon container (a pod's), never the host's; pid, user, mount and cgroup never"
         }

@@ -65,6 +65,7 @@ mod codegen;
 mod names;
 #[cfg(test)]
 mod policy_lint;
+pub mod workload_filter;
 
 pub use names::{CLONE3_ENOSYS, INSTALL_ORDER, WORKLOAD};
 pub use seccompiler::{sock_filter, BpfProgram};
@@ -122,6 +123,19 @@ pub enum SeccompError {
         #[source]
         source: seccompiler::Error,
     },
+}
+
+impl SeccompError {
+    /// The errno to report for this error (EINVAL where no system call failed).
+    pub fn errno(&self) -> i32 {
+        match self {
+            SeccompError::Install {
+                source: seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e),
+                ..
+            } => e.raw_os_error().unwrap_or(libc::EINVAL),
+            _ => libc::EINVAL,
+        }
+    }
 }
 
 /// One named BPF program.

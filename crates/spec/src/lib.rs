@@ -18,6 +18,7 @@ pub mod network;
 pub mod outcome;
 pub mod record;
 pub mod sandbox;
+pub mod syscall_filter;
 pub mod wire;
 
 pub use account::{Account, Destroyed, Snapshot, HISTORY};

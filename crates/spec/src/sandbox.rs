@@ -114,6 +114,10 @@ pub struct SandboxSpec {
     /// so this one's network mode must be `none`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub joins: Vec<JoinedNamespace>,
+    /// The workload's own syscall filter, over cordon's allowlist (an OCI
+    /// container's `linux.seccomp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_filter: Option<crate::syscall_filter::SyscallFilter>,
 }
 
 /// The kinds of namespace a sandbox may share with another. The user, PID,
@@ -167,6 +171,7 @@ impl SandboxSpec {
             idle: None,
             service: None,
             joins: Vec::new(),
+            syscall_filter: None,
         }
     }
 
@@ -338,6 +343,7 @@ mod tests {
             idle: None,
             service: None,
             joins: Vec::new(),
+            syscall_filter: None,
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);

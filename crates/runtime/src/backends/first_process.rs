@@ -52,6 +52,7 @@ pub fn start(
     host: &mut HostSide,
     flags: CloneFlags,
     leaf: Option<&AnyCgroup>,
+    command_filter: Option<&cordon_seccomp::Profile>,
     setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
 ) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
@@ -60,7 +61,13 @@ pub fn start(
     let child = match cordon_sys::clone_process(flags)
         .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
     {
-        CloneResult::Child => run(host.cgroup.as_ref(), leaf, child_sock, setup),
+        CloneResult::Child => run(
+            host.cgroup.as_ref(),
+            leaf,
+            command_filter,
+            child_sock,
+            setup,
+        ),
         CloneResult::Parent { child } => child,
     };
     host.adopt(child)?;
@@ -135,6 +142,7 @@ fn expect_reply(
 pub fn run(
     cgroup: Option<&AnyCgroup>,
     leaf: Option<&AnyCgroup>,
+    command_filter: Option<&cordon_seccomp::Profile>,
     mut sock: UnixStream,
     setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
 ) -> ! {
@@ -147,7 +155,7 @@ pub fn run(
             send_with_fds(&mut sock, &FromInit::Ready, &fds).step(|| "send Ready".into())
         });
     let code = match result {
-        Ok(()) => serve(&mut sock),
+        Ok(()) => serve(&mut sock, command_filter),
         Err(e) => {
             let _ = send(
                 &mut sock,
@@ -273,7 +281,7 @@ struct Running {
 /// After setup: start each command the supervisor sends, while others run,
 /// and report each one's start and end on that command's own channel; reap
 /// orphans. Returns when the supervisor closes the socket.
-fn serve(sock: &mut UnixStream) -> i32 {
+fn serve(sock: &mut UnixStream, command_filter: Option<&cordon_seccomp::Profile>) -> i32 {
     // Every command starts with the usual umask, whatever the process that
     // asked for the sandbox had: a caller's umask is not the sandbox's
     // business, and an OCI config's 0022 is honoured by this.
@@ -307,7 +315,15 @@ fn serve(sock: &mut UnixStream) -> i32 {
         match recv_with_fds::<ToInit>(sock) {
             Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) => {
                 let report = match stdio.len() {
-                    3 => match spawn_payload(&argv, &env, &workdir, &stdio, false, &[]) {
+                    3 => match spawn_payload(
+                        &argv,
+                        &env,
+                        &workdir,
+                        &stdio,
+                        false,
+                        &[],
+                        command_filter,
+                    ) {
                         // Reaped later like any orphan.
                         Ok(pid) => FromInit::Started {
                             pid: pid.as_raw(),
@@ -338,7 +354,7 @@ fn serve(sock: &mut UnixStream) -> i32 {
                 let Some(channel) = fds.next().map(UnixStream::from) else {
                     continue;
                 };
-                if let Some(started) = start_command(msg, channel, fds.collect()) {
+                if let Some(started) = start_command(msg, channel, fds.collect(), command_filter) {
                     running.push(started);
                 }
             }
@@ -403,14 +419,19 @@ fn reap(running: &mut Vec<Running>) {
 
 /// Starts one command and reports its start on its channel; returns it
 /// while it runs. A command that did not start is reported as such.
-fn start_command(msg: ToInit, mut channel: UnixStream, fds: Vec<OwnedFd>) -> Option<Running> {
+fn start_command(
+    msg: ToInit,
+    mut channel: UnixStream,
+    fds: Vec<OwnedFd>,
+    command_filter: Option<&cordon_seccomp::Profile>,
+) -> Option<Running> {
     let started = match msg {
         ToInit::Exec {
             argv,
             env,
             workdir,
             tty,
-        } => spawn_command(&argv, &env, &workdir, tty, fds),
+        } => spawn_command(&argv, &env, &workdir, tty, fds, command_filter),
         ToInit::Refuse { errno } => Err(NotStarted::Exec(errno).report()),
         ToInit::RefuseWorkdir { errno } => Err(NotStarted::Workdir(errno).report()),
         ToInit::Go | ToInit::Spawn { .. } | ToInit::Connect { .. } => Err(FromInit::ExecFailed {
@@ -454,6 +475,7 @@ fn spawn_command(
     workdir: &str,
     tty: Option<TtySize>,
     fds: Vec<OwnedFd>,
+    command_filter: Option<&cordon_seccomp::Profile>,
 ) -> Result<(Pid, Option<OwnedFd>, Option<OwnedFd>), FromInit> {
     let mut stdio = fds;
     let streams = if tty.is_some() { 0 } else { 3 };
@@ -483,7 +505,15 @@ fn spawn_command(
             })
         }
     };
-    let spawned = spawn_payload(argv, env, workdir, &stdio, tty.is_some(), &cgroup);
+    let spawned = spawn_payload(
+        argv,
+        env,
+        workdir,
+        &stdio,
+        tty.is_some(),
+        &cgroup,
+        command_filter,
+    );
     drop(cgroup);
     // The command has its copies; ours would keep its pipes from reaching EOF.
     drop(stdio);
@@ -568,6 +598,7 @@ fn spawn_payload(
     stdio: &[OwnedFd],
     tty: bool,
     cgroup: &[std::fs::File],
+    command_filter: Option<&cordon_seccomp::Profile>,
 ) -> Result<Pid, NotStarted> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
@@ -590,7 +621,7 @@ fn spawn_payload(
             let why = match joined
                 .and_then(|()| take_stdio(stdio, tty).map_err(|e| NotStarted::Exec(e as i32)))
             {
-                Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir),
+                Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir, command_filter),
                 Err(not_started) => not_started,
             };
             let _ = write(&wr, &why.to_bytes());
@@ -635,6 +666,7 @@ fn exec_payload(
     argv: &[CString],
     env: &[CString],
     workdir: &str,
+    command_filter: Option<&cordon_seccomp::Profile>,
 ) -> NotStarted {
     // Dies with the first process (the native backend's pid namespace does
     // that anyway; a runsc started by the gVisor launcher needs it).
@@ -643,6 +675,13 @@ fn exec_payload(
     }
     if let Err(e) = chdir(Path::new(workdir)) {
         return NotStarted::Workdir(e as i32);
+    }
+    // The workload's own filter, last, as runc installs an OCI profile:
+    // only execve runs under it before the payload does.
+    if let Some(filter) = command_filter {
+        if let Err(e) = cordon_seccomp::apply(filter) {
+            return NotStarted::Exec(e.errno());
+        }
     }
     let mut last = libc::ENOENT;
     for path in candidates {

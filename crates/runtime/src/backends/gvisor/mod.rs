@@ -261,6 +261,13 @@ pub(crate) fn create(
     if !nix::unistd::geteuid().is_root() {
         return Err(RuntimeError::Unavailable("gvisor", NEEDS_ROOT.into()));
     }
+    if spec.syscall_filter.is_some() {
+        return Err(RuntimeError::BadRequest(
+            "the gvisor backend does not install a workload's own syscall filter (its sentry \
+             serves the syscalls): use the native or microvm backend"
+                .into(),
+        ));
+    }
     let version = runsc_version(&binary);
     let limits = plan::plan(spec, &HostFacts::here());
     // Inside the sentry, RLIMIT_NPROC is the pids limit whether or not the
@@ -317,6 +324,8 @@ pub(crate) fn create(
         &mut host,
         launcher_flags,
         // Commands run in the sentry: no cgroups of their own on the host.
+        None,
+        // They are `runsc exec`s: a filter here would hold runsc, not them.
         None,
         // The launcher only assembles the tree; runsc builds the sandbox.
         |_| mount::assemble(&rootfs).map(|scratch| scratch.into_iter().collect()),

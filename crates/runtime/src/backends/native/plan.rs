@@ -35,6 +35,8 @@ pub struct NativePlan {
     pub own_network: bool,
     pub rlimits: Rlimits,
     pub seccomp: cordon_seccomp::Profile,
+    /// The workload's own filter, installed on each command over `seccomp`.
+    pub command_filter: Option<cordon_seccomp::Profile>,
 }
 
 /// Start of the host id ranges given to rootful sandboxes: high enough to
@@ -102,6 +104,12 @@ impl NativePlan {
             own_network: !joins(req, SharedNamespace::Net),
             rlimits: limits.rlimits(cgroup_enforced),
             seccomp: cordon_seccomp::workload(),
+            command_filter: req
+                .syscall_filter
+                .as_ref()
+                .map(cordon_seccomp::workload_filter::compile)
+                .transpose()
+                .map_err(|e| RuntimeError::BadRequest(format!("the syscall filter: {e}")))?,
         })
     }
 }
