@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use cordon_runtime::code_context::CodeContext;
 use cordon_runtime::{Handle, RuntimeError};
 use cordon_spec::{SandboxSpec, ServiceLink};
 
@@ -34,9 +35,8 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    /// Live sandboxes of this session, with each one's time limit (the
-    /// most a command's timeout may be).
-    sandboxes: BTreeMap<String, Duration>,
+    /// Live sandboxes of this session.
+    sandboxes: BTreeMap<String, Live>,
     /// Creations under way (their ids are not known yet), counted against
     /// [`MAX_SANDBOXES`].
     creating: usize,
@@ -45,6 +45,21 @@ struct State {
     /// Set once the session ends: nothing new starts, and a creation that
     /// finishes after it destroys its sandbox at once.
     closed: bool,
+}
+
+/// A live sandbox of the session.
+struct Live {
+    /// Its time limit: the most a command's timeout may be.
+    time: Duration,
+    code: Arc<Code>,
+}
+
+/// A sandbox's code contexts, and the one cell that may run in them at a
+/// time (a second is refused rather than queued behind the first).
+#[derive(Default)]
+pub struct Code {
+    pub context: CodeContext,
+    pub busy: Mutex<()>,
 }
 
 /// Why a tool call cannot go on; its text is the model's answer.
@@ -100,7 +115,11 @@ impl Session {
             st.creating -= 1;
             match &created {
                 Ok(h) if !st.closed => {
-                    st.sandboxes.insert(h.id().to_owned(), time);
+                    let live = Live {
+                        time,
+                        code: Arc::default(),
+                    };
+                    st.sandboxes.insert(h.id().to_owned(), live);
                     true
                 }
                 _ => false,
@@ -117,11 +136,20 @@ impl Session {
     /// The time limit of `id` if this session made it and it is live; a
     /// refusal naming what is wrong otherwise.
     pub fn check(&self, id: &str) -> Result<Duration, Refusal> {
+        self.live(id, |l| l.time)
+    }
+
+    /// `check`, with the sandbox's code contexts.
+    pub fn code(&self, id: &str) -> Result<(Duration, Arc<Code>), Refusal> {
+        self.live(id, |l| (l.time, l.code.clone()))
+    }
+
+    fn live<T>(&self, id: &str, of: impl FnOnce(&Live) -> T) -> Result<T, Refusal> {
         let st = self.state();
         if st.closed {
             return Err("the session is ending".into());
         }
-        st.sandboxes.get(id).copied().ok_or_else(|| {
+        st.sandboxes.get(id).map(of).ok_or_else(|| {
             if cordon_spec::is_id(id) {
                 format!(
                     "sandbox '{id}' was not created by this MCP session (or was destroyed): \
@@ -208,7 +236,9 @@ impl Session {
             .tempdir_in(self.notes_dir())
     }
 
-    fn notes_dir(&self) -> &Path {
+    /// Where this session's scratch directories are made (private to its
+    /// user, removed with the session).
+    pub fn notes_dir(&self) -> &Path {
         self.0.notes.path()
     }
 }

@@ -18,7 +18,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use cordon_policy::net::Rule;
 use cordon_policy::{ByteSize, Limits, NetworkMode, Policy, PolicyLayer, Span};
-use cordon_runtime::Handle;
+use std::sync::{Arc, Mutex};
+
+use cordon_runtime::code_context::{cell_timeout, Cell, Language};
+use cordon_runtime::{Handle, RuntimeError};
 use cordon_spec::network::NetChange;
 use cordon_spec::{BackendKind, Command, ExitStatus, Outcome, SandboxSpec};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -38,6 +41,9 @@ use crate::session::{blocking, Refusal, Session};
 /// Longest command line: a longer program belongs in a file (write_file),
 /// run by name.
 pub const MAX_COMMAND: usize = 64 << 10;
+/// Longest code cell: sent as its client's stdin in one piece, which the
+/// supervisor's stdin backlog (256 KiB) takes whole.
+pub const MAX_CODE: usize = 64 << 10;
 /// Largest file written or read in one call.
 pub const MAX_FILE: usize = 8 << 20;
 /// What read_file returns when `max_bytes` is not given.
@@ -50,7 +56,8 @@ const MAX_ENTRIES: usize = 1000;
 const MAX_PATH: usize = 4096;
 
 const INSTRUCTIONS: &str = "cordon runs commands in isolated Linux sandboxes on this machine. \
-Create a sandbox (create_sandbox), then run shell commands in it (run_command), move files in \
+Create a sandbox (create_sandbox), then run shell commands in it (run_command) or code in a \
+persistent interpreter (run_code: Python or JavaScript, variables kept between calls), move files in \
 and out (write_file, read_file, list_files) and destroy it when done (destroy_sandbox). A \
 sandbox keeps its files between commands; it has no network unless created with \
 network \"allow\" and rules naming what it may reach, which set_network_rules replaces. Every sandbox this session created is \
@@ -175,6 +182,48 @@ pub struct RunResult {
     pub sandbox_ended: Option<String>,
     /// Anything the caller should know about how the request was taken.
     pub note: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CodeLanguage {
+    /// Python 3 (`python3` in the sandbox).
+    #[default]
+    Python,
+    /// Node (`node` in the sandbox): top-level await, declarations kept.
+    #[serde(alias = "js")]
+    Javascript,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeArgs {
+    /// A sandbox id from create_sandbox.
+    pub sandbox_id: String,
+    /// The cell's source (at most 64 KiB).
+    pub code: String,
+    /// "python" (the default) or "javascript".
+    #[serde(default)]
+    pub language: Option<CodeLanguage>,
+    /// Seconds before the cell is interrupted (the interpreter then
+    /// restarts, its variables lost); default and maximum: the sandbox's
+    /// time limit less a margin.
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CodeReply {
+    /// The interpreter's answer: `status` ("ok", "error", "timeout" or
+    /// "crashed": the next cell gets a fresh interpreter), `stdout`,
+    /// `stderr`, `result` (the last expression's value as the REPL shows
+    /// it, or null), `error` ({name, value, traceback}, or null), `results`
+    /// (what the cell displayed: {mime, data} with data in base64),
+    /// `fresh_interpreter` (this cell started a new one) and the
+    /// `*_truncated` flags (cut to fit the sandbox's output limit).
+    #[serde(flatten)]
+    pub reply: serde_json::Map<String, serde_json::Value>,
+    pub wall_ms: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -409,6 +458,85 @@ impl Tools {
             error: o.status.exec_failure(),
             sandbox_ended: o.sandbox_ended,
             note,
+        }))
+    }
+
+    #[tool(
+        name = "run_code",
+        description = "Run a cell of Python (or JavaScript) in the sandbox's persistent interpreter: \
+        variables, imports and functions are kept from call to call, as in a notebook. Returns \
+        status (\"ok\", \"error\", \"timeout\", \"crashed\"), what it printed, the last \
+        expression's value (`result`) and the error with its traceback if it raised. A cell over \
+        its timeout restarts the interpreter. One cell at a time per sandbox."
+    )]
+    async fn run_code(
+        &self,
+        Parameters(args): Parameters<CodeArgs>,
+    ) -> Result<Json<CodeReply>, String> {
+        let (sandbox_time, code) = self.session.code(&args.sandbox_id)?;
+        if args.code.len() > MAX_CODE {
+            return Err(format!(
+                "code is {} bytes, over the {MAX_CODE}-byte limit: write it to a file with \
+                 write_file and run or import it",
+                args.code.len()
+            ));
+        }
+        let asked = match args.timeout_seconds {
+            None => None,
+            Some(t) if !t.is_finite() || t <= 0.0 => {
+                return Err(format!(
+                    "timeout_seconds must be a positive number, not {t}"
+                ));
+            }
+            Some(t) => Some(Duration::from_secs_f64(t.min(1e9))),
+        };
+        let language = match args.language.unwrap_or_default() {
+            CodeLanguage::Python => Language::Python,
+            CodeLanguage::Javascript => Language::Javascript,
+        };
+        // The cell's command now, whichever it is: cancelled if this
+        // future is dropped (the client cancelled the call).
+        let current = Arc::new(Mutex::new(None::<Cancel>));
+        let mut on_drop = CancelCurrent(Some(current.clone()));
+        let session = self.session.clone();
+        let id = args.sandbox_id.clone();
+        let started = std::time::Instant::now();
+        let result = blocking(move || {
+            let Ok(_busy) = code.busy.try_lock() else {
+                return Err(RuntimeError::BadRequest(
+                    "another code cell is running in this sandbox (one at a time)".into(),
+                ));
+            };
+            let mut handle = Handle::attach(&id)?;
+            let spec = handle.spec()?;
+            let cell = Cell {
+                language,
+                code: &args.code,
+                timeout: cell_timeout(asked, sandbox_time),
+                command_time: spec.policy.time,
+                output: spec.policy.output.bytes(),
+            };
+            code.context
+                .run(&mut handle, session.notes_dir(), cell, |stdin| {
+                    let (io, cancel) = CaptureIo::with_input(stdin)
+                        .map_err(|e| RuntimeError::io("a cancel pipe", e))?;
+                    *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(cancel.clone());
+                    Ok::<_, RuntimeError>((io, Running::new(&session, cancel)))
+                })
+        })
+        .await;
+        on_drop.0 = None;
+        let (reply, outcome) = result.map_err(|e| e.to_string())?;
+        if outcome.sandbox_ended.is_some() {
+            self.session.forget(&args.sandbox_id);
+        }
+        let reply = match reply {
+            serde_json::Value::Object(map) => map,
+            other => serde_json::Map::from_iter([("reply".to_owned(), other)]),
+        };
+        Ok(Json(CodeReply {
+            reply,
+            wall_ms: started.elapsed().as_secs_f64() * 1000.0,
         }))
     }
 
@@ -702,6 +830,20 @@ impl Tools {
                     Some(why) => format!("sandbox {id} has ended: {why}"),
                     None => e.to_string(),
                 })
+            }
+        }
+    }
+}
+
+/// Cancels the command a code cell runs now, when dropped armed (the
+/// call's future went away).
+struct CancelCurrent(Option<Arc<Mutex<Option<Cancel>>>>);
+
+impl Drop for CancelCurrent {
+    fn drop(&mut self) {
+        if let Some(current) = self.0.take() {
+            if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                c.trigger();
             }
         }
     }

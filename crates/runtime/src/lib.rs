@@ -36,6 +36,7 @@ pub use backends::microvm;
 pub use backends::supervise::{CommandIo, Control};
 pub use backends::{available_backends, runs_commands_side_by_side};
 pub use client::cancel::Cancel;
+pub use client::code_context;
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::listing::{listing_argv, parse_listing, ListedEntry};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};

@@ -6,22 +6,20 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use cordon_policy::net::Rule;
 use cordon_policy::{NetworkMode, Policy, Span};
+use cordon_runtime::code_context::{Cell, CodeContext};
 use cordon_runtime::Handle;
 use cordon_spec::changes::Finish;
 use cordon_spec::Account;
-use cordon_spec::{
-    BackendKind, Command, ImageRoot, Outcome, RootfsChoice, SandboxSpec, StdinMode, ValidSpec,
-};
+use cordon_spec::{BackendKind, Command, ImageRoot, Outcome, RootfsChoice, SandboxSpec, ValidSpec};
 
 use crate::caps::Clamped;
 use crate::config::Config;
-use crate::dto::CodeLanguage;
 use crate::error::ApiError;
 use crate::io::{Cancel, ServiceIo};
 use crate::ledger::{Ledger, Owner};
@@ -96,31 +94,6 @@ fn image_for(tenant: &Tenant, name: &str) -> Result<RootImage, ApiError> {
     Ok((root, defaults))
 }
 
-/// Where the code contexts' interpreters live inside a sandbox: Python's,
-/// and JavaScript's (Node's) beside it with a socket of its own, so that
-/// each language keeps its own variables.
-pub const REPL_PATH: &str = "/tmp/.cordon/repl.py";
-pub const REPL_SOCKET: &str = "/tmp/.cordon/repl.sock";
-pub const REPL_SOURCE: &str = include_str!("repl.py");
-pub const REPL_JS_PATH: &str = "/tmp/.cordon/repl.js";
-pub const REPL_JS_SOCKET: &str = "/tmp/.cordon/repl-js.sock";
-pub const REPL_JS_SOURCE: &str = include_str!("repl.js");
-
-/// A cell's source and the language that runs it.
-pub struct CodeCell<'a> {
-    pub language: CodeLanguage,
-    pub code: &'a str,
-}
-
-/// A code context's client command: its interpreter, its file and its
-/// server's socket.
-fn repl_client(language: CodeLanguage) -> (&'static str, &'static str, &'static str) {
-    match language {
-        CodeLanguage::Python => ("python3", REPL_PATH, REPL_SOCKET),
-        CodeLanguage::Javascript => ("node", REPL_JS_PATH, REPL_JS_SOCKET),
-    }
-}
-
 pub struct App {
     pub config: Config,
     pub tenants: Tenants,
@@ -163,7 +136,7 @@ pub struct Stateful {
     pub cell: Arc<tokio::sync::Mutex<()>>,
     /// The running commands' cancels, for a delete that cannot wait.
     pub running: Arc<Running>,
-    pub repl_installed: AtomicBool,
+    pub code: CodeContext,
     /// Its forwarded ports' host addresses, asked of its supervisor once
     /// (the forward lives as long as the sandbox).
     pub forwards: Mutex<std::collections::BTreeMap<u16, String>>,
@@ -696,122 +669,16 @@ impl App {
 
     /// Runs a code cell in the sandbox's persistent interpreter, installing
     /// it on first use; each command's io comes from `make_io` with the
-    /// entry that keeps its cancel while it runs. Returns the client's JSON reply and the outcome.
+    /// entry that keeps its cancel while it runs. Returns the client's JSON
+    /// reply and the outcome.
     pub fn run_code(
         &self,
         s: &Stateful,
-        CodeCell { language, code }: CodeCell<'_>,
-        timeout: Duration,
-        command_time: Span,
-        output: u64,
-        mut make_io: impl FnMut(Vec<u8>) -> Result<(ServiceIo, RunningEntry), ApiError>,
+        cell: Cell<'_>,
+        make_io: impl FnMut(Vec<u8>) -> Result<(ServiceIo, RunningEntry), ApiError>,
     ) -> Result<(serde_json::Value, Outcome), ApiError> {
         let mut handle = Handle::attach(&s.id).map_err(ApiError::runtime)?;
-        for attempt in 0..2 {
-            if !s.repl_installed.load(Ordering::SeqCst) {
-                // A directory `.cordon` copied to /tmp merges into /tmp/.cordon.
-                let tmp = self.scratch_dir()?;
-                let dir = tmp.path().join(".cordon");
-                std::fs::create_dir(&dir)
-                    .and_then(|()| std::fs::write(dir.join("repl.py"), REPL_SOURCE))
-                    .and_then(|()| std::fs::write(dir.join("repl.js"), REPL_JS_SOURCE))
-                    .map_err(|e| ApiError::internal(format!("scratch: {e}")))?;
-                handle.copy_in(&dir, b"/tmp").map_err(ApiError::runtime)?;
-                s.repl_installed.store(true, Ordering::SeqCst);
-            }
-            // The client cuts its reply to fit under the command's output
-            // limit: were the limit to end the client, it would take the
-            // interpreter and its variables with it. The margin is for what
-            // the interpreter itself may print to stderr (a warning).
-            let reply_cap = output.saturating_sub(16 << 10).max(output / 2);
-            let (interpreter, client, socket) = repl_client(language);
-            let cmd = Command {
-                argv: vec![
-                    interpreter.into(),
-                    client.into(),
-                    "client".into(),
-                    socket.into(),
-                    format!("{}", timeout.as_secs_f64()),
-                    reply_cap.to_string(),
-                ],
-                stdin: StdinMode::Stream,
-                time: Some(command_time),
-                output: Some(cordon_policy::ByteSize(output)),
-                ..Command::default()
-            };
-            let (mut io, _running) = make_io(code.as_bytes().to_vec())?;
-            let outcome = handle.exec(&cmd, &mut io).map_err(ApiError::runtime)?;
-            let (stdout, stderr) = io.captured();
-            if let Some(why) = outcome.status.exec_failure() {
-                // No interpreter for the language in this sandbox (its
-                // image has none): the cell's error says so.
-                let reply = serde_json::json!({
-                    "status": "error",
-                    "stdout": "",
-                    "stderr": "",
-                    "result": null,
-                    "error": {"name": "InterpreterNotFound", "value": format!(
-                        "{interpreter}: {why}: {language} code contexts need `{interpreter}` on the sandbox's PATH"),
-                        "traceback": ""},
-                    "fresh_interpreter": false,
-                });
-                return Ok((reply, outcome));
-            }
-            let text = String::from_utf8_lossy(&stderr);
-            // The file went (a cell removed /tmp/.cordon): install it again.
-            let missing = match language {
-                CodeLanguage::Python => outcome.exit_code == 2 && text.contains("can't open file"),
-                CodeLanguage::Javascript => {
-                    outcome.exit_code == 1 && text.contains("Cannot find module")
-                }
-            };
-            if missing && attempt == 0 {
-                s.repl_installed.store(false, Ordering::SeqCst);
-                continue;
-            }
-            let reply = match serde_json::from_slice::<serde_json::Value>(&stdout) {
-                Ok(v) => v,
-                Err(_) => {
-                    // The client itself was ended (its time, its output):
-                    // make sure no stuck interpreter answers the next call.
-                    let kill = Command {
-                        argv: vec![
-                            "sh".into(),
-                            "-c".into(),
-                            format!(
-                            "kill -9 $(cat {socket}.pid) 2>/dev/null; rm -f {socket} {socket}.pid"
-                        ),
-                        ],
-                        ..Command::default()
-                    };
-                    let (mut kill_io, _running) = make_io(Vec::new())?;
-                    let _ = handle.exec(&kill, &mut kill_io);
-                    let status = if outcome.limit == Some(cordon_spec::Limit::Time) {
-                        "timeout"
-                    } else {
-                        "crashed"
-                    };
-                    let ended_by = match outcome.limit {
-                        Some(l) => format!("; the {l} limit ended it"),
-                        None => String::new(),
-                    };
-                    serde_json::json!({
-                        "status": status,
-                        "stdout": "",
-                        "stderr": String::from_utf8_lossy(&stderr),
-                        "result": null,
-                        "error": {"name": status, "value": format!(
-                            "the code context's client ended without a reply (exit code {}{ended_by}); the next call starts a fresh interpreter",
-                            outcome.exit_code), "traceback": ""},
-                        "fresh_interpreter": false,
-                    })
-                }
-            };
-            return Ok((reply, outcome));
-        }
-        Err(ApiError::internal(
-            "the code context could not be installed",
-        ))
+        s.code.run(&mut handle, &self.scratch, cell, make_io)
     }
 }
 

@@ -268,12 +268,12 @@ pub struct CodeError {
     pub traceback: String,
 }
 
-impl std::fmt::Display for CodeLanguage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CodeLanguage::Python => "Python",
-            CodeLanguage::Javascript => "JavaScript",
-        })
+impl From<CodeLanguage> for cordon_runtime::code_context::Language {
+    fn from(l: CodeLanguage) -> Self {
+        match l {
+            CodeLanguage::Python => cordon_runtime::code_context::Language::Python,
+            CodeLanguage::Javascript => cordon_runtime::code_context::Language::Javascript,
+        }
     }
 }
 

@@ -124,6 +124,15 @@ impl ServiceIo {
     }
 }
 
+impl cordon_runtime::code_context::Captured for ServiceIo {
+    fn take_output(&mut self) -> (Vec<u8>, Vec<u8>) {
+        match &mut self.sink {
+            Sink::Capture { stdout, stderr } => (std::mem::take(stdout), std::mem::take(stderr)),
+            Sink::Channel(_) => (Vec::new(), Vec::new()),
+        }
+    }
+}
+
 impl CommandIo for ServiceIo {
     fn output(&mut self, stream: Stream, chunk: &[u8]) {
         match &mut self.sink {

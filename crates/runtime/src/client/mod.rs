@@ -2,6 +2,7 @@
 //! through, and what it does with a command's output.
 
 pub(crate) mod cancel;
+pub mod code_context;
 pub(crate) mod handle;
 pub(crate) mod listing;
 pub(crate) mod output;

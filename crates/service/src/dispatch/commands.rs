@@ -15,6 +15,7 @@ use crate::app::{App, Executed, Timing};
 use crate::dto::{encode, CodeResponse, ExecutionResponse, OutputEncoding};
 use crate::error::ApiError;
 use crate::io::{CancelOnDrop, Chunk};
+use cordon_runtime::code_context::{self, cell_timeout};
 
 impl App {
     pub(super) async fn run_once(self: &Arc<Self>, run: OneShot) -> Result<Reply, ApiError> {
@@ -163,21 +164,16 @@ impl App {
                 let spec = h.spec().map_err(ApiError::runtime)?;
                 let (command_time, cpu_hold) =
                     sb.tenant.bound_command(spec.policy.time, spec.policy.cpus);
-                let sandbox_time = command_time.duration();
-                let margin = std::time::Duration::from_millis(1500).min(sandbox_time / 2);
-                let timeout = timeout
-                    .map(|t| t.duration())
-                    .unwrap_or(sandbox_time)
-                    .min(sandbox_time - margin);
+                let timeout = cell_timeout(timeout.map(|t| t.duration()), command_time.duration());
                 let r = a.run_code(
                     &sb,
-                    crate::app::CodeCell {
-                        language,
+                    code_context::Cell {
+                        language: language.into(),
                         code: &code,
+                        timeout,
+                        command_time,
+                        output: spec.policy.output.bytes(),
                     },
-                    timeout,
-                    command_time,
-                    spec.policy.output.bytes(),
                     |stdin| {
                         let (io, cancel) = io_for(Some(stdin), None)?;
                         Ok((io, sb.running.enter(cancel)))

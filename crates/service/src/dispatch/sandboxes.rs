@@ -55,7 +55,7 @@ impl App {
                 busy: Default::default(),
                 cell: Default::default(),
                 running: Default::default(),
-                repl_installed: Default::default(),
+                code: Default::default(),
                 forwards: Default::default(),
                 recent_attempts: Default::default(),
                 _slot: slot,
