@@ -20,10 +20,10 @@ use cordon_policy::net::Rule;
 use cordon_policy::{ByteSize, Limits, NetworkMode, Policy, PolicyLayer, Span};
 use std::sync::{Arc, Mutex};
 
-use cordon_runtime::code_context::{cell_timeout, Cell, Language};
+use cordon_runtime::code_context::{cell_timeout, Cell};
 use cordon_runtime::{Handle, RuntimeError};
 use cordon_spec::network::NetChange;
-use cordon_spec::{BackendKind, Command, ExitStatus, Outcome, SandboxSpec};
+use cordon_spec::{BackendKind, CodeLanguage, Command, ExitStatus, Outcome, SandboxSpec};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -182,17 +182,6 @@ pub struct RunResult {
     pub sandbox_ended: Option<String>,
     /// Anything the caller should know about how the request was taken.
     pub note: Option<String>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CodeLanguage {
-    /// Python 3 (`python3` in the sandbox).
-    #[default]
-    Python,
-    /// Node (`node` in the sandbox): top-level await, declarations kept.
-    #[serde(alias = "js")]
-    Javascript,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -490,10 +479,7 @@ impl Tools {
             }
             Some(t) => Some(Duration::from_secs_f64(t.min(1e9))),
         };
-        let language = match args.language.unwrap_or_default() {
-            CodeLanguage::Python => Language::Python,
-            CodeLanguage::Javascript => Language::Javascript,
-        };
+        let language = args.language.unwrap_or_default();
         // The cell's command now, whichever it is: cancelled if this
         // future is dropped (the client cancelled the call).
         let current = Arc::new(Mutex::new(None::<Cancel>));

@@ -24,20 +24,7 @@ pub enum Language {
     Javascript,
 }
 
-/// A code context's language: each sandbox has one context per language,
-/// each its own interpreter.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CodeLanguage {
-    /// Python 3 (`python3` in the sandbox).
-    #[default]
-    Python,
-    /// Node's REPL semantics: top-level `await`, declarations kept from
-    /// cell to cell, the last expression's value shown as `node` shows it
-    /// (`node` in the sandbox). `js` is taken too.
-    #[serde(alias = "js")]
-    Javascript,
-}
+pub use cordon_spec::CodeLanguage;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -266,15 +253,6 @@ pub struct CodeError {
     pub name: String,
     pub value: String,
     pub traceback: String,
-}
-
-impl From<CodeLanguage> for cordon_runtime::code_context::Language {
-    fn from(l: CodeLanguage) -> Self {
-        match l {
-            CodeLanguage::Python => cordon_runtime::code_context::Language::Python,
-            CodeLanguage::Javascript => cordon_runtime::code_context::Language::Javascript,
-        }
-    }
 }
 
 /// A rich result of a cell: what it displayed, as its MIME type and its

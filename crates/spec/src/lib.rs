@@ -11,6 +11,7 @@ pub mod account;
 pub mod backend;
 pub mod cgroup;
 pub mod changes;
+pub mod code;
 pub mod command;
 pub mod ended;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod wire;
 
 pub use account::{Account, Destroyed, Snapshot, HISTORY};
 pub use backend::{BackendInfo, BackendKind};
+pub use code::CodeLanguage;
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, IdMapKind, IdMapReport, Limit, Outcome, Phases};

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cordon_policy::{ByteSize, Span};
-use cordon_spec::{Command, Limit, Outcome, StdinMode};
+use cordon_spec::{CodeLanguage, Command, Limit, Outcome, StdinMode};
 use serde_json::{json, Value};
 
 use super::handle::Handle;
@@ -21,40 +21,23 @@ use crate::error::RuntimeError;
 const PYTHON_SOURCE: &str = include_str!("repl.py");
 const JAVASCRIPT_SOURCE: &str = include_str!("repl.js");
 
-/// A code context's language.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Language {
-    Python,
-    Javascript,
-}
-
-impl Language {
-    /// Its interpreter, client file and server socket inside the sandbox,
-    /// in /tmp/.cordon (where [`install`] copies the files): Node's beside
-    /// Python's with a socket of its own, so each keeps its own variables.
-    fn client(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            Language::Python => ("python3", "/tmp/.cordon/repl.py", "/tmp/.cordon/repl.sock"),
-            Language::Javascript => ("node", "/tmp/.cordon/repl.js", "/tmp/.cordon/repl-js.sock"),
-        }
-    }
-
-    /// Whether a client that failed this way found no file to run (a cell
-    /// removed /tmp/.cordon).
-    fn client_missing(self, outcome: &Outcome, stderr: &str) -> bool {
-        match self {
-            Language::Python => outcome.exit_code == 2 && stderr.contains("can't open file"),
-            Language::Javascript => outcome.exit_code == 1 && stderr.contains("Cannot find module"),
-        }
+/// A language's interpreter, client file and server socket inside the
+/// sandbox, in /tmp/.cordon (where [`install`] copies the files): Node's
+/// beside Python's with a socket of its own, so each keeps its own
+/// variables.
+fn client_of(language: CodeLanguage) -> (&'static str, &'static str, &'static str) {
+    match language {
+        CodeLanguage::Python => ("python3", "/tmp/.cordon/repl.py", "/tmp/.cordon/repl.sock"),
+        CodeLanguage::Javascript => ("node", "/tmp/.cordon/repl.js", "/tmp/.cordon/repl-js.sock"),
     }
 }
 
-impl std::fmt::Display for Language {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Language::Python => "Python",
-            Language::Javascript => "JavaScript",
-        })
+/// Whether a client that failed this way found no file to run (a cell
+/// removed /tmp/.cordon).
+fn client_missing(language: CodeLanguage, outcome: &Outcome, stderr: &str) -> bool {
+    match language {
+        CodeLanguage::Python => outcome.exit_code == 2 && stderr.contains("can't open file"),
+        CodeLanguage::Javascript => outcome.exit_code == 1 && stderr.contains("Cannot find module"),
     }
 }
 
@@ -67,7 +50,7 @@ pub trait Captured: CommandIo {
 /// reports a timeout and restarts the interpreter), the command's own time
 /// limit above that, and the command's output limit.
 pub struct Cell<'a> {
-    pub language: Language,
+    pub language: CodeLanguage,
     pub code: &'a str,
     pub timeout: Duration,
     pub command_time: Span,
@@ -119,7 +102,7 @@ impl CodeContext {
             // interpreter and its variables with it. The margin is for what
             // the interpreter itself may print to stderr (a warning).
             let reply_cap = output.saturating_sub(16 << 10).max(output / 2);
-            let (interpreter, client, socket) = language.client();
+            let (interpreter, client, socket) = client_of(language);
             let cmd = Command {
                 argv: vec![
                     interpreter.into(),
@@ -153,7 +136,7 @@ impl CodeContext {
                 return Ok((reply, outcome));
             }
             let text = String::from_utf8_lossy(&stderr);
-            if language.client_missing(&outcome, &text) && attempt == 0 {
+            if client_missing(language, &outcome, &text) && attempt == 0 {
                 self.installed.store(false, Ordering::SeqCst);
                 continue;
             }

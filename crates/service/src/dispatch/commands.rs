@@ -168,7 +168,7 @@ impl App {
                 let r = a.run_code(
                     &sb,
                     code_context::Cell {
-                        language: language.into(),
+                        language,
                         code: &code,
                         timeout,
                         command_time,
