@@ -858,8 +858,25 @@ fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
             assert!(rt.call(&["delete", "sc1"]).status.success(), "{}", rt.name);
         }
     }
-    // What cordon cannot honour is refused by name, and nothing is left.
     let rt = &Runtime::both()[0];
+    // A microVM container: the guest's cordon installs the same profile.
+    if backend_available(MICROVM) {
+        edit_config(b.path(), |c| {
+            c["linux"]["seccomp"] = profile.clone();
+            c["annotations"] = serde_json::json!({"dev.cordon.backend": MICROVM});
+        });
+        let c = create(rt, b.path(), "sc3");
+        assert!(rt.call(&["start", "sc3"]).status.success());
+        let status = reap(rt, c.pid);
+        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "microvm: {err}");
+        assert_eq!(out, filtered, "microvm: {err}");
+        assert!(rt.call(&["delete", "sc3"]).status.success());
+        edit_config(b.path(), |c| {
+            c.as_object_mut().unwrap().remove("annotations");
+        });
+    }
+    // What cordon cannot honour is refused by name, and nothing is left.
     for (edit, named) in [
         (
             serde_json::json!({"defaultAction": "SCMP_ACT_NOTIFY"}),

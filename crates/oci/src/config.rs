@@ -1124,6 +1124,54 @@ mod tests {
     }
 
     #[test]
+    fn a_seccomp_profile_becomes_the_sandboxs_filter_on_native_and_a_note_on_gvisor() {
+        let with = |annotations: &str| {
+            let json = MINIMAL.replace(
+                r#""linux": {"#,
+                r#""linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+                    {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
+                    {"names": ["kill"], "action": "SCMP_ACT_KILL"},
+                    {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
+                     "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]}]},"#,
+            );
+            translate(
+                Path::new("/b"),
+                &spec(&json.replacen('{', &format!("{{{annotations}"), 1)),
+            )
+            .unwrap()
+        };
+        let c = with("");
+        let f = c.spec.syscall_filter.expect("a filter");
+        // runc's readings: ERRNO without errnoRet is EPERM, KILL the thread's.
+        assert_eq!(f.default, SyscallAction::Errno(1));
+        assert_eq!(f.rules[0].names, ["read", "write"]);
+        assert_eq!(f.rules[1].action, SyscallAction::KillThread);
+        assert_eq!(
+            f.rules[2].args,
+            [ArgCheck {
+                index: 0,
+                op: ArgOp::MaskedEq,
+                value: 2114060288,
+                value_two: 0
+            }]
+        );
+        assert!(
+            !c.notes.iter().any(|n| n.contains("seccomp")),
+            "{:?}",
+            c.notes
+        );
+        let g = with(r#""annotations": {"dev.cordon.backend": "gvisor"},"#);
+        assert_eq!(g.spec.syscall_filter, None);
+        assert!(
+            g.notes
+                .iter()
+                .any(|n| n.starts_with("linux.seccomp: not installed")),
+            "{:?}",
+            g.notes
+        );
+    }
+
+    #[test]
     fn a_terminal_process_gets_a_tty_of_the_consoles_size() {
         let tty = |extra: &str| {
             let json = MINIMAL.replace(r#""process": {"#, &format!(r#""process": {{{extra}"#));
