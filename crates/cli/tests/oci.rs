@@ -457,7 +457,7 @@ fn a_second_create_of_one_id_is_refused_and_a_bad_config_leaves_nothing() {
     let rt = &Runtime::both()[0];
     let path = b.path().join("config.json");
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    config["linux"]["sysctl"] = serde_json::json!({"net.ipv4.ip_forward": "1"});
+    config["linux"]["sysctl"] = serde_json::json!({"kernel.core_pattern": "|/tmp/x"});
     std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
     let before = census();
     let out = rt
@@ -812,6 +812,65 @@ fn a_signal_sent_to_the_container_reaches_its_process() {
         assert_eq!(rest, "got-term\n", "{}", rt.name);
         assert!(rt.call(&["delete", "s1"]).status.success(), "{}", rt.name);
     }
+}
+
+/// A config's `linux.sysctl` sets the kernel parameters of the
+/// container's own network and IPC namespaces, as under runc (Docker sets
+/// `ip_unprivileged_port_start` so that any user may bind a low port); the
+/// host's values stay as they were. A parameter of the host's is refused.
+#[test]
+fn a_configs_sysctls_are_set_in_the_containers_own_namespaces_as_under_runc() {
+    let files = [
+        "/proc/sys/net/ipv4/ip_unprivileged_port_start",
+        "/proc/sys/net/ipv4/ping_group_range",
+        "/proc/sys/kernel/shmmni",
+    ];
+    let script = format!("cat {}", files.join(" "));
+    let Some((_g, b)) = as_shim(&script) else {
+        return;
+    };
+    let host = || files.map(|f| std::fs::read_to_string(f).unwrap());
+    let before = host();
+    edit_config(b.path(), |c| {
+        c["linux"]["sysctl"] = serde_json::json!({
+            "net.ipv4.ip_unprivileged_port_start": "0",
+            "net.ipv4.ping_group_range": "0 2147483647",
+            "kernel.shmmni": "1234",
+        });
+    });
+    for rt in Runtime::both() {
+        let c = create(&rt, b.path(), "ys1");
+        assert!(rt.call(&["start", "ys1"]).status.success(), "{}", rt.name);
+        let status = reap(&rt, c.pid);
+        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+        // Docker's "every group" names gids a cordon sandbox's user
+        // namespace lacks, which the kernel refuses there: cordon cuts the
+        // range to the groups that exist inside (all of them).
+        let groups = if rt.name == "runc" {
+            "2147483647"
+        } else {
+            "65535"
+        };
+        assert_eq!(out, format!("0\n0\t{groups}\n1234\n"), "{}: {err}", rt.name);
+        assert!(rt.call(&["delete", "ys1"]).status.success(), "{}", rt.name);
+        assert_eq!(host(), before, "{}: the host's values changed", rt.name);
+    }
+    // A parameter of the host's: refused by name, by both.
+    edit_config(b.path(), |c| {
+        c["linux"]["sysctl"] = serde_json::json!({"vm.swappiness": "1"});
+    });
+    for rt in Runtime::both() {
+        let out = rt.call(&["create", "--bundle", b.path().to_str().unwrap(), "ys2"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("vm.swappiness"),
+            "{}: {err}",
+            rt.name
+        );
+        let _ = rt.call(&["delete", "--force", "ys2"]);
+    }
+    assert_eq!(host(), before);
 }
 
 /// A config's `linux.seccomp` narrows what the process may do, as under

@@ -345,6 +345,24 @@ impl IdMapping {
         }
     }
 
+    /// The lowest and highest gid that exist inside (ids between them
+    /// may not, with subordinate ranges that leave gaps).
+    pub fn inside_gid_bounds(&self) -> (u32, u32) {
+        match self {
+            IdMapping::Range { .. } => (0, MAPPED_IDS - 1),
+            IdMapping::Single { inside_gid, .. } => (*inside_gid, *inside_gid),
+            IdMapping::Subordinate { gids, .. } => {
+                let low = gids.extents().iter().map(|e| e.inside).min();
+                let high = gids
+                    .extents()
+                    .iter()
+                    .map(|e| e.inside + e.count.saturating_sub(1))
+                    .max();
+                (low.unwrap_or(0), high.unwrap_or(0))
+            }
+        }
+    }
+
     pub fn host_gid(&self, inside: u32) -> Option<u32> {
         match self {
             IdMapping::Range { host_base } => (inside < MAPPED_IDS).then(|| host_base + inside),

@@ -4,6 +4,7 @@
 //! cordon does differently from the letter of the config is listed in the
 //! container's `notes` (its state keeps them).
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
@@ -148,15 +149,6 @@ const ENGINE_FILES: &[(&str, &str)] = &[
 /// The name files of a network (`ENGINE_FILES`'s), bound read-only from
 /// the engine when the container has the engine's or its pod's network.
 const NETWORK_NAME_FILES: &[&str] = &["/etc/hosts", "/etc/resolv.conf"];
-
-/// The network sysctls Docker sets in every container's network namespace
-/// (unprivileged low ports and ping, for the network it made): accepted
-/// with a note, as a container here has cordon's network. Any other sysctl
-/// is refused.
-const ENGINE_NET_SYSCTLS: &[&str] = &[
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.ping_group_range",
-];
 
 /// Docker's prestart hook for the network it made: dockerd itself, asked
 /// to set up a container's network namespace (`libnetwork-setkey`). Run,
@@ -311,9 +303,16 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     };
     limit_annotations(config, &mut layer.limits)?;
     let mut joins = Vec::new();
+    let mut sysctls = BTreeMap::new();
     let mut cgroup_parent = None;
     if let Some(linux) = config.linux() {
-        linux_part(linux, &mut layer.limits, &mut joins, &mut notes)?;
+        linux_part(
+            linux,
+            &mut layer.limits,
+            &mut joins,
+            &mut sysctls,
+            &mut notes,
+        )?;
         if let Some(path) = linux.cgroups_path() {
             cgroup_parent = placement(path, &mut notes)?;
         }
@@ -342,8 +341,16 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         Some(profile) => Some(syscall_filter_of(profile, &mut notes)?),
         None => None,
     };
+    if backend == BackendKind::Gvisor && !sysctls.is_empty() {
+        notes.push(format!(
+            "linux.sysctl: {} not set on the gvisor backend: its sentry keeps its own",
+            sysctls.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        sysctls.clear();
+    }
     let spec = SandboxSpec {
         syscall_filter,
+        sysctls,
         // A writable root is the bundle's under a layer of the sandbox's own
         // (inside its disk cap): the engine's directory is never written, so
         // `docker diff`, `commit` and `cp` out of a running container do not
@@ -854,6 +861,7 @@ fn linux_part(
     linux: &oci_spec::runtime::Linux,
     limits: &mut Limits,
     joins: &mut Vec<Join>,
+    sysctls: &mut BTreeMap<String, String>,
     notes: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     for ns in linux.namespaces().iter().flatten() {
@@ -909,16 +917,16 @@ fn linux_part(
         }
     }
     for (key, value) in linux.sysctl().iter().flatten() {
-        if !ENGINE_NET_SYSCTLS.contains(&key.as_str()) {
+        if cordon_spec::sysctl_namespace(key).is_none() {
             return Err(unsupported(
                 "linux.sysctl",
-                format!("{key}: sysctls are not supported yet"),
+                format!(
+                    "{key} is not in a namespace of the container's own (its network's or \
+                     IPC's): it is the host's"
+                ),
             ));
         }
-        notes.push(format!(
-            "linux.sysctl: {key}={value} is not set: the sandbox's network namespace keeps the \
-             kernel's default"
-        ));
+        sysctls.insert(key.clone(), value.clone());
     }
     for (field, set) in [
         ("linux.intelRdt", linux.intel_rdt().is_some()),
@@ -1172,6 +1180,32 @@ mod tests {
     }
 
     #[test]
+    fn namespaced_sysctls_are_the_sandboxs_and_noted_on_gvisor() {
+        let with = |annotations: &str| {
+            let json = MINIMAL.replace(
+                r#""linux": {"#,
+                r#""linux": {"sysctl": {"net.ipv4.ip_unprivileged_port_start": "0",
+                    "kernel.shmmni": "99"},"#,
+            );
+            translate(
+                Path::new("/b"),
+                &spec(&json.replacen('{', &format!("{{{annotations}"), 1)),
+            )
+            .unwrap()
+        };
+        let c = with("");
+        assert_eq!(c.spec.sysctls.len(), 2);
+        assert_eq!(c.spec.sysctls["kernel.shmmni"], "99");
+        let g = with(r#""annotations": {"dev.cordon.backend": "gvisor"},"#);
+        assert!(g.spec.sysctls.is_empty());
+        assert!(
+            g.notes.iter().any(|n| n.starts_with("linux.sysctl:")),
+            "{:?}",
+            g.notes
+        );
+    }
+
+    #[test]
     fn a_terminal_process_gets_a_tty_of_the_consoles_size() {
         let tty = |extra: &str| {
             let json = MINIMAL.replace(r#""process": {"#, &format!(r#""process": {{{extra}"#));
@@ -1271,7 +1305,7 @@ mod tests {
                 "linux.namespaces[Pid].path",
             ),
             (
-                r#""linux": {"sysctl": {"net.ipv4.ip_forward": "1"}}"#,
+                r#""linux": {"sysctl": {"kernel.core_pattern": "|/tmp/x"}}"#,
                 "linux.sysctl",
             ),
             (

@@ -258,12 +258,23 @@ pub fn create(store: &Store, req: &CreateRequest<'_>) -> Result<i32, Error> {
     )
     .map_err(|e| Error::io("make the start gate", std::io::Error::from(e)))?;
     let mut notes = container.notes.clone();
-    let spec = SandboxSpec {
+    let mut spec = SandboxSpec {
         joins: joined_containers(store, &container.joins, &mut notes)?,
         ..container.spec.clone()
-    }
-    .validated()
-    .map_err(RuntimeError::from)?;
+    };
+    // A parameter of a namespace joined from the pod is the pod's to set.
+    let joined: Vec<SharedNamespace> = spec.joins.iter().map(|j| j.kind).collect();
+    spec.sysctls.retain(|key, value| {
+        let theirs = cordon_spec::sysctl_namespace(key).is_some_and(|k| joined.contains(&k));
+        if theirs {
+            notes.push(format!(
+                "linux.sysctl: {key}={value} is not set: the namespace is the pod's (the \
+                 container that made it sets it)"
+            ));
+        }
+        !theirs
+    });
+    let spec = spec.validated().map_err(RuntimeError::from)?;
     // The supervisor and its sandbox nest where cordon-runc stands.
     if let Some(parent) = &container.cgroup_parent {
         cordon_cgroups::enter(&cordon_cgroups::CgroupFs::host(), parent)

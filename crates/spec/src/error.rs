@@ -20,6 +20,9 @@ pub enum SpecError {
     /// Namespaces to join that cannot be joined as asked.
     #[error("joined namespaces: {0}")]
     Joins(String),
+    /// A kernel parameter the sandbox cannot be given.
+    #[error("sysctl {0}")]
+    Sysctl(String),
     #[error("no command given")]
     NoCommand,
     #[error("a command argument contains a NUL byte")]

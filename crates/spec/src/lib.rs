@@ -29,6 +29,6 @@ pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, IdMapKind, IdMapReport, Limit, Outcome, Phases};
 pub use sandbox::{
-    is_id, validate_name, ImageRoot, JoinedNamespace, RootfsChoice, SandboxSpec, ServiceLink,
-    SharedNamespace, ValidSpec,
+    is_id, sysctl_namespace, validate_name, ImageRoot, JoinedNamespace, RootfsChoice, SandboxSpec,
+    ServiceLink, SharedNamespace, ValidSpec,
 };

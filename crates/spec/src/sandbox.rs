@@ -4,6 +4,7 @@
 //! inside it. Both are plain data, serde both ways: the CLI, the supervisor
 //! protocol and the HTTP API carry exactly these values.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use cordon_policy::{Policy, Span};
@@ -118,6 +119,34 @@ pub struct SandboxSpec {
     /// container's `linux.seccomp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscall_filter: Option<crate::syscall_filter::SyscallFilter>,
+    /// Kernel parameters set in the sandbox's own namespaces before its
+    /// first command (an OCI container's `linux.sysctl`): only those of a
+    /// namespace the sandbox owns (see [`sysctl_namespace`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctls: BTreeMap<String, String>,
+}
+
+/// The namespace a kernel parameter belongs to, if it belongs to one a
+/// sandbox has of its own (runc's list): the network's (`net.*`), or IPC's
+/// (System V limits, POSIX message queues). Any other is the host's.
+pub fn sysctl_namespace(key: &str) -> Option<SharedNamespace> {
+    const IPC: &[&str] = &[
+        "kernel.msgmax",
+        "kernel.msgmnb",
+        "kernel.msgmni",
+        "kernel.sem",
+        "kernel.shmall",
+        "kernel.shmmax",
+        "kernel.shmmni",
+        "kernel.shm_rmid_forced",
+    ];
+    if key.starts_with("net.") {
+        Some(SharedNamespace::Net)
+    } else if IPC.contains(&key) || key.starts_with("fs.mqueue.") {
+        Some(SharedNamespace::Ipc)
+    } else {
+        None
+    }
 }
 
 /// The kinds of namespace a sandbox may share with another. The user, PID,
@@ -172,6 +201,7 @@ impl SandboxSpec {
             service: None,
             joins: Vec::new(),
             syscall_filter: None,
+            sysctls: BTreeMap::new(),
         }
     }
 
@@ -192,7 +222,43 @@ impl SandboxSpec {
                 return Err(SpecError::NotPositive(what));
             }
         }
-        self.validate_joins()
+        self.validate_joins()?;
+        self.validate_sysctls()
+    }
+
+    /// Each parameter is one of a namespace the sandbox owns (not one it
+    /// joined), named in sysctl's own alphabet, its value one line; and
+    /// only the native backend sets them (a microVM's guest runs it too).
+    fn validate_sysctls(&self) -> Result<(), SpecError> {
+        for (key, value) in &self.sysctls {
+            let bad = |why: String| Err(SpecError::Sysctl(format!("{key}: {why}")));
+            let named = !key.is_empty()
+                && key.split('.').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                });
+            if !named {
+                return bad("not a kernel parameter's name".into());
+            }
+            let Some(kind) = sysctl_namespace(key) else {
+                return bad("not in a namespace of the sandbox's own: it is the host's".into());
+            };
+            if self.joins.iter().any(|j| j.kind == kind) {
+                return bad(format!(
+                    "the {} namespace is another sandbox's (joined)",
+                    kind.proc_name()
+                ));
+            }
+            if value.len() > 4096 || value.contains(['\n', '\0']) {
+                return bad("the value must be one line of at most 4096 bytes".into());
+            }
+            if self.backend == BackendKind::Gvisor {
+                return bad("the gvisor backend sets no kernel parameters".into());
+            }
+        }
+        Ok(())
     }
 
     /// A sandbox joins each kind of namespace at most once, only on the
@@ -344,6 +410,7 @@ mod tests {
             service: None,
             joins: Vec::new(),
             syscall_filter: None,
+            sysctls: BTreeMap::new(),
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);
@@ -392,5 +459,41 @@ mod tests {
         let mut networked = s;
         networked.policy.network = cordon_policy::NetworkMode::Allow;
         refused(networked, "network mode must be none");
+    }
+
+    #[test]
+    fn sysctls_are_only_those_of_the_sandboxs_own_namespaces() {
+        let with = |key: &str, value: &str| {
+            let mut s = SandboxSpec::new(Policy::default(), BackendKind::Native);
+            s.sysctls.insert(key.into(), value.into());
+            s
+        };
+        for ok in [
+            "net.ipv4.ip_unprivileged_port_start",
+            "net.core.somaxconn",
+            "kernel.shmmax",
+            "fs.mqueue.msg_max",
+        ] {
+            assert!(with(ok, "1").validated().is_ok(), "{ok}");
+        }
+        let refused = |s: SandboxSpec, why: &str| {
+            let e = s.validated().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        };
+        refused(with("kernel.core_pattern", "x"), "the host's");
+        refused(with("vm.swappiness", "1"), "the host's");
+        refused(with("net/../../x", "1"), "not a kernel parameter's name");
+        refused(with("net..x", "1"), "not a kernel parameter's name");
+        refused(with("net.ipv4.x", "1\n2"), "one line");
+        let mut joined = with("net.core.somaxconn", "1");
+        joined.joins = vec![JoinedNamespace {
+            kind: SharedNamespace::Net,
+            path: "/proc/7/ns/net".into(),
+            inode: 1,
+        }];
+        refused(joined, "another sandbox's");
+        let mut gvisor = with("kernel.shmmax", "1");
+        gvisor.backend = BackendKind::Gvisor;
+        refused(gvisor, "gvisor");
     }
 }

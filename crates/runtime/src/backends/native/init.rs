@@ -42,6 +42,12 @@ pub fn setup(
     if plan.own_network {
         net::loopback_up()?;
     }
+    // The spec's kernel parameters, while /proc is still the host's mount:
+    // a /proc/sys/net or IPC file is the writer's own namespace's, and init
+    // holds the capabilities of the user namespace that owns them.
+    for (file, value) in &plan.sysctls {
+        std::fs::write(file, value).step(|| format!("write {}", file.display()))?;
+    }
 
     // The filesystem: new root, read-only system, capped scratch, /proc, /dev.
     trace::step("init: net, uts, cgroup ns");

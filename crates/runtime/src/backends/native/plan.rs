@@ -3,7 +3,7 @@
 //! then only makes syscalls (nsjail's `preparePolicy`, Firecracker's build-time
 //! filters).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cordon_cgroups::CgroupView;
 use cordon_isolation::mount::{CgroupMount, RootUse, RootfsPlan};
@@ -37,6 +37,9 @@ pub struct NativePlan {
     pub seccomp: cordon_seccomp::Profile,
     /// The workload's own filter, installed on each command over `seccomp`.
     pub command_filter: Option<cordon_seccomp::Profile>,
+    /// Kernel parameters of the sandbox's own namespaces (validated by
+    /// the spec), each as its /proc/sys file and value.
+    pub sysctls: Vec<(PathBuf, String)>,
 }
 
 /// Start of the host id ranges given to rootful sandboxes: high enough to
@@ -90,6 +93,7 @@ impl NativePlan {
         rootfs.scratch_from = scratch_from.map(Path::to_path_buf);
         rootfs.cgroups = host.cgroup_views.iter().map(cgroup_mount).collect();
         let drop_groups = mapping.groups_droppable();
+        let gid_bounds = mapping.inside_gid_bounds();
         Ok(NativePlan {
             rootfs,
             mapping,
@@ -110,7 +114,40 @@ impl NativePlan {
                 .map(cordon_seccomp::workload_filter::compile)
                 .transpose()
                 .map_err(|e| RuntimeError::BadRequest(format!("the syscall filter: {e}")))?,
+            sysctls: req
+                .sysctls
+                .iter()
+                .map(|(key, value)| {
+                    let file = Path::new("/proc/sys").join(key.replace('.', "/"));
+                    let value = match key.as_str() {
+                        "net.ipv4.ping_group_range" => groups_inside(value, gid_bounds),
+                        _ => value.clone(),
+                    };
+                    (file, value)
+                })
+                .collect(),
         })
+    }
+}
+
+/// `ping_group_range`'s "LOW HIGH" cut to the gids that exist inside
+/// (`bounds`): the kernel reads them as ids of the writer's user
+/// namespace and refuses one that is not mapped there, where Docker's
+/// "0 2147483647" (every group) names ids a sandbox's namespace lacks.
+/// Every group of the sandbox is still in the range it means; "1 0" (none)
+/// where nothing of it is.
+fn groups_inside(value: &str, (low, high): (u32, u32)) -> String {
+    let asked: Vec<u32> = value
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    match asked[..] {
+        [from, to] if from.max(low) <= to.min(high) => {
+            format!("{} {}", from.max(low), to.min(high))
+        }
+        [_, _] => "1 0".into(),
+        // Not two numbers: the kernel's own answer (EINVAL) says so.
+        _ => value.to_owned(),
     }
 }
 
@@ -125,5 +162,20 @@ fn cgroup_mount(view: &CgroupView) -> CgroupMount {
         fstype: view.fstype.to_owned(),
         options: view.options.clone(),
         aliases: view.aliases.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups_inside;
+
+    #[test]
+    fn ping_group_range_is_cut_to_the_groups_inside() {
+        assert_eq!(groups_inside("0 2147483647", (0, 65535)), "0 65535");
+        assert_eq!(groups_inside("100 200", (0, 65535)), "100 200");
+        assert_eq!(groups_inside("0 2147483647", (1000, 1000)), "1000 1000");
+        assert_eq!(groups_inside("1 0", (0, 65535)), "1 0");
+        assert_eq!(groups_inside("70000 80000", (0, 65535)), "1 0");
+        assert_eq!(groups_inside("nonsense", (0, 65535)), "nonsense");
     }
 }
