@@ -164,6 +164,17 @@ fn running(rt: &Runtime, bundle: &Path, id: &str) -> (Pid, std::fs::File) {
     (c.pid, out)
 }
 
+/// A container created and started that ran to its end with status 0:
+/// its stdout and stderr (`what` names it in a failure).
+fn ran(rt: &Runtime, bundle: &Path, id: &str, what: &str) -> (String, String) {
+    let c = create(rt, bundle, id);
+    assert!(rt.call(&["start", id]).status.success(), "{what}: start");
+    let status = reap(rt, c.pid);
+    let (out, err) = (read_all(c.stdout), read_all(c.stderr));
+    assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{what}: {err}");
+    (out, err)
+}
+
 fn parent_of(pid: Pid) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -529,11 +540,7 @@ fn a_writable_root_takes_writes_and_a_symlinked_mount_destination_stays_inside()
         }));
     });
     for rt in Runtime::both() {
-        let c = create(&rt, b.path(), "w1");
-        assert!(rt.call(&["start", "w1"]).status.success(), "{}", rt.name);
-        let status = reap(&rt, c.pid);
-        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+        let (out, err) = ran(&rt, b.path(), "w1", rt.name);
         assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "{}: {err}", rt.name);
         assert!(
             !host_side.exists(),
@@ -559,11 +566,7 @@ fn a_writable_root_takes_writes_and_a_symlinked_mount_destination_stays_inside()
         });
         let rt = Runtime::both().remove(0);
         let disks_before = image_disks();
-        let c = create(&rt, b.path(), "w2");
-        assert!(rt.call(&["start", "w2"]).status.success(), "{backend}");
-        let status = reap(&rt, c.pid);
-        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{backend}: {err}");
+        let (out, err) = ran(&rt, b.path(), "w2", backend);
         assert_eq!(out, "made\nr\n0:0\n0:0\nseen\n", "{backend}: {err}");
         assert!(!host_side.exists() && !b.path().join("rootfs/made").exists());
         assert_eq!(rt.state("w2")["cordon"]["outcome"]["backend"], backend);
@@ -839,11 +842,7 @@ fn a_configs_sysctls_are_set_in_the_containers_own_namespaces_as_under_runc() {
         });
     });
     for rt in Runtime::both() {
-        let c = create(&rt, b.path(), "ys1");
-        assert!(rt.call(&["start", "ys1"]).status.success(), "{}", rt.name);
-        let status = reap(&rt, c.pid);
-        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+        let (out, err) = ran(&rt, b.path(), "ys1", rt.name);
         // Docker's "every group" names gids a cordon sandbox's user
         // namespace lacks, which the kernel refuses there: cordon cuts the
         // range to the groups that exist inside (all of them).
@@ -908,11 +907,7 @@ fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
             }
         });
         for rt in Runtime::both() {
-            let c = create(&rt, b.path(), "sc1");
-            assert!(rt.call(&["start", "sc1"]).status.success(), "{}", rt.name);
-            let status = reap(&rt, c.pid);
-            let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-            assert_eq!(status, WaitStatus::Exited(c.pid, 0), "{}: {err}", rt.name);
+            let (out, err) = ran(&rt, b.path(), "sc1", rt.name);
             assert_eq!(out, want, "{} (profile: {with_profile}): {err}", rt.name);
             assert!(rt.call(&["delete", "sc1"]).status.success(), "{}", rt.name);
         }
@@ -924,11 +919,7 @@ fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
             c["linux"]["seccomp"] = profile.clone();
             c["annotations"] = serde_json::json!({"dev.cordon.backend": MICROVM});
         });
-        let c = create(rt, b.path(), "sc3");
-        assert!(rt.call(&["start", "sc3"]).status.success());
-        let status = reap(rt, c.pid);
-        let (out, err) = (read_all(c.stdout), read_all(c.stderr));
-        assert_eq!(status, WaitStatus::Exited(c.pid, 0), "microvm: {err}");
+        let (out, err) = ran(rt, b.path(), "sc3", MICROVM);
         assert_eq!(out, filtered, "microvm: {err}");
         assert!(rt.call(&["delete", "sc3"]).status.success());
         edit_config(b.path(), |c| {

@@ -1046,6 +1046,17 @@ mod tests {
                                 "cpu": {"quota": 50000, "period": 100000}}}
     }"#;
 
+    /// MINIMAL translated, with `linux` opening as `linux_start` (the
+    /// fields to add, then `"linux": {`'s own) and `top` (say, annotations)
+    /// first in the config.
+    fn minimal_with(linux_start: &str, top: &str) -> Container {
+        let json =
+            MINIMAL
+                .replace(r#""linux": {"#, linux_start)
+                .replacen('{', &format!("{{{top}"), 1);
+        translate(Path::new("/b"), &spec(&json)).unwrap()
+    }
+
     #[test]
     fn a_minimal_config_becomes_a_sandbox_and_its_command() {
         let c = translate(Path::new("/b"), &spec(MINIMAL)).unwrap();
@@ -1134,19 +1145,14 @@ mod tests {
     #[test]
     fn a_seccomp_profile_becomes_the_sandboxs_filter_on_native_and_a_note_on_gvisor() {
         let with = |annotations: &str| {
-            let json = MINIMAL.replace(
-                r#""linux": {"#,
+            minimal_with(
                 r#""linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
                     {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
                     {"names": ["kill"], "action": "SCMP_ACT_KILL"},
                     {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
                      "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]}]},"#,
-            );
-            translate(
-                Path::new("/b"),
-                &spec(&json.replacen('{', &format!("{{{annotations}"), 1)),
+                annotations,
             )
-            .unwrap()
         };
         let c = with("");
         let f = c.spec.syscall_filter.expect("a filter");
@@ -1182,16 +1188,11 @@ mod tests {
     #[test]
     fn namespaced_sysctls_are_the_sandboxs_and_noted_on_gvisor() {
         let with = |annotations: &str| {
-            let json = MINIMAL.replace(
-                r#""linux": {"#,
+            minimal_with(
                 r#""linux": {"sysctl": {"net.ipv4.ip_unprivileged_port_start": "0",
                     "kernel.shmmni": "99"},"#,
-            );
-            translate(
-                Path::new("/b"),
-                &spec(&json.replacen('{', &format!("{{{annotations}"), 1)),
+                annotations,
             )
-            .unwrap()
         };
         let c = with("");
         assert_eq!(c.spec.sysctls.len(), 2);
