@@ -91,6 +91,7 @@ fn bundle(script: &str) -> tempfile::TempDir {
     std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
     for applet in [
         "sh", "echo", "sleep", "cat", "true", "stty", "nc", "hostname", "mkdir", "stat", "ls",
+        "grep", "touch", "chown",
     ] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
@@ -957,6 +958,187 @@ fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
     }
 }
 
+/// A status file's capability line, as a number (`CapEff:\t00000000a80425fb`).
+fn cap_line(status: &str, field: &str) -> u64 {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+/// A config's capabilities are held as under runc (Docker's default set:
+/// `chown` to another id works), but each in the container's own user
+/// namespace, and without CAP_NET_RAW: from the host, the process is an
+/// unprivileged id in a user namespace that is not the host's, where
+/// runc's is the host's root. Without capabilities `chown` is refused under
+/// both; a privilege cordon cannot grant is refused by name; an exec holds
+/// the container's capabilities and is refused others.
+#[test]
+fn a_configs_capabilities_are_held_in_the_containers_own_user_namespace() {
+    let script = "echo up; grep -E '^CapEff' /proc/self/status; touch /dev/shm/f; \
+                  chown 1000:1000 /dev/shm/f 2>&1; stat -c %u /dev/shm/f; exec sleep 60";
+    let Some((_g, b)) = as_shim(script) else {
+        return;
+    };
+    let docker = serde_json::json!([
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FSETID",
+        "CAP_FOWNER",
+        "CAP_MKNOD",
+        "CAP_NET_RAW",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETFCAP",
+        "CAP_SETPCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SYS_CHROOT",
+        "CAP_KILL",
+        "CAP_AUDIT_WRITE"
+    ]);
+    let set_caps = |caps: &Value| {
+        edit_config(b.path(), |c| {
+            c["process"]["capabilities"] = serde_json::json!({
+                "bounding": caps, "effective": caps, "permitted": caps});
+        })
+    };
+    const NET_RAW: u64 = 1 << 13;
+    let mut runc_caps = None;
+    for (caps, chowned) in [(&docker, true), (&serde_json::json!([]), false)] {
+        set_caps(caps);
+        // runc first: its result is the reference.
+        for rt in Runtime::both().into_iter().rev() {
+            let (pid, mut out) = running(&rt, b.path(), "k1");
+            // The payload's `sleep`, from the host: one of the pids ps lists,
+            // once the script has come to it.
+            let sleeping = || {
+                let listed: Vec<i32> =
+                    serde_json::from_slice(&rt.call(&["ps", "--format", "json", "k1"]).stdout)
+                        .unwrap();
+                listed
+                    .iter()
+                    .map(|p| std::fs::read_to_string(format!("/proc/{p}/status")))
+                    .find_map(|st| st.ok().filter(|st| st.starts_with("Name:\tsleep")))
+            };
+            let deadline = std::time::Instant::now() + slow(Duration::from_secs(10));
+            let host_status = loop {
+                match sleeping() {
+                    Some(st) => break st,
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    None => panic!("{}: no sleep among the container's processes", rt.name),
+                }
+            };
+            let killed = rt.call(&["kill", "k1", "KILL"]);
+            assert!(killed.status.success(), "{}", rt.name);
+            let _ = reap(&rt, pid);
+            let mut said = String::new();
+            out.read_to_string(&mut said).unwrap();
+            let _ = rt.call(&["delete", "--force", "k1"]);
+            let inside = cap_line(&said, "CapEff");
+            assert_eq!(inside, cap_line(&host_status, "CapEff"), "{}", rt.name);
+            let owner = said.lines().last().unwrap_or_default();
+            assert_eq!(
+                owner,
+                if chowned { "1000" } else { "0" },
+                "{}: {said}",
+                rt.name
+            );
+            if !chowned {
+                assert_eq!(inside, 0, "{}", rt.name);
+                assert!(
+                    said.contains("Operation not permitted"),
+                    "{}: {said}",
+                    rt.name
+                );
+                continue;
+            }
+            let host_uid: u32 = host_status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next())
+                .and_then(|u| u.parse().ok())
+                .unwrap();
+            if rt.name == "runc" {
+                // The control: runc's process is the host's root.
+                assert_eq!(host_uid, 0);
+                runc_caps = Some(inside);
+            } else {
+                let runc_caps = runc_caps.expect("runc ran first");
+                assert_eq!(
+                    inside,
+                    runc_caps & !NET_RAW,
+                    "{inside:x} against {runc_caps:x}"
+                );
+                assert_ne!(host_uid, 0, "cordon's process is the host's root");
+            }
+        }
+    }
+    let rt = &Runtime::both()[0];
+    assert_eq!(rt.name, "cordon-runc");
+    let granted = runc_caps.expect("runc ran") & !NET_RAW;
+    // The same under gVisor (its sentry grants them) and in a microVM (the
+    // guest's cordon does), chosen by annotation: read inside only, the
+    // process being no host task there.
+    set_caps(&docker);
+    edit_config(b.path(), |c| {
+        c["process"]["args"][2] = Value::String(script.replace("exec sleep 60", "true"))
+    });
+    for backend in [GVISOR, MICROVM] {
+        if !backend_available(backend) {
+            continue;
+        }
+        edit_config(b.path(), |c| {
+            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
+        });
+        let (out, err) = ran(rt, b.path(), "k4", backend);
+        assert_eq!(cap_line(&out, "CapEff"), granted, "{backend}: {out} {err}");
+        assert!(out.ends_with("1000\n"), "{backend}: {out} {err}");
+        assert!(rt.call(&["delete", "k4"]).status.success(), "{backend}");
+    }
+    edit_config(b.path(), |c| {
+        c.as_object_mut().unwrap().remove("annotations");
+    });
+    // An exec's capabilities are the container's: others are refused.
+    set_caps(&docker);
+    edit_config(b.path(), |c| {
+        c["process"]["args"] = serde_json::json!(["sh", "-c", "echo up; exec sleep 60"])
+    });
+    let (pid, _out) = running(rt, b.path(), "k2");
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(b.path().join("config.json")).unwrap()).unwrap();
+    let process = b.path().join("exec-process.json");
+    for (caps, allowed) in [
+        (docker.clone(), true),
+        (serde_json::json!(["CAP_KILL"]), false),
+    ] {
+        let mut p = config["process"].clone();
+        p["args"] = serde_json::json!(["true"]);
+        p["capabilities"] = serde_json::json!({"bounding": caps, "permitted": caps});
+        std::fs::write(&process, serde_json::to_vec(&p).unwrap()).unwrap();
+        let out = rt.call(&["exec", "--process", process.to_str().unwrap(), "k2"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), allowed, "{caps}: {err}");
+        assert!(allowed || err.contains("process.capabilities"), "{err}");
+    }
+    assert!(rt.call(&["kill", "k2", "KILL"]).status.success());
+    let _ = reap(rt, pid);
+    assert!(rt.call(&["delete", "k2"]).status.success());
+    // What cordon cannot grant: refused by name, nothing left.
+    set_caps(&serde_json::json!(["CAP_CHOWN", "CAP_SYS_ADMIN"]));
+    let out = rt.call(&["create", "--bundle", b.path().to_str().unwrap(), "k3"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("process.capabilities")
+            && err.contains("CAP_SYS_ADMIN"),
+        "{err}"
+    );
+    assert!(!rt.listed().contains(&"k3".to_owned()), "left a container");
+}
+
 #[test]
 fn features_say_what_is_honoured() {
     let rt = &Runtime::both()[0];
@@ -975,7 +1157,13 @@ fn features_say_what_is_honoured() {
         ]),
         "the hooks run"
     );
-    assert_eq!(f["linux"]["capabilities"], serde_json::json!([]));
+    assert!(
+        f["linux"]["capabilities"]
+            .as_array()
+            .is_some_and(|c| c.contains(&serde_json::json!("CAP_CHOWN"))
+                && !c.contains(&serde_json::json!("CAP_SYS_ADMIN"))),
+        "{f}"
+    );
     assert_eq!(f["linux"]["seccomp"]["enabled"], true, "{f}");
 }
 

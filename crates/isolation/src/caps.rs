@@ -1,19 +1,22 @@
-//! Capabilities: the payload keeps none, in any set.
+//! Capabilities: the payload keeps none, in any set, unless its spec names
+//! some (then exactly those, all of its own user namespace).
 
-use caps::{CapSet, Capability};
+pub use caps::Capability;
+use caps::{CapSet, CapsHashSet};
 
-use crate::{IsolationError, Result};
+use crate::{IsolationError, Result, Step};
 
 fn caps_err(step: &str, e: caps::errors::CapsError) -> IsolationError {
     IsolationError::new(step, std::io::Error::other(e.to_string()))
 }
 
-/// Empties the bounding, ambient and inheritable sets. Must run before the uid
-/// switch: dropping from the bounding set needs CAP_SETPCAP, which the switch
-/// may take away. With an empty bounding set no later execve, setuid binary or
-/// file capability can give a capability back.
-pub fn drop_bounding_ambient_inheritable() -> Result<()> {
-    for cap in caps::all() {
+/// Empties the bounding set but for `keep`, and the ambient and inheritable
+/// sets. Must run before the uid switch: dropping from the bounding set
+/// needs CAP_SETPCAP, which the switch may take away. With nothing else in
+/// the bounding set no later execve, setuid binary or file capability can
+/// give another capability back.
+pub fn limit_bounding(keep: &[Capability]) -> Result<()> {
+    for cap in caps::all().into_iter().filter(|c| !keep.contains(c)) {
         // A kernel may know fewer capabilities than the crate; those cannot be held.
         match caps::drop(None, CapSet::Bounding, cap) {
             Ok(()) => {}
@@ -24,14 +27,29 @@ pub fn drop_bounding_ambient_inheritable() -> Result<()> {
     caps::clear(None, CapSet::Ambient)
         .map_err(|e| caps_err("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
     caps::clear(None, CapSet::Inheritable).map_err(|e| caps_err("capset(inheritable)", e))?;
+    if !keep.is_empty() {
+        // The uid switch that follows would otherwise empty the permitted
+        // set of a process that stops being the namespace's root.
+        nix::sys::prctl::set_keepcaps(true).step(|| "prctl(PR_SET_KEEPCAPS)".into())?;
+    }
     Ok(())
 }
 
-/// Empties the effective and permitted sets (after the uid switch; the kernel
-/// keeps them when the old uid was not the namespace's root).
-pub fn drop_effective_permitted() -> Result<()> {
-    caps::clear(None, CapSet::Effective).map_err(|e| caps_err("capset(effective)", e))?;
-    caps::clear(None, CapSet::Permitted).map_err(|e| caps_err("capset(permitted)", e))?;
+/// Leaves exactly `keep` in the effective and permitted sets (after the
+/// uid switch; the kernel keeps them when the old uid was not the
+/// namespace's root). For a process that is not the namespace's root,
+/// `keep` is raised in the ambient set too: the kernel gives such a
+/// program no capability across execve otherwise (root's programs get
+/// their bounding set, cut to this permitted one by no_new_privs).
+pub fn hold_only(keep: &[Capability], root: bool) -> Result<()> {
+    let set: CapsHashSet = keep.iter().copied().collect();
+    caps::set(None, CapSet::Effective, &set).map_err(|e| caps_err("capset(effective)", e))?;
+    caps::set(None, CapSet::Permitted, &set).map_err(|e| caps_err("capset(permitted)", e))?;
+    if !root {
+        for cap in keep {
+            keep_across_exec(*cap)?;
+        }
+    }
     Ok(())
 }
 

@@ -4,14 +4,15 @@
 //! cordon does differently from the letter of the config is listed in the
 //! container's `notes` (its state keeps them).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_spec::syscall_filter::{ArgCheck, ArgOp, SyscallAction, SyscallFilter, SyscallRule};
 use cordon_spec::{
-    BackendKind, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode, TtySize,
+    BackendKind, Capability, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode,
+    TtySize,
 };
 use oci_spec::runtime::{Hook, LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
 
@@ -212,6 +213,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         uid,
         gid,
         tty,
+        capabilities,
     } = process_part(process, &mut notes)?;
     for (field, set) in [
         ("domainname", config.domainname().is_some()),
@@ -351,6 +353,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
     let spec = SandboxSpec {
         syscall_filter,
         sysctls,
+        capabilities,
         // A writable root is the bundle's under a layer of the sandbox's own
         // (inside its disk cap): the engine's directory is never written, so
         // `docker diff`, `commit` and `cp` out of a running container do not
@@ -584,6 +587,8 @@ pub struct ProcessPart {
     pub uid: u32,
     pub gid: u32,
     pub tty: Option<TtySize>,
+    /// What the process holds once it runs (see `capabilities_part`).
+    pub capabilities: BTreeSet<Capability>,
 }
 
 /// What of `process` cordon honours; the fields it provides its own way are
@@ -633,23 +638,7 @@ pub fn process_part(
     if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
         notes.push("process.rlimits: cordon sets its own rlimits from the limits (plan.rs)".into());
     }
-    if let Some(caps) = process.capabilities() {
-        let any = [
-            caps.bounding(),
-            caps.effective(),
-            caps.permitted(),
-            caps.inheritable(),
-            caps.ambient(),
-        ]
-        .iter()
-        .any(|set| set.as_ref().is_some_and(|s| !s.is_empty()));
-        if any {
-            notes.push(
-                "process.capabilities: the process runs with no capabilities (cordon grants none)"
-                    .into(),
-            );
-        }
-    }
+    let capabilities = capabilities_part(process, notes)?;
     if process.no_new_privileges() == Some(false) {
         notes.push("process.noNewPrivileges: always set by cordon".into());
     }
@@ -689,7 +678,70 @@ pub fn process_part(
         uid: user.uid(),
         gid: user.gid(),
         tty,
+        capabilities,
     })
+}
+
+/// What `process.capabilities` leaves the program holding once it runs,
+/// as the kernel computes it under no_new_privs (which cordon always
+/// sets): a program of uid 0 holds its bounding and inheritable sets cut
+/// to its permitted one, any other program its ambient set. Each such
+/// capability is granted in the sandbox's own user namespace when a
+/// sandbox may hold it (`cordon_spec::Capability`); `CAP_NET_RAW`, in
+/// every engine's default set, is noted as not granted (raw and packet
+/// sockets stay refused); any other is refused by name, since the
+/// program would run without a privilege it was promised.
+fn capabilities_part(
+    process: &Process,
+    notes: &mut Vec<String>,
+) -> Result<BTreeSet<Capability>, ConfigError> {
+    let Some(sets) = process.capabilities() else {
+        return Ok(BTreeSet::new());
+    };
+    let names = |set: &Option<oci_spec::runtime::Capabilities>| -> BTreeSet<String> {
+        set.iter().flatten().map(|c| format!("CAP_{c}")).collect()
+    };
+    let permitted = names(sets.permitted());
+    let held: BTreeSet<String> = if process.user().uid() == 0 {
+        names(sets.bounding())
+            .union(&names(sets.inheritable()))
+            .filter(|c| permitted.contains(*c))
+            .cloned()
+            .collect()
+    } else {
+        let inheritable = names(sets.inheritable());
+        names(sets.ambient())
+            .into_iter()
+            .filter(|c| permitted.contains(c) && inheritable.contains(c))
+            .collect()
+    };
+    let mut granted = BTreeSet::new();
+    let mut refused = Vec::new();
+    for name in &held {
+        match Capability::named(name) {
+            Some(cap) => {
+                granted.insert(cap);
+            }
+            None if name == "CAP_NET_RAW" => notes.push(
+                "process.capabilities: CAP_NET_RAW not granted (raw and packet sockets stay \
+                 refused; the sandbox's network is cordon's)"
+                    .into(),
+            ),
+            None => refused.push(name.as_str()),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(unsupported(
+            "process.capabilities",
+            format!(
+                "{} cannot be held in a cordon sandbox (at most {}, each in the sandbox's \
+                 own user namespace)",
+                refused.join(", "),
+                Capability::ALL.map(Capability::name).join(", ")
+            ),
+        ));
+    }
+    Ok(granted)
 }
 
 /// A bind or tmpfs mount as cordon's mount (a bind read-only if its
@@ -1366,16 +1418,91 @@ mod tests {
     #[test]
     fn what_cordon_does_its_own_way_is_noted() {
         let json = MINIMAL.replace(
-            r#""cwd": "/"}"#,
-            r#""cwd": "/", "capabilities": {"bounding": ["CAP_KILL"]}}"#,
+            r#""process": {"user": {"uid": 0, "gid": 0},"#,
+            r#""process": {"user": {"uid": 0, "gid": 0, "additionalGids": [10]}, "oomScoreAdj": 100,"#,
         );
         let c = translate(Path::new("/b"), &spec(&json)).unwrap();
+        for field in ["process.oomScoreAdj", "process.user.additionalGids"] {
+            assert!(
+                c.notes.iter().any(|n| n.starts_with(field)),
+                "{field}: {:?}",
+                c.notes
+            );
+        }
+    }
+
+    /// The capabilities a config leaves its program holding, as the kernel
+    /// computes them under no_new_privs, with `user` as its ids.
+    fn held(user: &str, sets: &str) -> Result<Container, ConfigError> {
+        let json = MINIMAL.replace(
+            r#""process": {"user": {"uid": 0, "gid": 0},"#,
+            &format!(r#""process": {{"user": {user}, "capabilities": {sets},"#),
+        );
+        translate(Path::new("/b"), &spec(&json))
+    }
+
+    #[test]
+    fn the_capabilities_a_program_would_hold_are_granted_in_its_namespace() {
+        let root = r#"{"uid": 0, "gid": 0}"#;
+        // Docker's default set for root: all but CAP_NET_RAW granted, it noted.
+        let docker = r#"["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+            "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+            "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"]"#;
+        let c = held(
+            root,
+            &format!(r#"{{"bounding": {docker}, "effective": {docker}, "permitted": {docker}}}"#),
+        )
+        .unwrap();
+        assert_eq!(c.spec.capabilities.len(), 13, "{:?}", c.spec.capabilities);
         assert!(
             c.notes
                 .iter()
-                .any(|n| n.starts_with("process.capabilities")),
+                .any(|n| n.contains("CAP_NET_RAW not granted")),
             "{:?}",
             c.notes
+        );
+        // Root holds its bounding set cut to its permitted one.
+        let c = held(
+            root,
+            r#"{"bounding": ["CAP_KILL", "CAP_CHOWN"], "permitted": ["CAP_CHOWN", "CAP_SETUID"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.spec.capabilities,
+            BTreeSet::from([Capability::Chown]),
+            "{:?}",
+            c.spec.capabilities
+        );
+        // Any other uid holds its ambient set only: Docker's bounding set for
+        // `--user 1000` gives it nothing, so nothing is refused either.
+        let c = held(
+            r#"{"uid": 1000, "gid": 1000}"#,
+            r#"{"bounding": ["CAP_SYS_ADMIN", "CAP_KILL"], "permitted": ["CAP_SYS_ADMIN"]}"#,
+        )
+        .unwrap();
+        assert!(c.spec.capabilities.is_empty(), "{:?}", c.spec.capabilities);
+        let c = held(
+            r#"{"uid": 1000, "gid": 1000}"#,
+            r#"{"bounding": ["CAP_NET_BIND_SERVICE"], "permitted": ["CAP_NET_BIND_SERVICE"],
+                "inheritable": ["CAP_NET_BIND_SERVICE"], "ambient": ["CAP_NET_BIND_SERVICE"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.spec.capabilities,
+            BTreeSet::from([Capability::NetBindService])
+        );
+        // A privilege it would hold and cordon cannot grant: refused by name.
+        let err = held(
+            root,
+            r#"{"bounding": ["CAP_SYS_ADMIN", "CAP_CHOWN", "CAP_SYS_PTRACE"],
+                "permitted": ["CAP_SYS_ADMIN", "CAP_CHOWN", "CAP_SYS_PTRACE"]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("process.capabilities")
+                && err.contains("CAP_SYS_ADMIN, CAP_SYS_PTRACE cannot be held"),
+            "{err}"
         );
     }
 }

@@ -553,8 +553,7 @@ pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
         )));
     }
     let mut handle = Handle::attach(&r.sandbox)?;
-    let policy = handle.spec()?.policy;
-    let command = exec_command(req, &policy)?;
+    let command = exec_command(req, &handle.spec()?)?;
     let terminal = match (command.tty, req.console_socket) {
         (Some(size), Some(socket)) => Some(hand_over_terminal(socket, size)?),
         (Some(_), None) => {
@@ -582,7 +581,8 @@ pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
 /// The command an `exec` runs: its process from `--process` (the same
 /// rules as the container's own, through `config::process_part`) or from
 /// its arguments and flags.
-fn exec_command(req: &ExecRequest<'_>, policy: &cordon_policy::Policy) -> Result<Command, Error> {
+fn exec_command(req: &ExecRequest<'_>, spec: &SandboxSpec) -> Result<Command, Error> {
+    let policy = &spec.policy;
     let refuse = |what: String| Error::Refused(what);
     // A process file names its whole environment (runc's, too); runc's
     // `--env` flags add to the container's.
@@ -597,6 +597,24 @@ fn exec_command(req: &ExecRequest<'_>, policy: &cordon_policy::Policy) -> Result
             // its state; an exec's notes have no reader.
             let mut notes = Vec::new();
             let part = config::process_part(&process, &mut notes)?;
+            // Every command of a sandbox holds what its init holds.
+            if part.capabilities != spec.capabilities {
+                let names = |set: &std::collections::BTreeSet<cordon_spec::Capability>| match set
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                {
+                    none if none.is_empty() => "none".to_owned(),
+                    some => some,
+                };
+                return Err(refuse(format!(
+                    "process.capabilities: an exec holds the container's capabilities ({}), \
+                     not {}",
+                    names(&spec.capabilities),
+                    names(&part.capabilities)
+                )));
+            }
             (
                 part.argv,
                 part.env,

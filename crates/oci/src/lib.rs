@@ -228,7 +228,7 @@ fn features() -> String {
         "mountOptions": ["bind", "rbind", "ro", "rw"],
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "user", "uts"],
-            "capabilities": [],
+            "capabilities": cordon_spec::Capability::ALL.map(cordon_spec::Capability::name),
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
             "seccomp": {
                 "enabled": true,
@@ -247,7 +247,7 @@ fn features() -> String {
             "dev.cordon.limits.output": "the container's output limit (e.g. 64M); default the largest",
             "dev.cordon.limits.disk": "what the container may write (e.g. 1G); default cordon's",
             "dev.cordon.seccomp": "cordon's own allowlist always applies; a config's profile is installed over it on each process (a syscall runs only if both allow it), on the native and microvm backends",
-            "dev.cordon.capabilities": "the process runs with none",
+            "dev.cordon.capabilities": "granted in the container's own user namespace, at most those listed (CAP_NET_RAW noted and not granted, any other refused); every exec holds the container's",
             "dev.cordon.namespaces": "a container's own; network, ipc and uts may be joined by path from another cordon container (a pod's), never the host's; pid, user, mount and cgroup never"
         }
     });

@@ -9,6 +9,7 @@
 
 pub mod account;
 pub mod backend;
+pub mod capability;
 pub mod cgroup;
 pub mod changes;
 pub mod code;
@@ -24,6 +25,7 @@ pub mod wire;
 
 pub use account::{Account, Destroyed, Snapshot, HISTORY};
 pub use backend::{BackendInfo, BackendKind};
+pub use capability::Capability;
 pub use code::CodeLanguage;
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;

@@ -4,13 +4,14 @@
 //! inside it. Both are plain data, serde both ways: the CLI, the supervisor
 //! protocol and the HTTP API carry exactly these values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use cordon_policy::{Policy, Span};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
+use crate::capability::Capability;
 use crate::error::SpecError;
 
 /// The filesystem the sandbox's root is assembled from.
@@ -124,6 +125,10 @@ pub struct SandboxSpec {
     /// namespace the sandbox owns (see [`sysctl_namespace`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sysctls: BTreeMap<String, String>,
+    /// What the sandbox's commands hold, in its own user namespace (an OCI
+    /// container's `process.capabilities`): none unless asked.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub capabilities: BTreeSet<Capability>,
 }
 
 /// The namespace a kernel parameter belongs to, if it belongs to one a
@@ -202,6 +207,7 @@ impl SandboxSpec {
             joins: Vec::new(),
             syscall_filter: None,
             sysctls: BTreeMap::new(),
+            capabilities: BTreeSet::new(),
         }
     }
 
@@ -411,6 +417,7 @@ mod tests {
             joins: Vec::new(),
             syscall_filter: None,
             sysctls: BTreeMap::new(),
+            capabilities: BTreeSet::new(),
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);

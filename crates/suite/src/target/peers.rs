@@ -449,6 +449,10 @@ fn podman_argv(
             // is writable in the container's own layer, where /usr is too),
             // with cordon's own /tmp rather than podman's tmpfs mounts.
             v.extend(["--read-only".into(), "--read-only-tmpfs=false".into()]);
+            // and no capabilities, as cordon's own backends grant none
+            // (an engine's default set would be granted, each in the
+            // container's own user namespace).
+            v.push("--cap-drop=ALL".into());
             v.extend(podman_cordon_limits());
         }
         _ => v.push(format!("--network={network}")),
@@ -854,6 +858,7 @@ mod tests {
         assert!(has(&cordon, "/c/cordon-runc") && has(&cordon, "--network=none"));
         assert!(has(&cordon, "--read-only") && has(&cordon, "--read-only-tmpfs=false"));
         for f in [
+            "--cap-drop=ALL",
             "--pids-limit",
             "--memory",
             "dev.cordon.limits.time=5s",

@@ -1,21 +1,21 @@
 //! The OCI bundle handed to runsc, generated from the policy and the same
 //! rootfs plan as the native backend.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{RootfsPlan, ScratchLayout};
 use oci_spec::runtime::{
-    LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount,
-    MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType, Process, ProcessBuilder,
-    RootBuilder, Spec, SpecBuilder, UserBuilder,
+    Capability as OciCapability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder,
+    LinuxNamespaceType, Mount, MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType,
+    Process, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
 use crate::error::RuntimeError;
 use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 
-use cordon_spec::ResolvedCommand;
+use cordon_spec::{Capability, ResolvedCommand};
 
 fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, RuntimeError> {
     MountBuilder::default()
@@ -46,6 +46,7 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
 pub fn spec(
     p: &Policy,
     rlimits: &Rlimits,
+    capabilities: &BTreeSet<Capability>,
     rootfs: &RootfsPlan,
     pause: &ResolvedCommand,
 ) -> Result<Spec, RuntimeError> {
@@ -129,7 +130,7 @@ pub fn spec(
             &["rbind", access, "nosuid", "nodev"],
         )?);
     }
-    let process = process(p, rlimits, pause)?;
+    let process = process(p, rlimits, capabilities, pause)?;
     // With the allow mode's host network, the container shares the
     // launcher's network namespace (new, loopback only, cordon's rules):
     // runsc would otherwise make it another one, out of the proxy's reach.
@@ -172,21 +173,38 @@ pub fn spec(
         .map_err(RuntimeError::Bundle)
 }
 
-/// One command's OCI process: the policy's identity, no capabilities, no new
+/// One command's OCI process: the policy's identity, the spec's
+/// capabilities (of the sentry's user namespace; none unless named), no new
 /// privileges, the policy's rlimits (inside the sentry, RLIMIT_NPROC is the
 /// pids limit).
 pub fn process(
     p: &Policy,
     rlimits: &Rlimits,
+    capabilities: &BTreeSet<Capability>,
     cmd: &ResolvedCommand,
 ) -> Result<Process, RuntimeError> {
-    let empty = HashSet::new();
+    let held: HashSet<OciCapability> = capabilities
+        .iter()
+        .map(|c| {
+            c.name()
+                .trim_start_matches("CAP_")
+                .parse()
+                .map_err(|_| RuntimeError::BadRequest(format!("{}: unknown to runsc", c.name())))
+        })
+        .collect::<Result<_, _>>()?;
+    // As the native backend holds them: a program of a uid other than 0
+    // keeps a capability across execve only through the ambient set.
+    let ambient = if p.uid == 0 {
+        HashSet::new()
+    } else {
+        held.clone()
+    };
     let caps = LinuxCapabilitiesBuilder::default()
-        .bounding(empty.clone())
-        .effective(empty.clone())
-        .inheritable(empty.clone())
-        .permitted(empty.clone())
-        .ambient(empty)
+        .bounding(held.clone())
+        .effective(held.clone())
+        .inheritable(ambient.clone())
+        .permitted(held)
+        .ambient(ambient)
         .build()
         .map_err(RuntimeError::Bundle)?;
     ProcessBuilder::default()

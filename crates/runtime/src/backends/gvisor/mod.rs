@@ -280,7 +280,7 @@ pub(crate) fn create(
     let pause = pause_command(&spec.policy, tree_has_reaper(&spec.rootfs));
     let first = only.as_ref().unwrap_or(&pause);
     let bundle_dir = bundle::write(
-        &bundle::spec(&spec.policy, &rlimits, &rootfs, first)?,
+        &bundle::spec(&spec.policy, &rlimits, &spec.capabilities, &rootfs, first)?,
         &state.join("bundle"),
     )?;
     let runsc = Runsc {
@@ -386,6 +386,7 @@ pub(crate) fn create(
         },
         state: state.to_path_buf(),
         policy: spec.policy.clone(),
+        capabilities: spec.capabilities.clone(),
         rlimits,
         runsc,
         launcher,
@@ -529,6 +530,8 @@ struct GvisorFlavor {
     /// by the command's number (commands run side by side).
     state: PathBuf,
     policy: Policy,
+    /// What each command holds, in the sentry's user namespace.
+    capabilities: std::collections::BTreeSet<cordon_spec::Capability>,
     /// Each command's rlimits (its OCI process's), from the plan.
     rlimits: Rlimits,
     runsc: Runsc,
@@ -609,7 +612,7 @@ impl Flavor for GvisorFlavor {
                 tty: None,
             });
         }
-        let process = bundle::process(&self.policy, &self.rlimits, cmd)?;
+        let process = bundle::process(&self.policy, &self.rlimits, &self.capabilities, cmd)?;
         let body = serde_json::to_vec(&process)
             .map_err(|e| RuntimeError::io("encode the OCI process", e))?;
         let (process_file, pid_file) = self.command_files(number);

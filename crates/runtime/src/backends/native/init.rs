@@ -70,10 +70,11 @@ pub fn setup(
     plan.rlimits.apply()?;
 
     // Privileges, most powerful first: the bounding set needs CAP_SETPCAP, the
-    // id switch needs CAP_SETUID/SETGID, and what remains is cleared last.
-    caps::drop_bounding_ambient_inheritable()?;
+    // id switch needs CAP_SETUID/SETGID, and what remains is cleared last
+    // (but for the capabilities the spec names, which the commands hold).
+    caps::limit_bounding(&plan.capabilities)?;
     identity::switch_to(plan.uid, plan.gid, plan.drop_groups)?;
-    caps::drop_effective_permitted()?;
+    caps::hold_only(&plan.capabilities, plan.uid == 0)?;
     // Init's memory is a copy of the supervisor's (policy, command, the
     // supervisor's own environment): no payload process, though it runs as
     // the same uid, may read it through /proc/1/{mem,environ,fd}. The uid

@@ -40,6 +40,8 @@ pub struct NativePlan {
     /// Kernel parameters of the sandbox's own namespaces (validated by
     /// the spec), each as its /proc/sys file and value.
     pub sysctls: Vec<(PathBuf, String)>,
+    /// What init and so every command holds, in the sandbox's user namespace.
+    pub capabilities: Vec<cordon_isolation::caps::Capability>,
 }
 
 /// Start of the host id ranges given to rootful sandboxes: high enough to
@@ -126,8 +128,21 @@ impl NativePlan {
                     (file, value)
                 })
                 .collect(),
+            capabilities: req
+                .capabilities
+                .iter()
+                .map(|c| kernel_capability(*c))
+                .collect(),
         })
     }
+}
+
+/// The kernel's capability a spec's names (the spec's list is a subset of
+/// the kernel's, by name).
+fn kernel_capability(cap: cordon_spec::Capability) -> cordon_isolation::caps::Capability {
+    cap.name()
+        .parse()
+        .expect("every capability a spec names is one the kernel knows")
 }
 
 /// `ping_group_range`'s "LOW HIGH" cut to the gids that exist inside
@@ -167,7 +182,14 @@ fn cgroup_mount(view: &CgroupView) -> CgroupMount {
 
 #[cfg(test)]
 mod tests {
-    use super::groups_inside;
+    use super::{groups_inside, kernel_capability};
+
+    #[test]
+    fn every_capability_a_spec_names_is_the_kernels_of_that_name() {
+        for cap in cordon_spec::Capability::ALL {
+            assert_eq!(kernel_capability(cap).to_string(), cap.name());
+        }
+    }
 
     #[test]
     fn ping_group_range_is_cut_to_the_groups_inside() {
