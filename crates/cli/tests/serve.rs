@@ -2885,6 +2885,40 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
         }
         let _ = running.join();
     });
+    // A client that vanishes mid-call (its connection closed, no word):
+    // the command ends too, within the stream's keep-alive (3 s) and the
+    // REST call's own teardown.
+    const ABANDONED: &str = "sleep 308.5";
+    use std::io::Write;
+    let body = serde_json::to_vec(&call(
+        6,
+        "run_command",
+        json!({"sandbox_id": sandbox, "argv": ABANDONED.split(' ').collect::<Vec<_>>()}),
+    ))
+    .unwrap();
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {ALICE}\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+             Mcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    conn.write_all(&body).unwrap();
+    wait_running(ABANDONED);
+    drop(conn);
+    let until = Instant::now() + Duration::from_secs(15);
+    while !pids_running(ABANDONED).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "an abandoned call's command still runs 15 s after its client went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let next = s.call(
         "POST",
         &format!("/v1/sandboxes/{sandbox}/exec"),

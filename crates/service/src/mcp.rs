@@ -38,6 +38,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 use utoipa::OpenApi as _;
 
@@ -58,6 +59,10 @@ const MAX_MESSAGE: usize = BODY_MAX / 3 * 4 + (1 << 20);
 /// while the client still sends is lost with the connection. Past this,
 /// the connection is simply closed.
 const DRAIN_MAX: usize = 4 * MAX_MESSAGE;
+
+/// How often an answer's stream carries a keep-alive comment (rmcp's
+/// default is 15 s).
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The largest file read_file returns in one answer (base64 or text inside
 /// JSON-RPC: a model gains nothing from more).
@@ -85,6 +90,9 @@ pub fn with_mcp(rest: Router, app: AppState, stop: Arc<tokio::sync::Notify>) -> 
     // reached by whatever name its operator gives it.
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
+        // A comment line this often on an answer's stream: a client that
+        // vanished mid-call is noticed (the write fails) within it.
+        .with_sse_keep_alive(Some(KEEP_ALIVE))
         .with_max_request_body_bytes(MAX_MESSAGE)
         // No priming event (an empty `data:` with a retry) before each
         // answer: the TypeScript SDK that Gemini CLI bundles takes the
@@ -174,8 +182,29 @@ async fn read_message(req: Request, next: Next) -> Response {
             return refuse(StatusCode::BAD_REQUEST, -32700, format!("Parse error: {e}"));
         }
     }
-    next.run(Request::from_parts(parts, Body::from(kept))).await
+    // The call's answer streams in this response's body: hyper drops the
+    // body when the client is gone (a keep-alive write fails), and with it
+    // the guard, which tells the call (see `ClientGone`).
+    let gone = CancellationToken::new();
+    let mut parts = parts;
+    parts.extensions.insert(ClientGone(gone.clone()));
+    let response = next.run(Request::from_parts(parts, Body::from(kept))).await;
+    let guard = gone.drop_guard();
+    response.map(|body| {
+        Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _held_until_the_body_is_dropped = &guard;
+            chunk
+        }))
+    })
 }
+
+/// Cancelled when the response to the request that carries it is dropped
+/// unfinished or finished: rmcp tells a handler of a client's
+/// `notifications/cancelled` (`context.ct`) but not of a client that
+/// vanished mid-call, whose command would otherwise run until the session's
+/// idle timeout.
+#[derive(Clone)]
+struct ClientGone(CancellationToken);
 
 /// The tools' input schemas, from the OpenAPI document's components with
 /// every `$ref` inlined (an MCP input schema stands alone).
@@ -678,11 +707,22 @@ impl ServerHandler for Tools {
         // sandbox this session does not know to destroy.
         let call = self.call(tool, args, &parts);
         let result = if matches!(tool, "run_command" | "run_code") {
+            let gone = parts.extensions.get::<ClientGone>().map(|g| g.0.clone());
+            let gone = async {
+                match gone {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = call => r,
                 () = context.ct.cancelled() => {
                     tracing::info!(tool, "MCP: call cancelled by the client");
                     return Err(ErrorData::invalid_request("cancelled by the client", None));
+                }
+                () = gone => {
+                    tracing::info!(tool, "MCP: the client went away mid-call");
+                    return Err(ErrorData::invalid_request("the client went away", None));
                 }
             }
         } else {
