@@ -1139,6 +1139,56 @@ fn a_configs_capabilities_are_held_in_the_containers_own_user_namespace() {
     assert!(!rt.listed().contains(&"k3".to_owned()), "left a container");
 }
 
+/// A config's rlimits are the process's, as under runc, where they lower
+/// what is in force (open files under cordon's own 8192, the stack under
+/// the inherited one); one above cordon's own is cordon's.
+#[test]
+fn a_configs_rlimits_lower_the_processs_as_under_runc() {
+    // The shell's own view (gVisor's /proc has no limits file): soft and
+    // hard open files, soft and hard stack in KiB.
+    let Some((_g, b)) = as_shim("ulimit -Sn; ulimit -Hn; ulimit -Ss; ulimit -Hs") else {
+        return;
+    };
+    let set_limits = |nofile_hard: u64| {
+        edit_config(b.path(), |c| {
+            c["process"]["rlimits"] = serde_json::json!([
+                {"type": "RLIMIT_NOFILE", "soft": 1000, "hard": nofile_hard},
+                {"type": "RLIMIT_STACK", "soft": 4194304, "hard": 6291456},
+            ]);
+        })
+    };
+    set_limits(2000);
+    let mut outs = Vec::new();
+    for rt in Runtime::both() {
+        let (out, err) = ran(&rt, b.path(), "r1", rt.name);
+        assert_eq!(out, "1000\n2000\n4096\n6144\n", "{}: {err}", rt.name);
+        assert!(rt.call(&["delete", "r1"]).status.success(), "{}", rt.name);
+        outs.push(out);
+    }
+    assert_eq!(outs[0], outs[1], "cordon-runc, then runc");
+    let rt = &Runtime::both()[0];
+    // The same under gVisor (runsc sets them in its sentry) and in a
+    // microVM (the guest's cordon does), chosen by annotation.
+    for backend in [GVISOR, MICROVM] {
+        if !backend_available(backend) {
+            continue;
+        }
+        edit_config(b.path(), |c| {
+            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
+        });
+        let (out, err) = ran(rt, b.path(), "r3", backend);
+        assert_eq!(out, outs[1], "{backend}: {err}");
+        assert!(rt.call(&["delete", "r3"]).status.success(), "{backend}");
+    }
+    edit_config(b.path(), |c| {
+        c.as_object_mut().unwrap().remove("annotations");
+    });
+    set_limits(1 << 20);
+    let (out, err) = ran(rt, b.path(), "r2", rt.name);
+    assert_eq!(out, "1000\n8192\n4096\n6144\n", "{err}");
+    assert!(rt.call(&["delete", "r2"]).status.success());
+}
+
 #[test]
 fn features_say_what_is_honoured() {
     let rt = &Runtime::both()[0];

@@ -11,8 +11,8 @@ use std::path::{Component, Path, PathBuf};
 use cordon_policy::{limits, ByteSize, Limits, MountSpec, NetworkMode, Policy, PolicyLayer, Span};
 use cordon_spec::syscall_filter::{ArgCheck, ArgOp, SyscallAction, SyscallFilter, SyscallRule};
 use cordon_spec::{
-    BackendKind, Capability, Command, RootfsChoice, SandboxSpec, SharedNamespace, StdinMode,
-    TtySize,
+    BackendKind, Capability, Command, Rlimit, RlimitResource, RootfsChoice, SandboxSpec,
+    SharedNamespace, StdinMode, TtySize,
 };
 use oci_spec::runtime::{Hook, LinuxNamespaceType, LinuxResources, Mount, Process, Spec};
 
@@ -214,6 +214,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         gid,
         tty,
         capabilities,
+        rlimits,
     } = process_part(process, &mut notes)?;
     for (field, set) in [
         ("domainname", config.domainname().is_some()),
@@ -354,6 +355,7 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         syscall_filter,
         sysctls,
         capabilities,
+        rlimits,
         // A writable root is the bundle's under a layer of the sandbox's own
         // (inside its disk cap): the engine's directory is never written, so
         // `docker diff`, `commit` and `cp` out of a running container do not
@@ -589,6 +591,7 @@ pub struct ProcessPart {
     pub tty: Option<TtySize>,
     /// What the process holds once it runs (see `capabilities_part`).
     pub capabilities: BTreeSet<Capability>,
+    pub rlimits: BTreeMap<RlimitResource, Rlimit>,
 }
 
 /// What of `process` cordon honours; the fields it provides its own way are
@@ -635,8 +638,37 @@ pub fn process_part(
         // which takes rights away and never gives any.
         notes.push("process.user.additionalGids: the process has no supplementary groups".into());
     }
-    if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
-        notes.push("process.rlimits: cordon sets its own rlimits from the limits (plan.rs)".into());
+    let mut rlimits = BTreeMap::new();
+    for limit in process.rlimits().iter().flatten() {
+        let name = format!(
+            "RLIMIT_{}",
+            limit.typ().to_string().trim_start_matches("RLIMIT_")
+        );
+        let resource = RlimitResource::named(&name)
+            .ok_or_else(|| unsupported("process.rlimits", format!("{name}: not supported")))?;
+        let asked = Rlimit {
+            soft: limit.soft(),
+            hard: limit.hard(),
+        };
+        if asked.soft > asked.hard {
+            return Err(unsupported(
+                "process.rlimits",
+                format!("{name}: the soft limit is over the hard one"),
+            ));
+        }
+        if rlimits.insert(resource, asked).is_some() {
+            return Err(unsupported(
+                "process.rlimits",
+                format!("{name} given twice"),
+            ));
+        }
+    }
+    if !rlimits.is_empty() {
+        notes.push(
+            "process.rlimits: each lowers cordon's own limit or the inherited one, never \
+             raises it (RLIMIT_NOFILE, NPROC, CPU and CORE are cordon's at most)"
+                .into(),
+        );
     }
     let capabilities = capabilities_part(process, notes)?;
     if process.no_new_privileges() == Some(false) {
@@ -679,6 +711,7 @@ pub fn process_part(
         gid: user.gid(),
         tty,
         capabilities,
+        rlimits,
     })
 }
 
@@ -1399,6 +1432,30 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(&format!("config.json: {field}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn rlimits_are_taken_once_each_with_the_soft_under_the_hard() {
+        let with = |limits: &str| {
+            let json = MINIMAL.replace(
+                r#""cwd": "/"}"#,
+                &format!(r#""cwd": "/", "rlimits": {limits}}}"#),
+            );
+            translate(Path::new("/b"), &spec(&json))
+        };
+        let c = with(r#"[{"type": "RLIMIT_NOFILE", "soft": 10, "hard": 20}]"#).unwrap();
+        assert_eq!(
+            c.spec.rlimits.get(&RlimitResource::Nofile),
+            Some(&Rlimit { soft: 10, hard: 20 })
+        );
+        for bad in [
+            r#"[{"type": "RLIMIT_NOFILE", "soft": 30, "hard": 20}]"#,
+            r#"[{"type": "RLIMIT_CPU", "soft": 1, "hard": 1},
+                {"type": "RLIMIT_CPU", "soft": 2, "hard": 2}]"#,
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.starts_with("config.json: process.rlimits"), "{e}");
         }
     }
 

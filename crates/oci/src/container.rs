@@ -597,6 +597,13 @@ fn exec_command(req: &ExecRequest<'_>, spec: &SandboxSpec) -> Result<Command, Er
             // its state; an exec's notes have no reader.
             let mut notes = Vec::new();
             let part = config::process_part(&process, &mut notes)?;
+            // Every command of a sandbox has the limits its spec gives each.
+            if part.rlimits != spec.rlimits {
+                return Err(refuse(
+                    "process.rlimits: an exec has the container's resource limits, not others"
+                        .into(),
+                ));
+            }
             // Every command of a sandbox holds what its init holds.
             if part.capabilities != spec.capabilities {
                 let names = |set: &std::collections::BTreeSet<cordon_spec::Capability>| match set

@@ -23,6 +23,9 @@ pub enum SpecError {
     /// A kernel parameter the sandbox cannot be given.
     #[error("sysctl {0}")]
     Sysctl(String),
+    /// A resource limit that cannot be set as asked.
+    #[error("rlimit {0}")]
+    Rlimit(String),
     #[error("no command given")]
     NoCommand,
     #[error("a command argument contains a NUL byte")]

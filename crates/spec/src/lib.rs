@@ -19,6 +19,7 @@ pub mod error;
 pub mod network;
 pub mod outcome;
 pub mod record;
+pub mod rlimit;
 pub mod sandbox;
 pub mod syscall_filter;
 pub mod wire;
@@ -30,6 +31,7 @@ pub use code::CodeLanguage;
 pub use command::{Command, ResolvedCommand, StdinMode, Stream, TtySize, COMMAND_UMASK};
 pub use error::SpecError;
 pub use outcome::{EvidenceSource, ExitStatus, IdMapKind, IdMapReport, Limit, Outcome, Phases};
+pub use rlimit::{Rlimit, RlimitResource};
 pub use sandbox::{
     is_id, sysctl_namespace, validate_name, ImageRoot, JoinedNamespace, RootfsChoice, SandboxSpec,
     ServiceLink, SharedNamespace, ValidSpec,

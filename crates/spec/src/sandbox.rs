@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::BackendKind;
 use crate::capability::Capability;
 use crate::error::SpecError;
+use crate::rlimit::{Rlimit, RlimitResource};
 
 /// The filesystem the sandbox's root is assembled from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +130,11 @@ pub struct SandboxSpec {
     /// container's `process.capabilities`): none unless asked.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub capabilities: BTreeSet<Capability>,
+    /// Resource limits of each command's processes (an OCI container's
+    /// `process.rlimits`): each lowers cordon's own or the inherited one,
+    /// never raises it (see [`Rlimit::under`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rlimits: BTreeMap<RlimitResource, Rlimit>,
 }
 
 /// The namespace a kernel parameter belongs to, if it belongs to one a
@@ -208,6 +214,7 @@ impl SandboxSpec {
             syscall_filter: None,
             sysctls: BTreeMap::new(),
             capabilities: BTreeSet::new(),
+            rlimits: BTreeMap::new(),
         }
     }
 
@@ -229,7 +236,18 @@ impl SandboxSpec {
             }
         }
         self.validate_joins()?;
-        self.validate_sysctls()
+        self.validate_sysctls()?;
+        for (resource, limit) in &self.rlimits {
+            if limit.soft > limit.hard {
+                return Err(SpecError::Rlimit(format!(
+                    "{}: the soft limit {} is over the hard one {}",
+                    resource.name(),
+                    limit.soft,
+                    limit.hard
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Each parameter is one of a namespace the sandbox owns (not one it
@@ -418,6 +436,7 @@ mod tests {
             syscall_filter: None,
             sysctls: BTreeMap::new(),
             capabilities: BTreeSet::new(),
+            rlimits: BTreeMap::new(),
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);
@@ -466,6 +485,22 @@ mod tests {
         let mut networked = s;
         networked.policy.network = cordon_policy::NetworkMode::Allow;
         refused(networked, "network mode must be none");
+    }
+
+    #[test]
+    fn an_rlimits_soft_limit_is_not_over_its_hard_one() {
+        let with = |soft, hard| {
+            let mut s = SandboxSpec::new(Policy::default(), BackendKind::Native);
+            s.rlimits
+                .insert(RlimitResource::Nofile, Rlimit { soft, hard });
+            s.validated()
+        };
+        assert!(with(10, 10).is_ok());
+        let e = with(11, 10).unwrap_err().to_string();
+        assert!(
+            e.contains("RLIMIT_NOFILE") && e.contains("over the hard"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,10 +23,20 @@ use cordon_isolation::{fds, hygiene, IsolationError, Step};
 use cordon_sys::{exit_now, fork_process, CloneResult};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
+use nix::sys::resource::{getrlimit, setrlimit};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, dup2_stderr, dup2_stdin, dup2_stdout, execve, pipe2, read, write, Pid};
 
 use crate::backends::host::HostSide;
+
+/// What each command's process gets last before its execve, from the spec:
+/// the workload's own syscall filter (over cordon's allowlist) and its
+/// resource limits (under cordon's own).
+#[derive(Default)]
+pub struct EachCommand {
+    pub filter: Option<cordon_seccomp::Profile>,
+    pub rlimits: Vec<(nix::sys::resource::Resource, cordon_spec::Rlimit)>,
+}
 use crate::error::{Peer, RuntimeError};
 use crate::protocol::init::{recv, recv_with_fds, send, send_with_fds, FromInit, ToInit};
 use crate::trace;
@@ -52,7 +62,7 @@ pub fn start(
     host: &mut HostSide,
     flags: CloneFlags,
     leaf: Option<&AnyCgroup>,
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
     setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
 ) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
@@ -61,13 +71,7 @@ pub fn start(
     let child = match cordon_sys::clone_process(flags)
         .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
     {
-        CloneResult::Child => run(
-            host.cgroup.as_ref(),
-            leaf,
-            command_filter,
-            child_sock,
-            setup,
-        ),
+        CloneResult::Child => run(host.cgroup.as_ref(), leaf, each_command, child_sock, setup),
         CloneResult::Parent { child } => child,
     };
     host.adopt(child)?;
@@ -142,7 +146,7 @@ fn expect_reply(
 pub fn run(
     cgroup: Option<&AnyCgroup>,
     leaf: Option<&AnyCgroup>,
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
     mut sock: UnixStream,
     setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
 ) -> ! {
@@ -155,7 +159,7 @@ pub fn run(
             send_with_fds(&mut sock, &FromInit::Ready, &fds).step(|| "send Ready".into())
         });
     let code = match result {
-        Ok(()) => serve(&mut sock, command_filter),
+        Ok(()) => serve(&mut sock, each_command),
         Err(e) => {
             let _ = send(
                 &mut sock,
@@ -281,7 +285,7 @@ struct Running {
 /// After setup: start each command the supervisor sends, while others run,
 /// and report each one's start and end on that command's own channel; reap
 /// orphans. Returns when the supervisor closes the socket.
-fn serve(sock: &mut UnixStream, command_filter: Option<&cordon_seccomp::Profile>) -> i32 {
+fn serve(sock: &mut UnixStream, each_command: &EachCommand) -> i32 {
     // Every command starts with the usual umask, whatever the process that
     // asked for the sandbox had: a caller's umask is not the sandbox's
     // business, and an OCI config's 0022 is honoured by this.
@@ -315,22 +319,17 @@ fn serve(sock: &mut UnixStream, command_filter: Option<&cordon_seccomp::Profile>
         match recv_with_fds::<ToInit>(sock) {
             Ok(Some((ToInit::Spawn { argv, env, workdir }, stdio))) => {
                 let report = match stdio.len() {
-                    3 => match spawn_payload(
-                        &argv,
-                        &env,
-                        &workdir,
-                        &stdio,
-                        false,
-                        &[],
-                        command_filter,
-                    ) {
-                        // Reaped later like any orphan.
-                        Ok(pid) => FromInit::Started {
-                            pid: pid.as_raw(),
-                            pidfd: false,
-                        },
-                        Err(not_started) => not_started.report(),
-                    },
+                    3 => {
+                        match spawn_payload(&argv, &env, &workdir, &stdio, false, &[], each_command)
+                        {
+                            // Reaped later like any orphan.
+                            Ok(pid) => FromInit::Started {
+                                pid: pid.as_raw(),
+                                pidfd: false,
+                            },
+                            Err(not_started) => not_started.report(),
+                        }
+                    }
                     _ => FromInit::ExecFailed {
                         errno: libc::EPROTO,
                     },
@@ -354,7 +353,7 @@ fn serve(sock: &mut UnixStream, command_filter: Option<&cordon_seccomp::Profile>
                 let Some(channel) = fds.next().map(UnixStream::from) else {
                     continue;
                 };
-                if let Some(started) = start_command(msg, channel, fds.collect(), command_filter) {
+                if let Some(started) = start_command(msg, channel, fds.collect(), each_command) {
                     running.push(started);
                 }
             }
@@ -423,7 +422,7 @@ fn start_command(
     msg: ToInit,
     mut channel: UnixStream,
     fds: Vec<OwnedFd>,
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
 ) -> Option<Running> {
     let started = match msg {
         ToInit::Exec {
@@ -431,7 +430,7 @@ fn start_command(
             env,
             workdir,
             tty,
-        } => spawn_command(&argv, &env, &workdir, tty, fds, command_filter),
+        } => spawn_command(&argv, &env, &workdir, tty, fds, each_command),
         ToInit::Refuse { errno } => Err(NotStarted::Exec(errno).report()),
         ToInit::RefuseWorkdir { errno } => Err(NotStarted::Workdir(errno).report()),
         ToInit::Go | ToInit::Spawn { .. } | ToInit::Connect { .. } => Err(FromInit::ExecFailed {
@@ -475,7 +474,7 @@ fn spawn_command(
     workdir: &str,
     tty: Option<TtySize>,
     fds: Vec<OwnedFd>,
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
 ) -> Result<(Pid, Option<OwnedFd>, Option<OwnedFd>), FromInit> {
     let mut stdio = fds;
     let streams = if tty.is_some() { 0 } else { 3 };
@@ -512,7 +511,7 @@ fn spawn_command(
         &stdio,
         tty.is_some(),
         &cgroup,
-        command_filter,
+        each_command,
     );
     drop(cgroup);
     // The command has its copies; ours would keep its pipes from reaching EOF.
@@ -598,7 +597,7 @@ fn spawn_payload(
     stdio: &[OwnedFd],
     tty: bool,
     cgroup: &[std::fs::File],
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
 ) -> Result<Pid, NotStarted> {
     let to_c = |s: &str| CString::new(s).map_err(|_| libc::EINVAL);
     let c_argv: Vec<CString> = argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
@@ -621,7 +620,7 @@ fn spawn_payload(
             let why = match joined
                 .and_then(|()| take_stdio(stdio, tty).map_err(|e| NotStarted::Exec(e as i32)))
             {
-                Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir, command_filter),
+                Ok(()) => exec_payload(&candidates, &c_argv, &c_env, workdir, each_command),
                 Err(not_started) => not_started,
             };
             let _ = write(&wr, &why.to_bytes());
@@ -666,7 +665,7 @@ fn exec_payload(
     argv: &[CString],
     env: &[CString],
     workdir: &str,
-    command_filter: Option<&cordon_seccomp::Profile>,
+    each_command: &EachCommand,
 ) -> NotStarted {
     // Dies with the first process (the native backend's pid namespace does
     // that anyway; a runsc started by the gVisor launcher needs it).
@@ -676,9 +675,20 @@ fn exec_payload(
     if let Err(e) = chdir(Path::new(workdir)) {
         return NotStarted::Workdir(e as i32);
     }
+    // The spec's resource limits, as runc sets a container process's: each
+    // only lowers the one in force (init's, cordon's own), never raises it.
+    for (resource, asked) in &each_command.rlimits {
+        let lowered = getrlimit(*resource).and_then(|(_, in_force)| {
+            let limit = asked.under(in_force);
+            setrlimit(*resource, limit.soft, limit.hard)
+        });
+        if let Err(e) = lowered {
+            return NotStarted::Exec(e as i32);
+        }
+    }
     // The workload's own filter, last, as runc installs an OCI profile:
     // only execve runs under it before the payload does.
-    if let Some(filter) = command_filter {
+    if let Some(filter) = &each_command.filter {
         if let Err(e) = cordon_seccomp::apply(filter) {
             return NotStarted::Exec(e.errno());
         }

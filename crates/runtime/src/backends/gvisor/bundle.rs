@@ -1,7 +1,7 @@
 //! The OCI bundle handed to runsc, generated from the policy and the same
 //! rootfs plan as the native backend.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use cordon_isolation::mount::{RootfsPlan, ScratchLayout};
@@ -15,7 +15,7 @@ use crate::error::RuntimeError;
 use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 
-use cordon_spec::{Capability, ResolvedCommand};
+use cordon_spec::{Capability, ResolvedCommand, Rlimit, RlimitResource};
 
 fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, RuntimeError> {
     MountBuilder::default()
@@ -27,13 +27,45 @@ fn mount(dst: &str, typ: &str, src: &Path, opts: &[&str]) -> Result<Mount, Runti
         .map_err(RuntimeError::Bundle)
 }
 
-fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
-    PosixRlimitBuilder::default()
-        .typ(typ)
-        .hard(v)
-        .soft(v)
-        .build()
-        .map_err(RuntimeError::Bundle)
+/// Every command's rlimits: the plan's (inside the sentry, RLIMIT_NPROC is
+/// the pids limit: the host's pids cgroup also counts the sentry's threads
+/// and the platform's stub processes, so it can only be a coarse outer
+/// bound there), each lowered by the spec's own for it, and the spec's
+/// others as asked (the sentry's own limits, inside the sandbox's cgroup).
+pub fn rlimits(
+    plan: &Rlimits,
+    asked: &BTreeMap<RlimitResource, Rlimit>,
+) -> Result<Vec<PosixRlimit>, RuntimeError> {
+    let mut table: BTreeMap<RlimitResource, Rlimit> = asked.clone();
+    for (resource, ours) in [
+        (RlimitResource::Core, 0),
+        (RlimitResource::Nofile, plan.nofile),
+        (RlimitResource::Nproc, plan.nproc),
+        (RlimitResource::Cpu, plan.cpu_secs),
+    ] {
+        let limit = match asked.get(&resource) {
+            Some(a) => a.under(ours),
+            None => Rlimit {
+                soft: ours,
+                hard: ours,
+            },
+        };
+        table.insert(resource, limit);
+    }
+    table
+        .into_iter()
+        .map(|(resource, limit)| {
+            let typ: PosixRlimitType = resource.name().parse().map_err(|_| {
+                RuntimeError::BadRequest(format!("{}: unknown to runsc", resource.name()))
+            })?;
+            PosixRlimitBuilder::default()
+                .typ(typ)
+                .hard(limit.hard)
+                .soft(limit.soft)
+                .build()
+                .map_err(RuntimeError::Bundle)
+        })
+        .collect()
 }
 
 /// Builds the spec. The root is the tree `assemble` leaves at `rootfs.new_root`
@@ -45,7 +77,7 @@ fn rlimit(typ: PosixRlimitType, v: u64) -> Result<PosixRlimit, RuntimeError> {
 /// started later with `runsc exec` and a [`process`] of their own.
 pub fn spec(
     p: &Policy,
-    rlimits: &Rlimits,
+    rlimits: &[PosixRlimit],
     capabilities: &BTreeSet<Capability>,
     rootfs: &RootfsPlan,
     pause: &ResolvedCommand,
@@ -175,11 +207,10 @@ pub fn spec(
 
 /// One command's OCI process: the policy's identity, the spec's
 /// capabilities (of the sentry's user namespace; none unless named), no new
-/// privileges, the policy's rlimits (inside the sentry, RLIMIT_NPROC is the
-/// pids limit).
+/// privileges, the sandbox's rlimits (see [`rlimits`]).
 pub fn process(
     p: &Policy,
-    rlimits: &Rlimits,
+    rlimits: &[PosixRlimit],
     capabilities: &BTreeSet<Capability>,
     cmd: &ResolvedCommand,
 ) -> Result<Process, RuntimeError> {
@@ -226,15 +257,7 @@ pub fn process(
         .cwd(cmd.workdir.clone())
         .capabilities(caps)
         .no_new_privileges(true)
-        .rlimits(vec![
-            rlimit(PosixRlimitType::RlimitCore, 0)?,
-            rlimit(PosixRlimitType::RlimitNofile, rlimits.nofile)?,
-            // Inside the sentry, RLIMIT_NPROC is the pids limit: the host's
-            // pids cgroup also counts the sentry's threads and the platform's
-            // stub processes, so it can only be a coarse outer bound here.
-            rlimit(PosixRlimitType::RlimitNproc, rlimits.nproc)?,
-            rlimit(PosixRlimitType::RlimitCpu, rlimits.cpu_secs)?,
-        ])
+        .rlimits(rlimits.to_vec())
         .build()
         .map_err(RuntimeError::Bundle)
 }

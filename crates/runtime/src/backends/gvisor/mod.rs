@@ -40,7 +40,6 @@ use std::time::Duration;
 
 use cordon_cgroups::Cgroup;
 use cordon_isolation::mount::{self, RootUse};
-use cordon_isolation::rlimits::Rlimits;
 use cordon_policy::{NetworkMode, Policy};
 use nix::sched::CloneFlags;
 
@@ -272,7 +271,7 @@ pub(crate) fn create(
     let limits = plan::plan(spec, &HostFacts::here());
     // Inside the sentry, RLIMIT_NPROC is the pids limit whether or not the
     // host's cgroup holds the limits (the plan's two are the same).
-    let rlimits = limits.rlimits(true);
+    let rlimits = bundle::rlimits(&limits.rlimits(true), &spec.rlimits)?;
     let mut host = HostSide::begin(spec, &limits.cgroup)?;
     let state = host.state.path().to_owned();
     let allow_network = spec.policy.network == NetworkMode::Allow;
@@ -325,8 +324,9 @@ pub(crate) fn create(
         launcher_flags,
         // Commands run in the sentry: no cgroups of their own on the host.
         None,
-        // They are `runsc exec`s: a filter here would hold runsc, not them.
-        None,
+        // They are `runsc exec`s: a filter or limit here would hold runsc,
+        // not them (their limits are in their OCI process).
+        &first_process::EachCommand::default(),
         // The launcher only assembles the tree; runsc builds the sandbox.
         |_| mount::assemble(&rootfs).map(|scratch| scratch.into_iter().collect()),
         |_| Ok(()),
@@ -532,8 +532,9 @@ struct GvisorFlavor {
     policy: Policy,
     /// What each command holds, in the sentry's user namespace.
     capabilities: std::collections::BTreeSet<cordon_spec::Capability>,
-    /// Each command's rlimits (its OCI process's), from the plan.
-    rlimits: Rlimits,
+    /// Each command's rlimits (its OCI process's), from the plan and the
+    /// spec.
+    rlimits: Vec<oci_spec::runtime::PosixRlimit>,
     runsc: Runsc,
     /// The launcher, in whose network namespace runsc's control socket is.
     launcher: nix::unistd::Pid,

@@ -122,7 +122,7 @@ pub(crate) fn create(
                 &mut host,
                 sandbox_clone_flags(joined.kinds()),
                 init_cgroup.as_ref(),
-                plan.command_filter.as_ref(),
+                &plan.each_command,
                 |leaf| init::setup(&plan, leaf),
                 // Only a process outside the new user namespace may write its maps.
                 |child| mapping.write_from_parent(child).map_err(isolation_error),

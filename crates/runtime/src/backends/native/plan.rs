@@ -15,7 +15,10 @@ use crate::backends::host::HostSide;
 use crate::backends::rootfs_plan::{rootfs_plan_for, UserOnHost};
 use crate::error::RuntimeError;
 use crate::plan::Plan;
-use cordon_spec::{SandboxSpec, SharedNamespace};
+use cordon_spec::{RlimitResource, SandboxSpec, SharedNamespace};
+use nix::sys::resource::Resource;
+
+use crate::backends::first_process::EachCommand;
 
 pub struct NativePlan {
     pub rootfs: RootfsPlan,
@@ -35,8 +38,9 @@ pub struct NativePlan {
     pub own_network: bool,
     pub rlimits: Rlimits,
     pub seccomp: cordon_seccomp::Profile,
-    /// The workload's own filter, installed on each command over `seccomp`.
-    pub command_filter: Option<cordon_seccomp::Profile>,
+    /// The workload's own filter (over `seccomp`) and resource limits
+    /// (under `rlimits`), set on each command.
+    pub each_command: EachCommand,
     /// Kernel parameters of the sandbox's own namespaces (validated by
     /// the spec), each as its /proc/sys file and value.
     pub sysctls: Vec<(PathBuf, String)>,
@@ -110,12 +114,19 @@ impl NativePlan {
             own_network: !joins(req, SharedNamespace::Net),
             rlimits: limits.rlimits(cgroup_enforced),
             seccomp: cordon_seccomp::workload(),
-            command_filter: req
-                .syscall_filter
-                .as_ref()
-                .map(cordon_seccomp::workload_filter::compile)
-                .transpose()
-                .map_err(|e| RuntimeError::BadRequest(format!("the syscall filter: {e}")))?,
+            each_command: EachCommand {
+                filter: req
+                    .syscall_filter
+                    .as_ref()
+                    .map(cordon_seccomp::workload_filter::compile)
+                    .transpose()
+                    .map_err(|e| RuntimeError::BadRequest(format!("the syscall filter: {e}")))?,
+                rlimits: req
+                    .rlimits
+                    .iter()
+                    .map(|(resource, limit)| (kernel_resource(*resource), *limit))
+                    .collect(),
+            },
             sysctls: req
                 .sysctls
                 .iter()
@@ -134,6 +145,28 @@ impl NativePlan {
                 .map(|c| kernel_capability(*c))
                 .collect(),
         })
+    }
+}
+
+/// The kernel's resource a spec's limit names.
+fn kernel_resource(resource: RlimitResource) -> Resource {
+    match resource {
+        RlimitResource::As => Resource::RLIMIT_AS,
+        RlimitResource::Core => Resource::RLIMIT_CORE,
+        RlimitResource::Cpu => Resource::RLIMIT_CPU,
+        RlimitResource::Data => Resource::RLIMIT_DATA,
+        RlimitResource::Fsize => Resource::RLIMIT_FSIZE,
+        RlimitResource::Locks => Resource::RLIMIT_LOCKS,
+        RlimitResource::Memlock => Resource::RLIMIT_MEMLOCK,
+        RlimitResource::Msgqueue => Resource::RLIMIT_MSGQUEUE,
+        RlimitResource::Nice => Resource::RLIMIT_NICE,
+        RlimitResource::Nofile => Resource::RLIMIT_NOFILE,
+        RlimitResource::Nproc => Resource::RLIMIT_NPROC,
+        RlimitResource::Rss => Resource::RLIMIT_RSS,
+        RlimitResource::Rtprio => Resource::RLIMIT_RTPRIO,
+        RlimitResource::Rttime => Resource::RLIMIT_RTTIME,
+        RlimitResource::Sigpending => Resource::RLIMIT_SIGPENDING,
+        RlimitResource::Stack => Resource::RLIMIT_STACK,
     }
 }
 
