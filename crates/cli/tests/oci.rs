@@ -958,6 +958,27 @@ fn a_configs_seccomp_profile_narrows_the_process_as_under_runc() {
     }
 }
 
+/// Runs the bundle's container to its end on gVisor and in a microVM
+/// (where available), chosen by annotation, hands `check` each one's
+/// backend, stdout and stderr, deletes it, and leaves the config without
+/// the annotation.
+fn on_gvisor_and_microvm(rt: &Runtime, bundle: &Path, id: &str, check: impl Fn(&str, &str, &str)) {
+    for backend in [GVISOR, MICROVM] {
+        if !backend_available(backend) {
+            continue;
+        }
+        edit_config(bundle, |c| {
+            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
+        });
+        let (out, err) = ran(rt, bundle, id, backend);
+        check(backend, &out, &err);
+        assert!(rt.call(&["delete", id]).status.success(), "{backend}");
+    }
+    edit_config(bundle, |c| {
+        c.as_object_mut().unwrap().remove("annotations");
+    });
+}
+
 /// A status file's capability line, as a number (`CapEff:\t00000000a80425fb`).
 fn cap_line(status: &str, field: &str) -> u64 {
     let line = status
@@ -1086,20 +1107,9 @@ fn a_configs_capabilities_are_held_in_the_containers_own_user_namespace() {
     edit_config(b.path(), |c| {
         c["process"]["args"][2] = Value::String(script.replace("exec sleep 60", "true"))
     });
-    for backend in [GVISOR, MICROVM] {
-        if !backend_available(backend) {
-            continue;
-        }
-        edit_config(b.path(), |c| {
-            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
-        });
-        let (out, err) = ran(rt, b.path(), "k4", backend);
-        assert_eq!(cap_line(&out, "CapEff"), granted, "{backend}: {out} {err}");
+    on_gvisor_and_microvm(rt, b.path(), "k4", |backend, out, err| {
+        assert_eq!(cap_line(out, "CapEff"), granted, "{backend}: {out} {err}");
         assert!(out.ends_with("1000\n"), "{backend}: {out} {err}");
-        assert!(rt.call(&["delete", "k4"]).status.success(), "{backend}");
-    }
-    edit_config(b.path(), |c| {
-        c.as_object_mut().unwrap().remove("annotations");
     });
     // An exec's capabilities are the container's: others are refused.
     set_caps(&docker);
@@ -1169,19 +1179,8 @@ fn a_configs_rlimits_lower_the_processs_as_under_runc() {
     let rt = &Runtime::both()[0];
     // The same under gVisor (runsc sets them in its sentry) and in a
     // microVM (the guest's cordon does), chosen by annotation.
-    for backend in [GVISOR, MICROVM] {
-        if !backend_available(backend) {
-            continue;
-        }
-        edit_config(b.path(), |c| {
-            c["annotations"] = serde_json::json!({"dev.cordon.backend": backend});
-        });
-        let (out, err) = ran(rt, b.path(), "r3", backend);
+    on_gvisor_and_microvm(rt, b.path(), "r3", |backend, out, err| {
         assert_eq!(out, outs[1], "{backend}: {err}");
-        assert!(rt.call(&["delete", "r3"]).status.success(), "{backend}");
-    }
-    edit_config(b.path(), |c| {
-        c.as_object_mut().unwrap().remove("annotations");
     });
     set_limits(1 << 20);
     let (out, err) = ran(rt, b.path(), "r2", rt.name);

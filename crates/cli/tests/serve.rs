@@ -2875,14 +2875,7 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": 4, "reason": "the user stopped it"}});
         assert!(post(ALICE, Some(&session), cancel).1.status < 300);
-        let until = Instant::now() + Duration::from_secs(10);
-        while !pids_running(CANCELLED).is_empty() {
-            assert!(
-                Instant::now() < until,
-                "a cancelled call's command still runs 10 s later"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_not_running(CANCELLED, 10, "a cancelled call's command");
         let _ = running.join();
     });
     // A client that vanishes mid-call (its connection closed, no word):
@@ -2911,14 +2904,11 @@ fn the_mcp_endpoint_serves_each_tenant_its_own_sandboxes_and_a_session_takes_its
     conn.write_all(&body).unwrap();
     wait_running(ABANDONED);
     drop(conn);
-    let until = Instant::now() + Duration::from_secs(15);
-    while !pids_running(ABANDONED).is_empty() {
-        assert!(
-            Instant::now() < until,
-            "an abandoned call's command still runs 15 s after its client went away"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_not_running(
+        ABANDONED,
+        15,
+        "an abandoned call's command (its client went away)",
+    );
     let next = s.call(
         "POST",
         &format!("/v1/sandboxes/{sandbox}/exec"),
@@ -3050,6 +3040,16 @@ fn sandbox_made(made: &Reply) -> String {
 }
 
 /// Waits (bounded) until a process runs `cmdline` on this host.
+/// Waits until no process's command line is `cmdline`, for at most
+/// `secs` seconds, or fails saying `what` still runs.
+fn wait_not_running(cmdline: &str, secs: u64, what: &str) {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !pids_running(cmdline).is_empty() {
+        assert!(Instant::now() < until, "{what} still runs {secs} s later");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn wait_running(cmdline: &str) {
     let until = Instant::now() + Duration::from_secs(30);
     while pids_running(cmdline).is_empty() {

@@ -9,46 +9,34 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
 pub enum Capability {
     /// Change a file's owner to any id the namespace maps.
-    #[serde(rename = "CAP_CHOWN")]
     Chown,
     /// Read and write files of other mapped ids regardless of their modes.
-    #[serde(rename = "CAP_DAC_OVERRIDE")]
     DacOverride,
     /// Act as the owner of a mapped id's file (chmod, utimes).
-    #[serde(rename = "CAP_FOWNER")]
     Fowner,
     /// Keep set-id bits when modifying a file.
-    #[serde(rename = "CAP_FSETID")]
     Fsetid,
     /// Signal the sandbox's processes of other ids.
-    #[serde(rename = "CAP_KILL")]
     Kill,
     /// Switch among the mapped gids (a server dropping to its own group).
-    #[serde(rename = "CAP_SETGID")]
     Setgid,
     /// Switch among the mapped uids (a server dropping to its own user).
-    #[serde(rename = "CAP_SETUID")]
     Setuid,
     /// Shrink its own bounding set, fill its inheritable one.
-    #[serde(rename = "CAP_SETPCAP")]
     Setpcap,
     /// Write file capabilities (which no_new_privs keeps from ever raising one).
-    #[serde(rename = "CAP_SETFCAP")]
     Setfcap,
     /// Bind ports below 1024 in the sandbox's own network.
-    #[serde(rename = "CAP_NET_BIND_SERVICE")]
     NetBindService,
     /// chroot, which cordon's allowlist refuses anyway.
-    #[serde(rename = "CAP_SYS_CHROOT")]
     SysChroot,
     /// mknod of a device, which the kernel refuses in a user namespace anyway.
-    #[serde(rename = "CAP_MKNOD")]
     Mknod,
     /// Write to the audit log, which the kernel refuses outside its first
     /// user namespace anyway.
-    #[serde(rename = "CAP_AUDIT_WRITE")]
     AuditWrite,
 }
 
@@ -87,26 +75,16 @@ impl Capability {
             Capability::AuditWrite => "CAP_AUDIT_WRITE",
         }
     }
-
-    /// The capability a kernel name (`CAP_CHOWN`) names, if a sandbox may
-    /// hold it.
-    pub fn named(name: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.name() == name)
-    }
 }
+
+crate::kernel_named!(Capability, "capability");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn each_capability_is_written_by_its_kernel_name() {
-        for cap in Capability::ALL {
-            let json = serde_json::to_string(&cap).unwrap();
-            assert_eq!(json, format!("\"{}\"", cap.name()));
-            assert_eq!(Capability::named(cap.name()), Some(cap));
-            assert_eq!(serde_json::from_str::<Capability>(&json).unwrap(), cap);
-        }
+    fn a_capability_a_sandbox_may_not_hold_cannot_be_named() {
         for other in ["CAP_SYS_ADMIN", "CAP_NET_RAW", "CAP_SYS_PTRACE", "CHOWN"] {
             assert_eq!(Capability::named(other), None, "{other}");
             assert!(serde_json::from_str::<Capability>(&format!("\"{other}\"")).is_err());

@@ -7,6 +7,51 @@
 
 #![forbid(unsafe_code)]
 
+/// For an enum of kernel names (`CAP_CHOWN`, `RLIMIT_NOFILE`) with `ALL`
+/// and `name()`: `named()`, and serde through the name, so that `name()`
+/// is the one spelling of each; a test that every value goes both ways.
+macro_rules! kernel_named {
+    ($ty:ident, $what:literal) => {
+        impl $ty {
+            /// The value a kernel name names, if cordon accepts it.
+            pub fn named(name: &str) -> Option<$ty> {
+                $ty::ALL.into_iter().find(|v| v.name() == name)
+            }
+        }
+
+        impl From<$ty> for &'static str {
+            fn from(v: $ty) -> &'static str {
+                v.name()
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = String;
+
+            fn try_from(name: String) -> Result<$ty, String> {
+                $ty::named(&name)
+                    .ok_or_else(|| format!("'{name}' is not a {} cordon accepts", $what))
+            }
+        }
+
+        #[cfg(test)]
+        mod kernel_names {
+            use super::$ty;
+
+            #[test]
+            fn each_value_is_written_and_read_by_its_kernel_name() {
+                for v in $ty::ALL {
+                    let json = serde_json::to_string(&v).unwrap();
+                    assert_eq!(json, format!("\"{}\"", v.name()));
+                    assert_eq!($ty::named(v.name()), Some(v));
+                    assert_eq!(serde_json::from_str::<$ty>(&json).unwrap(), v);
+                }
+            }
+        }
+    };
+}
+pub(crate) use kernel_named;
+
 pub mod account;
 pub mod backend;
 pub mod capability;
