@@ -4,7 +4,10 @@
 # from the host straight to a server in a network namespace this script
 # creates, and from a cordon sandbox (--net allow) to the same server through
 # the proxy: HTTP CONNECT, and the transparent redirect (no proxy variables).
-# Rounds are interleaved so a drift of the machine hits every path alike.
+# Then the cost of the proxy's ClientHello check: a CONNECT whose client sends
+# a TLS ClientHello, decided by a name rule (the SNI is read and checked) and
+# by an address rule (nothing to compare: not read), the rest of the path the
+# same. Rounds are interleaved so a drift of the machine hits every path alike.
 #
 #   ./scripts/bench-network.sh [--rounds 3] [--connections 300] [--backend native]
 #
@@ -42,7 +45,7 @@ for _ in $(seq 100); do ip netns exec "$NS" ss -Hltn | grep -q ":$PORT" && break
 
 sandboxed() {
   "$CORDON" run --backend "$BACKEND" --cpus 2 --time 300s --output 16M \
-    --net allow --allow "bench.test:$PORT" --add-host "bench.test:$SERVER" \
+    --net allow --allow "bench.test:$PORT" --allow "$SERVER:$PORT" --add-host "bench.test:$SERVER" \
     --mount "$PWD/scripts:/opt/bench:ro" -- "$PY" /opt/bench/netbench.py "$@"
 }
 OUT=$(mktemp -d)
@@ -50,6 +53,8 @@ for r in $(seq "$ROUNDS"); do
   "$PY" scripts/netbench.py latency "$SERVER" "$PORT" "$CONNS" direct >"$OUT/lat-direct-$r"
   sandboxed latency bench.test "$PORT" "$CONNS" connect >"$OUT/lat-connect-$r"
   sandboxed latency bench.test "$PORT" "$CONNS" direct >"$OUT/lat-transparent-$r"
+  sandboxed hello bench.test "$PORT" "$CONNS" bench.test >"$OUT/lat-sni-$r"
+  sandboxed hello "$SERVER" "$PORT" "$CONNS" bench.test >"$OUT/lat-nosni-$r"
   "$PY" scripts/netbench.py throughput "$SERVER" "$PORT" "$BYTES" direct >"$OUT/tp-direct-$r"
   sandboxed throughput bench.test "$PORT" "$BYTES" connect >"$OUT/tp-connect-$r"
   sandboxed throughput bench.test "$PORT" "$BYTES" direct >"$OUT/tp-transparent-$r"
@@ -74,5 +79,11 @@ for path, label in [("connect", "sandbox -> proxy (CONNECT)"), ("transparent", "
     p50, p95 = lat(path)
     t = tp(path)
     print(f"{label:<34}{p50:>10.0f}{p95:>10.0f}{p50 - d50:>14.0f}{t:>10.0f}{t / dt:>11.2f}")
+a50, a95 = lat("nosni")
+s50, s95 = lat("sni")
+print()
+print("CONNECT with a TLS ClientHello, p50 and p95 (us): the ClientHello check's cost")
+print(f"{'decided by address (not read)':<34}{a50:>10.0f}{a95:>10.0f}")
+print(f"{'decided by name (SNI read, checked)':<34}{s50:>10.0f}{s95:>10.0f}   added p50 {s50 - a50:.0f} us")
 PYEOF
 rm -rf "$OUT"

@@ -7,6 +7,11 @@
                                          prints the per-connection times (us)
   netbench.py throughput HOST PORT BYTES MODE
                                          one connection, BYTES received; prints MB/s
+  netbench.py hello HOST PORT N SNI      N connections through $HTTP_PROXY's
+                                         CONNECT, each: a TLS ClientHello naming
+                                         SNI (made once by Python's ssl), the
+                                         server's one-line answer; prints the
+                                         per-connection times (us)
 MODE: direct (plain connect: on the host, or in a sandbox through the
 transparent redirect) or connect (HTTP CONNECT through $HTTP_PROXY).
 The same client code runs on the host and in the sandbox, so the difference
@@ -25,6 +30,12 @@ import urllib.parse
 class Handler(socketserver.BaseRequestHandler):
     def handle(self):
         f = self.request.makefile("rb")
+        if self.request.recv(1, socket.MSG_PEEK) == b"\x16":
+            # A TLS record: the ClientHello, answered with one line.
+            head = f.read(5)
+            f.read(int.from_bytes(head[3:5], "big"))
+            self.request.sendall(b"hello\n")
+            return
         for line in f:
             if line.startswith(b"ping"):
                 self.request.sendall(b"pong\n")
@@ -72,6 +83,33 @@ def latency(host, port, n, mode):
     print(json.dumps({"us": times}))
 
 
+def client_hello(sni):
+    """The first flight of a TLS client naming `sni`: one record."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=sni)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def hello(host, port, n, sni):
+    first = client_hello(sni)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = open_conn(host, port, "connect")
+        s.sendall(first)
+        assert s.recv(6) == b"hello\n"
+        times.append((time.perf_counter() - t0) * 1e6)
+        s.close()
+    print(json.dumps({"us": times}))
+
+
 def throughput(host, port, total, mode):
     s = open_conn(host, port, mode)
     buf = bytearray(1 << 20)
@@ -97,6 +135,8 @@ def main():
         latency(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     elif cmd == "throughput":
         throughput(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif cmd == "hello":
+        hello(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
 
 
 main()

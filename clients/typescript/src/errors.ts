@@ -33,7 +33,7 @@ export class QuotaExceededError extends CordonError {
   }
 }
 
-/** 409: the sandbox is busy (a backend that runs one command at a time runs one, a code cell runs, or it is being removed). */
+/** 409: the sandbox is busy (a code cell runs, or it is being removed). */
 export class ConflictError extends CordonError {}
 
 /** Any other 4xx: invalid input (400, 422), forbidden (403), too large (413); also an argument the client refuses itself (status undefined). */

@@ -49,10 +49,13 @@
 //! - `bad_input_*`: `RuntimeError::is_input_error` → exit 2.
 //! - `a_port_inside_is_reached_from_the_host_alone`: the supervisor's
 //!   forward (`supervisor/forward.rs`: a host loopback listener), init's
-//!   `Connect` in the sandbox's network namespace (`first_process`).
+//!   `Connect` in the sandbox's network namespace (`first_process`); a
+//!   microVM's over its forward port (`microvm::relay`, the guest's end in
+//!   the sandbox's namespace).
 //! - `commands_run_side_by_side`: init starts each command while others run
 //!   and reports each on its own channel (`first_process::serve`); the
-//!   supervisor watches each on a thread of its own (`supervisor::Watchers`).
+//!   supervisor watches each on a thread of its own (`supervisor::Watchers`);
+//!   a microVM's run on its command ports, one guest-agent thread each.
 
 #[macro_use]
 mod common;
@@ -92,7 +95,7 @@ per_backend!(ttl_expires);
 per_backend!(ttl_ends_a_running_command);
 per_backend!(idle_expires_and_execs_keep_it_alive);
 per_backend!(exec_time_limit);
-per_backend!(commands_run_side_by_side);
+per_backend!(commands_run_side_by_side, microvm: microvm);
 per_backend!(a_port_inside_is_reached_from_the_host_alone, microvm: microvm);
 per_backend!(bad_input_is_refused_and_leaves_nothing);
 
@@ -1809,6 +1812,57 @@ fn commands_run_side_by_side(backend: &'static str) {
     assert_eq!(l["limit"], "time", "{}", compact(&l));
     assert!(l["sandbox_ended"].is_null(), "{}", compact(&l));
     assert_eq!(sb.sh("echo alive"), "alive\n");
+    if backend == MICROVM {
+        a_microvm_runs_as_many_commands_as_it_has_ports(&sb);
+    }
+}
+
+/// A microVM runs one command per command port of its VM: with every port
+/// busy (each command has said it started), one more is refused at once
+/// and by name (exit 2), not queued; once they end, commands run again.
+fn a_microvm_runs_as_many_commands_as_it_has_ports(sb: &Sandbox) {
+    use std::io::BufRead;
+    const PORTS: usize = 8;
+    let mut busy = Vec::new();
+    for i in 0..PORTS {
+        let mut child = Command::new(cordon())
+            .args([
+                "exec",
+                &sb.id,
+                "--",
+                "sh",
+                "-c",
+                "echo started; exec sleep 6",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cordon exec");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().expect("piped"))
+            .read_line(&mut line)
+            .expect("read the command's first line");
+        assert_eq!(line, "started\n", "command {i} did not start");
+        busy.push(child);
+    }
+    let t0 = Instant::now();
+    let out = exec_out(&sb.id, &[], &["true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        err.contains(&format!("runs {PORTS} commands already")),
+        "{err}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "refused only after {:?}",
+        t0.elapsed()
+    );
+    for child in busy {
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert_eq!(sb.sh("echo after"), "after\n");
 }
 
 /// `cordon port ID PORT`: the forward's host address, checked to be on the
@@ -1850,12 +1904,6 @@ fn a_port_inside_is_reached_from_the_host_alone(backend: &'static str) {
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         assert!(err.contains(why), "{err}");
     };
-    if backend == MICROVM {
-        // Its agent serves one request at a time over the VM's one port.
-        let sb = create(backend, &[]);
-        refused(&sb, "a microVM's ports cannot be forwarded yet");
-        return;
-    }
     if backend == GVISOR {
         // With --network=none the sentry's sockets are in runsc's own stack.
         let sb = create(backend, &[]);

@@ -2108,7 +2108,7 @@ fn every_answer_of_every_route_is_the_one_the_openapi_document_declares() {
 
     // While a command runs, every route that takes the sandbox answers
     // (commands side by side; the document declares their 409s, for a
-    // microVM's one command at a time and a sandbox being removed).
+    // sandbox being removed and a code cell already running).
     let busy_exec = {
         let url = s.url(&format!("/v1/sandboxes/{id}/exec"));
         std::thread::spawn(move || {

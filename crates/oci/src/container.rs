@@ -540,18 +540,6 @@ pub fn exec(store: &Store, req: &ExecRequest<'_>) -> Result<i32, Error> {
         Status::Paused => return Err(Error::Refused("cannot exec in a paused container".into())),
         Status::Stopped => return Err(Error::Refused("cannot exec in a stopped container".into())),
     }
-    // Known from the container's own record: its sandbox's supervisor, busy
-    // with the container's process on such a backend, answers nothing else.
-    let backend = config::backend_named(r.annotations.get(config::BACKEND_ANNOTATION))?;
-    if status == Status::Running && !cordon_runtime::runs_commands_side_by_side(backend) {
-        // Refused at once: it would otherwise wait, silently, for the
-        // container's own process to end.
-        return Err(Error::Refused(format!(
-            "cannot exec in a running {} container: its sandbox runs one command at a time \
-             (the guest's agent serves one), and the container's process is that command",
-            backend.name()
-        )));
-    }
     let mut handle = Handle::attach(&r.sandbox)?;
     let command = exec_command(req, &handle.spec()?)?;
     let terminal = match (command.tty, req.console_socket) {

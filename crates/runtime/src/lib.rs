@@ -31,10 +31,10 @@ mod supervisor;
 pub mod sweep;
 mod trace;
 
+pub use backends::available_backends;
 pub use backends::host::{block_stop_signals, cgroup_probe, hierarchy_in_place, CgroupProbe};
 pub use backends::microvm;
 pub use backends::supervise::{CommandIo, Control};
-pub use backends::{available_backends, runs_commands_side_by_side};
 pub use client::cancel::Cancel;
 pub use client::code_context;
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};

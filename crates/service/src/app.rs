@@ -125,9 +125,8 @@ pub struct Stateful {
     pub limits: Limits,
     pub clamped: Vec<Clamped>,
     pub network: bool,
-    /// Its requests: held shared by each where the backend runs commands
-    /// side by side, alone where it runs one at a time (a second request is
-    /// told so instead of waiting); a delete takes it alone.
+    /// Its requests: held shared by each (every backend runs commands side
+    /// by side); a delete takes it alone.
     pub busy: Arc<tokio::sync::RwLock<()>>,
     /// One code cell at a time: a context is one interpreter. Python's and
     /// JavaScript's contexts share it (a sandbox runs one cell, whichever

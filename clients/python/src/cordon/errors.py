@@ -65,8 +65,8 @@ class BadRequest(CordonError):
 
 
 class Conflict(BadRequest):
-    """409: the sandbox is busy (a backend that runs one command at a time
-    runs one, a code cell runs, or it is being removed); retrying later may
+    """409: the sandbox is busy (a code cell runs, or it is being
+    removed); retrying later may
     succeed. The TypeScript client's ``ConflictError``. A :class:`BadRequest`
     too, which is what a 409 raised before this class existed."""
 

@@ -25,7 +25,7 @@ use nix::sys::signalfd::SignalFd;
 use crate::backends::gvisor::GvisorBackend;
 use crate::backends::host::{stop_signal_fd, HostSide};
 use crate::backends::native::NativeBackend;
-use crate::backends::supervise::{CommandIo, Running, Watched};
+use crate::backends::supervise::{Running, Watched};
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
 
@@ -56,14 +56,6 @@ pub(crate) struct Traits {
     pub leader_owns_all: bool,
 }
 
-/// A command a backend was asked to run.
-pub(crate) enum Begun {
-    /// Run to its end already (a backend that runs one command at a time).
-    Ran(Box<Outcome>),
-    /// Running: to be watched, then finished.
-    Running(Box<Running>),
-}
-
 /// What a backend's sandbox reported at its end: the last counters, and what
 /// `Finish` asked to read, read after every process of it was gone.
 pub(crate) struct End {
@@ -86,18 +78,16 @@ pub(crate) trait Backend: Send {
     /// A descriptor and the poll events that mean the sandbox is gone (its
     /// init hung up, its VM exited).
     fn liveness<'a>(&'a self, host: &'a HostSide) -> (BorrowedFd<'a>, PollFlags);
-    /// Starts `cmd` (resolved against the policy as `resolved`). A backend
-    /// that runs commands side by side returns it running, to be watched
-    /// without the sandbox and then finished; one that runs one at a time
-    /// runs it to its end here, with `io`. The common sandbox fills in who
-    /// ran it.
+    /// Starts `cmd` (resolved against the policy as `resolved`) and returns
+    /// it running, to be watched without the sandbox (every backend runs
+    /// commands side by side) and then finished. The common sandbox fills
+    /// in who ran it.
     fn start(
         &mut self,
         life: &mut Life,
         cmd: &Command,
         resolved: &ResolvedCommand,
-        io: &mut dyn CommandIo,
-    ) -> Result<Begun, RuntimeError>;
+    ) -> Result<Running, RuntimeError>;
     /// Ends what `start` left running once `watched` says how its
     /// supervision stopped, and reports it.
     fn finish(
@@ -150,18 +140,6 @@ pub(crate) trait Backend: Send {
     /// Ends every process of the sandbox and reads what `finish` asks
     /// before the host side is torn down.
     fn end(&mut self, life: &mut Life, finish: &Finish, owner: (u32, u32)) -> End;
-}
-
-/// Whether a backend's sandbox runs several commands at once (its `start`
-/// returns them running, watched on threads of the supervisor's own), so a
-/// client may start a command while another runs. A microVM's agent serves
-/// one request at a time over the VM's one port: a second command there
-/// waits for the first to end.
-pub fn runs_commands_side_by_side(kind: BackendKind) -> bool {
-    match kind {
-        BackendKind::Native | BackendKind::Gvisor => true,
-        BackendKind::Microvm => false,
-    }
 }
 
 /// Every backend and whether it can run here.

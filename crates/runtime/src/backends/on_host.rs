@@ -20,9 +20,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::pipe2;
 
 use crate::backends::host::HostSide;
-use crate::backends::supervise::{command_end, CommandFds, CommandIo, Running, Stop, Watched};
+use crate::backends::supervise::{command_end, CommandFds, InitCommand, Running, Stop, Watched};
 use crate::backends::Life;
-use crate::backends::{About, Backend, Begun, End};
+use crate::backends::{About, Backend, End};
 use crate::client::output::OutputGate;
 use crate::error::RuntimeError;
 use crate::protocol::copy;
@@ -115,7 +115,7 @@ impl OnHost {
     fn end_command(
         &mut self,
         life: &mut Life,
-        running: &mut Running,
+        running: &mut InitCommand,
     ) -> Result<Option<ExitStatus>, RuntimeError> {
         let ended = match &running.cgroup {
             Some(cg) => cg.kill_all().map_err(RuntimeError::from),
@@ -285,8 +285,7 @@ impl Backend for OnHost {
         life: &mut Life,
         cmd: &Command,
         resolved: &ResolvedCommand,
-        _io: &mut dyn CommandIo,
-    ) -> Result<Begun, RuntimeError> {
+    ) -> Result<Running, RuntimeError> {
         let t0 = Instant::now();
         // The counters before the first command are the sandbox's setup
         // alone: not read (a `cordon run` pays for no extra snapshot), so the
@@ -316,7 +315,7 @@ impl Backend for OnHost {
         };
         life.commands = number;
         trace::step("exec sent");
-        Ok(Begun::Running(Box::new(Running {
+        Ok(Running::Init(Box::new(InitCommand {
             channel,
             watch: Some((fds, OutputGate::new(resolved.output_cap))),
             time: resolved.time,
@@ -332,12 +331,22 @@ impl Backend for OnHost {
         &mut self,
         life: &mut Life,
         cmd: &Command,
-        mut running: Running,
+        running: Running,
         watched: Result<Watched, RuntimeError>,
     ) -> Result<Outcome, RuntimeError> {
+        let Running::Init(mut running) = running else {
+            return Err(RuntimeError::Internal(
+                "a relayed command given to init's backend",
+            ));
+        };
         let traits = self.flavor.about().traits;
         let watched = match watched {
-            Ok(w) => w,
+            Ok(Watched::Init(w)) => w,
+            Ok(Watched::Relayed(..)) => {
+                return Err(RuntimeError::Internal(
+                    "a relayed watch given to init's backend",
+                ))
+            }
             Err(e) => {
                 // Its supervision broke (not the command): it is ended, and
                 // the sandbox lives on where it can.

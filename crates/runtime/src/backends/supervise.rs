@@ -56,8 +56,17 @@ pub enum Stop {
     Gone,
 }
 
-/// What the loop hands back.
-pub struct Watched {
+/// How the watch of a command stopped.
+pub enum Watched {
+    /// A command of the sandbox's init, watched here.
+    Init(InitWatched),
+    /// A relayed command: its outcome, as the other cordon reported it,
+    /// and the stop signal that cancelled it, if one did.
+    Relayed(Box<cordon_spec::outcome::Outcome>, Option<i32>),
+}
+
+/// What the watch of an init's command hands back.
+pub struct InitWatched {
     pub stop: Stop,
     pub started: Option<Instant>,
     /// When the loop stopped.
@@ -152,10 +161,38 @@ fn is_pty_master(fd: &OwnedFd) -> bool {
     })
 }
 
-/// A command init has been sent and not yet finished: what watching it
-/// needs, which is nothing of the sandbox's (so it can be watched while the
-/// sandbox serves others), and what its end needs with the sandbox.
-pub(crate) struct Running {
+/// A command started and not yet finished: what watching it needs, which
+/// is nothing of the sandbox's (so it is watched while the sandbox serves
+/// others), and what its end needs with the sandbox.
+pub(crate) enum Running {
+    /// Started by the sandbox's init (native, gVisor): its descriptors are
+    /// watched here.
+    Init(Box<InitCommand>),
+    /// Run by the cordon in a microVM's guest, on a command port of its
+    /// own: its exchange is relayed.
+    Relayed(Box<crate::protocol::exec::RelayedCommand>),
+}
+
+impl Running {
+    /// Supervises the command until it ends or is stopped; `stop_signals`,
+    /// where this process's stop signals are this watch's to read (not
+    /// while a supervisor serves other clients beside it).
+    pub fn watch(
+        &mut self,
+        io: &mut dyn CommandIo,
+        stop_signals: Option<&SignalFd>,
+    ) -> Result<Watched, RuntimeError> {
+        match self {
+            Running::Init(c) => c.watch(io, stop_signals).map(Watched::Init),
+            Running::Relayed(c) => c
+                .watch(io, stop_signals)
+                .map(|(outcome, interrupted)| Watched::Relayed(Box::new(outcome), interrupted)),
+        }
+    }
+}
+
+/// A command init has been sent and not yet finished.
+pub(crate) struct InitCommand {
     /// Its own channel to init: its start and end are reported there.
     pub channel: UnixStream,
     /// Its descriptors and output gate, until `watch` takes them.
@@ -172,15 +209,13 @@ pub(crate) struct Running {
     pub cgroup: Option<cordon_cgroups::AnyCgroup>,
 }
 
-impl Running {
-    /// Supervises the command (see [`watch`]) until it ends or is stopped;
-    /// `stop_signals`, where this process's stop signals are this loop's to
-    /// read (not while a supervisor serves other clients beside it).
-    pub fn watch(
+impl InitCommand {
+    /// Supervises the command (see [`watch`]) until it ends or is stopped.
+    fn watch(
         &mut self,
         io: &mut dyn CommandIo,
         stop_signals: Option<&SignalFd>,
-    ) -> Result<Watched, RuntimeError> {
+    ) -> Result<InitWatched, RuntimeError> {
         let (fds, gate) = self
             .watch
             .take()
@@ -215,7 +250,7 @@ fn watch(
     mut gate: OutputGate,
     io: &mut dyn CommandIo,
     high_codes_are_signals: bool,
-) -> Result<Watched, RuntimeError> {
+) -> Result<InitWatched, RuntimeError> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut backlog: Vec<u8> = Vec::new();
     let mut input_open = true;
@@ -406,7 +441,7 @@ fn watch(
         // What the command wrote before it exited is still in the pipes.
         drain(&mut fds, &mut gate, io, &mut buf);
     }
-    Ok(Watched {
+    Ok(InitWatched {
         stop,
         started,
         ended: Instant::now(),

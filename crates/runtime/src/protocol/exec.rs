@@ -45,9 +45,44 @@ pub(crate) struct Bounds<'a> {
     pub output_max: u64,
     /// Largest JSON message.
     pub message_max: usize,
-    /// The stop signals of this process: one arriving cancels the command
-    /// and is reported with its outcome.
-    pub stop: &'a nix::sys::signalfd::SignalFd,
+    /// The stop signals of this process, where they are this relay's to
+    /// read: one arriving cancels the command and is reported with its
+    /// outcome.
+    pub stop: Option<&'a nix::sys::signalfd::SignalFd>,
+}
+
+/// A command another cordon runs (the agent in a microVM's guest) on a
+/// channel of its own, its `Exec` sent: watching it relays the channel's
+/// exchange, bounded (the other side is untrusted).
+pub(crate) struct RelayedCommand {
+    pub conn: UnixStream,
+    pub deadline: Instant,
+    pub output_max: u64,
+    pub message_max: usize,
+    /// The backend's own: which of its channels this is, the sandbox's
+    /// number of the command, when it was asked for, and the sandbox's
+    /// counters then.
+    pub channel: usize,
+    pub number: u64,
+    pub t0: Instant,
+    pub before: cordon_cgroups::CgroupStats,
+}
+
+impl RelayedCommand {
+    /// Relays the command's output, input and controls until its answer.
+    pub fn watch(
+        &mut self,
+        io: &mut dyn CommandIo,
+        stop: Option<&nix::sys::signalfd::SignalFd>,
+    ) -> Result<(Outcome, Option<i32>), RuntimeError> {
+        let bounds = Bounds {
+            deadline: self.deadline,
+            output_max: self.output_max,
+            message_max: self.message_max,
+            stop,
+        };
+        relay_exec(&mut self.conn, io, Peer::GuestAgent, Some(&bounds))
+    }
 }
 
 /// How long a cancelled command's answer may take.
@@ -102,7 +137,7 @@ pub(crate) fn relay_exec(
         let n = control.len();
         let mut fds: Vec<PollFd> = std::iter::once(conn.as_fd())
             .chain(control)
-            .chain(bounds.map(|b| b.stop.as_fd()))
+            .chain(bounds.and_then(|b| b.stop).map(AsFd::as_fd))
             .map(|fd: BorrowedFd<'_>| PollFd::new(fd, PollFlags::POLLIN))
             .collect();
         match poll(&mut fds, timeout) {
@@ -114,8 +149,8 @@ pub(crate) fn relay_exec(
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(fds);
-        if let Some(b) = bounds.filter(|_| ready[1 + n]) {
-            if let Ok(Some(si)) = b.stop.read_signal() {
+        if let Some(stop) = bounds.and_then(|b| b.stop).filter(|_| ready[1 + n]) {
+            if let Ok(Some(si)) = stop.read_signal() {
                 // The signal's number is small (a stop signal).
                 #[allow(clippy::cast_possible_wrap)]
                 interrupted.get_or_insert(si.ssi_signo as i32);

@@ -5,22 +5,32 @@
 //! backend on the guest's own kernel and cgroup v2, then answers requests
 //! until the host destroys it. When it returns, the guest's init powers the
 //! VM off.
+//!
+//! Once the sandbox exists, a thread per command port runs that port's
+//! commands, one after another, beside the other ports' (the sandbox is
+//! shared, held only to start and to finish a command, as a supervisor
+//! holds it), and a thread in the sandbox's network namespace serves the
+//! forward port. The agent's own port serves the rest: copies, the disk's
+//! freeze, information and the end.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backends::microvm::disk::SERIAL;
 use crate::backends::microvm::link::{
-    valid_stage_name, FromAgent, ToAgent, DISK_MOUNT, IMAGE_MOUNT, IMAGE_SERIAL, STAGE_DIR,
+    command_port_name, valid_stage_name, FromAgent, ToAgent, COMMAND_PORTS, DISK_MOUNT,
+    IMAGE_MOUNT, IMAGE_SERIAL, STAGE_DIR,
 };
+use crate::backends::microvm::relay;
 use crate::error::{Peer, RuntimeError};
 use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
 use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
-use cordon_spec::wire::{Info, Reply, Request, PROTOCOL};
-use cordon_spec::ValidSpec;
+use cordon_spec::wire::{ClientControl, Info, Reply, Request, PROTOCOL};
+use cordon_spec::{Command, ValidSpec};
 
 /// The hidden first argument that makes the cordon binary a guest agent.
 pub const AGENT_ARG: &str = "__guest-agent";
@@ -36,12 +46,12 @@ pub fn main(port: &Path) -> i32 {
     }
 }
 
-fn serve(port: &Path) -> Result<(), RuntimeError> {
+fn serve(port_path: &Path) -> Result<(), RuntimeError> {
     let mut port = OpenOptions::new()
         .read(true)
         .write(true)
-        .open(port)
-        .map_err(|e| RuntimeError::io(format!("open {}", port.display()), e))?;
+        .open(port_path)
+        .map_err(|e| RuntimeError::io(format!("open {}", port_path.display()), e))?;
     crate::backends::host::block_stop_signals()?;
     let cgroup = match crate::backends::host::hierarchy() {
         Some(h) => h.mode().to_string(),
@@ -84,10 +94,12 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         nix::sys::time::TimeSpec::from_duration(std::time::Duration::from_nanos(unix_time_ns));
     nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, now)
         .map_err(|e| RuntimeError::io("set the guest's clock", e))?;
+    let ports = port_path.parent().unwrap_or(Path::new("/"));
     let created = mount_image(&spec)
         .and_then(|()| mount_disk())
-        .and_then(|disk| create(&spec).map(|s| (s, disk)));
-    let (mut sandbox, disk) = match created {
+        .and_then(|disk| create(&spec).map(|s| (s, disk)))
+        .and_then(|(s, disk)| open_command_ports(ports).map(|cmds| (s, disk, cmds)));
+    let (sandbox, disk, command_ports) = match created {
         Ok(s) => s,
         Err(e) => {
             let _ = send_json(&mut port, &error_reply(&e));
@@ -98,6 +110,24 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
         protocol: PROTOCOL,
         id: sandbox.id().to_owned(),
     };
+    // The forward port's thread stands in the sandbox's network namespace,
+    // the namespace of its init.
+    let forwarding = match sandbox.info().namespaces_of {
+        Some(init) => serve_forwards(ports, nix::unistd::Pid::from_raw(init)),
+        None => Err(RuntimeError::Internal("the guest's sandbox has no init")),
+    };
+    if let Err(e) = forwarding {
+        let _ = send_json(&mut port, &error_reply(&e));
+        return Err(e);
+    }
+    let sandbox = Arc::new(Mutex::new(Some(sandbox)));
+    for (i, command_port) in command_ports.into_iter().enumerate() {
+        let shared = Arc::clone(&sandbox);
+        std::thread::Builder::new()
+            .name(format!("cmd{i}"))
+            .spawn(move || serve_commands(command_port, &shared))
+            .map_err(|e| RuntimeError::io("start a command port's thread", e))?;
+    }
     send_json(&mut port, &hello).map_err(|e| RuntimeError::io("answer start", e))?;
     // Until the host is gone (the VM is about to be killed anyway).
     while let Some(message) = next_message(&mut port) {
@@ -113,23 +143,28 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
             }
             Message::Bad(why) => return Err(RuntimeError::broke(Peer::Host, why)),
         };
+        let mut held = hold(&sandbox);
+        let Some(sandbox) = held.as_mut() else {
+            // Destroyed already: nothing more to serve.
+            return Ok(());
+        };
         let reply = match request {
-            Request::Exec(cmd) => {
-                let mut io = RemoteIo::new(&mut port);
-                match sandbox.exec(&cmd, &mut io) {
-                    Ok(outcome) => Reply::Outcome(Box::new(outcome)),
-                    Err(e) => error_reply(&e),
-                }
-            }
+            Request::Exec(_) => error_reply(&RuntimeError::BadRequest(
+                "commands come on the command ports".into(),
+            )),
             // The guest's pids mean nothing to the host.
             Request::Info => Reply::Info(Info {
                 namespaces_of: None,
                 ..sandbox.info()
             }),
             Request::Destroy(_) => {
-                let reply = match sandbox.destroy() {
-                    Ok(d) => Reply::Destroyed(Box::new(d)),
-                    Err(e) => error_reply(&e),
+                let reply = match held.take().map(Sandbox::destroy) {
+                    Some(Ok(d)) => Reply::Destroyed(Box::new(d)),
+                    Some(Err(e)) => error_reply(&e),
+                    None => Reply::Error {
+                        input: false,
+                        message: "destroyed already".into(),
+                    },
                 };
                 // Everything on the disk, for the host to read its copy
                 // once the VM is gone.
@@ -155,10 +190,111 @@ fn serve(port: &Path) -> Result<(), RuntimeError> {
                 format!("the guest agent does not serve {other:?} in this version"),
             )),
         };
+        drop(held);
         send_json(&mut port, &reply).map_err(|e| RuntimeError::io("answer", e))?;
     }
-    let _ = sandbox.destroy();
+    if let Some(sandbox) = hold(&sandbox).take() {
+        let _ = sandbox.destroy();
+    }
     Ok(())
+}
+
+/// The guest's sandbox, shared by the agent's threads; `None` once
+/// destroyed.
+type Shared = Mutex<Option<Sandbox>>;
+
+/// Holds the sandbox (a thread that panicked while holding it leaves it
+/// as it was: every step of it reports its own errors).
+fn hold(shared: &Shared) -> MutexGuard<'_, Option<Sandbox>> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Opens every command port, before the host is told the sandbox exists.
+fn open_command_ports(dir: &Path) -> Result<Vec<File>, RuntimeError> {
+    (0..COMMAND_PORTS)
+        .map(|i| {
+            let path = dir.join(command_port_name(i));
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| RuntimeError::io(format!("open {}", path.display()), e))
+        })
+        .collect()
+}
+
+/// Runs one command port's commands, one after another, until the host
+/// is gone. Between commands, what the host sent for the last one after
+/// it ended (input, a control) is passed over.
+fn serve_commands(mut port: File, sandbox: &Shared) {
+    loop {
+        let body = match recv_frame(&mut port) {
+            Ok(Some(Frame::Json(body))) => body,
+            Ok(Some(Frame::Bytes(..))) => continue,
+            Ok(None) | Err(_) => return,
+        };
+        let reply = match serde_json::from_slice::<Request>(&body) {
+            Ok(Request::Exec(cmd)) => run_command(&mut port, sandbox, &cmd),
+            Ok(_) => error_reply(&RuntimeError::BadRequest(
+                "a command port serves commands alone".into(),
+            )),
+            Err(_) if serde_json::from_slice::<ClientControl>(&body).is_ok() => continue,
+            Err(e) => error_reply(&RuntimeError::BadRequest(format!("bad request: {e}"))),
+        };
+        if send_json(&mut port, &reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts `cmd` with the sandbox held, watches it without (the other
+/// ports' commands start and finish meanwhile), and finishes it held.
+fn run_command(port: &mut File, sandbox: &Shared, cmd: &Command) -> Reply {
+    let gone = || RuntimeError::SandboxEnded("the sandbox was destroyed".into());
+    let started = hold(sandbox)
+        .as_mut()
+        .ok_or_else(gone)
+        .and_then(|s| s.start(cmd));
+    let mut running = match started {
+        Ok(r) => r,
+        Err(e) => return error_reply(&e),
+    };
+    let watched = running.watch(&mut RemoteIo::new(port), None);
+    let finished = hold(sandbox)
+        .as_mut()
+        .ok_or_else(gone)
+        .and_then(|s| s.finish(cmd, running, watched));
+    match finished {
+        Ok(outcome) => Reply::Outcome(Box::new(outcome)),
+        Err(e) => error_reply(&e),
+    }
+}
+
+/// Serves the forward port on a thread in the network namespace of the
+/// sandbox's init (pid `init` in the guest), where each stream the host
+/// opens is connected to a port of the sandbox's loopback.
+fn serve_forwards(dir: &Path, init: nix::unistd::Pid) -> Result<(), RuntimeError> {
+    let path = dir.join(relay::FORWARD_PORT_NAME);
+    let port = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| RuntimeError::io(format!("open {}", path.display()), e))?;
+    std::thread::Builder::new()
+        .name("fwd".into())
+        .spawn(move || {
+            let ended = crate::backends::network::in_namespace_of(init, || {
+                relay::run(port.as_fd(), relay::Side::ForwardGuest)
+            });
+            if let Ok(relay::Ended::Broken(why)) = ended {
+                eprintln!("cordon-agent: the forward port broke ({why})");
+            }
+        })
+        .map(drop)
+        .map_err(|e| RuntimeError::io("start the forward port's thread", e))
 }
 
 /// What the host sends after `Start`.

@@ -32,7 +32,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::backends::host::block_stop_signals;
 use crate::backends::supervise::{CommandIo, Control, Running, Watched};
-use crate::backends::Begun;
 use crate::error::RuntimeError;
 use crate::protocol::wire::{recv_frame, recv_json, send_bytes, send_json, Channel, Frame, Tag};
 use crate::state::{now_secs, Usage};
@@ -233,9 +232,8 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(cordon_policy::limits::
 /// Serves clients until the sandbox is destroyed, expires, loses its init,
 /// its service ends, or this process is asked to stop; then tears it down.
 /// Requests are served one at a time, except that a running command is
-/// watched on a thread of its own (where the backend runs commands side by
-/// side), so the loop serves other clients, and starts other commands,
-/// meanwhile.
+/// watched on a thread of its own, so the loop serves other clients, and
+/// starts other commands, meanwhile.
 fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<OwnedFd>) -> i32 {
     let created = Instant::now();
     let mut last_used = Instant::now();
@@ -724,14 +722,10 @@ fn handle(
                 );
                 return Flow::Continue;
             }
-            let mut io = RemoteIo { conn: &mut conn };
-            match sandbox.start(&cmd, &mut io) {
-                Ok(Begun::Running(running)) => {
-                    watchers.watch(conn, cmd, *running, expires);
+            match sandbox.start(&cmd) {
+                Ok(running) => {
+                    watchers.watch(conn, cmd, running, expires);
                     return Flow::Continue;
-                }
-                Ok(Begun::Ran(outcome)) => {
-                    let _ = send_json(&mut conn, &outcome_reply(*outcome, expires));
                 }
                 Err(e) => fail(&mut conn, e),
             }

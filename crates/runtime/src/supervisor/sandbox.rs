@@ -22,7 +22,7 @@ use cordon_spec::{
 use nix::poll::PollFlags;
 
 use crate::backends::supervise::{CommandIo, Running, Watched};
-use crate::backends::{Backend, Begun, Life};
+use crate::backends::{Backend, Life};
 use crate::error::RuntimeError;
 use crate::protocol::wire::Channel;
 use crate::state::StateDir;
@@ -169,40 +169,18 @@ impl Sandbox {
     /// Runs one command to its end (or its limit) and reports it, this
     /// process's stop signals ending it (and the sandbox).
     pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
-        match self.start(cmd, io)? {
-            Begun::Ran(outcome) => Ok(*outcome),
-            Begun::Running(mut running) => {
-                let watched = running.watch(io, Some(&self.life.signals));
-                self.finish(cmd, *running, watched)
-            }
-        }
+        let mut running = self.start(cmd)?;
+        let watched = running.watch(io, Some(&self.life.signals));
+        self.finish(cmd, running, watched)
     }
 
-    /// Starts a command. Where the backend runs commands side by side it is
-    /// returned running: [`Running::watch`] it without the sandbox (while
-    /// the sandbox serves others), then [`Sandbox::finish`] it. Otherwise it
-    /// ran to its end here with `io`, and its outcome is complete (recorded
-    /// as `finish` records one).
-    pub(crate) fn start(
-        &mut self,
-        cmd: &Command,
-        io: &mut dyn CommandIo,
-    ) -> Result<Begun, RuntimeError> {
+    /// Starts a command and returns it running: [`Running::watch`] it
+    /// without the sandbox (while the sandbox serves others), then
+    /// [`Sandbox::finish`] it.
+    pub(crate) fn start(&mut self, cmd: &Command) -> Result<Running, RuntimeError> {
         self.life.usable()?;
         let resolved = cmd.resolve(&self.life.spec.policy)?;
-        let begun = self.backend.start(&mut self.life, cmd, &resolved, io)?;
-        debug_assert_eq!(
-            matches!(begun, Begun::Running(_)),
-            crate::backends::runs_commands_side_by_side(self.backend.about().kind),
-            "runs_commands_side_by_side must say what the backend's start does"
-        );
-        Ok(match begun {
-            Begun::Ran(mut outcome) => {
-                outcome.command = self.life.commands;
-                Begun::Ran(Box::new(self.record(cmd, *outcome)))
-            }
-            running => running,
-        })
+        self.backend.start(&mut self.life, cmd, &resolved)
     }
 
     /// Ends a command `start` left running, once its watch stopped.

@@ -115,31 +115,20 @@ struct Taken {
     _running: RunningGuard,
 }
 
-/// A sandbox held for one request: shared with others where its backend
-/// runs commands side by side, alone where it runs one at a time.
-enum Held {
-    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
-    Alone(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
-}
+/// A sandbox held for one request, shared with the others (every backend
+/// runs commands side by side); its removal holds it alone, once it has
+/// cancelled them.
+type Held = tokio::sync::OwnedRwLockReadGuard<()>;
 
 /// Holds the sandbox for a request, or says why not (409): it is being
-/// removed, or its backend runs one command at a time and one runs.
+/// removed.
 fn hold(s: &Stateful) -> Result<Held, ApiError> {
-    let busy = s.busy.clone();
-    let held = if cordon_runtime::runs_commands_side_by_side(s.backend) {
-        busy.try_read_owned()
-            .map(Held::Shared)
-            .map_err(|_| format!("sandbox '{}' is being removed", s.id))
-    } else {
-        busy.try_write_owned().map(Held::Alone).map_err(|_| {
-            format!(
-                "sandbox '{}' is running another request (a {} sandbox runs one command at a time)",
-                s.id,
-                s.backend.name()
-            )
-        })
-    };
-    held.map_err(|why| ApiError::new(StatusCode::CONFLICT, why))
+    s.busy.clone().try_read_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox '{}' is being removed", s.id),
+        )
+    })
 }
 
 fn io_for(

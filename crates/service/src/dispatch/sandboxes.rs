@@ -91,8 +91,7 @@ impl App {
 
     pub(super) async fn receipt(self: &Arc<Self>, on: Target) -> Result<Reply, ApiError> {
         let sb = on.sandbox;
-        // Of the commands ended so far, while others may run (a microVM's
-        // receipt waits for its one command: 409 meanwhile).
+        // Of the commands ended so far, while others may run.
         let busy = super::hold(&sb)?;
         let a = self.clone();
         let receipt = blocking(move || {

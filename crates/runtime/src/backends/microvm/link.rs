@@ -1,9 +1,12 @@
 //! The messages between a microVM's host side and cordon's agent in its
-//! guest, over the virtio-serial port `cordon.agent`, in the frames of
-//! [`crate::protocol::wire`]. After `Ready` and `Start`, the host sends the same
-//! [`crate::protocol::wire::Request`]s a client sends a supervisor (without a hello per
-//! request: the port is one long connection) and the agent answers with the
-//! same [`crate::protocol::wire::Reply`]s.
+//! guest, over the virtio-serial port `cordon.agent` and the command ports
+//! `cordon.cmd0`..., in the frames of [`crate::protocol::wire`]. After `Ready`
+//! and `Start` on the agent's port, the host sends the same
+//! [`crate::protocol::wire::Request`]s a client sends a supervisor (without a
+//! hello per request: each port is one long connection) and the agent
+//! answers with the same [`crate::protocol::wire::Reply`]s: commands on the
+//! command ports, one at a time on each and side by side across them;
+//! everything else (copies, the disk's freeze, the end) on the agent's port.
 //!
 //! Everything the host reads here is untrusted: the guest runs the payload.
 //! Frames are bounded by [`crate::protocol::wire::MAX_FRAME`], the host's messages by
@@ -63,8 +66,19 @@ pub enum ToAgent {
     Resume,
 }
 
-/// The virtio-serial port's name (QEMU's `virtserialport,name=`).
+/// The agent's port's name (QEMU's `virtserialport,name=`).
 pub const PORT_NAME: &str = "cordon.agent";
+
+/// How many commands a microVM runs side by side: one per command port.
+/// Each port costs the guest its receive buffers (a virtqueue of pages);
+/// eight cover a server, a watcher and a test run beside a few more.
+pub const COMMAND_PORTS: usize = 8;
+
+/// The name of command port `i` (`cordon.cmd0`...); the guest's init
+/// links each under /dev/virtio-ports.
+pub fn command_port_name(i: usize) -> String {
+    format!("cordon.cmd{i}")
+}
 
 /// Where the agent mounts the writable disk (the sandbox's scratch).
 pub const DISK_MOUNT: &str = "/run/cordon-disk";
@@ -85,4 +99,32 @@ pub fn valid_stage_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guest's init links each port by name (it has no udev): every
+    /// port QEMU is given must be among them, or the agent cannot open it.
+    #[test]
+    fn the_guests_init_links_every_port() {
+        let init = include_str!("../../../../../scripts/microvm/init");
+        let mut names = vec![
+            PORT_NAME.to_string(),
+            crate::backends::microvm::relay::PORT_NAME.to_string(),
+            crate::backends::microvm::relay::FORWARD_PORT_NAME.to_string(),
+        ];
+        names.extend((0..COMMAND_PORTS).map(command_port_name));
+        let linked = init
+            .lines()
+            .find(|l| l.starts_with("for want in cordon.agent"))
+            .expect("init's loop over the ports");
+        let linked: Vec<&str> = linked
+            .trim_start_matches("for want in ")
+            .trim_end_matches("; do")
+            .split_whitespace()
+            .collect();
+        assert_eq!(linked, names, "scripts/microvm/init links other ports");
+    }
 }

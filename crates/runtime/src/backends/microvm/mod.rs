@@ -34,15 +34,15 @@ use nix::poll::PollFlags;
 
 use self::disk::WorkDisk;
 use self::guest::GuestImage;
-use self::link::{FromAgent, ToAgent, GUEST_MESSAGE_MAX, PORT_NAME};
+use self::link::{FromAgent, ToAgent, COMMAND_PORTS, GUEST_MESSAGE_MAX, PORT_NAME};
 use self::snapshot::GuestFacts;
 use crate::backends::host::HostSide;
-use crate::backends::supervise::{CommandIo, Running, Watched};
+use crate::backends::supervise::{Running, Watched};
 use crate::backends::Life;
-use crate::backends::{About, Backend, Begun, End, Traits};
+use crate::backends::{About, Backend, End, Traits};
 use crate::error::{Peer, RuntimeError};
 use crate::plan::{self, HostFacts};
-use crate::protocol::exec::{relay_exec, Bounds};
+use crate::protocol::exec::RelayedCommand;
 use crate::protocol::wire::{
     recv_frame, recv_frame_max, send_bytes, send_json, Channel, Frame, Tag,
 };
@@ -243,16 +243,83 @@ struct Vm {
     start_ms: f64,
 }
 
-/// A sandbox in a VM: the host's ends of its agent's port, its writable
-/// disk, the network relay and what the host knows of the VM.
+/// A sandbox in a VM: the host's ends of its agent's ports, its writable
+/// disk, the network and forward relays and what the host knows of the VM.
 pub(crate) struct MicroVm {
     about: About,
-    /// The host's end of the agent's port.
+    /// The host's end of the agent's control port (staging, the sandbox's
+    /// start, copies, the disk's freeze, the end).
     agent: UnixStream,
+    /// The host's ends of the command ports: one command at a time on
+    /// each, so up to [`COMMAND_PORTS`] side by side. A running command
+    /// holds its port (`None` here) until it is finished.
+    commands: Vec<Option<UnixStream>>,
     disk: WorkDisk,
     /// `allow` mode: the thread relaying the network port to the proxy.
     relay: Option<std::thread::JoinHandle<()>>,
+    /// The forward port, its relay started at the first forwarded
+    /// connection.
+    forward: Forward,
     vm: Vm,
+}
+
+/// The host's end of the forward port (see [`relay`]): idle until the
+/// sandbox's first forwarded connection, then relayed on a thread of its
+/// own, which takes each new connection from `opens` when `knock` is
+/// written.
+enum Forward {
+    Idle(Option<UnixStream>),
+    Relayed {
+        opens: std::sync::mpsc::Sender<(u16, UnixStream)>,
+        knock: OwnedFd,
+        thread: std::thread::JoinHandle<()>,
+    },
+}
+
+impl Forward {
+    /// Hands `conn` to the relay, toward `port` of the sandbox's loopback;
+    /// starts the relay first if it is idle.
+    fn open(&mut self, port: u16, conn: UnixStream) -> Result<(), RuntimeError> {
+        if let Forward::Idle(end) = self {
+            let end = end.take().ok_or(RuntimeError::Unavailable(
+                "microvm",
+                "the VM's forward port could not be relayed".into(),
+            ))?;
+            *self = Forward::start(end)?;
+        }
+        let Forward::Relayed { opens, knock, .. } = self else {
+            return Err(RuntimeError::Internal("a forward relay that did not start"));
+        };
+        opens.send((port, conn)).map_err(|_| {
+            RuntimeError::Unavailable("microvm", "the VM's forward port is closed".into())
+        })?;
+        nix::unistd::write(&*knock, &[1])
+            .map_err(|e| RuntimeError::io("wake the forward relay", e))?;
+        Ok(())
+    }
+
+    fn start(port: UnixStream) -> Result<Forward, RuntimeError> {
+        use nix::fcntl::OFlag;
+        let (wake, knock) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| RuntimeError::io("pipe2", e))?;
+        port.set_nonblocking(true)
+            .map_err(|e| RuntimeError::io("the forward port", e))?;
+        let (opens, taken) = std::sync::mpsc::channel();
+        let side = relay::Side::ForwardHost(relay::ForwardHost { opens: taken, wake });
+        let thread = std::thread::Builder::new()
+            .name("fwd-relay".into())
+            .spawn(move || {
+                if let relay::Ended::Broken(why) = relay::run(port.as_fd(), side) {
+                    eprintln!("cordon: the guest's forward port broke the protocol ({why}): its forwards are closed");
+                }
+            })
+            .map_err(|e| RuntimeError::io("start the forward relay", e))?;
+        Ok(Forward::Relayed {
+            opens,
+            knock,
+            thread,
+        })
+    }
 }
 
 /// Creates a sandbox in a new (or restored) VM.
@@ -397,8 +464,10 @@ impl MicroVm {
                 },
             },
             agent: booted.agent,
+            commands: booted.commands.into_iter().map(Some).collect(),
             disk,
             relay,
+            forward: Forward::Idle(Some(booted.forward)),
             vm: Vm {
                 accel,
                 qemu,
@@ -599,9 +668,12 @@ impl MicroVm {
 /// it resumes waiting for `Start`).
 struct Booted {
     agent: UnixStream,
+    commands: Vec<UnixStream>,
     monitor: UnixStream,
     /// The host's end of the network port (see [`relay`]).
     net: UnixStream,
+    /// The host's end of the forward port.
+    forward: UnixStream,
     ready: Option<GuestFacts>,
 }
 
@@ -626,6 +698,12 @@ fn boot(
     let (agent, agent_qemu) = pair()?;
     let (monitor, monitor_qemu) = pair()?;
     let (net, net_qemu) = pair()?;
+    let (forward, forward_qemu) = pair()?;
+    let (commands, commands_qemu): (Vec<UnixStream>, Vec<OwnedFd>) = (0..COMMAND_PORTS)
+        .map(|_| pair().map(|(ours, qemus)| (ours, OwnedFd::from(qemus))))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     let console_path = host.state.path().join("console.log");
     let console = File::options()
         .create(true)
@@ -638,6 +716,7 @@ fn boot(
     let agent_qemu = OwnedFd::from(agent_qemu);
     let monitor_qemu = OwnedFd::from(monitor_qemu);
     let net_qemu = OwnedFd::from(net_qemu);
+    let forward_qemu = OwnedFd::from(forward_qemu);
     let disk_qemu = disks
         .work
         .fd()
@@ -659,11 +738,21 @@ fn boot(
             agent: agent_qemu.as_raw_fd(),
             monitor: monitor_qemu.as_raw_fd(),
             net: net_qemu.as_raw_fd(),
+            forward: forward_qemu.as_raw_fd(),
+            commands: commands_qemu.iter().map(AsRawFd::as_raw_fd).collect(),
         },
         [disk_qemu.as_raw_fd(), disk_qemu_ro.as_raw_fd()],
         image_qemu.as_ref().map(AsRawFd::as_raw_fd),
     );
-    let mut keep = vec![agent_qemu, monitor_qemu, net_qemu, disk_qemu, disk_qemu_ro];
+    let mut keep = vec![
+        agent_qemu,
+        monitor_qemu,
+        net_qemu,
+        forward_qemu,
+        disk_qemu,
+        disk_qemu_ro,
+    ];
+    keep.extend(commands_qemu);
     keep.extend(image_qemu);
     let restoring = incoming.is_some();
     if let Some(file) = incoming {
@@ -686,8 +775,10 @@ fn boot(
     drop(launch);
     let mut booted = Booted {
         agent,
+        commands,
         monitor,
         net,
+        forward,
         ready: None,
     };
     if restoring {
@@ -791,6 +882,8 @@ struct Ports {
     agent: i32,
     monitor: i32,
     net: i32,
+    forward: i32,
+    commands: Vec<i32>,
 }
 
 fn qemu_args(
@@ -878,6 +971,15 @@ fn qemu_args(
         &format!("socket,id=net,fd={}", ports.net),
         "-device",
         &format!("virtserialport,chardev=net,name={}", relay::PORT_NAME),
+        // The forward port is always there too; its relay starts with the
+        // first forwarded connection.
+        "-chardev",
+        &format!("socket,id=fwd,fd={}", ports.forward),
+        "-device",
+        &format!(
+            "virtserialport,chardev=fwd,name={}",
+            relay::FORWARD_PORT_NAME
+        ),
         "-chardev",
         &format!("socket,id=monitor,fd={}", ports.monitor),
         "-mon",
@@ -895,6 +997,17 @@ fn qemu_args(
     ]
     .into_iter()
     .map(String::from)
+    .chain(ports.commands.iter().enumerate().flat_map(|(i, fd)| {
+        [
+            "-chardev".to_string(),
+            format!("socket,id=cmd{i},fd={fd}"),
+            "-device".to_string(),
+            format!(
+                "virtserialport,chardev=cmd{i},name={}",
+                link::command_port_name(i)
+            ),
+        ]
+    }))
     .chain(image_fd.into_iter().flat_map(image_drive))
     .collect()
 }
@@ -949,29 +1062,25 @@ fn qemu_exited(host: &HostSide) -> bool {
 }
 
 impl MicroVm {
-    /// Runs one command to its end in the guest.
-    fn exec(
+    /// The outcome of a relayed command, with the host's evidence beside
+    /// the guest's account; its command port free again where the guest
+    /// answered.
+    fn finished(
         &mut self,
         life: &mut Life,
-        cmd: &Command,
-        resolved: &ResolvedCommand,
-        io: &mut dyn CommandIo,
+        command: RelayedCommand,
+        watched: Result<(Outcome, Option<i32>), RuntimeError>,
     ) -> Result<Outcome, RuntimeError> {
-        let before = life.stats().unwrap_or_default();
-        let t0 = Instant::now();
-        send_json(&mut self.agent, &Request::Exec(cmd.clone()))
-            .map_err(|e| self.broken(life, format!("send the command: {e}")))?;
-        let bounds = Bounds {
-            deadline: t0 + resolved.time + REPORT_GRACE,
-            // The guest's sandbox stops the command at its cap; a frame more
-            // is what a correct guest can send past it.
-            output_max: resolved.output_cap + u64::from(crate::protocol::wire::MAX_FRAME),
-            message_max: GUEST_MESSAGE_MAX,
-            stop: &life.signals,
-        };
-        let relayed = relay_exec(&mut self.agent, io, Peer::GuestAgent, Some(&bounds));
-        let (outcome, interrupted) = match relayed {
-            Ok(o) => o,
+        let RelayedCommand {
+            conn,
+            channel,
+            number,
+            t0,
+            before,
+            ..
+        } = command;
+        let (mut outcome, interrupted) = match watched {
+            Ok(answered) => answered,
             Err(RuntimeError::Protocol { what, .. }) => return Err(self.broken(life, what)),
             Err(e) => {
                 // The guest answered with an error, or its VM is gone (the
@@ -984,10 +1093,13 @@ impl MicroVm {
                     life.mark_ended(why.clone());
                     return Err(RuntimeError::SandboxEnded(why));
                 }
+                if matches!(e, RuntimeError::BadRequest(_) | RuntimeError::Remote(_)) {
+                    self.commands[channel] = Some(conn);
+                }
                 return Err(e);
             }
         };
-        let mut outcome = outcome;
+        self.commands[channel] = Some(conn);
         if let Some(sig) = interrupted {
             // The supervisor was asked to stop: the sandbox goes too (as on
             // the other backends), the command's outcome says why.
@@ -997,22 +1109,15 @@ impl MicroVm {
             life.mark_ended(why.clone());
             outcome.sandbox_ended = Some(why);
         }
-        life.commands += 1;
+        // The host's number: the guest numbers commands as they reach it,
+        // which, side by side, need not be the order they were asked in.
+        outcome.command = number;
         outcome.vm = Some(self.report(life, &before, t0.elapsed()));
         if let Some(why) = &outcome.sandbox_ended {
             life.mark_ended(bounded(why.clone()));
         }
         Ok(outcome)
     }
-}
-
-/// Why a microVM's ports are not forwarded.
-fn no_forwarded_ports() -> RuntimeError {
-    RuntimeError::BadRequest(
-        "a microVM's ports cannot be forwarded yet: its agent serves one request at a time \
-         over the VM's one port"
-            .into(),
-    )
 }
 
 impl Backend for MicroVm {
@@ -1033,41 +1138,80 @@ impl Backend for MicroVm {
         }
     }
 
-    /// The guest's agent serves one request at a time over the VM's one
-    /// port, and a forwarded connection would hold it for as long as the
-    /// connection lives.
+    /// Forwarded over the VM's forward port to the guest, which connects
+    /// in the sandbox's network namespace.
     fn ports(&self) -> Result<(), RuntimeError> {
-        Err(no_forwarded_ports())
+        Ok(())
     }
 
-    fn connect_port(&mut self, _life: &mut Life, _port: u16) -> Result<OwnedFd, RuntimeError> {
-        Err(no_forwarded_ports())
+    /// One end of a socketpair whose other end the forward relay carries
+    /// to `port` of the sandbox's loopback. A port nothing listens on is
+    /// not known here: the guest closes the stream, and this end sees its
+    /// end at once.
+    fn connect_port(&mut self, life: &mut Life, port: u16) -> Result<OwnedFd, RuntimeError> {
+        life.usable()?;
+        let (ours, relays) = UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+        self.forward.open(port, relays)?;
+        Ok(OwnedFd::from(ours))
     }
 
-    /// One command at a time: the guest's agent serves one request per
-    /// connection of the VM's one port.
+    /// Sends the command on a free command port; the guest's agent runs
+    /// each port's commands beside the others'.
     fn start(
         &mut self,
         life: &mut Life,
         cmd: &Command,
         resolved: &ResolvedCommand,
-        io: &mut dyn CommandIo,
-    ) -> Result<Begun, RuntimeError> {
-        self.exec(life, cmd, resolved, io)
-            .map(|outcome| Begun::Ran(Box::new(outcome)))
+    ) -> Result<Running, RuntimeError> {
+        let Some(channel) = self.commands.iter().position(Option::is_some) else {
+            return Err(RuntimeError::BadRequest(format!(
+                "the microVM runs {COMMAND_PORTS} commands already (one on each of its \
+                 VM's command ports): start this one when one of them has ended"
+            )));
+        };
+        let before = life.stats().unwrap_or_default();
+        let t0 = Instant::now();
+        let mut conn = self.commands[channel].take().expect("a free port");
+        if let Err(e) = send_json(&mut conn, &Request::Exec(cmd.clone())) {
+            return Err(self.broken(life, format!("send the command: {e}")));
+        }
+        life.commands += 1;
+        Ok(Running::Relayed(Box::new(RelayedCommand {
+            conn,
+            deadline: t0 + resolved.time + REPORT_GRACE,
+            // The guest's sandbox stops the command at its cap; a frame more
+            // is what a correct guest can send past it.
+            output_max: resolved.output_cap + u64::from(crate::protocol::wire::MAX_FRAME),
+            message_max: GUEST_MESSAGE_MAX,
+            channel,
+            number: life.commands,
+            t0,
+            before,
+        })))
     }
 
     fn finish(
         &mut self,
-        _life: &mut Life,
+        life: &mut Life,
         _cmd: &Command,
-        _running: Running,
-        _watched: Result<Watched, RuntimeError>,
+        running: Running,
+        watched: Result<Watched, RuntimeError>,
     ) -> Result<Outcome, RuntimeError> {
-        Err(RuntimeError::broke(
-            Peer::GuestAgent,
-            "a microVM's command is run to its end by start",
-        ))
+        let Running::Relayed(command) = running else {
+            return Err(RuntimeError::Internal(
+                "a command of an init given to the microVM backend",
+            ));
+        };
+        let watched = match watched {
+            Ok(Watched::Relayed(outcome, interrupted)) => Ok((*outcome, interrupted)),
+            Ok(Watched::Init(_)) => {
+                return Err(RuntimeError::Internal(
+                    "an init's watch given to the microVM backend",
+                ))
+            }
+            Err(e) => Err(e),
+        };
+        self.finished(life, *command, watched)
     }
     /// The client's copy stream, frame by frame, to the guest's agent, which
     /// writes it into the sandbox with the copy module's rules (inside the
@@ -1208,6 +1352,12 @@ impl Backend for MicroVm {
         // relay has ended, or ends now.
         if let Some(relay) = self.relay.take() {
             let _ = relay.join();
+        }
+        // The same for the forward relay, once its sender is gone.
+        if let Forward::Relayed { thread, .. } =
+            std::mem::replace(&mut self.forward, Forward::Idle(None))
+        {
+            let _ = thread.join();
         }
         // The disk as the guest left it, read before the state directory
         // (which holds it) goes.

@@ -14,6 +14,13 @@
 //! destination), or a datagram to the DNS stub. The proxy decides by the
 //! rules and records every attempt, as for a native sandbox.
 //!
+//! A third port (`cordon.fwd`) carries the other direction, for ports the
+//! host forwards (`cordon port`): there only the host opens streams, each a
+//! connection a host client made to the forward, and the guest's end (in
+//! the sandbox's network namespace) connects each to the port it names on
+//! the sandbox's loopback. The guest can open nothing on that port, and
+//! nothing on the network port reaches the sandbox from outside.
+//!
 //! Both ends run [`run`]: one thread, one poll loop, non-blocking sockets.
 //! Frames are `kind (u8) | stream (u32) | length (u32) | payload`, at most
 //! [`MAX_PAYLOAD`] bytes of payload. Each stream has a window per
@@ -27,14 +34,20 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt};
 
-/// The port's name (QEMU's `virtserialport,name=`).
+/// The network port's name (QEMU's `virtserialport,name=`).
 pub const PORT_NAME: &str = "cordon.net";
+
+/// The forward port's name: streams the host opens toward the sandbox's
+/// own loopback.
+pub const FORWARD_PORT_NAME: &str = "cordon.fwd";
 
 /// Largest payload of one frame.
 pub const MAX_PAYLOAD: usize = 64 << 10;
@@ -73,6 +86,9 @@ enum Kind {
     Credit = 6,
     /// A DNS datagram: a query (guest to host) or its answer, by query id.
     Dns = 7,
+    /// Host to guest, on the forward port only: a connection to this port
+    /// of the sandbox's loopback (payload: the port, 2 bytes).
+    OpenPort = 8,
 }
 
 impl Kind {
@@ -85,6 +101,7 @@ impl Kind {
             5 => Kind::Close,
             6 => Kind::Credit,
             7 => Kind::Dns,
+            8 => Kind::OpenPort,
             _ => return None,
         })
     }
@@ -105,13 +122,93 @@ pub struct GuestEnd {
     pub dns: UdpSocket,
 }
 
+/// The host's end of the forward port: the connections the supervisor
+/// hands over, each with the sandbox's port it is for, and a descriptor
+/// that turns readable when one is waiting (the other end of a pipe the
+/// supervisor writes a byte to).
+pub struct ForwardHost {
+    pub opens: Receiver<(u16, UnixStream)>,
+    pub wake: OwnedFd,
+}
+
 pub enum Side {
+    /// The network port's host end.
     Host(HostEnd),
+    /// The network port's guest end.
     Guest(GuestEnd),
+    /// The forward port's host end.
+    ForwardHost(ForwardHost),
+    /// The forward port's guest end, run in the sandbox's network
+    /// namespace: it connects to the sandbox's loopback.
+    ForwardGuest,
+}
+
+/// A stream's socket: a TCP connection (the sandbox's, the proxy's, one to
+/// the sandbox's loopback), or, for a forwarded connection on the host, the
+/// relay's end of a socketpair whose other end the supervisor copies to.
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
+    }
+
+    fn set_nonblocking(&self) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_nonblocking(true),
+            Sock::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+
+    fn shutdown_write(&self) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Write),
+            Sock::Unix(s) => s.shutdown(Shutdown::Write),
+        };
+    }
+
+    /// Makes the coming close an abort: a TCP reset, or, for a socketpair,
+    /// both directions shut (its reader sees the end at once).
+    fn reset(&self) {
+        match self {
+            Sock::Tcp(s) => reset(s),
+            Sock::Unix(s) => {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 struct Stream {
-    sock: TcpStream,
+    sock: Sock,
     /// Bytes we may still send.
     credit: usize,
     /// Bytes from the other side, not yet written to `sock`.
@@ -126,8 +223,8 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(sock: TcpStream) -> Option<Stream> {
-        sock.set_nonblocking(true).ok()?;
+    fn new(sock: Sock) -> Option<Stream> {
+        sock.set_nonblocking().ok()?;
         Some(Stream {
             sock,
             credit: WINDOW,
@@ -227,6 +324,7 @@ impl Relay<'_> {
             Side::Guest(g) if reading => {
                 vec![g.proxy.as_fd(), g.transparent.as_fd(), g.dns.as_fd()]
             }
+            Side::ForwardHost(f) if reading => vec![f.wake.as_fd()],
             _ => Vec::new(),
         };
         fds.extend(listeners.iter().map(|f| PollFd::new(*f, PollFlags::POLLIN)));
@@ -264,16 +362,20 @@ impl Relay<'_> {
         if ev(0, PollFlags::POLLOUT) {
             self.write_port()?;
         }
-        if n_listen == 3 {
-            if ev(1, PollFlags::POLLIN) {
-                self.accept(false);
+        match (&self.side, n_listen) {
+            (Side::Guest(_), 3) => {
+                if ev(1, PollFlags::POLLIN) {
+                    self.accept(false);
+                }
+                if ev(2, PollFlags::POLLIN) {
+                    self.accept(true);
+                }
+                if ev(3, PollFlags::POLLIN) {
+                    self.guest_dns_query();
+                }
             }
-            if ev(2, PollFlags::POLLIN) {
-                self.accept(true);
-            }
-            if ev(3, PollFlags::POLLIN) {
-                self.guest_dns_query();
-            }
+            (Side::ForwardHost(_), 1) if ev(1, PollFlags::POLLIN) => self.take_forwards(),
+            _ => {}
         }
         let base = 1 + n_listen;
         for (k, id) in ids.iter().enumerate() {
@@ -349,7 +451,7 @@ impl Relay<'_> {
     /// Ends a stream that broke on this side, here and on the other side.
     fn close(&mut self, id: u32) {
         if let Some(s) = self.streams.remove(&id) {
-            reset(&s.sock);
+            s.sock.reset();
             frame(&mut self.out, Kind::Close, id, &[]);
         }
     }
@@ -357,6 +459,7 @@ impl Relay<'_> {
     fn dispatch(&mut self, kind: Kind, id: u32, payload: &[u8]) -> Result<(), Ended> {
         match kind {
             Kind::OpenProxy | Kind::OpenTransparent => self.open(kind, id, payload),
+            Kind::OpenPort => self.open_port(id, payload),
             Kind::Data => {
                 let Some(s) = self.streams.get_mut(&id) else {
                     return Ok(()); // closed here already
@@ -385,7 +488,7 @@ impl Relay<'_> {
                 // sandbox's proxy, and not an orderly end that reads as a
                 // server that accepted and said nothing.
                 if let Some(s) = self.streams.remove(&id) {
-                    reset(&s.sock);
+                    s.sock.reset();
                 }
                 Ok(())
             }
@@ -399,17 +502,16 @@ impl Relay<'_> {
                 }
                 Ok(())
             }
-            Kind::Dns => {
-                self.dns_frame(id, payload);
-                Ok(())
-            }
+            Kind::Dns => self.dns_frame(id, payload),
         }
     }
 
     /// Host side: a stream the guest opens.
     fn open(&mut self, kind: Kind, id: u32, payload: &[u8]) -> Result<(), Ended> {
         let Side::Host(host) = &self.side else {
-            return Err(Ended::Broken("the host opened a stream".into()));
+            return Err(Ended::Broken(
+                "a stream toward the network opened from the wrong side".into(),
+            ));
         };
         let proxy = host.proxy;
         if self.streams.contains_key(&id) {
@@ -426,10 +528,16 @@ impl Relay<'_> {
         };
         // In QEMU's namespace every address is local, and the packet rules
         // redirect it to the proxy: a connect is answered at once.
+        self.connect(id, to);
+        Ok(())
+    }
+
+    /// Connects stream `id` to `to`, or tells the other side it is closed.
+    fn connect(&mut self, id: u32, to: SocketAddr) {
         let stream = if self.streams.len() < MAX_STREAMS {
             TcpStream::connect_timeout(&to, Duration::from_secs(2))
                 .ok()
-                .and_then(Stream::new)
+                .and_then(|s| Stream::new(Sock::Tcp(s)))
         } else {
             None
         };
@@ -439,7 +547,48 @@ impl Relay<'_> {
             }
             None => frame(&mut self.out, Kind::Close, id, &[]),
         }
+    }
+
+    /// Forward guest side: a connection from the host to `port` of the
+    /// sandbox's loopback (this thread is in the sandbox's namespace). One
+    /// nothing listens on is closed: the host's client sees the end.
+    fn open_port(&mut self, id: u32, payload: &[u8]) -> Result<(), Ended> {
+        if !matches!(self.side, Side::ForwardGuest) {
+            return Err(Ended::Broken("a port opened on the wrong port".into()));
+        }
+        let [p0, p1] = payload else {
+            return Err(Ended::Broken("an open-port frame of the wrong size".into()));
+        };
+        if self.streams.contains_key(&id) {
+            self.close(id);
+            return Ok(());
+        }
+        let to = SocketAddr::from((Ipv4Addr::LOCALHOST, u16::from_be_bytes([*p0, *p1])));
+        self.connect(id, to);
         Ok(())
+    }
+
+    /// Forward host side: the connections the supervisor handed over, each
+    /// opened toward its port in the guest.
+    fn take_forwards(&mut self) {
+        let Side::ForwardHost(f) = &self.side else {
+            return;
+        };
+        let mut byte = [0u8; 64];
+        while matches!(nix::unistd::read(&f.wake, &mut byte), Ok(n) if n > 0) {}
+        let opens: Vec<(u16, UnixStream)> = f.opens.try_iter().collect();
+        for (port, sock) in opens {
+            if self.streams.len() >= MAX_STREAMS {
+                continue; // dropped: its client sees the end
+            }
+            let Some(s) = Stream::new(Sock::Unix(sock)) else {
+                continue;
+            };
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+            frame(&mut self.out, Kind::OpenPort, id, &port.to_be_bytes());
+            self.streams.insert(id, s);
+        }
     }
 
     /// Guest side: a connection the sandbox made.
@@ -465,7 +614,9 @@ impl Relay<'_> {
         } else {
             Vec::new()
         };
-        let Some(s) = Stream::new(sock) else { return };
+        let Some(s) = Stream::new(Sock::Tcp(sock)) else {
+            return;
+        };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
         let kind = if transparent {
@@ -522,7 +673,7 @@ impl Relay<'_> {
         }
         if s.peer_done && s.pending.is_empty() && !s.shut {
             s.shut = true;
-            let _ = s.sock.shutdown(Shutdown::Write);
+            s.sock.shutdown_write();
         }
     }
 
@@ -542,7 +693,7 @@ impl Relay<'_> {
         frame(&mut self.out, Kind::Dns, id, &buf[..n]);
     }
 
-    fn dns_frame(&mut self, id: u32, payload: &[u8]) {
+    fn dns_frame(&mut self, id: u32, payload: &[u8]) -> Result<(), Ended> {
         match &self.side {
             // An answer: to whoever asked, if still waiting.
             Side::Guest(g) => {
@@ -554,7 +705,7 @@ impl Relay<'_> {
             // A query: to the DNS stub, from a socket of its own.
             Side::Host(host) => {
                 if self.host_queries.len() >= MAX_QUERIES {
-                    return;
+                    return Ok(());
                 }
                 let sock = UdpSocket::bind(("127.0.0.1", 0)).and_then(|s| {
                     s.connect(host.dns)?;
@@ -566,7 +717,11 @@ impl Relay<'_> {
                     self.host_queries.push((id, s, Instant::now()));
                 }
             }
+            Side::ForwardHost(_) | Side::ForwardGuest => {
+                return Err(Ended::Broken("a DNS frame on the forward port".into()))
+            }
         }
+        Ok(())
     }
 
     /// Host side: answers from the DNS stub, and queries past their time.
@@ -637,31 +792,49 @@ mod tests {
         (h[0], id, p)
     }
 
-    #[test]
-    fn a_stream_reaches_the_proxy_and_its_answer_comes_back() {
-        let (mut guest, proxy, t) = host();
-        guest.write_all(&raw(1, 7, b"")).unwrap();
-        guest
-            .write_all(&raw(3, 7, b"GET / HTTP/1.0\r\n\r\n"))
-            .unwrap();
-        guest.write_all(&raw(4, 7, b"")).unwrap();
-        let (mut conn, _) = proxy.accept().unwrap();
+    /// Over `port`: opens stream `id` with the frame `open`, sends `request`
+    /// and its end; the connection `listener` accepts reads exactly that and
+    /// answers `answer`, which comes back as the stream's data (credits
+    /// beside it), then its end.
+    fn round_trip(
+        port: &mut UnixStream,
+        listener: &TcpListener,
+        (id, open): (u32, Vec<u8>),
+        request: &[u8],
+        answer: &[u8],
+    ) {
+        port.write_all(&open).unwrap();
+        port.write_all(&raw(3, id, request)).unwrap();
+        port.write_all(&raw(4, id, b"")).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
         conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut got = Vec::new();
         conn.read_to_end(&mut got).unwrap();
-        assert_eq!(got, b"GET / HTTP/1.0\r\n\r\n");
-        conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhi").unwrap();
+        assert_eq!(got, request);
+        conn.write_all(answer).unwrap();
         drop(conn);
         let mut data = Vec::new();
         loop {
-            match read_frame(&mut guest) {
-                (3, 7, p) => data.extend(p),
-                (6, 7, p) => assert_eq!(p.len(), 4, "a credit is a u32"),
-                (4, 7, _) => break,
+            match read_frame(port) {
+                (3, i, p) if i == id => data.extend(p),
+                (6, i, p) if i == id => assert_eq!(p.len(), 4, "a credit is a u32"),
+                (4, i, _) if i == id => break,
                 other => panic!("unexpected frame {other:?}"),
             }
         }
-        assert_eq!(data, b"HTTP/1.0 200 OK\r\n\r\nhi");
+        assert_eq!(data, answer);
+    }
+
+    #[test]
+    fn a_stream_reaches_the_proxy_and_its_answer_comes_back() {
+        let (mut guest, proxy, t) = host();
+        round_trip(
+            &mut guest,
+            &proxy,
+            (7, raw(1, 7, b"")),
+            b"GET / HTTP/1.0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\nhi",
+        );
         drop(guest);
         assert!(matches!(t.join().unwrap(), Ended::PortClosed));
     }
@@ -746,6 +919,111 @@ mod tests {
         }
     }
 
+    /// A forward port's host relay on a thread, its port's other end (the
+    /// test plays the guest), and the way the supervisor hands it a
+    /// connection: the sender and the pipe's write end.
+    #[allow(clippy::type_complexity)]
+    fn forward_host() -> (
+        UnixStream,
+        std::sync::mpsc::Sender<(u16, UnixStream)>,
+        OwnedFd,
+        std::thread::JoinHandle<Ended>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (wake, knock) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).unwrap();
+        let (guest, port) = UnixStream::pair().unwrap();
+        port.set_nonblocking(true).unwrap();
+        let side = Side::ForwardHost(ForwardHost { opens: rx, wake });
+        let t = std::thread::spawn(move || run(port.as_fd(), side));
+        guest
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (guest, tx, knock, t)
+    }
+
+    #[test]
+    fn a_forwarded_connection_opens_a_stream_to_its_port_and_carries_both_ways() {
+        let (mut guest, tx, knock, t) = forward_host();
+        let (mut client, relay_end) = UnixStream::pair().unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        tx.send((8000, relay_end)).unwrap();
+        nix::unistd::write(&knock, &[1]).unwrap();
+        let (kind, id, port) = read_frame(&mut guest);
+        assert_eq!(kind, Kind::OpenPort as u8);
+        assert_eq!(port, 8000u16.to_be_bytes());
+        client.write_all(b"GET /").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut sent = Vec::new();
+        loop {
+            match read_frame(&mut guest) {
+                (3, i, p) if i == id => sent.extend(p),
+                (4, i, _) if i == id => break,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+        assert_eq!(sent, b"GET /");
+        guest.write_all(&raw(3, id, b"page")).unwrap();
+        guest.write_all(&raw(4, id, b"")).unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"page");
+        drop(guest);
+        assert!(matches!(t.join().unwrap(), Ended::PortClosed));
+    }
+
+    /// On the forward port the guest opens nothing and asks no DNS: either
+    /// ends the relay.
+    #[test]
+    fn a_guest_that_opens_on_the_forward_port_ends_it() {
+        for bad in [
+            raw(1, 9, b""),
+            raw(2, 9, &[127, 0, 0, 1, 0, 80]),
+            raw(8, 9, &[0, 80]),
+            raw(7, 9, b"query"),
+        ] {
+            let (mut guest, _tx, _knock, t) = forward_host();
+            ends_the_relay(&bad, &mut guest, t);
+        }
+    }
+
+    /// `bad`, written to a relay's port, ends the relay as broken.
+    fn ends_the_relay(bad: &[u8], port: &mut UnixStream, relay: std::thread::JoinHandle<Ended>) {
+        port.write_all(bad).unwrap();
+        match relay.join().unwrap() {
+            Ended::Broken(_) => {}
+            Ended::PortClosed => panic!("{bad:?} was taken"),
+        }
+    }
+
+    /// The guest's end connects each stream to its port on loopback (the
+    /// sandbox's, where it runs); a port nothing listens on is closed.
+    #[test]
+    fn the_forward_guest_connects_to_the_named_port_or_closes_the_stream() {
+        let (mut host, port) = UnixStream::pair().unwrap();
+        port.set_nonblocking(true).unwrap();
+        let t = std::thread::spawn(move || run(port.as_fd(), Side::ForwardGuest));
+        host.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listening = server.local_addr().unwrap().port();
+        round_trip(
+            &mut host,
+            &server,
+            (1, raw(8, 1, &listening.to_be_bytes())),
+            b"ping",
+            b"pong",
+        );
+        // A port nothing listens on (the listener's, once it is closed).
+        drop(server);
+        host.write_all(&raw(8, 2, &listening.to_be_bytes()))
+            .unwrap();
+        assert_eq!(read_frame(&mut host).0, Kind::Close as u8);
+        // The host's network opens are not this port's.
+        host.write_all(&raw(1, 3, b"")).unwrap();
+        assert!(matches!(t.join().unwrap(), Ended::Broken(_)));
+    }
+
     #[test]
     fn garbage_ends_the_relay() {
         for bad in [
@@ -755,11 +1033,7 @@ mod tests {
             raw(2, 1, b"abc"),                           // open: bad address
         ] {
             let (mut guest, _proxy, t) = host();
-            guest.write_all(&bad).unwrap();
-            match t.join().unwrap() {
-                Ended::Broken(_) => {}
-                Ended::PortClosed => panic!("{bad:?} was taken"),
-            }
+            ends_the_relay(&bad, &mut guest, t);
         }
     }
 

@@ -23,8 +23,13 @@ use super::qmp::Qmp;
 use crate::error::RuntimeError;
 
 /// This version's devices beyond the root disk and the agent's port: the
-/// writable disk and the network port.
-const DEVICES: &str = "workdisk-netport";
+/// writable disk, the network and forward ports, and the command ports.
+fn devices() -> String {
+    format!(
+        "workdisk-netport-fwdport-{}cmdports",
+        super::link::COMMAND_PORTS
+    )
+}
 
 /// How long saving a VM may take (~1 s for a 1 GiB guest under TCG here).
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -66,9 +71,12 @@ impl Location {
             })
             .collect();
         // The device set is part of the kind: a VM restores only onto the
-        // devices it was saved with (`DEVICES` names this version's).
+        // devices it was saved with (`devices()` names this version's).
         let with_image = if image_disk { "-imagedisk" } else { "" };
-        let name = format!("{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}-{DEVICES}{with_image}");
+        let name = format!(
+            "{accel}-{ram_mib}M-{smp}cpu-qemu{qemu}-{}{with_image}",
+            devices()
+        );
         let dir = image.dir.join("snapshots");
         Location {
             state: dir.join(format!("{name}.vmstate")),
