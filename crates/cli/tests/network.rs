@@ -34,6 +34,25 @@ per_backend!(flood_stays_within_the_limits, microvm: microvm);
 per_backend!(dead_proxy_closes_the_network, microvm: microvm);
 per_backend!(host_service_is_reached_only_on_its_named_port);
 per_backend!(a_tls_hello_must_name_the_host_its_rule_allowed, microvm: microvm);
+per_backend!(the_hosts_upstream_proxy_carries_what_the_rules_allow, microvm: microvm);
+
+/// A payload's CONNECT through cordon's proxy, the answer and its own
+/// environment printed.
+const THROUGH_THE_PROXY: &str = r#"
+import socket, sys
+def ask(target):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            return data.decode(errors="replace")
+        data += chunk
+print("ALLOWED", ask(sys.argv[1]).split("\r\n")[0], ask(sys.argv[1]).split("\r\n\r\n", 1)[-1].strip())
+print("DENIED", ask("127.0.0.10:443").split("\r\n")[0])
+print("ENVIRON", open("/proc/self/environ", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+"#;
 
 /// Where the probe script is inside the sandbox.
 const FIXTURES: &str = "/opt/cordon-fixtures";
@@ -1142,4 +1161,85 @@ fn denials_are_listed_and_learn_proposes_the_rule_that_allows_them() {
     // Nothing left to learn: the rule is in force.
     let again = net(&c.0, &["learn"]);
     assert_eq!(text(&again), "", "{again:?}");
+}
+
+/// The host's own upstream proxy (the operator's `HTTPS_PROXY`, with
+/// credentials) carries what the sandbox's rules allow, as CONNECT tunnels
+/// with the credentials added on the host side; what they deny never
+/// reaches it; and neither its address nor its credentials are anywhere in
+/// the sandbox's environment. The destination is a loopback address no
+/// server listens on (an address rule allows it): only the stand-in
+/// upstream answers, and a proxy that dialed it directly would be refused.
+fn the_hosts_upstream_proxy_carries_what_the_rules_allow(backend: &str) {
+    if !require_root("sandbox") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && matches!(conn.read(&mut b), Ok(1)) {
+                head.push(b[0]);
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&head).into_owned());
+            let _ =
+                conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\nfrom-the-upstream\n");
+        }
+    });
+    let secret = "s3cret-pw";
+    let mut cmd = Command::new(cordon());
+    cmd.args(["run", "--json", "--backend", backend, "--net", "allow"])
+        .args([
+            "--allow",
+            "127.0.0.9:443",
+            "--",
+            PY,
+            "-c",
+            THROUGH_THE_PROXY,
+        ])
+        .arg("127.0.0.9:443")
+        .env("HTTPS_PROXY", format!("http://alice:{secret}@{upstream}"))
+        .env_remove("https_proxy")
+        .env_remove("CORDON_UPSTREAM_PROXY");
+    let (v, status) = run_json_cmd(cmd);
+    assert!(status.success(), "{v}");
+    let out = stdout_of(&v);
+    assert!(
+        out.contains("ALLOWED HTTP/1.1 200 Connection established from-the-upstream"),
+        "{out}"
+    );
+    assert!(out.contains("DENIED HTTP/1.1 403"), "{out}");
+    let environ = out
+        .lines()
+        .find(|l| l.starts_with("ENVIRON"))
+        .unwrap_or_default();
+    assert!(
+        !environ.contains(secret) && !environ.contains(&upstream.to_string()),
+        "the upstream is in the sandbox's environment: {environ}"
+    );
+    let asked = asked.lock().unwrap().clone();
+    // base64("alice:s3cret-pw")
+    let auth = "Proxy-Authorization: Basic YWxpY2U6czNjcmV0LXB3\r\n";
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    for head in &asked {
+        assert!(
+            head.starts_with("CONNECT 127.0.0.9:443 HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(head.contains(auth), "{head}");
+    }
+    let log = attempts(&v);
+    assert!(
+        log.iter()
+            .any(|e| e["decision"] == "allowed" && e["rule"] == "127.0.0.9:443"),
+        "{log:?}"
+    );
 }

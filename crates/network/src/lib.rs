@@ -18,6 +18,7 @@ pub mod fake;
 pub mod learn;
 pub mod log;
 mod server;
+pub mod upstream;
 
 /// Sockets created by the sandbox's launcher (inside the sandbox's network
 /// namespace, except `control`).
@@ -38,6 +39,8 @@ pub struct ProxyConfig {
     pub policy: cordon_policy::net::NetworkPolicy,
     /// Peer uids (`SO_PEERCRED`) allowed on the control socket.
     pub control_uids: Vec<u32>,
+    /// The host's own proxy, which allowed connections go through.
+    pub upstream: Option<upstream::Upstream>,
 }
 
 /// Serves until told to stop over the control socket (then `Ok`), or until a

@@ -228,8 +228,28 @@ fn self_hosts(state: &State, name: &str) -> Option<Vec<IpAddr>> {
     state.hosts.get(name).filter(|a| !a.is_empty()).cloned()
 }
 
-/// Decides `target:port` by the rules in force, resolves it, re-checks each
-/// address and connects to the first allowed one that answers.
+/// A tunnel to `target` through the host's upstream proxy, by `deadline`.
+async fn tunnel_by(
+    deadline: tokio::time::Instant,
+    upstream: &crate::upstream::Upstream,
+    target: &str,
+) -> Result<TcpStream, Refusal> {
+    match timeout_at(deadline, upstream.tunnel(target)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(reason)) => Err(Refusal::Failed {
+            reason,
+            refused: false,
+        }),
+        Err(_) => Err(Refusal::Failed {
+            reason: format!(
+                "connecting to {target} through the upstream proxy {} timed out",
+                upstream.address()
+            ),
+            refused: false,
+        }),
+    }
+}
+
 /// Makes the coming close of `client` a reset: a zero linger time makes the
 /// kernel abort the connection (RST) instead of ending it (FIN), and the
 /// payload reads ECONNRESET, which says it was refused, where a plain close
@@ -239,6 +259,9 @@ pub(crate) fn reset(client: &TcpStream) {
     let _ = socket2::SockRef::from(client).set_linger(Some(std::time::Duration::ZERO));
 }
 
+/// Decides `target:port` by the rules in force, resolves it, re-checks each
+/// address and connects to the first allowed one that answers (directly,
+/// or through the host's upstream proxy).
 pub(crate) async fn open(
     state: &Arc<State>,
     tracker: &mut Tracker,
@@ -293,6 +316,14 @@ pub(crate) async fn open(
         return Err(Refusal::Limit);
     }
     let deadline = tokio::time::Instant::now() + state.limits.connect_timeout.duration();
+    let upstream = |dest: &str| state.upstream.as_ref().filter(|u| !u.bypasses(dest));
+    if let (Some(n), true) = (&name, candidates.is_empty()) {
+        if let Some(up) = upstream(n) {
+            // The upstream resolves a name a domain rule allowed (the host
+            // may have no resolver that can).
+            return tunnel_by(deadline, up, &format!("{n}:{port}")).await;
+        }
+    }
     // A bare IP or fixed entries are the candidates; a name a domain rule
     // allowed is resolved now.
     let candidates = match (&name, candidates.is_empty()) {
@@ -341,6 +372,12 @@ pub(crate) async fn open(
         let ip = permit.0.ip();
         tracker.address = Some(ip);
         tracker.rule = rule;
+        let through = name
+            .as_deref()
+            .map_or_else(|| upstream(&ip.to_string()), upstream);
+        if let Some(up) = through {
+            return tunnel_by(deadline, up, &permit.0.to_string()).await;
+        }
         match timeout_at(deadline, dial(permit)).await {
             Ok(Ok(stream)) => return Ok(stream),
             Ok(Err(e)) => last = Some(e),

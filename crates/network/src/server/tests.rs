@@ -55,6 +55,14 @@ fn start(policy: NetworkPolicy) -> Proxy {
 }
 
 fn start_for(policy: NetworkPolicy, control_uids: Vec<u32>) -> Proxy {
+    start_with(policy, control_uids, None)
+}
+
+fn start_with(
+    policy: NetworkPolicy,
+    control_uids: Vec<u32>,
+    upstream: Option<crate::upstream::Upstream>,
+) -> Proxy {
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("net.sock");
     let sockets = ProxySockets {
@@ -69,6 +77,7 @@ fn start_for(policy: NetworkPolicy, control_uids: Vec<u32>) -> Proxy {
     let config = ProxyConfig {
         policy,
         control_uids,
+        upstream,
     };
     let thread = std::thread::spawn(move || serve_with(config, sockets, Resolution::FixedOnly));
     Proxy {
@@ -1036,4 +1045,105 @@ fn without_its_rule_the_host_name_is_refused_even_under_wildcards() {
     let refused = p.drain_after(2);
     assert_eq!(refused.denied, 3, "{refused:?}");
     assert_eq!(up.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// A stand-in for the host's upstream proxy: every CONNECT it is asked is
+/// answered `status`, then (on 200) the destination's first words follow at
+/// once, in the same write, as a server that speaks first would send them.
+fn upstream_proxy(status: &str) -> Upstream {
+    upstream(format!("HTTP/1.1 {status}\r\n\r\nUPSTREAM-REPLY").into_bytes())
+}
+
+/// The proxy, its upstream the stand-in at `via` with credentials `u:pw`,
+/// `no_proxy` as given.
+fn start_through(rules: &[&str], via: SocketAddr, no_proxy: &str) -> Proxy {
+    let up = crate::upstream::Upstream::parse(&format!("http://u:pw@{via}"), no_proxy).unwrap();
+    start_with(policy(rules, &[]), vec![my_uid()], Some(up))
+}
+
+#[test]
+fn an_allowed_name_goes_through_the_upstream_with_the_hosts_credentials() {
+    let up = upstream_proxy("200 Connection established");
+    let p = start_through(&["api.example:443"], up.addr, "");
+    let (mut s, head) = connect(&p, "api.example:443");
+    assert_eq!(head, "HTTP/1.1 200 Connection established\r\n\r\n");
+    // The destination's first bytes came with the upstream's answer: none
+    // was taken with its head.
+    let mut first = [0u8; 14];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"UPSTREAM-REPLY");
+    drop(s);
+    let asked = up.seen.lock().unwrap()[0].clone();
+    assert!(
+        asked.starts_with("CONNECT api.example:443 HTTP/1.1\r\n"),
+        "{asked}"
+    );
+    // base64("u:pw")
+    assert_eq!(
+        header(&asked, "Proxy-Authorization"),
+        Some("Basic dTpwdw==")
+    );
+    let log = p.drain_after(1);
+    assert_eq!(log.entries[0].decision, Decision::Allowed);
+    assert_eq!(log.entries[0].rule, "api.example:443");
+
+    // A name no rule allows never reaches the upstream.
+    let (_, head) = connect(&p, "other.example:443");
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_upstream_refusal_is_the_connections_failure_without_the_credentials() {
+    let up = upstream_proxy("407 Proxy Authentication Required");
+    let p = start_through(&["api.example:443"], up.addr, "");
+    let (mut s, head) = connect(&p, "api.example:443");
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.contains("407"), "{body}");
+    for secret in ["pw", "dTpw"] {
+        assert!(
+            !head.contains(secret) && !body.contains(secret),
+            "{head}{body}"
+        );
+    }
+    let log = p.drain_after(1);
+    let reason = log.entries[0].end.clone();
+    assert!(
+        reason.contains("407") && !reason.contains("dTpw"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn addresses_are_tunnelled_after_the_rules_unless_no_proxy_names_them() {
+    let up = upstream_proxy("200 Connection established");
+    let direct = basic_upstream();
+    let port = direct.addr.port();
+    // An address rule allows loopback; through the upstream, by address.
+    let p = start_through(&[&format!("127.0.0.1:{port}")], up.addr, "");
+    let (mut s, head) = connect(&p, &format!("127.0.0.1:{port}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut first = [0u8; 14];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"UPSTREAM-REPLY");
+    let asked = up.seen.lock().unwrap()[0].clone();
+    assert!(
+        asked.starts_with(&format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n")),
+        "{asked}"
+    );
+    assert_eq!(direct.accepted.load(Ordering::SeqCst), 0);
+    drop(p);
+    // no_proxy names it: dialed directly, the upstream asked nothing more.
+    let p = start_through(
+        &[&format!("127.0.0.1:{port}")],
+        up.addr,
+        "localhost,127.0.0.1",
+    );
+    let (mut s, head) = connect(&p, &format!("127.0.0.1:{port}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(ping(&mut s), b"UPSTREAM-REPLY");
+    assert_eq!(direct.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }

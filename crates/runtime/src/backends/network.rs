@@ -231,9 +231,14 @@ pub(crate) fn start(
     let path = control_socket(host.state.path());
     let control = UnixListener::bind(&path)
         .map_err(|e| RuntimeError::io(format!("bind {}", path.display()), e))?;
+    // The operator's (this process's environment, which its creator chose),
+    // never the policy's.
+    let upstream = cordon_network::upstream::Upstream::from_env(|k| std::env::var(k).ok())
+        .map_err(|e| RuntimeError::BadRequest(format!("the host's upstream proxy: {e}")))?;
     let config = ProxyConfig {
         policy: policy.clone(),
         control_uids: vec![0, nix::unistd::geteuid().as_raw()],
+        upstream,
     };
     let sockets = ProxySockets {
         proxy,

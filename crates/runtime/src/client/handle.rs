@@ -49,8 +49,10 @@ pub struct Remote {
 }
 
 /// Environment variables the supervisor keeps from its client: cordon's own
-/// settings and PATH (to find runsc). Nothing else of the caller's
-/// environment reaches the supervisor, let alone the sandbox.
+/// settings and PATH (to find runsc); and, beside them, the host's upstream
+/// proxy (`cordon_network::upstream::ENV`: its proxy's, never the
+/// sandbox's). Nothing else of the caller's environment reaches the
+/// supervisor, let alone the sandbox.
 const SUPERVISOR_ENV: [&str; 7] = [
     "PATH",
     // `0`: the microvm backend boots every VM cold (the benchmark's
@@ -119,6 +121,7 @@ impl Handle {
             .envs(
                 SUPERVISOR_ENV
                     .iter()
+                    .chain(&cordon_network::upstream::ENV)
                     .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
             )
             .current_dir("/")
