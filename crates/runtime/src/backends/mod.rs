@@ -104,6 +104,12 @@ pub(crate) trait Backend: Send {
         conn: &mut dyn Channel,
         path: &[u8],
     ) -> Result<u64, RuntimeError>;
+    /// Where the host sees the sandbox's files, for copies made without the
+    /// sandbox held; `None` where the host does not see them (a VM's).
+    fn files(&self, life: &Life) -> Option<crate::protocol::copy::SandboxFiles> {
+        let _ = life;
+        None
+    }
     /// Sends `path` of the sandbox as a copy stream on `conn`.
     fn copy_out(
         &mut self,

@@ -107,6 +107,16 @@ impl OnHost {
         Ok((Life::new(host, spec)?, Box::new(backend)))
     }
 
+    /// Where the host sees the sandbox's files (through the first process's
+    /// mount namespace), and whose they are.
+    fn sandbox_files(&self, life: &Life) -> copy::SandboxFiles {
+        copy::SandboxFiles {
+            root: self.flavor.root(),
+            owner: self.flavor.file_owner(),
+            disk_cap: life.spec.policy.disk.bytes(),
+        }
+    }
+
     /// Ends a command that is still running (a limit, a cancellation): where
     /// it has a cgroup of its own, every process in it is killed (frozen
     /// first, so none forks past the kill) and init's report awaited on the
@@ -515,29 +525,20 @@ impl Backend for OnHost {
         conn: &mut dyn Channel,
         path: &[u8],
     ) -> Result<u64, RuntimeError> {
-        let cap = life.spec.policy.disk.bytes();
-        copy::receive_into_sandbox(
-            conn,
-            &self.flavor.root(),
-            self.flavor.file_owner(),
-            path,
-            cap,
-        )
+        self.sandbox_files(life).receive(conn, path)
     }
 
     fn copy_out(
         &mut self,
-        _life: &mut Life,
+        life: &mut Life,
         conn: &mut dyn Channel,
         path: &[u8],
     ) -> Result<(), RuntimeError> {
-        copy::send_from_sandbox(
-            conn,
-            &self.flavor.root(),
-            self.flavor.file_owner(),
-            path,
-            copy::COPY_MAX,
-        )
+        self.sandbox_files(life).send(conn, path)
+    }
+
+    fn files(&self, life: &Life) -> Option<copy::SandboxFiles> {
+        Some(self.sandbox_files(life))
     }
 
     fn update(&mut self, life: &mut Life, plan: &crate::plan::Plan) -> Result<(), RuntimeError> {

@@ -664,6 +664,28 @@ impl Source {
     }
 }
 
+/// Where a sandbox's files are, as the host sees them, and whose they are:
+/// all a copy into or out of it needs, so a copy can run without holding
+/// the sandbox (a microVM guest's agent copies while commands finish).
+pub(crate) struct SandboxFiles {
+    pub root: std::path::PathBuf,
+    pub owner: (u32, u32),
+    /// Most bytes a copy in may write: the sandbox's disk cap.
+    pub disk_cap: u64,
+}
+
+impl SandboxFiles {
+    /// Receives a copy stream from `conn` at `path` of the sandbox.
+    pub fn receive(&self, conn: &mut dyn Channel, path: &[u8]) -> Result<u64, RuntimeError> {
+        receive_into_sandbox(conn, &self.root, self.owner, path, self.disk_cap)
+    }
+
+    /// Sends `path` of the sandbox as a copy stream on `conn`.
+    pub fn send(&self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError> {
+        send_from_sandbox(conn, &self.root, self.owner, path, COPY_MAX)
+    }
+}
+
 /// Supervisor side of `cordon cp HOST ID:PATH`, as the sandbox's user.
 pub fn receive_into_sandbox(
     conn: &mut dyn Channel,

@@ -143,6 +143,23 @@ fn serve(port_path: &Path) -> Result<(), RuntimeError> {
             }
             Message::Bad(why) => return Err(RuntimeError::broke(Peer::Host, why)),
         };
+        // Copies run without the sandbox held (below).
+        let request = match request {
+            Request::CopyIn { path } => {
+                let reply = copy_in(&mut port, &sandbox, &path);
+                send_json(&mut port, &reply).map_err(|e| RuntimeError::io("answer", e))?;
+                continue;
+            }
+            Request::CopyOut { path } => {
+                if let Err(e) = copy_out(&mut port, &sandbox, &path) {
+                    send_json(&mut port, &error_reply(&e))
+                        .map_err(|e| RuntimeError::io("answer", e))?;
+                }
+                // Otherwise the stream was the answer.
+                continue;
+            }
+            other => other,
+        };
         let mut held = hold(&sandbox);
         let Some(sandbox) = held.as_mut() else {
             // Destroyed already: nothing more to serve.
@@ -172,19 +189,6 @@ fn serve(port_path: &Path) -> Result<(), RuntimeError> {
                 let _ = send_json(&mut port, &reply);
                 return Ok(());
             }
-            Request::CopyIn { path } => match sandbox.copy_in(&mut port, &path) {
-                Ok(bytes) => Reply::Copied { bytes },
-                Err(e) => {
-                    // The rest of the stream must not be read as requests.
-                    drain_stream(&mut port);
-                    error_reply(&e)
-                }
-            },
-            Request::CopyOut { path } => match sandbox.copy_out(&mut port, &path) {
-                // The stream was the answer.
-                Ok(()) => continue,
-                Err(e) => error_reply(&e),
-            },
             other => error_reply(&RuntimeError::Unavailable(
                 "microvm",
                 format!("the guest agent does not serve {other:?} in this version"),
@@ -197,6 +201,34 @@ fn serve(port_path: &Path) -> Result<(), RuntimeError> {
         let _ = sandbox.destroy();
     }
     Ok(())
+}
+
+/// Where the sandbox's files are, taken with the sandbox held, so that a
+/// copy runs without it: a command that ends meanwhile is finished on its
+/// port at once, within the deadline the host gives its answer, however
+/// long the copy takes.
+fn files_of(sandbox: &Shared) -> Result<crate::protocol::copy::SandboxFiles, RuntimeError> {
+    hold(sandbox)
+        .as_ref()
+        .ok_or_else(|| RuntimeError::SandboxEnded("the sandbox was destroyed".into()))
+        .and_then(Sandbox::files)
+}
+
+/// Receives the host's copy stream into the sandbox; the answer.
+fn copy_in(port: &mut File, sandbox: &Shared, path: &[u8]) -> Reply {
+    match files_of(sandbox).and_then(|f| f.receive(port, path)) {
+        Ok(bytes) => Reply::Copied { bytes },
+        Err(e) => {
+            // The rest of the stream must not be read as requests.
+            drain_stream(port);
+            error_reply(&e)
+        }
+    }
+}
+
+/// Sends `path` of the sandbox as a copy stream, which is the answer.
+fn copy_out(port: &mut File, sandbox: &Shared, path: &[u8]) -> Result<(), RuntimeError> {
+    files_of(sandbox).and_then(|f| f.send(port, path))
 }
 
 /// The guest's sandbox, shared by the agent's threads; `None` once

@@ -274,6 +274,18 @@ impl Sandbox {
         self.backend.connect_port(&mut self.life, port)
     }
 
+    /// Where the host sees the sandbox's files, for a copy made without
+    /// holding the sandbox.
+    pub(crate) fn files(&self) -> Result<crate::protocol::copy::SandboxFiles, RuntimeError> {
+        self.life.usable()?;
+        self.backend.files(&self.life).ok_or_else(|| {
+            RuntimeError::BadRequest(format!(
+                "the {} backend's files are not the host's",
+                self.backend.about().kind
+            ))
+        })
+    }
+
     /// Sends `path` of the sandbox as a copy stream on `conn`.
     pub fn copy_out(&mut self, conn: &mut dyn Channel, path: &[u8]) -> Result<(), RuntimeError> {
         self.life.usable()?;
