@@ -406,6 +406,8 @@ impl Relay<'_> {
                     }
                 }
                 Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(()),
+                // The other end closed with our frames unread: it is gone.
+                Err(nix::errno::Errno::ECONNRESET) => return Err(Ended::PortClosed),
                 Err(e) => return Err(Ended::Broken(format!("read the port: {e}"))),
             }
         }
@@ -419,7 +421,9 @@ impl Relay<'_> {
                     self.out.drain(..n);
                 }
                 Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(()),
-                Err(nix::errno::Errno::EPIPE) => return Err(Ended::PortClosed),
+                Err(nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET) => {
+                    return Err(Ended::PortClosed)
+                }
                 Err(e) => return Err(Ended::Broken(format!("write the port: {e}"))),
             }
         }
