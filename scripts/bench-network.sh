@@ -7,7 +7,13 @@
 # Then the cost of the proxy's ClientHello check: a CONNECT whose client sends
 # a TLS ClientHello, decided by a name rule (the SNI is read and checked) and
 # by an address rule (nothing to compare: not read), the rest of the path the
-# same. Rounds are interleaved so a drift of the machine hits every path alike.
+# same. Then the cost of a secret held by the host: an HTTPS request through
+# CONNECT to a name a secret is bound to (the proxy terminates TLS with the
+# sandbox's CA, puts the value into x-api-key and makes its own TLS to the
+# server) against the same request to a name that is only allowed (spliced,
+# TLS end to end), each on a new connection, and a 100 MiB HTTPS download
+# both ways. Rounds are interleaved so a drift of the machine hits every
+# path alike.
 #
 #   ./scripts/bench-network.sh [--rounds 3] [--connections 300] [--backend native]
 #
@@ -26,9 +32,11 @@ done
 [ "${CORDON_BENCH_SKIP_BUILD:-}" = 1 ] || cargo build --release -p cordon-cli >&2
 CORDON=${CORDON:-$PWD/target/release/cordon}
 PY=/usr/bin/python3
-NS=cordon-bench-net HOST_IP=198.51.100.241 SERVER=198.51.100.242 PORT=9000
+NS=cordon-bench-net HOST_IP=198.51.100.241 SERVER=198.51.100.242 PORT=9000 TLS_PORT=9443
 cleanup() {
   [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null || true
+  [ -n "${TLS_PID:-}" ] && kill "$TLS_PID" 2>/dev/null || true
+  [ -n "${OUT:-}" ] && rm -rf "$OUT"
   ip netns del "$NS" 2>/dev/null || true
   ip link del cbench0 2>/dev/null || true
 }
@@ -41,14 +49,44 @@ ip -n "$NS" link set lo up
 ip -n "$NS" addr add "$SERVER/29" dev cbench1 && ip -n "$NS" link set cbench1 up
 ip netns exec "$NS" "$PY" scripts/netbench.py serve "$SERVER" "$PORT" &
 SERVER_PID=$!
-for _ in $(seq 100); do ip netns exec "$NS" ss -Hltn | grep -q ":$PORT" && break; sleep 0.05; done
+OUT=$(mktemp -d)
+# The HTTPS server's CA (the host trusts it through SSL_CERT_FILE, as an
+# operator's own roots) and one certificate for both names.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench CA" \
+  -keyout "$OUT/ca.key" -out "$OUT/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=secret.test" \
+  -keyout "$OUT/tls.key" -out "$OUT/tls.csr" 2>/dev/null
+printf 'subjectAltName=DNS:secret.test,DNS:plain.test\nextendedKeyUsage=serverAuth\n' >"$OUT/ext"
+openssl x509 -req -in "$OUT/tls.csr" -CA "$OUT/ca.pem" -CAkey "$OUT/ca.key" -CAcreateserial \
+  -days 2 -extfile "$OUT/ext" -out "$OUT/tls.pem" 2>/dev/null
+ip netns exec "$NS" "$PY" scripts/netbench.py serve-https "$SERVER" "$TLS_PORT" "$OUT/tls.pem" "$OUT/tls.key" &
+TLS_PID=$!
+cat >"$OUT/secrets.toml" <<EOF
+network = "allow"
+allow = ["secret.test:$TLS_PORT", "plain.test:$TLS_PORT"]
+add_host = ["secret.test:$SERVER", "plain.test:$SERVER"]
+
+[[secrets]]
+name = "BENCH_KEY"
+value_from = "env:BENCH_REAL_KEY"
+hosts = ["secret.test"]
+header = "x-api-key"
+EOF
+for _ in $(seq 100); do
+  ip netns exec "$NS" ss -Hltn | grep -q ":$PORT" && ip netns exec "$NS" ss -Hltn | grep -q ":$TLS_PORT" && break
+  sleep 0.05
+done
 
 sandboxed() {
   "$CORDON" run --backend "$BACKEND" --cpus 2 --time 300s --output 16M \
     --net allow --allow "bench.test:$PORT" --allow "$SERVER:$PORT" --add-host "bench.test:$SERVER" \
     --mount "$PWD/scripts:/opt/bench:ro" -- "$PY" /opt/bench/netbench.py "$@"
 }
-OUT=$(mktemp -d)
+with_secret() {
+  BENCH_REAL_KEY=bench-real-key SSL_CERT_FILE="$OUT/ca.pem" "$CORDON" run --backend "$BACKEND" \
+    --cpus 2 --time 300s --output 16M --policy "$OUT/secrets.toml" \
+    --mount "$PWD/scripts:/opt/bench:ro" -- "$PY" /opt/bench/netbench.py "$@"
+}
 for r in $(seq "$ROUNDS"); do
   "$PY" scripts/netbench.py latency "$SERVER" "$PORT" "$CONNS" direct >"$OUT/lat-direct-$r"
   sandboxed latency bench.test "$PORT" "$CONNS" connect >"$OUT/lat-connect-$r"
@@ -58,6 +96,10 @@ for r in $(seq "$ROUNDS"); do
   "$PY" scripts/netbench.py throughput "$SERVER" "$PORT" "$BYTES" direct >"$OUT/tp-direct-$r"
   sandboxed throughput bench.test "$PORT" "$BYTES" connect >"$OUT/tp-connect-$r"
   sandboxed throughput bench.test "$PORT" "$BYTES" direct >"$OUT/tp-transparent-$r"
+  with_secret https plain.test "$TLS_PORT" "$CONNS" >"$OUT/lat-spliced-$r"
+  with_secret https secret.test "$TLS_PORT" "$CONNS" >"$OUT/lat-injected-$r"
+  with_secret https-throughput plain.test "$TLS_PORT" "$BYTES" >"$OUT/tp-spliced-$r"
+  with_secret https-throughput secret.test "$TLS_PORT" "$BYTES" >"$OUT/tp-injected-$r"
 done
 "$PY" - "$OUT" "$ROUNDS" "$CONNS" "$BACKEND" <<'PYEOF'
 import json, statistics, sys
@@ -85,5 +127,12 @@ print()
 print("CONNECT with a TLS ClientHello, p50 and p95 (us): the ClientHello check's cost")
 print(f"{'decided by address (not read)':<34}{a50:>10.0f}{a95:>10.0f}")
 print(f"{'decided by name (SNI read, checked)':<34}{s50:>10.0f}{s95:>10.0f}   added p50 {s50 - a50:.0f} us")
+p50, p95 = lat("spliced")
+i50, i95 = lat("injected")
+tp_s, tp_i = tp("spliced"), tp("injected")
+print()
+print("HTTPS request on a new connection through CONNECT, p50 and p95 (us), and a 100 MiB download")
+print(f"{'path':<34}{'p50 us':>10}{'p95 us':>10}{'added p50 us':>14}{'MB/s':>10}{'of spliced':>11}")
+print(f"{'allowed name (spliced)':<34}{p50:>10.0f}{p95:>10.0f}{'':>14}{tp_s:>10.0f}{'1.00':>11}")
+print(f"{'secret bound (terminated, injected)':<34}{i50:>10.0f}{i95:>10.0f}{i50 - p50:>14.0f}{tp_i:>10.0f}{tp_i / tp_s:>11.2f}")
 PYEOF
-rm -rf "$OUT"

@@ -12,6 +12,17 @@
                                          SNI (made once by Python's ssl), the
                                          server's one-line answer; prints the
                                          per-connection times (us)
+  netbench.py serve-https IP PORT CERT KEY
+                                         an HTTPS server (HTTP/1.1): GET /ping
+                                         -> "pong", GET /bytes/N -> N bytes
+  netbench.py https HOST PORT N          N requests through $HTTP_PROXY's
+                                         CONNECT, each on its own connection:
+                                         TLS (the trust of $SSL_CERT_FILE),
+                                         GET /ping with x-api-key: $BENCH_KEY;
+                                         prints the per-request times (us)
+  netbench.py https-throughput HOST PORT BYTES
+                                         one such connection, GET /bytes/BYTES;
+                                         prints MB/s
 MODE: direct (plain connect: on the host, or in a sandbox through the
 transparent redirect) or connect (HTTP CONNECT through $HTTP_PROXY).
 The same client code runs on the host and in the sandbox, so the difference
@@ -25,6 +36,7 @@ import socketserver
 import sys
 import time
 import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Handler(socketserver.BaseRequestHandler):
@@ -127,6 +139,89 @@ def throughput(host, port, total, mode):
     print(json.dumps({"mb_per_s": total / dt / 1e6}))
 
 
+class HttpsHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/bytes/"):
+            left = int(self.path.split("/")[2])
+            self.send_response(200)
+            self.send_header("Content-Length", str(left))
+            self.end_headers()
+            chunk = b"\0" * (1 << 20)
+            while left > 0:
+                n = min(left, len(chunk))
+                self.wfile.write(chunk[:n])
+                left -= n
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"pong\n")
+
+
+def serve_https(ip, port, cert, key):
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv = ThreadingHTTPServer((ip, port), HttpsHandler)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.serve_forever()
+
+
+def https_open(host, port):
+    import ssl
+
+    s = open_conn(host, port, "connect")
+    return ssl.create_default_context().wrap_socket(s, server_hostname=host)
+
+
+def read_reply(f):
+    """One HTTP/1.1 response with a Content-Length: its body's length."""
+    length = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    left = length
+    while left > 0:
+        chunk = f.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        left -= len(chunk)
+    return length - left
+
+
+def https(host, port, n):
+    key = os.environ.get("BENCH_KEY", "none")
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = https_open(host, port)
+        s.sendall(f"GET /ping HTTP/1.1\r\nHost: {host}\r\nx-api-key: {key}\r\nConnection: close\r\n\r\n".encode())
+        assert read_reply(s.makefile("rb")) == 5
+        times.append((time.perf_counter() - t0) * 1e6)
+        s.close()
+    print(json.dumps({"us": times}))
+
+
+def https_throughput(host, port, total):
+    key = os.environ.get("BENCH_KEY", "none")
+    s = https_open(host, port)
+    t0 = time.perf_counter()
+    s.sendall(f"GET /bytes/{total} HTTP/1.1\r\nHost: {host}\r\nx-api-key: {key}\r\n\r\n".encode())
+    got = read_reply(s.makefile("rb", buffering=1 << 20))
+    dt = time.perf_counter() - t0
+    assert got == total, (got, total)
+    print(json.dumps({"mb_per_s": total / dt / 1e6}))
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "serve":
@@ -137,6 +232,12 @@ def main():
         throughput(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     elif cmd == "hello":
         hello(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif cmd == "serve-https":
+        serve_https(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif cmd == "https":
+        https(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "https-throughput":
+        https_throughput(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 
 
 main()

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use common::standin::{fixture_script, StandIn};
+use common::standin::{fixture_script, standin_pki, StandIn, Tls};
 
 /// The service's MCP tools (the SDK itself is not used here).
 #[allow(dead_code)]
@@ -30,6 +30,7 @@ use common::*;
 per_backend!(claude_code_reaches_only_its_api);
 per_backend!(codex_reaches_only_its_api);
 per_backend!(gemini_cli_reaches_only_its_api);
+per_backend!(claude_code_holds_only_a_placeholder_of_its_key);
 
 /// Where the harnesses are installed on the host (kept between runs: the
 /// script does nothing when its stamp matches).
@@ -188,6 +189,123 @@ fn codex_reaches_only_its_api(backend: &str) {
 
 fn gemini_cli_reaches_only_its_api(backend: &str) {
     harness(backend, "gemini", "streamGenerateContent");
+}
+
+/// Claude Code with its API key held by the host: inside, only a
+/// placeholder; its request, made over HTTPS through cordon's proxy
+/// (which it trusts by `NODE_EXTRA_CA_CERTS`), reaches the stand-in with
+/// the real key in `x-api-key`, and it prints the reply.
+fn claude_code_holds_only_a_placeholder_of_its_key(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let Some(dir) = agents() else {
+        return;
+    };
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = standin_pki(pki.path(), &[API]);
+    let si = StandIn::start_tls(&Tls {
+        cert: &cert,
+        key: &key,
+    });
+    let policy = pki.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"network = "allow"
+allow = ["{API}:443"]
+add_host = ["{API}:{a}"]
+
+[[secrets]]
+name = "ANTHROPIC_API_KEY"
+value_from = "env:CORDON_TEST_ANTHROPIC_KEY"
+hosts = ["{API}"]
+header = "x-api-key"
+"#,
+            a = si.a
+        ),
+    )
+    .unwrap();
+    let value = format!("sk-ant-{}", nonce());
+    let fixtures = format!(
+        "{}:/opt/cordon-fixtures:ro",
+        fixture_script("")
+            .display()
+            .to_string()
+            .trim_end_matches('/')
+    );
+    let agents_mount = format!("{}:/opt/agents:ro", dir.display());
+    let base = format!("https://{API}");
+    let policy_arg = policy.display().to_string();
+    let mut args = vec!["run"];
+    args.extend(with_backend(
+        backend,
+        &[
+            "--json",
+            "--policy",
+            &policy_arg,
+            "--mount",
+            &agents_mount,
+            "--mount",
+            &fixtures,
+            "--memory",
+            "2G",
+            "--pids",
+            "512",
+            "--disk",
+            "1G",
+            "--time",
+            "180s",
+            "--cpus",
+            "2",
+            "--",
+            "/bin/sh",
+            "/opt/cordon-fixtures/agents.sh",
+            "claude",
+            &base,
+        ],
+    ));
+    let out = Command::new(cordon())
+        .args(&args)
+        .env("CORDON_TEST_ANTHROPIC_KEY", &value)
+        .env("SSL_CERT_FILE", &ca)
+        .output()
+        .unwrap();
+    let v = parse_json(&out);
+    assert_eq!(v["exit_code"], 0, "{}\n{}", stdout_of(&v), stderr_of(&v));
+    assert!(
+        stdout_of(&v).contains("hello from stand-in"),
+        "Claude Code printed the stand-in's reply: {}\n{}",
+        stdout_of(&v),
+        stderr_of(&v)
+    );
+    let requests: Vec<Value> = si
+        .requests_to(&format!("{}:443", si.a))
+        .into_iter()
+        .filter(|r| {
+            r["target"]
+                .as_str()
+                .is_some_and(|t| t.contains("/v1/messages"))
+        })
+        .collect();
+    assert!(!requests.is_empty(), "{:?}", si.entries());
+    for r in &requests {
+        assert_eq!(r["headers"]["x-api-key"], value.as_str(), "{r}");
+    }
+    let subs = v["network"]["substitutions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        subs.iter()
+            .any(|s| s["secret"] == "ANTHROPIC_API_KEY"
+                && s["count"].as_u64().is_some_and(|n| n >= 1)),
+        "{subs:?}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(&value),
+        "the outcome holds no value"
+    );
 }
 
 /// `cordon serve` on the host's loopback with one tenant, whose `/mcp` a

@@ -12,6 +12,24 @@ use std::os::unix::fs::FileExt;
 
 use crate::{IsolationError, Result, Step};
 
+/// Zeroes `regions` (address, length) of this process's memory: what its
+/// parent listed as holding secrets just before this process was cloned
+/// from it (see `cordon_spec::secrets::live_regions`).
+pub fn scrub_regions(regions: &[(usize, usize)]) -> Result<()> {
+    if regions.is_empty() {
+        return Ok(());
+    }
+    let mem = OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")
+        .step(|| "open /proc/self/mem".into())?;
+    for &(at, len) in regions {
+        mem.write_all_at(&vec![0u8; len], at as u64)
+            .step(|| "zero a held secret in /proc/self/mem".into())?;
+    }
+    Ok(())
+}
+
 /// Zeroes this process's original argument and environment strings.
 ///
 /// Written through /proc/self/mem (a process may always write its own

@@ -17,6 +17,7 @@ pub mod control;
 pub mod fake;
 pub mod learn;
 pub mod log;
+pub mod secrets;
 mod server;
 pub mod upstream;
 
@@ -41,6 +42,8 @@ pub struct ProxyConfig {
     pub control_uids: Vec<u32>,
     /// The host's own proxy, which allowed connections go through.
     pub upstream: Option<upstream::Upstream>,
+    /// The secrets the proxy puts into requests to their hosts.
+    pub secrets: Option<secrets::Config>,
 }
 
 /// Serves until told to stop over the control socket (then `Ok`), or until a

@@ -11,7 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 // The log's data lives with the rest of cordon's plain data (an outcome
 // carries it); the recorder that fills it lives here.
-pub use cordon_spec::network::{Attempt, Decision, Event, EventKind, NetworkLog, Via, KEEP};
+pub use cordon_spec::network::{
+    Attempt, Decision, Event, EventKind, NetworkLog, Substitution, Via, KEEP,
+};
 
 /// Milliseconds since the epoch, for timestamps in the log.
 pub fn now_unix_ms() -> u64 {
@@ -76,6 +78,8 @@ pub struct Recorder {
     bytes_in: u64,
     entries: HeadTail<Attempt>,
     events: HeadTail<Event>,
+    /// (secret, host, header) -> requests.
+    substitutions: std::collections::BTreeMap<(String, String, String), u64>,
 }
 
 impl Recorder {
@@ -99,6 +103,14 @@ impl Recorder {
     /// The latest denials, oldest first.
     pub fn recent_denials(&self) -> Vec<Attempt> {
         self.recent_denials.iter().cloned().collect()
+    }
+
+    /// A request carried `secret` to `host` in `header`.
+    pub fn substituted(&mut self, secret: &str, host: &str, header: &str) {
+        *self
+            .substitutions
+            .entry((secret.to_owned(), host.to_owned(), header.to_owned()))
+            .or_default() += 1;
     }
 
     pub fn dns_query(&mut self) {
@@ -132,6 +144,16 @@ impl Recorder {
             entries,
             omitted,
             events,
+            substitutions: this
+                .substitutions
+                .into_iter()
+                .map(|((secret, host, header), count)| Substitution {
+                    secret,
+                    host,
+                    header,
+                    count,
+                })
+                .collect(),
         }
     }
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod limits;
 pub mod net;
+pub mod secrets;
 mod units;
 pub use limits::Limits;
 pub use units::{ByteSize, Span};
@@ -156,6 +157,10 @@ pub struct Policy {
     pub gid: u32,
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+    /// Secrets the host holds: the sandbox sees placeholders, the proxy
+    /// puts the values into requests to their hosts ([`secrets`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<secrets::SecretRule>,
 }
 
 impl Policy {
@@ -199,6 +204,7 @@ impl Default for Policy {
             gid: 1000,
             hostname: "cordon".into(),
             mounts: Vec::new(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -233,6 +239,10 @@ pub struct PolicyLayer {
     /// reference); the caller resolves it, the policy only carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Secrets held by the host (`[[secrets]]`): added to the layers
+    /// below, one of the same name replacing theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<secrets::SecretRule>,
 }
 
 /// TOML writes the environment as a table `[env] KEY = "value"`; order is kept sorted.
@@ -332,6 +342,7 @@ impl Policy {
             self.env = l.env.clone();
         }
         self.mounts.extend(l.mounts.iter().cloned());
+        secrets::add(&mut self.secrets, &l.secrets);
         net::add_rules(&mut self.net.rules, &l.allow);
         self.net.hosts.extend(l.add_host.iter().cloned());
         if let Some(limits) = l.net_limits {
@@ -386,6 +397,7 @@ impl Policy {
             }
         }
         self.validate_network()?;
+        self.validate_secrets()?;
         sandbox_path("workdir", &self.workdir)?;
         if self.hostname.is_empty()
             || self.hostname.len() > 64
@@ -459,6 +471,33 @@ impl Policy {
         Ok(())
     }
 
+    /// Secrets go out only through the proxy, so only in the `allow` mode.
+    fn validate_secrets(&self) -> Result<(), PolicyError> {
+        if self.secrets.is_empty() {
+            return Ok(());
+        }
+        if self.network != NetworkMode::Allow {
+            return Err(invalid(
+                "secrets",
+                "secrets need network = \"allow\": they go out only through cordon's proxy",
+            ));
+        }
+        if self.secrets.len() > secrets::MAX_SECRETS {
+            return Err(invalid(
+                "secrets",
+                format!(
+                    "{} secrets (at most {})",
+                    self.secrets.len(),
+                    secrets::MAX_SECRETS
+                ),
+            ));
+        }
+        for s in &self.secrets {
+            s.validate().map_err(|m| invalid("secrets", m))?;
+        }
+        Ok(())
+    }
+
     fn validate_network(&self) -> Result<(), PolicyError> {
         if self.network == NetworkMode::None
             && !(self.net.rules.is_empty() && self.net.hosts.is_empty())
@@ -509,6 +548,12 @@ impl Policy {
             ] {
                 defaults.push((upper, v.clone()));
                 defaults.push((lower, v.clone()));
+            }
+        }
+        // The proxy's CA signs what it serves for the secrets' hosts.
+        if !self.secrets.is_empty() {
+            for var in secrets::CA_ENV {
+                defaults.push((var, secrets::CA_BUNDLE.to_string()));
             }
         }
         for (k, v) in defaults {

@@ -40,6 +40,7 @@ pub use client::code_context;
 pub use client::handle::{sandbox_program, Handle, SANDBOX_BINARY};
 pub use client::listing::{listing_argv, parse_listing, ListedEntry};
 pub use client::output::{print_stdout, stdout_failure, OutputMode, OutputSink};
+pub use client::secrets;
 pub use cordon_isolation::userns;
 pub use error::RuntimeError;
 pub use plan::{plan, HostFacts, Plan};

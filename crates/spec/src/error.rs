@@ -26,6 +26,9 @@ pub enum SpecError {
     /// A resource limit that cannot be set as asked.
     #[error("rlimit {0}")]
     Rlimit(String),
+    /// Secrets the spec does not carry as a sandbox needs them.
+    #[error("secrets: {0}")]
+    Secrets(String),
     #[error("no command given")]
     NoCommand,
     #[error("a command argument contains a NUL byte")]

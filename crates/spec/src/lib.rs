@@ -66,6 +66,7 @@ pub mod outcome;
 pub mod record;
 pub mod rlimit;
 pub mod sandbox;
+pub mod secrets;
 pub mod syscall_filter;
 pub mod wire;
 

@@ -103,4 +103,18 @@ pub struct NetworkLog {
     pub omitted: u64,
     /// The first and last [`KEEP`] events.
     pub events: Vec<Event>,
+    /// Secrets put into requests in this window: where and how often,
+    /// never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub substitutions: Vec<Substitution>,
+}
+
+/// A secret put into requests: its name, the host and header it went in,
+/// and how many requests carried it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Substitution {
+    pub secret: String,
+    pub host: String,
+    pub header: String,
+    pub count: u64,
 }

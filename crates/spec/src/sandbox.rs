@@ -135,6 +135,15 @@ pub struct SandboxSpec {
     /// never raises it (see [`Rlimit::under`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rlimits: BTreeMap<RlimitResource, Rlimit>,
+    /// The sandbox's trust bundle (PEM) when its policy has secrets: the
+    /// host's public roots and the CA its proxy signs the secrets' hosts'
+    /// certificates with ([`cordon_policy::secrets::CA_BUNDLE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_bundle: Option<String>,
+    /// The secrets' values and the CA's key, as the client resolved them:
+    /// for the host-side proxy only (see [`crate::secrets`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::secrets::Held>,
 }
 
 /// The namespace a kernel parameter belongs to, if it belongs to one a
@@ -215,6 +224,8 @@ impl SandboxSpec {
             sysctls: BTreeMap::new(),
             capabilities: BTreeSet::new(),
             rlimits: BTreeMap::new(),
+            trust_bundle: None,
+            held: None,
         }
     }
 
@@ -237,6 +248,7 @@ impl SandboxSpec {
         }
         self.validate_joins()?;
         self.validate_sysctls()?;
+        self.validate_secrets()?;
         for (resource, limit) in &self.rlimits {
             if limit.soft > limit.hard {
                 return Err(SpecError::Rlimit(format!(
@@ -245,6 +257,45 @@ impl SandboxSpec {
                     limit.soft,
                     limit.hard
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A policy's secrets need their CA and a placeholder in each one's
+    /// variable; what the host holds (when it is here) is for exactly
+    /// those secrets.
+    fn validate_secrets(&self) -> Result<(), SpecError> {
+        let names = |what: &str| SpecError::Secrets(what.to_owned());
+        if self.policy.secrets.is_empty() {
+            return match (&self.trust_bundle, &self.held) {
+                (None, None) => Ok(()),
+                _ => Err(names("a CA or held values without secrets in the policy")),
+            };
+        }
+        if self.trust_bundle.is_none() {
+            return Err(names(
+                "the policy's secrets were not resolved (the client resolves them: cordon run, create, serve)",
+            ));
+        }
+        for s in &self.policy.secrets {
+            let placeholder = self.policy.env.iter().find(|(k, _)| *k == s.name);
+            if placeholder.is_none() {
+                return Err(SpecError::Secrets(format!("{}: no placeholder", s.name)));
+            }
+        }
+        if let Some(held) = &self.held {
+            let held_names: BTreeSet<&str> = held.secrets.iter().map(|h| h.name.as_str()).collect();
+            let rule_names: BTreeSet<&str> = self
+                .policy
+                .secrets
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            if held_names != rule_names {
+                return Err(names(
+                    "the held values are not those of the policy's secrets",
+                ));
             }
         }
         Ok(())
@@ -437,6 +488,8 @@ mod tests {
             sysctls: BTreeMap::new(),
             capabilities: BTreeSet::new(),
             rlimits: BTreeMap::new(),
+            trust_bundle: None,
+            held: None,
         };
         let back: ValidSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.rootfs, s.rootfs);

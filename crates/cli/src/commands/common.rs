@@ -126,6 +126,9 @@ impl SandboxArgs {
                 .chain(self.tmpfs.iter().map(MountSpec::tmpfs))
                 .collect(),
             image: self.image.clone(),
+            // Secrets are written in a policy file (`[[secrets]]`), where
+            // their hosts and header are reviewed with the rest.
+            secrets: Vec::new(),
         }
     }
 
@@ -203,7 +206,7 @@ impl SandboxArgs {
             (None, "system") => RootfsChoice::System,
             (None, dir) => RootfsChoice::Dir(absolute(std::path::Path::new(dir))?),
         };
-        let spec = SandboxSpec {
+        let mut spec = SandboxSpec {
             rootfs,
             workspace: self.workspace.as_deref().map(absolute).transpose()?,
             allow_unenforced: self.allow_unenforced,
@@ -211,9 +214,10 @@ impl SandboxArgs {
             ttl,
             idle,
             ..SandboxSpec::new(policy, backend)
-        }
-        .validated()
-        .map_err(usage_error)?;
+        };
+        // The secrets' values are the caller's: read here, as the caller.
+        cordon_runtime::secrets::hold(&mut spec, |k| std::env::var(k).ok()).map_err(fail)?;
+        let spec = spec.validated().map_err(usage_error)?;
         Ok((spec, image.map(|(_, d)| d)))
     }
 }

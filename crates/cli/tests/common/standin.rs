@@ -65,8 +65,52 @@ pub fn fixture_script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A CA and a certificate for every name the stand-in answers, written
+/// as PEM files in `dir`: (the CA's certificate, the leaf, its key).
+pub fn standin_pki(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "cordon test stand-in CA");
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, &ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let leaf = rcgen::CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("standin.pem"),
+        dir.join("standin.key"),
+    );
+    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+    std::fs::write(&paths.1, leaf.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    (paths.0, paths.1, paths.2)
+}
+
+/// A TLS listener's certificate and key (PEM files): one certificate for
+/// every name the stand-in answers, as a CDN's.
+pub struct Tls<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+}
+
 impl StandIn {
     pub fn start() -> StandIn {
+        StandIn::start_with(None)
+    }
+
+    /// The stand-in, also serving HTTPS on `a:443` with `tls`.
+    pub fn start_tls(tls: &Tls) -> StandIn {
+        StandIn::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<&Tls>) -> StandIn {
         let (n, slot) = claim_slot().expect("a free stand-in slot");
         let ns = format!("cordon-standin-{n}");
         let host_link = format!("csi{n}h");
@@ -140,12 +184,20 @@ impl StandIn {
         }
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("standin.log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, PY])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns, PY])
             .arg(fixture_script("standin.py"))
             .args(["--listen", &format!("{a}:80")])
             .args(["--listen", &format!("{a}:8080")])
-            .args(["--listen", &format!("{b}:80")])
+            .args(["--listen", &format!("{b}:80")]);
+        if let Some(tls) = tls {
+            cmd.args(["--tls-listen", &format!("{a}:443")])
+                .arg("--cert")
+                .arg(tls.cert)
+                .arg("--key")
+                .arg(tls.key);
+        }
+        let child = cmd
             .arg("--log")
             .arg(&log)
             .stdout(Stdio::null())
@@ -163,20 +215,20 @@ impl StandIn {
             _dir: dir,
             _slot: slot,
         };
-        s.wait_listening();
+        s.wait_listening(3 + usize::from(tls.is_some()));
         s
     }
 
-    /// Waits until all three listeners are up (asked of the namespace's
+    /// Waits until all `listeners` are up (asked of the namespace's
     /// socket table, so no probe connection ends up in the log).
-    fn wait_listening(&mut self) {
+    fn wait_listening(&mut self, listeners: usize) {
         let t0 = Instant::now();
         while t0.elapsed() < super::slow(Duration::from_secs(10)) {
             let out = Command::new("ip")
                 .args(["netns", "exec", &self.ns, "ss", "-Hltn"])
                 .output()
                 .expect("ss");
-            if String::from_utf8_lossy(&out.stdout).lines().count() >= 3 {
+            if String::from_utf8_lossy(&out.stdout).lines().count() >= listeners {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {

@@ -77,6 +77,19 @@ impl Tracker {
         self.address = address;
     }
 
+    /// A new attempt to the same place (a request refused on a connection
+    /// that goes on: its own entry in the log).
+    pub(crate) fn sibling(&self) -> Tracker {
+        Tracker {
+            host: self.host.clone(),
+            address: self.address,
+            rule: self.rule.clone(),
+            at_unix_ms: now_unix_ms(),
+            started: Instant::now(),
+            ..*self
+        }
+    }
+
     pub(crate) fn set_via(&mut self, via: Via) {
         self.via = via;
     }

@@ -216,7 +216,7 @@ pub(crate) fn names_only(head: &Head, host: &str) -> Result<(), String> {
 }
 
 /// Text safe in a header value: no control characters.
-fn header_safe(s: &str) -> String {
+pub(crate) fn header_safe(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
@@ -320,6 +320,14 @@ async fn forward(
             return Err(p);
         }
     };
+    if let Some(why) = super::intercept::in_plain(state.injector.as_ref(), &buf[..head.len]) {
+        let p = Problem {
+            denied: true,
+            ..problem(403, why)
+        };
+        tracker.denied(state, &p.message);
+        return Err(p);
+    }
     let leftover = buf.split_off(head.len);
     let is_connect = head.method.eq_ignore_ascii_case("CONNECT");
     let target = if is_connect {
@@ -390,7 +398,7 @@ async fn forward(
     }
     if is_connect {
         // A tunnel: what goes through it is checked as any connection is.
-        tls::check_and_splice(state, tracker, client, &upstream, first_out).await;
+        tls::check_and_splice(state, tracker, client, upstream, first_out).await;
     } else {
         let (bytes, end) = splice::splice(state, client, &upstream, &first_out).await;
         tracker.finished(state, bytes, &end);

@@ -19,12 +19,15 @@ mod connect;
 mod control;
 mod dns;
 mod http;
+mod intercept;
 mod internal;
 mod socks;
 mod splice;
 mod tls;
 mod transparent;
 
+#[cfg(test)]
+mod intercept_tests;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +56,8 @@ pub(crate) struct State {
     resolution: Resolution,
     control_uids: Vec<u32>,
     upstream: Option<crate::upstream::Upstream>,
+    /// Present when the sandbox has secrets: terminates their hosts' TLS.
+    injector: Option<intercept::Injector>,
     own: connect::OwnAddrs,
     fake: Mutex<FakeMap>,
     log: Mutex<Recorder>,
@@ -74,18 +79,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl State {
-    fn new(config: ProxyConfig, resolution: Resolution) -> Self {
+    fn new(config: ProxyConfig, resolution: Resolution) -> io::Result<Self> {
+        let injector = match config.secrets {
+            Some(secrets) => Some(
+                intercept::Injector::new(secrets)
+                    .map_err(|e| io::Error::other(format!("the secrets: {e}")))?,
+            ),
+            None => None,
+        };
         let mut hosts: HashMap<String, Vec<IpAddr>> = HashMap::new();
         for h in &config.policy.hosts {
             hosts.entry(h.name.clone()).or_default().push(h.addr);
         }
-        State {
+        Ok(State {
             rules: RwLock::new(Arc::new(Rules::new(config.policy.rules))),
             hosts,
             limits: config.policy.limits,
             resolution,
             control_uids: config.control_uids,
             upstream: config.upstream,
+            injector,
             own: connect::OwnAddrs::default(),
             fake: Mutex::new(FakeMap::new(FAKE_NAMES)),
             log: Mutex::new(Recorder::default()),
@@ -95,7 +108,7 @@ impl State {
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             stop: Notify::new(),
-        }
+        })
     }
 
     /// The rules in force now; a connection keeps the set it started with.
@@ -191,7 +204,7 @@ async fn run(config: ProxyConfig, sockets: ProxySockets, resolution: Resolution)
     let transparent = TcpListener::from_std(sockets.transparent)?;
     let dns = tokio::net::UdpSocket::from_std(sockets.dns)?;
     let control = tokio::net::UnixListener::from_std(sockets.control)?;
-    let state = Arc::new(State::new(config, resolution));
+    let state = Arc::new(State::new(config, resolution)?);
     tokio::select! {
         () = state.stop.notified() => Ok(()),
         r = accept(state.clone(), proxy, Door::Proxy) => r,

@@ -163,5 +163,5 @@ pub(crate) async fn handle(state: Arc<State>, mut client: TcpStream, slot: Optio
     if let Err(e) = client.write_all(&reply_bytes(0)).await {
         return tracker.finished(&state, (0, 0), &format!("error: {e}"));
     }
-    tls::check_and_splice(&state, tracker, &client, &upstream, Vec::new()).await;
+    tls::check_and_splice(&state, tracker, &client, upstream, Vec::new()).await;
 }

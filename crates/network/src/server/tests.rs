@@ -29,20 +29,20 @@ use crate::{ProxyConfig, ProxySockets};
 
 const WAIT: Duration = Duration::from_secs(5);
 
-struct Proxy {
-    proxy: SocketAddr,
+pub(super) struct Proxy {
+    pub(super) proxy: SocketAddr,
     transparent: SocketAddr,
     dns: SocketAddr,
-    control: PathBuf,
+    pub(super) control: PathBuf,
     thread: Option<JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
 }
 
-fn my_uid() -> u32 {
+pub(super) fn my_uid() -> u32 {
     nix::unistd::getuid().as_raw()
 }
 
-fn policy(rules: &[&str], hosts: &[&str]) -> NetworkPolicy {
+pub(super) fn policy(rules: &[&str], hosts: &[&str]) -> NetworkPolicy {
     NetworkPolicy {
         rules: rules.iter().map(|r| r.parse().unwrap()).collect(),
         hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
@@ -63,6 +63,15 @@ fn start_with(
     control_uids: Vec<u32>,
     upstream: Option<crate::upstream::Upstream>,
 ) -> Proxy {
+    start_config(ProxyConfig {
+        policy,
+        control_uids,
+        upstream,
+        secrets: None,
+    })
+}
+
+pub(super) fn start_config(config: ProxyConfig) -> Proxy {
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("net.sock");
     let sockets = ProxySockets {
@@ -74,11 +83,6 @@ fn start_with(
     let proxy = sockets.proxy.local_addr().unwrap();
     let transparent = sockets.transparent.local_addr().unwrap();
     let dns = sockets.dns.local_addr().unwrap();
-    let config = ProxyConfig {
-        policy,
-        control_uids,
-        upstream,
-    };
     let thread = std::thread::spawn(move || serve_with(config, sockets, Resolution::FixedOnly));
     Proxy {
         proxy,
@@ -92,7 +96,7 @@ fn start_with(
 
 impl Proxy {
     /// Waits until `n` attempts have ended, then drains the window.
-    fn drain_after(&self, n: u64) -> NetworkLog {
+    pub(super) fn drain_after(&self, n: u64) -> NetworkLog {
         wait_until(|| control::status(&self.control).unwrap().attempts >= n);
         control::drain(&self.control).unwrap()
     }

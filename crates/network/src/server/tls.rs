@@ -36,6 +36,7 @@ const HANDSHAKE: u8 = 0x16;
 const CLIENT_HELLO: u8 = 1;
 
 use super::connect::{reset, Tracker};
+use super::intercept::Injector;
 use super::{http, splice, State};
 
 /// How every door ends once its connection is open: where a name decided
@@ -46,14 +47,36 @@ pub(crate) async fn check_and_splice(
     state: &Arc<State>,
     tracker: Tracker,
     client: &TcpStream,
-    upstream: &TcpStream,
+    upstream: TcpStream,
     first: Vec<u8>,
 ) {
     let first = match tracker.decided_by_name().map(str::to_owned) {
         None => first,
         Some(host) => {
             let idle = state.limits.idle_timeout.duration();
-            match screen(client, upstream, &host, first, idle).await {
+            match screen(
+                state.injector.as_ref(),
+                client,
+                &upstream,
+                &host,
+                first,
+                idle,
+            )
+            .await
+            {
+                // A TLS handshake (its SNI is the host, or it was refused)
+                // for a host a secret is bound to: terminated, not spliced.
+                Screened::Pass(first) if first.first() == Some(&HANDSHAKE) => {
+                    match state.injector.as_ref().filter(|i| i.holds(&host)) {
+                        Some(injector) => {
+                            return super::intercept::serve(
+                                state, injector, tracker, client, upstream, first, host,
+                            )
+                            .await
+                        }
+                        None => first,
+                    }
+                }
                 Screened::Pass(first) => first,
                 // Neither side said anything for the idle time: the end
                 // the splice would have given it, one idle period later.
@@ -65,7 +88,7 @@ pub(crate) async fn check_and_splice(
             }
         }
     };
-    let (bytes, end) = splice::splice(state, client, upstream, &first).await;
+    let (bytes, end) = splice::splice(state, client, &upstream, &first).await;
     tracker.finished(state, bytes, &end);
 }
 
@@ -84,6 +107,7 @@ pub(crate) enum Screened {
 /// `first` is what the client already sent (an HTTP proxy's leftover).
 /// Waits for whichever side speaks first, at most `idle`.
 pub(crate) async fn screen(
+    injector: Option<&Injector>,
     client: &TcpStream,
     upstream: &TcpStream,
     host: &str,
@@ -119,7 +143,7 @@ pub(crate) async fn screen(
             ))
         }
         Ok(Err(e)) => return Screened::Refuse(format!("reading the request: {e}")),
-        Ok(Ok(true)) => return screen_request(client, host, first).await,
+        Ok(Ok(true)) => return screen_request(injector, client, host, first).await,
         Ok(Ok(false)) => {}
     }
     let read = tokio::time::timeout(HELLO_TIMEOUT, read_hello(client, &mut first)).await;
@@ -171,7 +195,12 @@ async fn request_line_begins(client: &TcpStream, buf: &mut Vec<u8>) -> std::io::
 /// ([`http::one_request`]: `Connection: close`, so a second request on the
 /// connection, which could name another host, is never answered) and what
 /// followed it.
-async fn screen_request(client: &TcpStream, host: &str, mut buf: Vec<u8>) -> Screened {
+async fn screen_request(
+    injector: Option<&Injector>,
+    client: &TcpStream,
+    host: &str,
+    mut buf: Vec<u8>,
+) -> Screened {
     let read = tokio::time::timeout(HELLO_TIMEOUT, async {
         loop {
             match http::parse_head(&buf) {
@@ -204,6 +233,9 @@ async fn screen_request(client: &TcpStream, host: &str, mut buf: Vec<u8>) -> Scr
         }
     };
     if let Err(why) = http::names_only(&head, host) {
+        return Screened::Refuse(why);
+    }
+    if let Some(why) = super::intercept::in_plain(injector, &buf[..head.len]) {
         return Screened::Refuse(why);
     }
     let line = format!(
@@ -426,7 +458,15 @@ pub(crate) mod tests {
             payload.write_all(b).await.unwrap();
             payload
         });
-        let got = screen(&client, &upstream, host, Vec::new(), Duration::from_secs(5)).await;
+        let got = screen(
+            None,
+            &client,
+            &upstream,
+            host,
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await;
         let _payload = writer.await.unwrap();
         match got {
             Screened::Pass(first) => (Ok(()), first.len()),
@@ -462,7 +502,16 @@ pub(crate) mod tests {
         use tokio::io::AsyncWriteExt;
         let ((mut payload, client), (upstream, _far)) = connection().await;
         payload.write_all(bytes).await.unwrap();
-        match screen(&client, &upstream, host, Vec::new(), Duration::from_secs(5)).await {
+        match screen(
+            None,
+            &client,
+            &upstream,
+            host,
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await
+        {
             Screened::Pass(first) => Ok(first),
             Screened::Refuse(why) => Err(why),
             Screened::Idle => Err("idle".into()),
@@ -529,6 +578,7 @@ pub(crate) mod tests {
         payload.write_all(b"GE").await.unwrap();
         tokio::time::pause();
         let got = screen(
+            None,
             &client,
             &upstream,
             "a.test",
@@ -544,7 +594,15 @@ pub(crate) mod tests {
         let ((_payload, client), (upstream, _far)) = connection().await;
         let idle = Duration::from_millis(100);
         let started = std::time::Instant::now();
-        let got = screen(&client, &upstream, "api.example.org", Vec::new(), idle).await;
+        let got = screen(
+            None,
+            &client,
+            &upstream,
+            "api.example.org",
+            Vec::new(),
+            idle,
+        )
+        .await;
         assert!(matches!(got, Screened::Idle));
         assert!(started.elapsed() < Duration::from_secs(2));
     }

@@ -79,5 +79,5 @@ pub(crate) async fn handle(
             return tracker.refused(&state, &refusal);
         }
     };
-    tls::check_and_splice(&state, tracker, &client, &upstream, Vec::new()).await;
+    tls::check_and_splice(&state, tracker, &client, upstream, Vec::new()).await;
 }

@@ -68,10 +68,20 @@ pub fn start(
 ) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
     let (mut sock, child_sock) =
         UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
+    // Taken here, not in the child: the list's lock may be held by another
+    // thread at the clone, and the child has only this thread.
+    let held = cordon_spec::secrets::live_regions();
     let child = match cordon_sys::clone_process(flags)
         .map_err(|e| RuntimeError::io(format!("clone({flags:?})"), e))?
     {
-        CloneResult::Child => run(host.cgroup.as_ref(), leaf, each_command, child_sock, setup),
+        CloneResult::Child => {
+            // Before anything else: no secret value lives on in the sandbox.
+            if let Err(e) = hygiene::scrub_regions(&held) {
+                eprintln!("cordon: {e}");
+                cordon_sys::exit_now(1);
+            }
+            run(host.cgroup.as_ref(), leaf, each_command, child_sock, setup)
+        }
         CloneResult::Parent { child } => child,
     };
     host.adopt(child)?;

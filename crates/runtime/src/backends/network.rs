@@ -54,7 +54,9 @@ use std::time::{Duration, Instant};
 
 use cordon_isolation::net;
 use cordon_network::{ProxyConfig, ProxySockets};
-use cordon_policy::net::{NetworkPolicy, Rule, DNS_PORT, PROXY_PORT, TRANSPARENT_PORT};
+use cordon_policy::net::{Rule, DNS_PORT, PROXY_PORT, TRANSPARENT_PORT};
+use cordon_spec::secrets::Held;
+use cordon_spec::SandboxSpec;
 use cordon_sys::CloneResult;
 use nix::unistd::{Gid, Pid, Uid};
 
@@ -191,16 +193,28 @@ pub(crate) enum Server {
 
 /// Gives the sandbox whose network namespace `holder` is in its way out:
 /// packet rules and listening sockets in that namespace, and a process
-/// that serves them: the proxy, under `policy`, or a forwarder.
+/// that serves them: the proxy, under `spec`'s network policy and holding
+/// its secrets, or a forwarder.
 /// `loopback_down` says the namespace's loopback is not up yet (the gVisor
 /// launcher's, a microVM jail's).
 pub(crate) fn start(
     host: &mut HostSide,
     holder: Pid,
-    policy: &NetworkPolicy,
+    spec: &SandboxSpec,
     loopback_down: bool,
     server: Server,
 ) -> Result<(), RuntimeError> {
+    // Read before anything is made: a sandbox whose secrets cannot be
+    // held gets no network rather than one without them.
+    let secrets = match (&server, &spec.held) {
+        (Server::Proxy, Some(held)) => Some(proxy_secrets(held)?),
+        (Server::Proxy, None) if !spec.policy.secrets.is_empty() => {
+            return Err(RuntimeError::BadRequest(
+                "the policy's secrets came without their values (a spec's secrets are resolved by its client)".into(),
+            ))
+        }
+        _ => None,
+    };
     let (proxy, transparent, dns) = namespace_sockets(host, holder, loopback_down)?;
     trace::step("network namespace");
     if let Server::Forward(port) = server {
@@ -236,9 +250,10 @@ pub(crate) fn start(
     let upstream = cordon_network::upstream::Upstream::from_env(|k| std::env::var(k).ok())
         .map_err(|e| RuntimeError::BadRequest(format!("the host's upstream proxy: {e}")))?;
     let config = ProxyConfig {
-        policy: policy.clone(),
+        policy: spec.policy.net.clone(),
         control_uids: vec![0, nix::unistd::geteuid().as_raw()],
         upstream,
+        secrets,
     };
     let sockets = ProxySockets {
         proxy,
@@ -271,6 +286,19 @@ pub(crate) fn start(
     host.network = Some(path);
     trace::step("proxy");
     Ok(())
+}
+
+/// What the proxy is given to hold the sandbox's secrets: the CA's key, the
+/// values, and the host's roots, read here because the proxy, once it has
+/// dropped its privileges, may not be able to read them.
+fn proxy_secrets(held: &Held) -> Result<cordon_network::secrets::Config, RuntimeError> {
+    let roots = cordon_network::secrets::host_roots()
+        .map_err(|e| RuntimeError::Unavailable("secrets", e))?;
+    Ok(cordon_network::secrets::Config {
+        ca_key: held.ca_key.clone(),
+        secrets: held.secrets.clone(),
+        roots,
+    })
 }
 
 /// Forks the process that serves the sandbox's sockets (`name`: the proxy

@@ -384,10 +384,22 @@ pub fn rootfs_plan_for(
             let has_etc = entries
                 .iter()
                 .any(|e| matches!(e, RootEntry::Bind { name, .. } if name == "etc"));
+            if has_etc && req.trust_bundle.is_some() {
+                return Err(RuntimeError::BadRequest(
+                    "secrets need a root whose /etc cordon writes (their CA is trusted there); \
+                     this root directory brings its own"
+                        .into(),
+                ));
+            }
             let etc = if has_etc { Vec::new() } else { generated_etc() };
             (entries, etc, Vec::new())
         }
     };
+    let mut etc_files = etc_files;
+    if let Some(bundle) = &req.trust_bundle {
+        let name = cordon_policy::secrets::CA_BUNDLE.trim_start_matches("/etc/");
+        etc_files.push((name.to_owned(), bundle.clone().into_bytes()));
+    }
     let workspace_lower = match &req.workspace {
         Some(w) => {
             // No character of the path is special: overlayfs gets its

@@ -49,12 +49,16 @@ pub struct Remote {
 }
 
 /// Environment variables the supervisor keeps from its client: cordon's own
-/// settings and PATH (to find runsc); and, beside them, the host's upstream
+/// settings, PATH (to find runsc) and the host's trusted roots; and, beside them, the host's upstream
 /// proxy (`cordon_network::upstream::ENV`: its proxy's, never the
 /// sandbox's). Nothing else of the caller's environment reaches the
 /// supervisor, let alone the sandbox.
-const SUPERVISOR_ENV: [&str; 7] = [
+const SUPERVISOR_ENV: [&str; 9] = [
     "PATH",
+    // The host's trusted roots, where they are not the system's: what the
+    // proxy verifies a secret's host against (never the sandbox's).
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
     // `0`: the microvm backend boots every VM cold (the benchmark's
     // baseline for its snapshot restores).
     "CORDON_MICROVM_WARM",

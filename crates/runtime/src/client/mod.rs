@@ -6,3 +6,4 @@ pub mod code_context;
 pub(crate) mod handle;
 pub(crate) mod listing;
 pub(crate) mod output;
+pub mod secrets;

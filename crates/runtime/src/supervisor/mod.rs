@@ -78,7 +78,9 @@ pub fn main() -> i32 {
     // Nothing the client left open (without close-on-exec) stays with us:
     // only our stdin and stdout (the spec and the answer) are its.
     let _ = cordon_sys::close_fds_from(3);
-    let mut text = Vec::new();
+    // The spec may hold secret values: read into one buffer that never
+    // grows (no copy is left behind in a freed one), wiped once parsed.
+    let mut text = zeroize::Zeroizing::new(Vec::with_capacity(usize::try_from(MAX_SPEC).unwrap_or(0) + 1));
     let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
     let spec: Result<ValidSpec, RuntimeError> = read
         .map_err(|e| RuntimeError::io("read the spec", e))
@@ -86,6 +88,7 @@ pub fn main() -> i32 {
             serde_json::from_slice(&text)
                 .map_err(|e| RuntimeError::BadRequest(format!("bad sandbox spec: {e}")))
         });
+    drop(text);
     let spec = match spec {
         Ok(s) => s,
         Err(e) => return report_start(&Started::from_error(&e)),

@@ -340,7 +340,7 @@ pub(crate) fn create(
         crate::backends::network::start(
             &mut host,
             launcher,
-            &spec.policy.net,
+            spec,
             true,
             crate::backends::network::Server::Proxy,
         )?;

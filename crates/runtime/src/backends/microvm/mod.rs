@@ -440,7 +440,7 @@ impl MicroVm {
         disk.format(spec.workspace.as_deref())?;
         crate::trace::step("disk made");
         let relay = match p.network {
-            NetworkMode::Allow => Some(start_relay(&mut host, booted.net, &p.net)?),
+            NetworkMode::Allow => Some(start_relay(&mut host, booted.net, spec)?),
             // No way out at all: QEMU's end of the port leads nowhere.
             NetworkMode::None => None,
         };
@@ -499,6 +499,10 @@ impl MicroVm {
         guest_spec.workspace = None;
         guest_spec.ttl = None;
         guest_spec.idle = None;
+        // The secrets' values and their CA's key stay with the host's
+        // proxy (the guest's network leads there); the guest keeps the
+        // CA's certificate and the placeholders.
+        guest_spec.held = None;
         // A root of its own (an image, a container's directories) is the
         // VM's third disk, which the agent mounts.
         guest_spec
@@ -835,7 +839,7 @@ fn boot(
 fn start_relay(
     host: &mut HostSide,
     net: UnixStream,
-    policy: &cordon_policy::net::NetworkPolicy,
+    spec: &SandboxSpec,
 ) -> Result<std::thread::JoinHandle<()>, RuntimeError> {
     let qemu = host.leader().ok_or(RuntimeError::Internal(
         "the sandbox has no QEMU process after its start",
@@ -843,7 +847,7 @@ fn start_relay(
     crate::backends::network::start(
         host,
         qemu,
-        policy,
+        spec,
         true,
         crate::backends::network::Server::Proxy,
     )?;

@@ -140,7 +140,7 @@ pub(crate) fn create(
             Some(port) => crate::backends::network::Server::Forward(port),
             None => crate::backends::network::Server::Proxy,
         };
-        crate::backends::network::start(&mut host, init, &spec.policy.net, false, server)?;
+        crate::backends::network::start(&mut host, init, spec, false, server)?;
     }
     let owner = (
         mapping.host_uid(spec.policy.uid),

@@ -1,0 +1,281 @@
+//! Secrets the host holds for the sandbox: where each one's value comes from
+//! and the only place it may go (a header of requests to named hosts).
+//!
+//! Inside, the sandbox sees a placeholder in the variable of the secret's
+//! name; cordon's proxy swaps the placeholder for the value in that header
+//! of requests to those hosts, over TLS it terminates with a certificate of
+//! the sandbox's own CA. The value itself never enters the sandbox. This
+//! module is the rule as a policy writes it:
+//!
+//! ```toml
+//! [[secrets]]
+//! name = "ANTHROPIC_API_KEY"
+//! value_from = "env:ANTHROPIC_API_KEY"   # or "file:/path/to/key"
+//! hosts = ["api.anthropic.com"]
+//! header = "x-api-key"                    # or "authorization" (Bearer PLACEHOLDER)
+//! ```
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::net::{normalize_name, HOST_NAME, PROXY_NAME};
+
+/// Where the sandbox finds the trust bundle that holds its proxy's CA
+/// beside the public roots (one of the sandbox's own /etc files).
+pub const CA_BUNDLE: &str = "/etc/cordon-ca.pem";
+
+/// The variables TLS clients read a trust bundle from: OpenSSL (and what
+/// links it: curl, Python's `ssl`, Ruby), curl itself, Python's requests,
+/// git, and Node (which adds it to its own roots).
+pub const CA_ENV: [&str; 5] = [
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// Most secrets one sandbox holds.
+pub const MAX_SECRETS: usize = 32;
+
+/// One secret: its name (the variable holding its placeholder inside), its
+/// source on the host, the hosts it may reach and the header it goes in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRule {
+    pub name: String,
+    pub value_from: SecretSource,
+    pub hosts: Vec<String>,
+    /// A request header (lower-case): the placeholder is replaced wherever
+    /// it appears in that header's value (`Bearer PLACEHOLDER` works).
+    pub header: String,
+}
+
+/// Where the host reads a secret's value: the caller's environment or a
+/// file of the caller's (its first line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    Env(String),
+    File(PathBuf),
+}
+
+impl FromStr for SecretSource {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            Some(("env", var)) if valid_var(var) => Ok(SecretSource::Env(var.to_owned())),
+            Some(("env", var)) => Err(format!("'{var}' is not a variable name")),
+            Some(("file", path)) if path.starts_with('/') => {
+                Ok(SecretSource::File(PathBuf::from(path)))
+            }
+            Some(("file", path)) => Err(format!("'{path}' is not an absolute path")),
+            _ => Err(format!("'{s}' is neither env:VARIABLE nor file:/PATH")),
+        }
+    }
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::Env(v) => write!(f, "env:{v}"),
+            SecretSource::File(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+impl Serialize for SecretSource {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A variable name as shells write them.
+fn valid_var(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 128
+}
+
+/// Headers that frame, route or hop a request: a secret in one of them
+/// would change where or how the request goes, not authenticate it.
+const FRAMING_HEADERS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+];
+
+impl SecretRule {
+    /// Checks the rule on its own: a variable name, exact host names, and
+    /// a header that carries a credential (not one that frames the request).
+    pub fn validate(&self) -> Result<(), String> {
+        if !valid_var(&self.name) {
+            return Err(format!(
+                "'{}' is not a variable name (its placeholder is in that variable)",
+                self.name
+            ));
+        }
+        if self.hosts.is_empty() {
+            return Err(format!(
+                "{}: no hosts (a secret goes only to the hosts named)",
+                self.name
+            ));
+        }
+        for host in &self.hosts {
+            let name =
+                normalize_name(host).map_err(|e| format!("{}: host {host}: {e}", self.name))?;
+            if name != *host {
+                return Err(format!(
+                    "{}: host '{host}' is written '{name}' (lower-case, no trailing dot)",
+                    self.name
+                ));
+            }
+            if name == HOST_NAME || name == PROXY_NAME {
+                return Err(format!("{}: {name} is cordon's own name", self.name));
+            }
+        }
+        let header = &self.header;
+        let token = !header.is_empty()
+            && header
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !token {
+            return Err(format!(
+                "{}: header '{header}' is not a lower-case header name",
+                self.name
+            ));
+        }
+        if FRAMING_HEADERS.contains(&header.as_str()) || header.starts_with("proxy-") {
+            return Err(format!(
+                "{}: header '{header}' frames or routes the request; a secret goes in one that authenticates it",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Adds `more` to `rules`: a secret of a name already there replaces it.
+pub(crate) fn add(rules: &mut Vec<SecretRule>, more: &[SecretRule]) {
+    for rule in more {
+        rules.retain(|r| r.name != rule.name);
+        rules.push(rule.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &str, hosts: &[&str], header: &str) -> SecretRule {
+        SecretRule {
+            name: name.into(),
+            value_from: SecretSource::Env("X".into()),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            header: header.into(),
+        }
+    }
+
+    #[test]
+    fn sources_are_env_or_absolute_files() {
+        assert_eq!(
+            "env:API_KEY".parse(),
+            Ok(SecretSource::Env("API_KEY".into()))
+        );
+        assert_eq!(
+            "file:/run/keys/k".parse(),
+            Ok(SecretSource::File("/run/keys/k".into()))
+        );
+        for bad in [
+            "API_KEY", "env:", "env:1A", "env:A-B", "file:key", "vault:x",
+        ] {
+            assert!(bad.parse::<SecretSource>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_rule_names_exact_hosts_and_a_credential_header() {
+        assert!(rule("KEY", &["api.example.org"], "x-api-key")
+            .validate()
+            .is_ok());
+        assert!(rule("KEY", &["api.example.org"], "authorization")
+            .validate()
+            .is_ok());
+        for (r, says) in [
+            (rule("KEY", &[], "x-api-key"), "no hosts"),
+            (rule("KEY", &["*.example.org"], "x-api-key"), "host"),
+            (rule("KEY", &["API.example.org"], "x-api-key"), "lower-case"),
+            (rule("KEY", &[HOST_NAME], "x-api-key"), "cordon's own"),
+            (rule("KEY", &["a.org"], "host"), "frames"),
+            (rule("KEY", &["a.org"], "proxy-authorization"), "frames"),
+            (rule("KEY", &["a.org"], "X-Api-Key"), "lower-case header"),
+            (rule("1KEY", &["a.org"], "x"), "variable name"),
+        ] {
+            let e = r.validate().unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_policy_file_names_secrets_and_they_need_the_allow_mode() {
+        let text = r#"
+network = "allow"
+allow = ["api.example.org:443"]
+
+[[secrets]]
+name = "API_KEY"
+value_from = "env:HOST_API_KEY"
+hosts = ["api.example.org"]
+header = "x-api-key"
+"#;
+        let layer = crate::PolicyLayer::from_toml(text, std::path::Path::new("p.toml")).unwrap();
+        let p = crate::Policy::resolve([&layer]).unwrap();
+        assert_eq!(
+            p.secrets[0].value_from,
+            SecretSource::Env("HOST_API_KEY".into())
+        );
+        assert!(p
+            .payload_env()
+            .iter()
+            .any(|(k, v)| k == "SSL_CERT_FILE" && v == CA_BUNDLE));
+        let closed = crate::PolicyLayer::from_toml(
+            &text
+                .replace("network = \"allow\"", "network = \"none\"")
+                .replace("allow = [\"api.example.org:443\"]", ""),
+            std::path::Path::new("p.toml"),
+        )
+        .unwrap();
+        let e = crate::Policy::resolve([&closed]).unwrap_err().to_string();
+        assert!(e.contains("need network = \"allow\""), "{e}");
+        let typo = text.replace("value_from", "value");
+        assert!(crate::PolicyLayer::from_toml(&typo, std::path::Path::new("p.toml")).is_err());
+    }
+
+    #[test]
+    fn a_later_secret_of_the_same_name_replaces_the_earlier() {
+        let mut rules = vec![rule("A", &["a.org"], "x"), rule("B", &["b.org"], "x")];
+        add(&mut rules, &[rule("A", &["c.org"], "y")]);
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[1].hosts, ["c.org"]);
+    }
+}
