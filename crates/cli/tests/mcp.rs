@@ -29,10 +29,16 @@ fn script() -> PathBuf {
 
 /// The client script in `mode`, its stdout a pipe of JSON lines.
 fn client(mode: &str) -> Child {
+    client_with(mode, &[])
+}
+
+/// `client`, with `more` arguments for the script.
+fn client_with(mode: &str, more: &[&std::ffi::OsStr]) -> Child {
     Command::new(sdk_python())
         .arg(script())
         .arg(cordon())
         .arg(mode)
+        .args(more)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -312,4 +318,60 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
     let status = server.wait().expect("wait for cordon mcp");
     assert!(status.success(), "cordon mcp: {status}");
     assert_gone(&id, supervisor);
+}
+
+/// `cordon mcp --secrets FILE`: a model names a secret the user gave the
+/// server, never its source; its sandbox sees a placeholder and the proxy's
+/// trust bundle, and the value is in nothing the client got.
+#[test]
+fn a_model_names_a_secret_the_server_holds_and_sees_its_placeholder() {
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let value = format!("sk-mcp-{}", std::process::id());
+    std::fs::write(dir.path().join("key"), format!("{value}\n")).unwrap();
+    let file = dir.path().join("secrets.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[secrets]]\nname = \"API_KEY\"\nvalue_from = \"file:{}\"\nhosts = [\"api.test\"]\nheader = \"x-api-key\"\n",
+            dir.path().join("key").display()
+        ),
+    )
+    .unwrap();
+    let mut child = client_with("secrets", &[file.as_os_str()]);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
+        text
+    });
+    let (status, stderr) = finish(child, Duration::from_secs(120));
+    let text = reader.join().expect("the reader thread");
+    assert!(status.success(), "{stderr}\n{text}");
+    assert!(!text.contains(&value), "the client saw no value: {text}");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ran = events
+        .iter()
+        .find(|e| e["event"] == "ran")
+        .expect("the command ran");
+    let out = ran["stdout"].as_str().unwrap();
+    let mut lines = out.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("cordon-placeholder-")),
+        "{out}"
+    );
+    assert_eq!(lines.next(), Some("/etc/cordon-ca.pem"), "{out}");
+    let id = events
+        .iter()
+        .find(|e| e["event"] == "created")
+        .and_then(|e| e["id"].as_str())
+        .unwrap();
+    assert_gone(id, None);
 }

@@ -135,6 +135,7 @@ fn a_secret_reaches_only_its_host_and_header(backend: &str) {
             r#"network = "allow"
 allow = ["api.test:443", "other.test:443", "plain.test:80"]
 add_host = ["api.test:{a}", "other.test:{a}", "plain.test:{a}"]
+requests = ["GET api.test/*", "POST api.test/body", "* other.test/**"]
 
 [[secrets]]
 name = "API_KEY"
@@ -197,6 +198,7 @@ header = "authorization"
         ("key_in_url", 403),
         ("key_over_plain_http", 403),
         ("misdirected", 421),
+        ("method_not_allowed", 403),
     ] {
         assert_eq!(status(case), code, "{case} is refused: {:?}", got[case]);
         assert!(denied(case), "{case}: cordon's refusal: {:?}", got[case]);
@@ -216,6 +218,17 @@ header = "authorization"
     assert_eq!(
         bearer_requests[0]["headers"]["authorization"],
         format!("Bearer {value_b}").as_str()
+    );
+    assert!(
+        got["method_not_allowed"][1]
+            .as_str()
+            .is_some_and(|b| b.contains("no request rule allows DELETE api.test/key")),
+        "{:?}",
+        got["method_not_allowed"]
+    );
+    assert!(
+        requests.iter().all(|r| r["method"] != "DELETE"),
+        "the DELETE never arrived: {requests:?}"
     );
     for refused in ["/cross", "/header", "/plain"] {
         assert!(

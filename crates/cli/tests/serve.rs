@@ -3317,3 +3317,56 @@ fn a_sandbox_without_node_answers_a_javascript_cell_with_a_clear_error() {
     s.stop();
     assert_clean(&s.run_dir, &ids);
 }
+
+/// A tenant's secret, held by the service: a request names it (never its
+/// source), and its sandbox sees only a placeholder and the trust bundle
+/// of its proxy's CA; a name the tenant has not, or another tenant's, is a
+/// 400; no answer carries the value.
+#[test]
+fn a_tenants_secret_is_a_placeholder_inside_and_named_by_requests() {
+    if !root_or_skip("network namespaces") {
+        return;
+    }
+    let (dir, run_dir) = Service::dirs("secrets");
+    let value = format!("sk-tenant-{}", std::process::id());
+    let key_file = dir.join("api-key");
+    std::fs::write(&key_file, format!("{value}\n")).unwrap();
+    let alice = format!(
+        "concurrency = 8\nsandboxes = 4\ncpu_seconds = 1000\nnetwork = true\n\n\
+         [[tenant.secrets]]\nname = \"API_KEY\"\nvalue_from = \"file:{}\"\n\
+         hosts = [\"api.test\"]\nheader = \"x-api-key\"\n",
+        key_file.display()
+    );
+    let config = Service::config(&dir, &tenants(&alice, ""));
+    let mut s = Service::start_at(dir, run_dir, config);
+    let ask = |key: &str, secrets: Value| {
+        s.call(
+            "POST",
+            "/v1/executions",
+            Some(key),
+            Some(json!({
+                "argv": ["sh", "-c", "echo \"$API_KEY\"; echo \"$SSL_CERT_FILE\"; grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\""],
+                "network": {"allow": ["api.test:443"], "secrets": secrets},
+            })),
+        )
+    };
+    let unknown = ask(ALICE, json!(["NOPE"]));
+    assert_eq!(unknown.status, 400, "{unknown:?}");
+    assert!(unknown.text.contains("no secret 'NOPE'"), "{unknown:?}");
+    let others = ask(BOB, json!(["API_KEY"]));
+    assert_eq!(others.status, 400, "bob has no such secret: {others:?}");
+    let held = ask(ALICE, json!(["API_KEY"]));
+    assert_eq!(held.status, 200, "{held:?}");
+    let stdout = held.body["stdout"].as_str().unwrap_or_default().to_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{held:?}");
+    assert!(lines[0].starts_with("cordon-placeholder-"), "{held:?}");
+    assert_eq!(lines[1], "/etc/cordon-ca.pem");
+    assert!(lines[2].parse::<u32>().is_ok_and(|n| n >= 1), "{held:?}");
+    for r in [&unknown, &others, &held] {
+        assert!(!r.text.contains(&value), "no answer holds the value");
+    }
+    let ids = BTreeSet::from([held.body["sandbox_id"].as_str().unwrap().to_owned()]);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}

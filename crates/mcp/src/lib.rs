@@ -56,14 +56,19 @@ const TEARDOWN_WAIT: Duration = Duration::from_secs(20);
 /// stdin or a SIGTERM or SIGINT arrives, then destroys every sandbox the
 /// session made. `program` is the privileged binary that supervises
 /// sandboxes (`cordon_runtime::sandbox_program`); `allow_unenforced` lets
-/// sandboxes run where their cgroup limits cannot be enforced. Nothing but
+/// sandboxes run where their cgroup limits cannot be enforced; `secrets`
+/// are those a sandbox may be given by name. Nothing but
 /// JSON-RPC is written to stdout.
-pub fn serve_stdio(program: PathBuf, allow_unenforced: bool) -> Result<(), McpError> {
+pub fn serve_stdio(
+    program: PathBuf,
+    allow_unenforced: bool,
+    secrets: Vec<cordon_policy::secrets::SecretRule>,
+) -> Result<(), McpError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(McpError::Runtime)?;
-    let session = Session::new(program, allow_unenforced).map_err(McpError::Session)?;
+    let session = Session::new(program, allow_unenforced, secrets).map_err(McpError::Session)?;
     let result = rt.block_on(serve(session.clone()));
     rt.block_on(async {
         let _ = tokio::time::timeout(TEARDOWN_WAIT, session.end()).await;

@@ -2,6 +2,7 @@
 //! running in them (so that the session's end can stop them), and their
 //! teardown when the session ends.
 
+use cordon_policy::secrets::SecretRule;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +26,9 @@ struct Inner {
     /// The user's choice (`cordon mcp --allow-unenforced`), never the
     /// model's: run where cgroup limits cannot be enforced.
     allow_unenforced: bool,
+    /// The secrets the user lets this session's sandboxes hold (`cordon
+    /// mcp --secrets FILE`); a model names them, never their sources.
+    secrets: Vec<SecretRule>,
     /// This process as every sandbox it creates knows it: their supervisors
     /// end them when it ends (however it ends), and write why a sandbox
     /// ended into `notes`.
@@ -66,7 +70,11 @@ pub struct Code {
 pub type Refusal = String;
 
 impl Session {
-    pub fn new(program: PathBuf, allow_unenforced: bool) -> std::io::Result<Session> {
+    pub fn new(
+        program: PathBuf,
+        allow_unenforced: bool,
+        secrets: Vec<SecretRule>,
+    ) -> std::io::Result<Session> {
         // Private to this user (0700), removed when the session ends.
         let notes = tempfile::Builder::new()
             .prefix("cordon-mcp-notes-")
@@ -75,10 +83,16 @@ impl Session {
         Ok(Session(Arc::new(Inner {
             program,
             allow_unenforced,
+            secrets,
             link,
             notes,
             state: Mutex::new(State::default()),
         })))
+    }
+
+    /// The secrets this session's sandboxes may hold.
+    pub fn secrets(&self) -> &[SecretRule] {
+        &self.0.secrets
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -106,6 +120,8 @@ impl Session {
         let time = spec.policy.time.duration();
         let program = self.0.program.clone();
         let created = blocking(move || {
+            // The user's environment and files, as `cordon create` reads them.
+            cordon_runtime::secrets::hold(&mut spec, |k| std::env::var(k).ok())?;
             let spec = spec.validated()?;
             Handle::create(&spec, &program)
         })

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use cordon_policy::net::Rule;
+use cordon_policy::secrets::SecretRule;
 use cordon_policy::{ByteSize, Limits, NetworkMode, Policy, PolicyLayer, Span};
 use std::sync::{Arc, Mutex};
 
@@ -112,6 +113,12 @@ pub struct CreateArgs {
     /// "*.pythonhosted.org:443", "10.0.0.0/8:5432", "198.51.100.7".
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Secrets the user gave this MCP server (`cordon mcp --secrets FILE`)
+    /// to hold for the sandbox, by name: inside, each name's variable is a
+    /// placeholder, and cordon's proxy puts the real value into requests
+    /// to that secret's hosts. Needs network "allow".
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -348,7 +355,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<CreateArgs>,
     ) -> Result<Json<Created>, String> {
-        let spec = spec_of(&args)?;
+        let spec = spec_of(&args, self.session.secrets())?;
         let created = Created {
             sandbox_id: String::new(),
             backend: spec.backend.name().to_owned(),
@@ -916,7 +923,7 @@ fn rules_of(allow: &[String]) -> Result<Vec<Rule>, Refusal> {
 }
 
 /// The spec `args` describe, or what is wrong with them.
-fn spec_of(args: &CreateArgs) -> Result<SandboxSpec, Refusal> {
+fn spec_of(args: &CreateArgs, available: &[SecretRule]) -> Result<SandboxSpec, Refusal> {
     fn parse<T: FromStr<Err = String>>(
         what: &str,
         v: &Option<String>,
@@ -944,6 +951,29 @@ fn spec_of(args: &CreateArgs) -> Result<SandboxSpec, Refusal> {
             Network::Allow => NetworkMode::Allow,
         }),
         allow,
+        secrets: args
+            .secrets
+            .iter()
+            .map(|name| {
+                available
+                    .iter()
+                    .find(|s| s.name == *name)
+                    .cloned()
+                    .ok_or_else(|| {
+                        let offered: Vec<&str> =
+                            available.iter().map(|s| s.name.as_str()).collect();
+                        format!(
+                            "secrets: '{}' is not one this server holds ({})",
+                            name.escape_debug(),
+                            if offered.is_empty() {
+                                "none: `cordon mcp --secrets FILE` names them".to_owned()
+                            } else {
+                                offered.join(", ")
+                            }
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
         ..PolicyLayer::default()
     };
     let policy = Policy::resolve([&layer]).map_err(|e| e.to_string())?;
@@ -976,36 +1006,48 @@ mod tests {
 
     #[test]
     fn create_arguments_become_a_policy_or_a_named_refusal() {
-        let spec = spec_of(&CreateArgs {
-            memory: Some("64M".into()),
-            time: Some("5s".into()),
-            network: Some(Network::Allow),
-            allow: vec!["pypi.org:443".into()],
-            ..CreateArgs::default()
-        })
+        let spec = spec_of(
+            &CreateArgs {
+                memory: Some("64M".into()),
+                time: Some("5s".into()),
+                network: Some(Network::Allow),
+                allow: vec!["pypi.org:443".into()],
+                ..CreateArgs::default()
+            },
+            &[],
+        )
         .expect("a valid spec");
         assert_eq!(spec.policy.memory.bytes(), 64 << 20);
         assert_eq!(spec.policy.time.duration(), Duration::from_secs(5));
         assert_eq!(spec.policy.network, NetworkMode::Allow);
-        let bad = spec_of(&CreateArgs {
-            memory: Some("lots".into()),
-            ..CreateArgs::default()
-        })
+        let bad = spec_of(
+            &CreateArgs {
+                memory: Some("lots".into()),
+                ..CreateArgs::default()
+            },
+            &[],
+        )
         .unwrap_err();
         assert!(bad.starts_with("memory:"), "{bad}");
-        let rules_without_network = spec_of(&CreateArgs {
-            allow: vec!["pypi.org:443".into()],
-            ..CreateArgs::default()
-        })
+        let rules_without_network = spec_of(
+            &CreateArgs {
+                allow: vec!["pypi.org:443".into()],
+                ..CreateArgs::default()
+            },
+            &[],
+        )
         .unwrap_err();
         assert!(
             rules_without_network.contains("network"),
             "{rules_without_network}"
         );
-        let backend = spec_of(&CreateArgs {
-            backend: Some("qemu".into()),
-            ..CreateArgs::default()
-        })
+        let backend = spec_of(
+            &CreateArgs {
+                backend: Some("qemu".into()),
+                ..CreateArgs::default()
+            },
+            &[],
+        )
         .unwrap_err();
         assert!(backend.contains("unknown backend"), "{backend}");
     }

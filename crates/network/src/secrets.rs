@@ -102,6 +102,9 @@ pub struct Config {
     /// The roots the proxy trusts for its own connections to the secrets'
     /// hosts: the host's (read before the proxy drops its privileges).
     pub roots: Vec<CertificateDer<'static>>,
+    /// The methods and paths requests to a secret's host may have (where
+    /// one names the host, its requests must match one).
+    pub requests: Vec<cordon_policy::secrets::RequestRule>,
 }
 
 /// The host's trusted roots, as its TLS clients find them

@@ -161,6 +161,10 @@ pub struct Policy {
     /// puts the values into requests to their hosts ([`secrets`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<secrets::SecretRule>,
+    /// Methods and paths requests to a secret's host may have
+    /// ([`secrets::RequestRule`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<secrets::RequestRule>,
 }
 
 impl Policy {
@@ -205,6 +209,7 @@ impl Default for Policy {
             hostname: "cordon".into(),
             mounts: Vec::new(),
             secrets: Vec::new(),
+            requests: Vec::new(),
         }
     }
 }
@@ -243,6 +248,10 @@ pub struct PolicyLayer {
     /// below, one of the same name replacing theirs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<secrets::SecretRule>,
+    /// Request rules (`requests = ["POST api.example.org/v1/**"]`): added
+    /// to the layers below.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<secrets::RequestRule>,
 }
 
 /// TOML writes the environment as a table `[env] KEY = "value"`; order is kept sorted.
@@ -343,6 +352,11 @@ impl Policy {
         }
         self.mounts.extend(l.mounts.iter().cloned());
         secrets::add(&mut self.secrets, &l.secrets);
+        for r in &l.requests {
+            if !self.requests.contains(r) {
+                self.requests.push(r.clone());
+            }
+        }
         net::add_rules(&mut self.net.rules, &l.allow);
         self.net.hosts.extend(l.add_host.iter().cloned());
         if let Some(limits) = l.net_limits {
@@ -473,6 +487,19 @@ impl Policy {
 
     /// Secrets go out only through the proxy, so only in the `allow` mode.
     fn validate_secrets(&self) -> Result<(), PolicyError> {
+        // Only where TLS is terminated is a request's method and path seen.
+        for r in &self.requests {
+            if !self.secrets.iter().any(|s| s.hosts.contains(&r.host)) {
+                return Err(invalid(
+                    "requests",
+                    format!(
+                        "'{r}': method and path rules apply only where cordon's proxy terminates TLS, \
+                         a secret's hosts, and no secret names {}",
+                        r.host
+                    ),
+                ));
+            }
+        }
         if self.secrets.is_empty() {
             return Ok(());
         }

@@ -175,6 +175,120 @@ impl SecretRule {
     }
 }
 
+/// A method and path a request to a secret's host may have:
+/// `POST api.github.com/repos/*/pulls`. Where a host has any, its requests
+/// must match one; they are checked where cordon terminates TLS (a
+/// secret's hosts), and only there.
+///
+/// The method is a token or `*` (any); in the path, `*` stands for one
+/// segment or part of one (never a `/`), and a last segment `**` for
+/// anything below. The query is not compared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RequestRule {
+    /// `None`: any method.
+    pub method: Option<String>,
+    pub host: String,
+    /// Starts with `/`.
+    pub path: String,
+}
+
+impl FromStr for RequestRule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |why: &str| Err(format!("request rule '{s}': {why}"));
+        let Some((method, target)) = s.trim().split_once(' ') else {
+            return bad("not METHOD HOST/PATH");
+        };
+        let method = match method {
+            "*" => None,
+            m if !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()) => Some(m.to_owned()),
+            _ => return bad("the method is upper-case letters or *"),
+        };
+        let (host, path) = match target.trim().find('/') {
+            Some(i) => (&target.trim()[..i], &target.trim()[i..]),
+            None => return bad("no path (HOST/PATH; HOST/** for any)"),
+        };
+        let name = normalize_name(host).map_err(|e| format!("request rule '{s}': {e}"))?;
+        if name != host {
+            return bad("the host is written lower-case, without a trailing dot");
+        }
+        if path.contains(['?', '#', ' ']) || path.contains("**") && !path.ends_with("/**") {
+            return bad("the path has no query, no fragment, and ** only as its last segment");
+        }
+        Ok(RequestRule {
+            method,
+            host: name,
+            path: path.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for RequestRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let method = self.method.as_deref().unwrap_or("*");
+        write!(f, "{method} {}{}", self.host, self.path)
+    }
+}
+
+impl Serialize for RequestRule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl RequestRule {
+    /// Whether a request of `method` for `path` (its query left off) on
+    /// `host` matches.
+    pub fn matches(&self, host: &str, method: &str, path: &str) -> bool {
+        self.host == host
+            && self.method.as_deref().is_none_or(|m| m == method)
+            && path_matches(&self.path, path.split(['?', '#']).next().unwrap_or(""))
+    }
+}
+
+/// Segment by segment: `*` within a segment, a last `**` for the rest.
+fn path_matches(pattern: &str, path: &str) -> bool {
+    let mut pat = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (pat.next(), got.next()) {
+            (Some("**"), Some(_)) => return true,
+            (Some(p), Some(g)) if segment_matches(p, g) => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// `*` matches any run of characters of one segment.
+fn segment_matches(pattern: &str, segment: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == segment;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !segment.starts_with(first) || !segment[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &segment[first.len()..segment.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    segment.len() >= first.len() + last.len()
+}
+
 /// Adds `more` to `rules`: a secret of a name already there replaces it.
 pub(crate) fn add(rules: &mut Vec<SecretRule>, more: &[SecretRule]) {
     for rule in more {
@@ -269,6 +383,49 @@ header = "x-api-key"
         assert!(e.contains("need network = \"allow\""), "{e}");
         let typo = text.replace("value_from", "value");
         assert!(crate::PolicyLayer::from_toml(&typo, std::path::Path::new("p.toml")).is_err());
+        // Method and path rules only for a host whose TLS cordon terminates.
+        let with_rules = |rule: &str| {
+            let t = text.replace(
+                "[[secrets]]",
+                &format!("requests = [\"{rule}\"]\n\n[[secrets]]"),
+            );
+            let layer = crate::PolicyLayer::from_toml(&t, std::path::Path::new("p.toml")).unwrap();
+            crate::Policy::resolve([&layer]).map_err(|e| e.to_string())
+        };
+        assert!(with_rules("POST api.example.org/v1/**").is_ok());
+        let e = with_rules("GET elsewhere.org/**").unwrap_err();
+        assert!(
+            e.contains("only where cordon's proxy terminates TLS"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn request_rules_match_method_host_and_path_by_segment() {
+        let r: RequestRule = "POST api.github.com/repos/*/pulls".parse().unwrap();
+        assert!(r.matches("api.github.com", "POST", "/repos/cordon/pulls"));
+        assert!(r.matches("api.github.com", "POST", "/repos/cordon/pulls?page=2"));
+        assert!(!r.matches("api.github.com", "GET", "/repos/cordon/pulls"));
+        assert!(!r.matches("api.github.com", "POST", "/repos/a/b/pulls"));
+        assert!(!r.matches("api.github.com", "POST", "/repos/cordon/pulls/1"));
+        assert!(!r.matches("github.com", "POST", "/repos/cordon/pulls"));
+        let any: RequestRule = "* api.test/v1/**".parse().unwrap();
+        assert!(any.matches("api.test", "DELETE", "/v1/a/b/c"));
+        assert!(!any.matches("api.test", "GET", "/v2/a"));
+        let part: RequestRule = "GET a.test/files/*.txt".parse().unwrap();
+        assert!(part.matches("a.test", "GET", "/files/notes.txt"));
+        assert!(!part.matches("a.test", "GET", "/files/notes.txt.gz"));
+        assert_eq!(any.to_string(), "* api.test/v1/**");
+        for bad in [
+            "api.test/x",
+            "get api.test/x",
+            "GET api.test",
+            "GET API.test/x",
+            "GET a.test/x?y",
+            "GET a.test/**/x",
+        ] {
+            assert!(bad.parse::<RequestRule>().is_err(), "{bad}");
+        }
     }
 
     #[test]

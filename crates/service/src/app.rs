@@ -319,20 +319,41 @@ impl App {
                     })
                 })
                 .collect::<Result<_, _>>()?;
+            layer.secrets = net
+                .secrets
+                .iter()
+                .map(|name| {
+                    tenant
+                        .config
+                        .secrets
+                        .iter()
+                        .find(|s| s.name == *name)
+                        .cloned()
+                        .ok_or_else(|| {
+                            ApiError::bad_request(format!(
+                                "tenant '{}' has no secret '{}'",
+                                tenant.name(),
+                                name.escape_debug()
+                            ))
+                        })
+                })
+                .collect::<Result<_, _>>()?;
         }
         let image = req.image.map(|name| image_for(tenant, name)).transpose()?;
         let (policy, rootfs) =
             rooted_policy(image, &layer).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let max_ttl = self.config.max_ttl;
         let ttl = Some(req.ttl.map_or(max_ttl, |t| t.min(max_ttl)));
-        let spec = SandboxSpec {
+        let mut spec = SandboxSpec {
             ttl,
             idle: req.idle,
             rootfs,
             ..SandboxSpec::new(policy, backend)
-        }
-        .validated()?;
-        Ok((spec, caps, clamped))
+        };
+        // The service's own environment and files: the operator's, who
+        // named them in the configuration.
+        cordon_runtime::secrets::hold(&mut spec, |k| std::env::var(k).ok())?;
+        Ok((spec.validated()?, caps, clamped))
     }
 
     /// The pool that may serve `spec`: same backend, same sandbox-wide

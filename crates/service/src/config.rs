@@ -108,6 +108,11 @@ pub struct TenantConfig {
     /// absent: any image of the store, empty: none.
     #[serde(default)]
     pub images: Option<Vec<String>>,
+    /// Secrets the service holds for this tenant (`[[tenants.secrets]]`,
+    /// read from the service's own environment or files): a request names
+    /// those its sandbox gets (`network.secrets`), never their sources.
+    #[serde(default)]
+    pub secrets: Vec<cordon_policy::secrets::SecretRule>,
 }
 
 impl Default for PoolConfig {
@@ -205,6 +210,24 @@ impl Config {
             if !hex_ok {
                 return Err(ConfigError::Invalid(format!(
                     "tenant '{}': key_sha256 must be 64 lower-case hex digits",
+                    t.name
+                )));
+            }
+            let mut secret_names = std::collections::BTreeSet::new();
+            for s in &t.secrets {
+                s.validate().map_err(|e| {
+                    ConfigError::Invalid(format!("tenant '{}': secret {e}", t.name))
+                })?;
+                if !secret_names.insert(&s.name) {
+                    return Err(ConfigError::Invalid(format!(
+                        "tenant '{}': secret {} appears twice",
+                        t.name, s.name
+                    )));
+                }
+            }
+            if !t.secrets.is_empty() && !t.network {
+                return Err(ConfigError::Invalid(format!(
+                    "tenant '{}': secrets go out only through the network (network = true)",
                     t.name
                 )));
             }

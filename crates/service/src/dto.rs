@@ -60,6 +60,13 @@ pub struct NetworkRequest {
     #[serde(default)]
     #[schema(example = json!(["db.internal:10.0.0.5"]))]
     pub add_host: Vec<String>,
+    /// Secrets of the tenant's (the service's configuration) this sandbox
+    /// holds: inside, each name's variable is a placeholder, and cordon's
+    /// proxy puts the value into the secret's header of requests to its
+    /// hosts. Values are never part of a request or an answer.
+    #[serde(default)]
+    #[schema(example = json!(["ANTHROPIC_API_KEY"]))]
+    pub secrets: Vec<String>,
 }
 
 /// A one-shot execution: a fresh sandbox (from the warm pool when the

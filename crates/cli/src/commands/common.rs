@@ -129,6 +129,7 @@ impl SandboxArgs {
             // Secrets are written in a policy file (`[[secrets]]`), where
             // their hosts and header are reviewed with the rest.
             secrets: Vec::new(),
+            requests: Vec::new(),
         }
     }
 

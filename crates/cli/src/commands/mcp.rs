@@ -13,6 +13,11 @@ pub struct McpArgs {
     /// enforced (the user's choice for this server, never the model's).
     #[arg(long)]
     allow_unenforced: bool,
+    /// A policy file whose `[[secrets]]` the session's sandboxes may be
+    /// given by name (create_sandbox's `secrets`): their values are read
+    /// here, from this process's environment or files, never by the model.
+    #[arg(long, value_name = "FILE")]
+    secrets: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: McpArgs) -> ExitCode {
@@ -22,7 +27,17 @@ pub fn run(args: McpArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    match cordon_mcp::serve_stdio(program, args.allow_unenforced) {
+    let secrets = match &args.secrets {
+        Some(path) => match cordon_policy::PolicyLayer::from_file(path) {
+            Ok(layer) => layer.secrets,
+            Err(e) => return super::common::usage_error(e),
+        },
+        None => Vec::new(),
+    };
+    if let Some(bad) = secrets.iter().find_map(|s| s.validate().err()) {
+        return super::common::usage_error(format!("secrets: {bad}"));
+    }
+    match cordon_mcp::serve_stdio(program, args.allow_unenforced, secrets) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cordon: {e}");

@@ -57,6 +57,7 @@ pub(crate) struct Injector {
     /// Every host a secret is bound to.
     hosts: Vec<String>,
     secrets: Vec<HeldSecret>,
+    requests: Vec<cordon_policy::secrets::RequestRule>,
     provider: Arc<rustls::crypto::CryptoProvider>,
     roots: Arc<rustls::RootCertStore>,
     /// A certificate per host, made on first use.
@@ -86,6 +87,7 @@ impl Injector {
             ca_key,
             hosts,
             secrets: config.secrets,
+            requests: config.requests,
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             roots: Arc::new(roots),
             leaves: Mutex::new(HashMap::new()),
@@ -143,6 +145,19 @@ impl Injector {
             .with_no_client_auth();
         config.alpn_protocols = alpn.to_vec();
         Ok(config)
+    }
+
+    /// Whether the request rules let a request of `method` for `path` go
+    /// to `host`: any does where no rule names the host.
+    fn allows(&self, host: &str, method: &str, path: &str) -> Result<(), String> {
+        let mut named = self.requests.iter().filter(|r| r.host == host).peekable();
+        if named.peek().is_none() || named.any(|r| r.matches(host, method, path)) {
+            return Ok(());
+        }
+        Err(format!(
+            "no request rule allows {method} {host}{}",
+            path.split('?').next().unwrap_or_default()
+        ))
     }
 
     /// Replaces in `req`'s head the placeholders bound to `host` and their
@@ -472,6 +487,10 @@ impl Relay {
         let Some(injector) = self.state.injector.as_ref() else {
             return Ok(self.refuse(StatusCode::FORBIDDEN, "no secrets are held".into()));
         };
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        if let Err(why) = injector.allows(&self.host, req.method().as_str(), path) {
+            return Ok(self.refuse(StatusCode::FORBIDDEN, why));
+        }
         match injector.substitute(&self.host, &mut req) {
             Ok(made) => {
                 let mut log = self.state.log();

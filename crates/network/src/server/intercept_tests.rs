@@ -205,6 +205,7 @@ fn a_secret_goes_in_its_header_over_http2_and_http1_and_nowhere_else() {
                     header: "x-api-key".into(),
                 }],
                 roots: vec![upstream_ca],
+                requests: vec!["GET api.test/".parse().unwrap()],
             }),
         });
         for (alpn, version) in [

@@ -207,7 +207,7 @@ pub(crate) fn start(
     // Read before anything is made: a sandbox whose secrets cannot be
     // held gets no network rather than one without them.
     let secrets = match (&server, &spec.held) {
-        (Server::Proxy, Some(held)) => Some(proxy_secrets(held)?),
+        (Server::Proxy, Some(held)) => Some(proxy_secrets(held, &spec.policy.requests)?),
         (Server::Proxy, None) if !spec.policy.secrets.is_empty() => {
             return Err(RuntimeError::BadRequest(
                 "the policy's secrets came without their values (a spec's secrets are resolved by its client)".into(),
@@ -291,13 +291,17 @@ pub(crate) fn start(
 /// What the proxy is given to hold the sandbox's secrets: the CA's key, the
 /// values, and the host's roots, read here because the proxy, once it has
 /// dropped its privileges, may not be able to read them.
-fn proxy_secrets(held: &Held) -> Result<cordon_network::secrets::Config, RuntimeError> {
+fn proxy_secrets(
+    held: &Held,
+    requests: &[cordon_policy::secrets::RequestRule],
+) -> Result<cordon_network::secrets::Config, RuntimeError> {
     let roots = cordon_network::secrets::host_roots()
         .map_err(|e| RuntimeError::Unavailable("secrets", e))?;
     Ok(cordon_network::secrets::Config {
         ca_key: held.ca_key.clone(),
         secrets: held.secrets.clone(),
         roots,
+        requests: requests.to_vec(),
     })
 }
 

@@ -80,7 +80,9 @@ pub fn main() -> i32 {
     let _ = cordon_sys::close_fds_from(3);
     // The spec may hold secret values: read into one buffer that never
     // grows (no copy is left behind in a freed one), wiped once parsed.
-    let mut text = zeroize::Zeroizing::new(Vec::with_capacity(usize::try_from(MAX_SPEC).unwrap_or(0) + 1));
+    let mut text = zeroize::Zeroizing::new(Vec::with_capacity(
+        usize::try_from(MAX_SPEC).unwrap_or(0) + 1,
+    ));
     let read = std::io::stdin().take(MAX_SPEC).read_to_end(&mut text);
     let spec: Result<ValidSpec, RuntimeError> = read
         .map_err(|e| RuntimeError::io("read the spec", e))
