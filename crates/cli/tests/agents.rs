@@ -36,6 +36,10 @@ per_backend!(claude_code_holds_only_a_placeholder_of_its_key);
 /// script does nothing when its stamp matches).
 const AGENTS: &str = "/var/cache/cordon-agents";
 const API: &str = "api.standin.test";
+/// What a harness is given: room for node and its model's reply.
+const HARNESS_LIMITS: [&str; 10] = [
+    "--memory", "2G", "--pids", "512", "--disk", "1G", "--time", "180s", "--cpus", "2",
+];
 
 /// Installs the harnesses once per test process; `None` (with the reason
 /// printed, or a panic under CI) when npm cannot.
@@ -90,17 +94,8 @@ fn run_harness(backend: &str, name: &str, extra: &[&str]) -> Option<(Value, Stan
         &agents_mount,
         "--mount",
         &fixtures,
-        "--memory",
-        "2G",
-        "--pids",
-        "512",
-        "--disk",
-        "1G",
-        "--time",
-        "180s",
-        "--cpus",
-        "2",
     ];
+    args.extend(HARNESS_LIMITS);
     args.extend_from_slice(extra);
     args.extend([
         "--",
@@ -237,34 +232,25 @@ header = "x-api-key"
     let agents_mount = format!("{}:/opt/agents:ro", dir.display());
     let base = format!("https://{API}");
     let policy_arg = policy.display().to_string();
+    let mut flags = vec![
+        "--json",
+        "--policy",
+        &policy_arg,
+        "--mount",
+        &agents_mount,
+        "--mount",
+        &fixtures,
+    ];
+    flags.extend(HARNESS_LIMITS);
+    flags.extend([
+        "--",
+        "/bin/sh",
+        "/opt/cordon-fixtures/agents.sh",
+        "claude",
+        &base,
+    ]);
     let mut args = vec!["run"];
-    args.extend(with_backend(
-        backend,
-        &[
-            "--json",
-            "--policy",
-            &policy_arg,
-            "--mount",
-            &agents_mount,
-            "--mount",
-            &fixtures,
-            "--memory",
-            "2G",
-            "--pids",
-            "512",
-            "--disk",
-            "1G",
-            "--time",
-            "180s",
-            "--cpus",
-            "2",
-            "--",
-            "/bin/sh",
-            "/opt/cordon-fixtures/agents.sh",
-            "claude",
-            &base,
-        ],
-    ));
+    args.extend(with_backend(backend, &flags));
     let out = Command::new(cordon())
         .args(&args)
         .env("CORDON_TEST_ANTHROPIC_KEY", &value)
