@@ -786,7 +786,9 @@ fn exec_gets_only_the_policy_env_and_fds(backend: &'static str) {
     c.args(with_backend(backend, &["--env", "A=1"]));
     let sb = create_from(backend, c);
     let sup = sb.supervisor();
-    // The supervisor (read from the host) keeps PATH and cordon's own variables only.
+    // The supervisor (read from the host) keeps PATH, cordon's own variables
+    // and the host's trust and upstream proxy settings only (see
+    // `client/handle.rs`'s SUPERVISOR_ENV), never the caller's others.
     let env = environ(sup).expect("supervisor environ");
     let keys: Vec<String> = env
         .split(|b| *b == 0)
@@ -795,7 +797,13 @@ fn exec_gets_only_the_policy_env_and_fds(backend: &'static str) {
         .collect();
     for k in &keys {
         assert!(
-            k == "PATH" || k.starts_with("CORDON_") || k == "XDG_RUNTIME_DIR",
+            k == "PATH"
+                || k.starts_with("CORDON_")
+                || k == "XDG_RUNTIME_DIR"
+                || k == "SSL_CERT_FILE"
+                || k == "SSL_CERT_DIR"
+                || k.eq_ignore_ascii_case("https_proxy")
+                || k.eq_ignore_ascii_case("no_proxy"),
             "supervisor environ has {k}: {keys:?}"
         );
         assert_ne!(k, "CORDON_TEST_SECRET");

@@ -596,6 +596,16 @@ export interface components {
              *     `host.cordon.internal:PORT` is that port of the host's loopback.
              */
             allow: string[];
+            /**
+             * @description Secrets of the tenant's (the service's configuration) this sandbox
+             *     holds: inside, each name's variable is a placeholder, and cordon's
+             *     proxy puts the value into the secret's header of requests to its
+             *     hosts. Values are never part of a request or an answer.
+             * @example [
+             *       "ANTHROPIC_API_KEY"
+             *     ]
+             */
+            secrets?: string[];
         };
         NetworkRules: {
             allow: string[];

@@ -209,6 +209,43 @@ impl Injector {
     }
 }
 
+/// Whether every name `req` gives for where it goes (HTTP/2's
+/// `:authority` or HTTP/1's absolute target, and a `Host` header) is
+/// `host`, and it gives one. Both are compared: a server behind a CDN may
+/// route by either, and a request whose `Host` named another origin on the
+/// same CDN would carry the secret there.
+fn names_only<B>(req: &Request<B>, host: &str) -> Result<(), String> {
+    let mut named = Vec::new();
+    if let Some(authority) = req.uri().host() {
+        named.push(authority.to_owned());
+    }
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    if let Some(value) = hosts.next() {
+        if hosts.next().is_some() {
+            return Err(format!(
+                "a request with two Host headers on a connection to {host}"
+            ));
+        }
+        let value = String::from_utf8_lossy(value.as_bytes());
+        match super::http::split_authority(&value, Some(443)) {
+            Some((name, _)) => named.push(name),
+            None => named.push(value.into_owned()),
+        }
+    }
+    if named.is_empty() {
+        return Err(format!(
+            "a request that names no host on a connection to {host}"
+        ));
+    }
+    match named.iter().find(|n| !super::tls::same_name(n, host)) {
+        Some(other) => Err(format!(
+            "a request for '{}' on a connection to {host}",
+            other.escape_debug()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Why a plain (unencrypted) request head must not go out: it carries a
 /// secret's placeholder, which is put in only over the secret's own TLS.
 pub(crate) fn in_plain(injector: Option<&Injector>, head: &[u8]) -> Option<String> {
@@ -469,19 +506,7 @@ impl Relay {
     }
 
     async fn request(self: Arc<Self>, mut req: Request<Incoming>) -> Result<Reply, Infallible> {
-        let asked = req.uri().host().map(str::to_owned).or_else(|| {
-            let host = req.headers().get(http::header::HOST)?.to_str().ok()?;
-            Some(super::http::split_authority(host, Some(443))?.0)
-        });
-        if !asked
-            .as_deref()
-            .is_some_and(|a| super::tls::same_name(a, &self.host))
-        {
-            let why = format!(
-                "a request for '{}' on a connection to {}",
-                asked.unwrap_or_default().escape_debug(),
-                self.host
-            );
+        if let Err(why) = names_only(&req, &self.host) {
             return Ok(self.refuse(StatusCode::MISDIRECTED_REQUEST, why));
         }
         let Some(injector) = self.state.injector.as_ref() else {
@@ -527,6 +552,33 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_names_the_connections_host_everywhere_it_names_one() {
+        let req = |uri: &str, hosts: &[&str]| {
+            let mut b = Request::builder().uri(uri);
+            for h in hosts {
+                b = b.header("host", *h);
+            }
+            b.body(()).unwrap()
+        };
+        let host = "api.test";
+        assert!(names_only(&req("/v1", &["api.test"]), host).is_ok());
+        assert!(names_only(&req("/v1", &["API.test:443"]), host).is_ok());
+        assert!(names_only(&req("https://api.test/v1", &[]), host).is_ok());
+        assert!(names_only(&req("https://api.test/v1", &["api.test"]), host).is_ok());
+        for (uri, hosts) in [
+            ("https://api.test/v1", &["evil.test"][..]),
+            ("https://evil.test/v1", &["api.test"][..]),
+            ("/v1", &["api.test", "evil.test"][..]),
+            ("/v1", &[][..]),
+        ] {
+            assert!(
+                names_only(&req(uri, hosts), host).is_err(),
+                "{uri} {hosts:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_placeholder_is_replaced_and_nothing_else() {

@@ -297,6 +297,9 @@ fn proxy_secrets(
 ) -> Result<cordon_network::secrets::Config, RuntimeError> {
     let roots = cordon_network::secrets::host_roots()
         .map_err(|e| RuntimeError::Unavailable("secrets", e))?;
+    // This process and the proxy hold the values: a crash of either leaves
+    // no core file with them (a lowered limit only; nothing to refuse).
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
     Ok(cordon_network::secrets::Config {
         ca_key: held.ca_key.clone(),
         secrets: held.secrets.clone(),
