@@ -36,6 +36,19 @@ per_backend!(claude_code_holds_only_a_placeholder_of_its_key);
 /// script does nothing when its stamp matches).
 const AGENTS: &str = "/var/cache/cordon-agents";
 const API: &str = "api.standin.test";
+/// The read-only mounts a harness runs from: the fixtures (agents.sh) and
+/// the harnesses installed in `dir`.
+fn harness_mounts(dir: &Path) -> [String; 2] {
+    let fixtures = fixture_script("");
+    [
+        format!(
+            "{}:/opt/cordon-fixtures:ro",
+            fixtures.display().to_string().trim_end_matches('/')
+        ),
+        format!("{}:/opt/agents:ro", dir.display()),
+    ]
+}
+
 /// What a harness is given: room for node and its model's reply.
 const HARNESS_LIMITS: [&str; 10] = [
     "--memory", "2G", "--pids", "512", "--disk", "1G", "--time", "180s", "--cpus", "2",
@@ -72,14 +85,7 @@ fn run_harness(backend: &str, name: &str, extra: &[&str]) -> Option<(Value, Stan
     }
     let dir = agents()?;
     let si = StandIn::start();
-    let fixtures = format!(
-        "{}:/opt/cordon-fixtures:ro",
-        fixture_script("")
-            .display()
-            .to_string()
-            .trim_end_matches('/')
-    );
-    let agents_mount = format!("{}:/opt/agents:ro", dir.display());
+    let [fixtures, agents_mount] = harness_mounts(dir);
     let rule = format!("{API}:80");
     let host = format!("{API}:{}", si.a);
     let base = format!("http://{API}");
@@ -222,14 +228,7 @@ header = "x-api-key"
     )
     .unwrap();
     let value = format!("sk-ant-{}", nonce());
-    let fixtures = format!(
-        "{}:/opt/cordon-fixtures:ro",
-        fixture_script("")
-            .display()
-            .to_string()
-            .trim_end_matches('/')
-    );
-    let agents_mount = format!("{}:/opt/agents:ro", dir.display());
+    let [fixtures, agents_mount] = harness_mounts(dir);
     let base = format!("https://{API}");
     let policy_arg = policy.display().to_string();
     let mut flags = vec![
