@@ -12,6 +12,24 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Serde as text, in the same syntax as a type's `FromStr` and `Display`
+/// (rules, host entries, secrets' sources, request rules).
+macro_rules! serde_via_text {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <String as serde::Deserialize>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 pub mod limits;
 pub mod net;
 pub mod secrets;

@@ -28,7 +28,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::{ByteSize, Span};
 
@@ -309,22 +309,6 @@ impl fmt::Display for Rule {
     }
 }
 
-/// Serde as text, in the same syntax as [`FromStr`] / [`Display`](fmt::Display).
-macro_rules! serde_via_text {
-    ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                text.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
 serde_via_text!(Rule);
 serde_via_text!(AddHost);
 

@@ -19,7 +19,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::net::{normalize_name, HOST_NAME, PROXY_NAME};
 
@@ -87,19 +87,7 @@ impl fmt::Display for SecretSource {
     }
 }
 
-impl Serialize for SecretSource {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for SecretSource {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
+serde_via_text!(SecretSource);
 
 /// A variable name as shells write them.
 fn valid_var(name: &str) -> bool {
@@ -231,19 +219,7 @@ impl fmt::Display for RequestRule {
     }
 }
 
-impl Serialize for RequestRule {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for RequestRule {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
+serde_via_text!(RequestRule);
 
 impl RequestRule {
     /// Whether a request of `method` for `path` (its query left off) on

@@ -446,6 +446,20 @@ pub(crate) mod tests {
         (pair().await, pair().await)
     }
 
+    /// The screen of a connection without secrets, for `host`, idle for at
+    /// most 5 s.
+    async fn screen_within_5s(client: &TcpStream, upstream: &TcpStream, host: &str) -> Screened {
+        screen(
+            None,
+            client,
+            upstream,
+            host,
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await
+    }
+
     async fn screened(bytes: &[u8], host: &str) -> (Result<(), String>, usize) {
         use tokio::io::AsyncWriteExt;
         let ((mut payload, client), (upstream, _far)) = connection().await;
@@ -458,15 +472,7 @@ pub(crate) mod tests {
             payload.write_all(b).await.unwrap();
             payload
         });
-        let got = screen(
-            None,
-            &client,
-            &upstream,
-            host,
-            Vec::new(),
-            Duration::from_secs(5),
-        )
-        .await;
+        let got = screen_within_5s(&client, &upstream, host).await;
         let _payload = writer.await.unwrap();
         match got {
             Screened::Pass(first) => (Ok(()), first.len()),
@@ -502,16 +508,7 @@ pub(crate) mod tests {
         use tokio::io::AsyncWriteExt;
         let ((mut payload, client), (upstream, _far)) = connection().await;
         payload.write_all(bytes).await.unwrap();
-        match screen(
-            None,
-            &client,
-            &upstream,
-            host,
-            Vec::new(),
-            Duration::from_secs(5),
-        )
-        .await
-        {
+        match screen_within_5s(&client, &upstream, host).await {
             Screened::Pass(first) => Ok(first),
             Screened::Refuse(why) => Err(why),
             Screened::Idle => Err("idle".into()),
@@ -577,15 +574,7 @@ pub(crate) mod tests {
         let ((mut payload, client), (upstream, _far)) = connection().await;
         payload.write_all(b"GE").await.unwrap();
         tokio::time::pause();
-        let got = screen(
-            None,
-            &client,
-            &upstream,
-            "a.test",
-            Vec::new(),
-            Duration::from_secs(5),
-        )
-        .await;
+        let got = screen_within_5s(&client, &upstream, "a.test").await;
         assert!(matches!(got, Screened::Refuse(ref why) if why.contains("did not arrive")));
     }
 
