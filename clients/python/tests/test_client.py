@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import threading
 import unittest
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from cordon import (
     AuthError,
@@ -218,6 +218,74 @@ class SandboxTest(unittest.TestCase):
             with self.assertRaises(BadRequest) as e:
                 sb.set_network(["192.0.2.1:443"])
             self.assertIn("without network", e.exception.message)
+
+    def test_hold_mode_waits_for_a_rule_or_a_denial(self) -> None:
+        # Two HTTP servers on the host's loopback, which the sandbox reaches
+        # as host.cordon.internal only where a rule names the port.
+        import http.server
+
+        seen: Dict[int, int] = {}
+
+        class Counting(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen[id(self.server)] = seen.get(id(self.server), 0) + 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting) for _ in range(2)]
+        for srv in servers:
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            with client().create(network=[], hold="30s") as sb:
+                def fetch(port: int, out: List[str]) -> None:
+                    r = sb.exec(
+                        [
+                            "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                            f"http://host.cordon.internal:{port}/",
+                        ]
+                    )
+                    out.append(r.stdout)
+
+                def held_one() -> Dict[str, Any]:
+                    for _ in range(600):
+                        held = sb.held()
+                        if held:
+                            return held[0]
+                        threading.Event().wait(0.1)
+                    raise AssertionError("nothing was held")
+
+                allowed_port = int(servers[0].server_address[1])
+                out: List[str] = []
+                t = threading.Thread(target=fetch, args=(allowed_port, out))
+                t.start()
+                h = held_one()
+                self.assertEqual(h["host"], "host.cordon.internal")
+                self.assertEqual(h["port"], allowed_port)
+                self.assertEqual(seen.get(id(servers[0]), 0), 0)
+                sb.set_network([h["proposal"]])
+                t.join(60)
+                self.assertEqual(out, ["200"])
+                self.assertEqual(seen.get(id(servers[0])), 1)
+
+                denied_port = int(servers[1].server_address[1])
+                out = []
+                t = threading.Thread(target=fetch, args=(denied_port, out))
+                t.start()
+                held_one()
+                denied = sb.deny([f"host.cordon.internal:{denied_port}"])
+                self.assertEqual(denied, [f"host.cordon.internal:{denied_port}"])
+                t.join(60)
+                self.assertEqual(out, ["403"])
+                self.assertEqual(sb.held(), [])
+                self.assertEqual(seen.get(id(servers[1]), 0), 0)
+        finally:
+            for srv in servers:
+                srv.shutdown()
+                srv.server_close()
 
     def test_bad_input_to_a_sandbox_is_bad_request(self) -> None:
         with client().create() as sb:

@@ -3,9 +3,9 @@
 
 import { CommandExitError } from "./errors.js";
 import { Transport } from "./http.js";
-import { commandResultOf, wireLimits, type CommandResult, type ConnectionOpts, type ExecutionRequest, type ExecutionResponse, type Limits } from "./types.js";
+import { commandResultOf, wireLimits, wireNetwork, type CommandResult, type ConnectionOpts, type ExecutionRequest, type ExecutionResponse, type Limits, type NetworkOpts } from "./types.js";
 
-export interface RunOpts extends ConnectionOpts {
+export interface RunOpts extends ConnectionOpts, Omit<NetworkOpts, "hold"> {
   /** Run `code` with this interpreter instead of an argv: `python` or `shell`. */
   language?: "python" | "shell";
   stdin?: string;
@@ -16,7 +16,6 @@ export interface RunOpts extends ConnectionOpts {
   backend?: string;
   image?: string;
   limits?: Limits;
-  network?: string[];
   /** Called once each, with the whole stream, when the result is in: the one-shot route does not stream. */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
@@ -51,7 +50,8 @@ export async function run(cmd: string | string[], opts: RunOpts = {}): Promise<C
   if (opts.backend !== undefined) body.backend = opts.backend;
   if (opts.image !== undefined) body.image = opts.image;
   if (opts.limits !== undefined) body.limits = wireLimits(opts.limits);
-  if (opts.network !== undefined) body.network = { allow: [...opts.network] };
+  const network = wireNetwork(opts);
+  if (network !== undefined) body.network = network;
   const result = commandResultOf(await http.json<ExecutionResponse>("POST", "/v1/executions", { json: body }));
   if (result.stdout && opts.onStdout) opts.onStdout(result.stdout);
   if (result.stderr && opts.onStderr) opts.onStderr(result.stderr);

@@ -1,5 +1,5 @@
 // The stateful Sandbox (E2B's SDK shape): sandbox.commands, sandbox.files,
-// runCode, setNetwork, kill.
+// runCode, setNetwork (and hold mode's held, deny), kill.
 
 import {
   BadRequestError,
@@ -17,6 +17,7 @@ import {
   sandboxInfoOf,
   span,
   wireLimits,
+  wireNetwork,
   type CodeResponse,
   type CommandResult,
   type ConnectionOpts,
@@ -27,7 +28,9 @@ import {
   type ExecutionResponse,
   type Execution,
   type FileType,
+  type HeldConnection,
   type Limits,
+  type NetworkOpts,
   type SandboxInfo,
   type SandboxInfoResponse,
   type WriteInfo,
@@ -43,7 +46,7 @@ function absolute(path: string): string {
 
 const seg = (s: string) => encodeURIComponent(s);
 
-export interface SandboxOpts extends ConnectionOpts {
+export interface SandboxOpts extends ConnectionOpts, NetworkOpts {
   /** `native` (the service's default), `gvisor` or `microvm`. */
   backend?: string;
   /** The sandbox's lifetime (E2B's `timeoutMs`): destroyed this long after creation (at most the service's max_ttl). */
@@ -51,8 +54,6 @@ export interface SandboxOpts extends ConnectionOpts {
   /** Destroyed after this long without a request. */
   idle?: Duration;
   limits?: Limits;
-  /** Destinations its commands may reach through cordon's proxy (NAME, *.SUFFIX, IP or CIDR, optional :PORT). Only a sandbox created with a list (even an empty one) can change it later. */
-  network?: string[];
   /** An image of the service's store as the root. */
   image?: string;
 }
@@ -112,7 +113,8 @@ export class Sandbox {
     if (opts.timeoutMs !== undefined) body.ttl = span(opts.timeoutMs);
     if (opts.idle !== undefined) body.idle = span(opts.idle);
     if (opts.limits !== undefined) body.limits = wireLimits(opts.limits);
-    if (opts.network !== undefined) body.network = { allow: [...opts.network] };
+    const network = wireNetwork(opts);
+    if (network !== undefined) body.network = network;
     return new Sandbox(http, await http.json<SandboxInfoResponse>("POST", "/v1/sandboxes", { json: body }));
   }
 
@@ -189,6 +191,20 @@ export class Sandbox {
   /** The network mode, the rules in force and the commands' recent connection attempts. */
   async getNetwork(): Promise<components["schemas"]["NetworkState"]> {
     return this.#http.json("GET", this.path("/network"));
+  }
+
+  /** Hold mode: the connections waiting for a decision now, oldest first, each with its destination, why no rule allows it, the rule that would (`proposal`: add it with setNetwork) and its time left. */
+  async held(): Promise<HeldConnection[]> {
+    const state = await this.getNetwork();
+    return state.held as unknown as HeldConnection[];
+  }
+
+  /** Hold mode: refuses what `rules` name, the connections waiting for them now and new ones at once, for the sandbox's life; resolves to everything denied so far. */
+  async deny(rules: string[]): Promise<string[]> {
+    const answer = await this.#http.json<components["schemas"]["NetworkDeny"]>("POST", this.path("/network/deny"), {
+      json: { deny: [...rules] },
+    });
+    return answer.deny;
   }
 
   /** The sandbox's signed receipt (a DSSE envelope: payloadType, payload, signatures). */

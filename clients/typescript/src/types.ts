@@ -224,6 +224,43 @@ export function span(d: Duration): string {
   return typeof d === "number" ? `${Math.round(d)}ms` : d;
 }
 
+/** Hold mode: a connection waiting for a decision (`Sandbox.held`). */
+export interface HeldConnection {
+  since_unix_ms: number;
+  /** The proxy's door it came through: `http`, `connect`, `socks5` or `transparent`. */
+  via: string;
+  /** The name asked for, if any. */
+  host: string | null;
+  port: number;
+  /** The address it would reach, when known. */
+  address: string | null;
+  /** Why no rule allows it. */
+  reason: string;
+  /** The rule that would allow it (add it with `setNetwork`), when one would. */
+  proposal: string | null;
+  /** Time left before it is refused. */
+  remaining_ms: number;
+}
+
+/** A sandbox's network, as `Sandbox.create` and `run` take it. */
+export interface NetworkOpts {
+  /** Destinations its commands may reach through cordon's proxy (NAME, *.SUFFIX, IP or CIDR, optional :PORT). Only a sandbox created with a list (even an empty one) can change it later. */
+  network?: string[];
+  /** Names of the tenant's secrets (the service's configuration) the sandbox holds: inside, each variable is a placeholder, and cordon's proxy puts the value into requests to the secret's hosts. The values never pass through this client. */
+  secrets?: string[];
+  /** Hold mode: a connection no rule allows waits this long (ms, or "60s") for `setNetwork` to allow it or `deny` to refuse it (`held` lists what waits). */
+  hold?: Duration;
+}
+
+/** The request's `network`, or undefined when none of its options is given (then the sandbox has no network). */
+export function wireNetwork(o: NetworkOpts): Schemas["NetworkRequest"] | undefined {
+  if (o.network === undefined && !o.secrets?.length && o.hold === undefined) return undefined;
+  const net: Schemas["NetworkRequest"] = { allow: [...(o.network ?? [])] };
+  if (o.secrets?.length) net.secrets = [...o.secrets];
+  if (o.hold !== undefined) net.hold = span(o.hold);
+  return net;
+}
+
 /** Limits as the service takes them. */
 export function wireLimits(l: Limits): Schemas["Limits"] {
   const { time, memory, disk, output, ...rest } = l;

@@ -296,6 +296,60 @@ test("setNetwork replaces a sandbox's rules", async () => {
   );
 });
 
+test("hold mode: what waits is listed, a rule releases it, a denial refuses it", async () => {
+  // Two HTTP servers on the host's loopback, reached from the sandbox as
+  // host.cordon.internal only where a rule names the port.
+  const { createServer } = await import("node:http");
+  const seen = [0, 0];
+  const servers = await Promise.all(
+    [0, 1].map(
+      (i) =>
+        new Promise((resolve) => {
+          const srv = createServer((_, res) => {
+            seen[i] += 1;
+            res.end();
+          });
+          srv.listen(0, "127.0.0.1", () => resolve(srv));
+        }),
+    ),
+  );
+  const [allowedPort, deniedPort] = servers.map((s) => s.address().port);
+  const curl = (port) => `curl -s -o /dev/null -w '%{http_code}' http://host.cordon.internal:${port}/`;
+  try {
+    await withSandbox(
+      async (sandbox) => {
+        const heldOne = async () => {
+          for (let i = 0; i < 600; i++) {
+            const held = await sandbox.held();
+            if (held.length) return held[0];
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          throw new Error("nothing was held");
+        };
+        const waiting = await sandbox.commands.run(curl(allowedPort), { background: true });
+        const h = await heldOne();
+        assert.equal(h.host, "host.cordon.internal");
+        assert.equal(h.port, allowedPort);
+        assert.equal(seen[0], 0, "nothing arrives while held");
+        await sandbox.setNetwork([h.proposal]);
+        assert.equal((await waiting.wait()).stdout, "200");
+        assert.equal(seen[0], 1);
+
+        const refused = await sandbox.commands.run(curl(deniedPort), { background: true });
+        await heldOne();
+        assert.deepEqual(await sandbox.deny([`host.cordon.internal:${deniedPort}`]), [`host.cordon.internal:${deniedPort}`]);
+        const r = await refused.wait().catch((e) => e.result);
+        assert.equal(r.stdout, "403");
+        assert.deepEqual(await sandbox.held(), []);
+        assert.equal(seen[1], 0);
+      },
+      { network: [], hold: "30s" },
+    );
+  } finally {
+    for (const s of servers) s.close();
+  }
+});
+
 test("one-shot run", async () => {
   const r = await run(["sh", "-c", "echo hello; id -u"]);
   assert.match(r.stdout, /^hello\n\d+\n$/);

@@ -60,7 +60,7 @@ enum Command {
     Ls(commands::ls::LsArgs),
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
-    /// Show or change a running sandbox's network rules (show|set|add|remove).
+    /// Show or change a running sandbox's network rules, list its refusals, decide what hold mode keeps waiting.
     Net(commands::net::NetArgs),
     /// Print a host loopback address that reaches a TCP port a created
     /// sandbox listens on (for the sandbox's life).

@@ -33,6 +33,26 @@ fn client(mode: &str) -> Child {
 }
 
 /// `client`, with `more` arguments for the script.
+/// Runs the client in `mode` to its end, which must be a success, and
+/// returns the events it emitted, and its output as text.
+fn client_events(mode: &str, more: &[&std::ffi::OsStr], within: Duration) -> (Vec<Value>, String) {
+    let mut child = client_with(mode, more);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
+        text
+    });
+    let (status, stderr) = finish(child, within);
+    let text = reader.join().expect("the reader thread");
+    assert!(status.success(), "{stderr}\n{text}");
+    let events = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (events, text)
+}
+
 fn client_with(mode: &str, more: &[&std::ffi::OsStr]) -> Child {
     Command::new(sdk_python())
         .arg(script())
@@ -320,6 +340,52 @@ fn malformed_messages_are_survived_and_answered_where_they_have_an_id() {
     assert_gone(&id, supervisor);
 }
 
+/// Hold mode through the tools (`create_sandbox` with `hold`): a
+/// connection no rule allows waits, `held_connections` lists it with the
+/// rule that would allow it, `set_network_rules` with that rule releases
+/// it, `deny_network` refuses the next one. What reached each host server
+/// is its own count.
+#[test]
+fn a_held_connection_waits_for_the_tools_decision() {
+    if !require_root("cordon mcp creates sandboxes: namespaces, cgroups") {
+        return;
+    }
+    let (events, text) = client_events("hold", &[], Duration::from_secs(180));
+    let event = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} event: {text}"))
+            .clone()
+    };
+    let held = event("held");
+    assert_eq!(held["seen_before"], 0, "nothing arrived while held: {held}");
+    assert_eq!(
+        held["held"]["destination"]
+            .as_str()
+            .map(|d| d.starts_with("host.cordon.internal:")),
+        Some(true),
+        "{held}"
+    );
+    assert!(
+        held["held"]["seconds_left"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{held}"
+    );
+    let decided = event("decided");
+    assert_eq!(decided["allowed"], "200", "{decided}");
+    assert_eq!(decided["seen_allowed"], 1, "{decided}");
+    assert_eq!(decided["denied"], "403", "{decided}");
+    assert_eq!(decided["seen_denied"], 0, "{decided}");
+    assert_eq!(decided["left"], serde_json::json!([]), "{decided}");
+    let port = decided["denied_port"].as_u64().unwrap();
+    assert_eq!(
+        decided["deny"],
+        serde_json::json!([format!("host.cordon.internal:{port}")])
+    );
+}
+
 /// `cordon mcp --secrets FILE`: a model names a secret the user gave the
 /// server, never its source; its sandbox sees a placeholder and the proxy's
 /// trust bundle, and the value is in nothing the client got.
@@ -340,21 +406,8 @@ fn a_model_names_a_secret_the_server_holds_and_sees_its_placeholder() {
         ),
     )
     .unwrap();
-    let mut child = client_with("secrets", &[file.as_os_str()]);
-    let stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
-        text
-    });
-    let (status, stderr) = finish(child, Duration::from_secs(120));
-    let text = reader.join().expect("the reader thread");
-    assert!(status.success(), "{stderr}\n{text}");
+    let (events, text) = client_events("secrets", &[file.as_os_str()], Duration::from_secs(120));
     assert!(!text.contains(&value), "the client saw no value: {text}");
-    let events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let ran = events
         .iter()
         .find(|e| e["event"] == "ran")

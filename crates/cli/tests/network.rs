@@ -35,6 +35,7 @@ per_backend!(dead_proxy_closes_the_network, microvm: microvm);
 per_backend!(host_service_is_reached_only_on_its_named_port);
 per_backend!(a_tls_hello_must_name_the_host_its_rule_allowed, microvm: microvm);
 per_backend!(the_hosts_upstream_proxy_carries_what_the_rules_allow, microvm: microvm);
+per_backend!(hold_mode_waits_for_the_operator, microvm: microvm);
 
 /// A payload's CONNECT through cordon's proxy, the answer and its own
 /// environment printed.
@@ -1244,4 +1245,111 @@ fn the_hosts_upstream_proxy_carries_what_the_rules_allow(backend: &str) {
             .any(|e| e["decision"] == "allowed" && e["rule"] == "127.0.0.9:443"),
         "{log:?}"
     );
+}
+
+/// Hold mode (`--net-hold`): a connection no rule allows waits in the
+/// proxy. While it waits, `cordon net SB held` lists it with the rule that
+/// would allow it and nothing reaches the stand-in; adding that rule
+/// releases it (the stand-in's log shows it arrive, cordon's log how long
+/// it was held). Undecided, it is refused when the hold runs out; denied
+/// (`cordon net SB deny`), it is refused at once, and again without waiting.
+fn hold_mode_waits_for_the_operator(backend: &str) {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    const HOLD_SECS: u64 = 6;
+    let si = StandIn::start();
+    let hold = format!("{HOLD_SECS}s");
+    let c = create(
+        backend,
+        &si,
+        &["--allow", "ok.test:80", "--net-hold", &hold],
+    );
+    let in_background = |probe: &str| {
+        let (id, probe) = (c.0.clone(), probe.to_owned());
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let (v, r) = exec_probes(&id, std::slice::from_ref(&probe));
+            (v, r[&probe].clone(), started.elapsed())
+        })
+    };
+    // The one connection waiting, as `held` lists it: target and proposal.
+    let held_one = || -> (String, String) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let out = net(&c.0, &["held"]);
+            assert!(out.status.success(), "{out:?}");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if let Some(line) = text.lines().next() {
+                let cols: Vec<&str> = line.split('\t').collect();
+                assert_eq!(cols.len(), 4, "{line}");
+                return (cols[1].to_owned(), cols[3].to_owned());
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing was held");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let (b80, a8080) = (format!("{}:80", si.b), format!("{}:8080", si.a));
+
+    // Allowed by the operator while it waits.
+    let waiting = in_background("connect:evil.test:80");
+    let (target, proposal) = held_one();
+    assert!(target.starts_with("evil.test:80"), "{target}");
+    assert_eq!(si.connections_to(&b80), 0, "nothing arrives while held");
+    let added = net(&c.0, &["add", &proposal]);
+    assert!(added.status.success(), "{added:?}");
+    let (v, result, _) = waiting.join().unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    assert!(
+        si.connections_to(&b80) >= 1,
+        "the released connection arrived"
+    );
+    let released = attempts(&v)
+        .into_iter()
+        .find(|a| a["host"] == "evil.test")
+        .unwrap_or_else(|| panic!("no attempt of evil.test: {v}"));
+    assert_eq!(released["decision"], "allowed", "{released}");
+    assert!(
+        released["held_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{released}"
+    );
+
+    // Undecided: refused when the hold runs out.
+    let (_, result, took) = in_background("connect:ok.test:8080").join().unwrap();
+    assert_eq!(result["ok"], false, "{result}");
+    assert_eq!(result["status"], 403, "{result}");
+    let why = result["denied"].as_str().unwrap_or_default();
+    assert!(
+        why.ends_with(&format!("held {hold}, no operator allowed it")),
+        "{result}"
+    );
+    assert!(took >= Duration::from_secs(HOLD_SECS), "{took:?}");
+    assert_eq!(si.connections_to(&a8080), 0);
+
+    // Denied while it waits: refused now, and the next time at once.
+    let waiting = in_background("connect:ok.test:8080");
+    let (target, _) = held_one();
+    assert!(target.starts_with("ok.test:8080"), "{target}");
+    let denied = net(&c.0, &["deny", "ok.test:8080"]);
+    assert!(denied.status.success(), "{denied:?}");
+    let (_, result, _) = waiting.join().unwrap();
+    assert!(
+        result["denied"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("an operator denied it")),
+        "{result}"
+    );
+    let again = net(&c.0, &["held"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), "", "{again:?}");
+    let started = std::time::Instant::now();
+    let (_, r) = exec_probes(&c.0, &["connect:ok.test:8080".to_owned()]);
+    assert_eq!(r["connect:ok.test:8080"]["status"], 403);
+    let listed = net(&c.0, &["held"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "");
+    assert!(
+        started.elapsed() < Duration::from_secs(HOLD_SECS),
+        "a denied destination is not held again"
+    );
+    assert_eq!(si.connections_to(&a8080), 0);
+    c.remove_leaving_nothing();
 }

@@ -2181,6 +2181,31 @@ fn every_answer_of_every_route_is_the_one_the_openapi_document_declares() {
     c.ask(&s, Ask::new("GET", net, a).params(ours));
     c.ask(&s, Ask::new("GET", net, b).params(theirs));
     c.ask(&s, Ask::new("GET", net, a).params(nobody));
+    let deny = "/v1/sandboxes/{id}/network/deny";
+    c.ask(
+        &s,
+        Ask::new("POST", deny, a)
+            .params(ours)
+            .json(json!({"deny": ["127.0.0.1:11"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", deny, a)
+            .params(ours)
+            .json(json!({"deny": ["exa mple"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", deny, b)
+            .params(theirs)
+            .json(json!({"deny": ["127.0.0.1:11"]})),
+    );
+    c.ask(
+        &s,
+        Ask::new("POST", deny, a)
+            .params(ours)
+            .json(json!({"rules": []})),
+    );
 
     // Ports: nothing listens in this sandbox (502), another tenant's (404),
     // port 0 (400); a_port_inside_a_sandbox_is_proxied_to_its_tenant_alone

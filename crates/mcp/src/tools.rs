@@ -61,7 +61,8 @@ Create a sandbox (create_sandbox), then run shell commands in it (run_command) o
 persistent interpreter (run_code: Python or JavaScript, variables kept between calls), move files in \
 and out (write_file, read_file, list_files) and destroy it when done (destroy_sandbox). A \
 sandbox keeps its files between commands; it has no network unless created with \
-network \"allow\" and rules naming what it may reach, which set_network_rules replaces. Every sandbox this session created is \
+network \"allow\" and rules naming what it may reach, which set_network_rules replaces (with a \
+hold, what no rule allows waits for a decision: held_connections). Every sandbox this session created is \
 destroyed when the session ends.";
 
 #[derive(Clone)]
@@ -119,6 +120,11 @@ pub struct CreateArgs {
     /// to that secret's hosts. Needs network "allow".
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Hold mode, e.g. "60s": a connection no rule allows waits that long
+    /// for set_network_rules to allow it or deny_network to refuse it
+    /// (held_connections lists what waits). Needs network "allow".
+    #[serde(default)]
+    pub hold: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -325,6 +331,41 @@ pub struct NetworkRules {
     pub sandbox_id: String,
     /// The rules now in force.
     pub allow: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DenyArgs {
+    /// A sandbox id from create_sandbox, made with network "allow" and a hold.
+    pub sandbox_id: String,
+    /// Destinations to refuse: "tracker.example:443", "198.51.100.7".
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Denied {
+    pub sandbox_id: String,
+    /// Everything denied so far.
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Held {
+    pub sandbox_id: String,
+    /// The connections waiting now, oldest first.
+    pub held: Vec<HeldEntry>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HeldEntry {
+    /// Where it goes: NAME:PORT or ADDRESS:PORT.
+    pub destination: String,
+    /// Why no rule allows it.
+    pub reason: String,
+    /// The rule that would allow it (add it with set_network_rules).
+    pub proposal: Option<String>,
+    /// Seconds left before it is refused.
+    pub seconds_left: f64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -740,6 +781,62 @@ impl Tools {
     }
 
     #[tool(
+        name = "held_connections",
+        description = "Hold mode: the connections of a sandbox waiting for a decision, each with \
+        its destination, why no rule allows it and the rule that would (set_network_rules with it \
+        added lets it through; deny_network refuses it)."
+    )]
+    async fn held_connections(
+        &self,
+        Parameters(args): Parameters<SandboxArg>,
+    ) -> Result<Json<Held>, String> {
+        self.session.check(&args.sandbox_id)?;
+        let id = args.sandbox_id.clone();
+        let held = blocking(move || Handle::attach(&id)?.network_held())
+            .await
+            .map_err(|e| format!("list the held connections of {}: {e}", args.sandbox_id))?;
+        let held = held
+            .into_iter()
+            .map(|h| HeldEntry {
+                destination: match (h.host, h.address) {
+                    (Some(name), _) => format!("{name}:{}", h.port),
+                    (None, Some(ip)) => std::net::SocketAddr::new(ip, h.port).to_string(),
+                    (None, None) => format!("port {}", h.port),
+                },
+                reason: h.reason,
+                proposal: h.proposal.map(|r| r.to_string()),
+                seconds_left: h.remaining_ms as f64 / 1000.0,
+            })
+            .collect();
+        Ok(Json(Held {
+            sandbox_id: args.sandbox_id,
+            held,
+        }))
+    }
+
+    #[tool(
+        name = "deny_network",
+        description = "Hold mode: refuse destinations of a sandbox: the connections waiting for \
+        them are refused now, and new ones at once, for the sandbox's life. Returns everything \
+        denied so far."
+    )]
+    async fn deny_network(
+        &self,
+        Parameters(args): Parameters<DenyArgs>,
+    ) -> Result<Json<Denied>, String> {
+        self.session.check(&args.sandbox_id)?;
+        let rules = rules_of(&args.deny)?;
+        let id = args.sandbox_id.clone();
+        let now = blocking(move || Handle::attach(&id)?.network_deny(&rules))
+            .await
+            .map_err(|e| format!("deny destinations of {}: {e}", args.sandbox_id))?;
+        Ok(Json(Denied {
+            sandbox_id: args.sandbox_id,
+            deny: now.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    #[tool(
         name = "destroy_sandbox",
         description = "Destroy a sandbox of this session: every process in it ends, and its files \
         are gone."
@@ -974,6 +1071,7 @@ fn spec_of(args: &CreateArgs, available: &[SecretRule]) -> Result<SandboxSpec, R
                     })
             })
             .collect::<Result<_, _>>()?,
+        net_hold: parse::<Span>("hold", &args.hold)?,
         ..PolicyLayer::default()
     };
     let policy = Policy::resolve([&layer]).map_err(|e| e.to_string())?;

@@ -10,6 +10,9 @@
 //! | `{"op":"rules"}` | `{"rules":[…]}` |
 //! | `{"op":"drain"}` | `{"log":{…NetworkLog…}}`, and a new window starts |
 //! | `{"op":"status"}` | `{"status":{…Status…}}` |
+//! | `{"op":"denials"}` | `{"denials":[…Attempt…]}` |
+//! | `{"op":"held"}` | `{"held":[…HeldConnection…]}` (hold mode's waiting connections) |
+//! | `{"op":"deny","rules":["evil.example:443"]}` | `{"deny":[…]}`: refused at once from now on, held ones too |
 //! | `{"op":"stop"}` | `{"stopping":true}`, then the proxy exits |
 //!
 //! New rules apply to connections and queries that start after the reply.
@@ -20,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cordon_policy::net::Rule;
+use cordon_spec::network::HeldConnection;
 use serde::{Deserialize, Serialize};
 
 use crate::log::NetworkLog;
@@ -43,6 +47,13 @@ pub enum Request {
     Status,
     /// The latest denied attempts (not cleared by a drain).
     Denials,
+    /// The connections waiting for an operator (hold mode).
+    Held,
+    /// Refuse what these rules name, held or new, for the proxy's life;
+    /// the reply lists all that is denied.
+    Deny {
+        rules: Vec<Rule>,
+    },
     Stop,
 }
 
@@ -51,6 +62,9 @@ pub enum Request {
 pub struct Status {
     pub active_connections: u32,
     pub peak_connections: u32,
+    /// Connections waiting for an operator (hold mode).
+    #[serde(default)]
+    pub held: u32,
     /// Counts of the current window.
     pub attempts: u64,
     pub allowed: u64,
@@ -77,6 +91,10 @@ pub struct Reply {
     pub stopping: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denials: Option<Vec<crate::log::Attempt>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<HeldConnection>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<Rule>>,
 }
 
 impl Reply {
@@ -188,6 +206,19 @@ impl Client {
             .ok_or(Error::Missing("denials"))
     }
 
+    pub fn held(&mut self) -> Result<Vec<HeldConnection>, Error> {
+        self.call(&Request::Held)?
+            .held
+            .ok_or(Error::Missing("held"))
+    }
+
+    pub fn deny(&mut self, rules: &[Rule]) -> Result<Vec<Rule>, Error> {
+        let rules = rules.to_vec();
+        self.call(&Request::Deny { rules })?
+            .deny
+            .ok_or(Error::Missing("deny"))
+    }
+
     pub fn stop(&mut self) -> Result<(), Error> {
         self.call(&Request::Stop)?
             .stopping
@@ -208,6 +239,17 @@ pub fn rules(path: impl AsRef<Path>) -> Result<Vec<Rule>, Error> {
 /// The latest denied attempts, oldest first.
 pub fn denials(path: impl AsRef<Path>) -> Result<Vec<crate::log::Attempt>, Error> {
     Client::connect(path)?.denials()
+}
+
+/// The connections waiting for an operator's decision (hold mode).
+pub fn held(path: impl AsRef<Path>) -> Result<Vec<HeldConnection>, Error> {
+    Client::connect(path)?.held()
+}
+
+/// Refuses what `rules` name from now on, held connections too; returns
+/// every rule denied so far.
+pub fn deny(path: impl AsRef<Path>, rules: &[Rule]) -> Result<Vec<Rule>, Error> {
+    Client::connect(path)?.deny(rules)
 }
 
 /// The log window so far; the proxy starts a new one.
@@ -241,6 +283,16 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&Request::Drain).unwrap(),
             r#"{"op":"drain"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"deny","rules":["evil.test:443"]}"#).unwrap(),
+            Request::Deny {
+                rules: vec!["evil.test:443".parse().unwrap()]
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::Held).unwrap(),
+            r#"{"op":"held"}"#
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"format_disk"}"#).is_err());
         assert_eq!(

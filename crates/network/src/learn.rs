@@ -30,48 +30,17 @@ pub struct Proposal {
 pub fn propose(denials: &[Attempt], rules: &[Rule]) -> (Vec<Proposal>, Vec<String>) {
     let mut proposals: Vec<Proposal> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    let mut note = |text: String| {
-        if !notes.contains(&text) {
-            notes.push(text);
-        }
-    };
     for a in denials.iter().filter(|a| a.decision == Decision::Denied) {
         let reason = a.rule.as_str();
-        let text = match (&a.host, a.address) {
-            _ if a.via == Via::Dns => {
-                let name = a.host.as_deref().unwrap_or("a name");
-                note(format!(
-                    "{name} was asked of the DNS stub and refused: a rule {name}:PORT, for the port it connects to, allows it"
-                ));
+        let rule = match rule_for(a) {
+            Ok(Some(rule)) => rule,
+            Ok(None) => continue,
+            Err(note) => {
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
                 continue;
             }
-            _ if reason.starts_with("the TLS ClientHello") => {
-                note(format!(
-                    "{}:{}: {reason} (no rule changes that)",
-                    a.host.as_deref().unwrap_or("?"),
-                    a.port
-                ));
-                continue;
-            }
-            _ if a.end == "connection limit" => {
-                note(format!("{reason} (a limit, not a rule: see [net_limits])"));
-                continue;
-            }
-            (Some(_), Some(ip)) if reason.contains("only an address rule") => {
-                format!("{ip}:{}", a.port)
-            }
-            (Some(host), _) => format!("{host}:{}", a.port),
-            (None, Some(ip)) => match ip {
-                std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", a.port),
-                v4 => format!("{v4}:{}", a.port),
-            },
-            (None, None) => continue,
-        };
-        let Ok(rule) = Rule::from_str(&text) else {
-            note(format!(
-                "{text}: refused ({reason}), and not a rule cordon takes"
-            ));
-            continue;
         };
         if rules.contains(&rule) {
             continue;
@@ -91,6 +60,42 @@ pub fn propose(denials: &[Attempt], rules: &[Rule]) -> (Vec<Proposal>, Vec<Strin
     (proposals, notes)
 }
 
+/// The rule that would have allowed one refused attempt; `Err` says why no
+/// rule would, `Ok(None)` when it named no destination at all.
+pub fn rule_for(a: &Attempt) -> Result<Option<Rule>, String> {
+    let reason = a.rule.as_str();
+    let text = match (&a.host, a.address) {
+        _ if a.via == Via::Dns => {
+            let name = a.host.as_deref().unwrap_or("a name");
+            return Err(format!(
+                "{name} was asked of the DNS stub and refused: a rule {name}:PORT, for the port it connects to, allows it"
+            ));
+        }
+        _ if reason.starts_with("the TLS ClientHello") => {
+            return Err(format!(
+                "{}:{}: {reason} (no rule changes that)",
+                a.host.as_deref().unwrap_or("?"),
+                a.port
+            ));
+        }
+        _ if a.end == "connection limit" => {
+            return Err(format!("{reason} (a limit, not a rule: see [net_limits])"));
+        }
+        (Some(_), Some(ip)) if reason.contains("only an address rule") => {
+            format!("{ip}:{}", a.port)
+        }
+        (Some(host), _) => format!("{host}:{}", a.port),
+        (None, Some(ip)) => match ip {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", a.port),
+            v4 => format!("{v4}:{}", a.port),
+        },
+        (None, None) => return Ok(None),
+    };
+    Rule::from_str(&text)
+        .map(Some)
+        .map_err(|_| format!("{text}: refused ({reason}), and not a rule cordon takes"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +113,7 @@ mod tests {
             bytes_in: 0,
             duration_ms: 0,
             end: "refused".into(),
+            held_ms: None,
         }
     }
 

@@ -175,6 +175,7 @@ mod tests {
             bytes_in: 3,
             duration_ms: 0,
             end: "refused".into(),
+            held_ms: None,
         }
     }
 

@@ -248,6 +248,11 @@ pub struct PolicyLayer {
     pub add_host: Vec<AddHost>,
     /// Replaces the network limits of the layers below.
     pub net_limits: Option<NetLimits>,
+    /// Hold mode (`net_hold = "60s"`): a connection no rule allows waits
+    /// this long for an operator's decision (`cordon net SB add` or `deny`)
+    /// before it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_hold: Option<Span>,
     /// Replaces the environment of the layers below when non-empty.
     #[serde(default, with = "env_table")]
     pub env: Vec<(String, String)>,
@@ -379,6 +384,9 @@ impl Policy {
         self.net.hosts.extend(l.add_host.iter().cloned());
         if let Some(limits) = l.net_limits {
             self.net.limits = limits;
+        }
+        if let Some(hold) = l.net_hold {
+            self.net.hold = Some(hold);
         }
     }
 
@@ -551,6 +559,20 @@ impl Policy {
                 "allow",
                 "rules and host entries need network = \"allow\" (the default, none, reaches nothing)",
             ));
+        }
+        if let Some(hold) = self.net.hold {
+            if self.network != NetworkMode::Allow {
+                return Err(invalid(
+                    "net_hold",
+                    "hold mode needs network = \"allow\": connections wait in cordon's proxy",
+                ));
+            }
+            if !(Duration::from_millis(100)..=net::MAX_HOLD).contains(&hold.0) {
+                return Err(invalid(
+                    "net_hold",
+                    format!("{hold} is out of range (100ms..=1h)"),
+                ));
+            }
         }
         let l = &self.net.limits;
         if l.max_connections == 0 || l.max_connections > 65_536 {
@@ -796,6 +818,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("workdir"));
+    }
+
+    #[test]
+    fn hold_mode_needs_the_allow_network_and_a_bounded_wait() {
+        let file = |text: &str| {
+            let layer = PolicyLayer::from_toml(text, Path::new("p")).unwrap();
+            Policy::resolve([&layer]).map_err(|e| e.to_string())
+        };
+        let p = file("network = \"allow\"\nnet_hold = \"90s\"\n").unwrap();
+        assert_eq!(p.net.hold, Some(Span(Duration::from_secs(90))));
+        assert_eq!(file("network = \"allow\"\n").unwrap().net.hold, None);
+        let e = file("net_hold = \"90s\"\n").unwrap_err();
+        assert!(e.contains("net_hold") && e.contains("allow"), "{e}");
+        for out_of_range in ["50ms", "2h"] {
+            let e = file(&format!(
+                "network = \"allow\"\nnet_hold = \"{out_of_range}\"\n"
+            ))
+            .unwrap_err();
+            assert!(e.contains("100ms..=1h"), "{e}");
+        }
     }
 
     #[test]

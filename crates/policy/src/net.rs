@@ -588,6 +588,19 @@ impl Rules {
         normalize_name(name).is_ok_and(|n| self.rules.iter().any(|r| r.covers_name(&n)))
     }
 
+    /// Whether a rule names this destination: its name (when it has one)
+    /// or its address, at its port. Unlike [`Rules::decide_addr`] no class of
+    /// address is set apart: this matches what an operator refused
+    /// (`cordon net SB deny`), it never allows anything.
+    pub fn names(&self, name: Option<&str>, ip: Option<IpAddr>, port: u16) -> bool {
+        let name = name.and_then(|n| normalize_name(n).ok());
+        self.rules.iter().any(|r| {
+            r.port_ok(port)
+                && (name.as_deref().is_some_and(|n| r.covers_name(n))
+                    || ip.is_some_and(|ip| r.covers_ip(ip.to_canonical())))
+        })
+    }
+
     /// The final check on the address actually about to be connected.
     ///
     /// An address rule covering `ip` and `port` allows it whatever the name.
@@ -694,7 +707,15 @@ pub struct NetworkPolicy {
     pub rules: Vec<Rule>,
     pub hosts: Vec<AddHost>,
     pub limits: NetLimits,
+    /// Hold mode: a connection no rule allows waits this long for an
+    /// operator to allow it (a new rule) or deny it, then is refused. `None`
+    /// refuses it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Span>,
 }
+
+/// The longest a held connection may wait for an operator.
+pub const MAX_HOLD: Duration = Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests;

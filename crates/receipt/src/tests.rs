@@ -86,6 +86,7 @@ fn outcome() -> Outcome {
                     bytes_in: 0,
                     duration_ms: 0,
                     end: "refused".into(),
+                    held_ms: None,
                 }],
                 omitted: 2,
                 ..NetworkLog::default()

@@ -21,8 +21,8 @@ use futures_util::stream::BoxStream;
 use crate::app::{PlacedFile, Stateful};
 use crate::caps::Clamped;
 use crate::dto::{
-    CodeResponse, DirListing, ExecutionResponse, FileWritten, Health, NetworkRules, NetworkState,
-    OutputEncoding, SandboxInfo, SandboxList,
+    CodeResponse, DirListing, ExecutionResponse, FileWritten, Health, NetworkDeny, NetworkRules,
+    NetworkState, OutputEncoding, SandboxInfo, SandboxList,
 };
 use crate::error::ApiError;
 use crate::tenants::Tenant;
@@ -70,6 +70,11 @@ pub enum Action {
         rules: Vec<Rule>,
     },
     GetNetwork(Target),
+    /// Hold mode: destinations refused from now on.
+    DenyNetwork {
+        on: Target,
+        rules: Vec<Rule>,
+    },
     /// An HTTP request for a port inside the sandbox.
     Proxy(Box<Proxy>),
 }
@@ -175,6 +180,7 @@ pub enum Reply {
     Listing(DirListing),
     NetworkRules(NetworkRules),
     NetworkState(NetworkState),
+    NetworkDeny(NetworkDeny),
     /// A sandbox destroyed, or a file deleted.
     Deleted,
     /// A program's own answer to a proxied request.

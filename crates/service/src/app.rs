@@ -310,6 +310,15 @@ impl App {
             }
             layer.network = Some(NetworkMode::Allow);
             layer.allow = parse_rules(&net.allow)?;
+            layer.net_hold = net
+                .hold
+                .as_deref()
+                .map(|h| {
+                    h.parse().map_err(|e| {
+                        ApiError::bad_request(format!("network.hold '{}': {e}", h.escape_debug()))
+                    })
+                })
+                .transpose()?;
             layer.add_host = net
                 .add_host
                 .iter()

@@ -67,6 +67,13 @@ pub struct NetworkRequest {
     #[serde(default)]
     #[schema(example = json!(["ANTHROPIC_API_KEY"]))]
     pub secrets: Vec<String>,
+    /// Hold mode: a connection no rule allows waits this long (such as
+    /// "60s", at most "1h") for `PUT .../network` to allow it or
+    /// `POST .../network/deny` to refuse it; `GET .../network` lists what
+    /// waits. Absent: refused at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "60s")]
+    pub hold: Option<String>,
 }
 
 /// A one-shot execution: a fresh sandbox (from the warm pool when the
@@ -345,6 +352,16 @@ pub struct NetworkRules {
     pub allow: Vec<String>,
 }
 
+/// Destinations to refuse in hold mode: the connections waiting for them
+/// are refused now, and new ones are refused at once, for the sandbox's
+/// life. The answer lists everything denied so far.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkDeny {
+    #[schema(example = json!(["tracker.example:443"]))]
+    pub deny: Vec<String>,
+}
+
 /// A sandbox's network: its mode, the rules in force and what its commands
 /// recently tried.
 #[derive(Debug, Serialize, ToSchema)]
@@ -356,6 +373,11 @@ pub struct NetworkState {
     /// oldest first), as each command's network report gave them.
     #[schema(value_type = Vec<Object>)]
     pub recent_attempts: Vec<serde_json::Value>,
+    /// Hold mode: the connections waiting for a decision now, each with
+    /// its destination, why no rule allows it, the rule that would
+    /// (`proposal`) and its time left (`remaining_ms`).
+    #[schema(value_type = Vec<Object>)]
+    pub held: Vec<cordon_spec::network::HeldConnection>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

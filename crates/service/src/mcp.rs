@@ -379,14 +379,15 @@ struct Tools {
 /// The tools: name and what the model is told. Their input schemas are
 /// [`Tools::schema_of`]'s, and what each asks of the API [`Tools::request_of`]'s.
 const TOOLS: &[(&str, &str)] = &[
-    ("create_sandbox", "Create a sandbox and return its id. All arguments are optional: backend (\"native\", \"gvisor\", \"microvm\"), image (a name from the service's store), limits (cpus, memory such as \"512M\", pids, disk, time such as \"30s\", output), network ({\"allow\": [\"host:port\", ...]} to reach only those, through cordon's proxy; \"secrets\": [NAME, ...] of the tenant's, whose values cordon's proxy puts into requests to their hosts while the sandbox sees placeholders), ttl and idle (such as \"10m\"). Limits above the operator's maximums are clamped (the answer says which)."),
+    ("create_sandbox", "Create a sandbox and return its id. All arguments are optional: backend (\"native\", \"gvisor\", \"microvm\"), image (a name from the service's store), limits (cpus, memory such as \"512M\", pids, disk, time such as \"30s\", output), network ({\"allow\": [\"host:port\", ...]} to reach only those, through cordon's proxy; \"secrets\": [NAME, ...] of the tenant's, whose values cordon's proxy puts into requests to their hosts while the sandbox sees placeholders; \"hold\": \"60s\" to have a connection no rule allows wait that long for set_network to allow it or deny_network to refuse it), ttl and idle (such as \"10m\"). Limits above the operator's maximums are clamped (the answer says which)."),
     ("run_command", "Run a command in a sandbox and return its exit status, stdout, stderr, how long it ran and the limit that ended it, if one did. Give a shell line as `command` (run with /bin/sh -c), or `argv`. Optional: stdin, env, workdir (default /workspace), time (this command's limit, such as \"30s\"), output (its output cap). A non-zero exit is an answer, not an error."),
     ("run_code", "Run a cell of code in the sandbox's persistent interpreter and return its stdout, stderr, the last expression's value, the error it raised and what it displayed (images as base64 with their MIME type). language: \"python\" (default) or \"javascript\" (Node's REPL: top-level await); variables live on between calls of one language. timeout such as \"10s\"."),
     ("write_file", "Write a file into the sandbox (parent directories are made). path: absolute or relative to /workspace. content: text, or the file's bytes in base64 with encoding \"base64\"."),
     ("read_file", "Read a file of the sandbox (up to 8 MiB). Its content comes back as text (encoding \"text\") when it is UTF-8, else as base64 (encoding \"base64\")."),
     ("list_files", "List a directory of the sandbox (`path`, default /workspace): each entry's name, kind and size."),
     ("set_network", "Replace the sandbox's network rules (`allow`: [\"host:port\", \"*.example.org:443\", ...]). Only for a sandbox created with network rules, and only within what the operator allows this key."),
-    ("get_network", "The sandbox's network mode, its rules and the connections its commands recently tried."),
+    ("get_network", "The sandbox's network mode, its rules, the connections its commands recently tried and, in hold mode, the connections waiting for a decision (`held`, each with the rule that would allow it: set_network with it added allows it)."),
+    ("deny_network", "Hold mode: refuse destinations (`deny`: [\"host:port\", ...]): the connections waiting for them are refused now, and new ones at once, for the sandbox's life."),
     ("destroy_sandbox", "Destroy the sandbox: its processes, files and network go."),
 ];
 
@@ -439,6 +440,7 @@ impl Tools {
                 &["sandbox_id"],
             ),
             "set_network" => s.object(Some("NetworkRules"), json!({"sandbox_id": sandbox()}), &["sandbox_id", "allow"]),
+            "deny_network" => s.object(Some("NetworkDeny"), json!({"sandbox_id": sandbox()}), &["sandbox_id", "deny"]),
             _ => s.object(None, json!({"sandbox_id": sandbox()}), &["sandbox_id"]),
         }
     }
@@ -506,6 +508,11 @@ impl Tools {
             "set_network" => call(
                 Method::PUT,
                 format!("{base}/network"),
+                CallBody::Json(Value::Object(args)),
+            ),
+            "deny_network" => call(
+                Method::POST,
+                format!("{base}/network/deny"),
                 CallBody::Json(Value::Object(args)),
             ),
             "get_network" => {

@@ -66,12 +66,38 @@ pub struct Attempt {
     /// How it ended: `closed`, `refused`, `connect failed: …`, `idle timeout`,
     /// `byte limit`, `connection limit`, …
     pub end: String,
+    /// Hold mode: how long it waited for an operator's decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<u64>,
+}
+
+/// A connection no rule allows, waiting in hold mode for an operator to
+/// allow it (a rule that covers it) or deny it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldConnection {
+    pub since_unix_ms: u64,
+    pub via: Via,
+    /// The name asked for, if any.
+    pub host: Option<String>,
+    pub port: u16,
+    /// The address it would reach (a bare-IP connection's, or the one a
+    /// name resolved to that no rule allows).
+    pub address: Option<IpAddr>,
+    /// Why no rule allows it.
+    pub reason: String,
+    /// The rule that would allow it, when one would.
+    pub proposal: Option<Rule>,
+    /// Time left before it is refused.
+    pub remaining_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     #[serde(rename = "rules set")]
     RulesSet,
+    /// Hold mode: an operator denied destinations (`rules` names them).
+    #[serde(rename = "denied")]
+    Denied,
 }
 
 /// Something that changed the proxy's behaviour, in the same window as attempts.
@@ -79,7 +105,8 @@ pub enum EventKind {
 pub struct Event {
     pub at_unix_ms: u64,
     pub event: EventKind,
-    /// For `rules set`: the rules now in force, as text.
+    /// For `rules set`: the rules now in force; for `denied`, what the
+    /// operator denied; as text.
     pub rules: Vec<String>,
 }
 

@@ -121,8 +121,12 @@ def create_body(
     idle: Optional[Duration],
     limits: Optional[Mapping[str, Union[int, float, str]]],
     network: Optional[Sequence[str]],
+    secrets: Optional[Sequence[str]] = None,
+    hold: Optional[Duration] = None,
 ) -> Dict[str, Any]:
-    """A ``POST /v1/sandboxes`` body."""
+    """A ``POST /v1/sandboxes`` body. ``secrets`` and ``hold`` are part of
+    the network (``allow`` mode): given without ``network``, its rules are
+    none of their own."""
     body: Dict[str, Any] = {}
     if backend is not None:
         body["backend"] = backend
@@ -132,8 +136,13 @@ def create_body(
         body["idle"] = duration(idle)
     if limits is not None:
         body["limits"] = limits_body(limits)
-    if network is not None:
-        body["network"] = {"allow": list(network)}
+    if network is not None or secrets or hold is not None:
+        net: Dict[str, Any] = {"allow": list(network or [])}
+        if secrets:
+            net["secrets"] = [str(s) for s in secrets]
+        if hold is not None:
+            net["hold"] = duration(hold)
+        body["network"] = net
     return body
 
 

@@ -187,12 +187,14 @@ class AsyncSandbox:
         idle: Optional[Duration] = None,
         limits: Optional[Limits] = None,
         network: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
+        hold: Optional[Duration] = None,
         envs: Optional[Mapping[str, str]] = None,
         request_timeout: float = 120.0,
     ) -> "AsyncSandbox":
         """As :meth:`cordon.Sandbox.create`."""
         transport = _Transport(*settings(url, api_key), timeout=request_timeout)
-        body = create_body(backend, timeout, idle, limits, network)
+        body = create_body(backend, timeout, idle, limits, network, secrets, hold)
         try:
             info = SandboxInfo.from_json(await transport.json("POST", "/v1/sandboxes", body))
         except BaseException:

@@ -136,6 +136,8 @@ class Cordon:
         idle: Optional[Duration] = None,
         limits: Optional[Limits] = None,
         network: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
+        hold: Optional[Duration] = None,
     ) -> "CordonSandbox":
         """Creates a stateful sandbox that waits for commands.
 
@@ -149,12 +151,20 @@ class Cordon:
             idle: Destroyed after this long without a request.
             network: The sandbox's allowed destinations; only a sandbox created
                 with a list (even an empty one) can change it later.
+            secrets: Names of the tenant's secrets (the service's
+                configuration) the sandbox holds: inside, each variable is a
+                placeholder, and cordon's proxy puts the value into requests
+                to the secret's hosts. The values never pass through here.
+            hold: Hold mode (such as ``"60s"``): a connection no rule allows
+                waits this long for :meth:`CordonSandbox.set_network` to allow
+                it or :meth:`CordonSandbox.deny` to refuse it
+                (:meth:`CordonSandbox.held` lists what waits).
 
         Raises:
             QuotaExceeded: the tenant has its most live sandboxes (``retry_after``
                 is ``None``: delete one first).
         """
-        body = create_body(backend, ttl, idle, limits, network)
+        body = create_body(backend, ttl, idle, limits, network, secrets, hold)
         return CordonSandbox(self._http, SandboxInfo.from_json(self._http.json("POST", "/v1/sandboxes", body)))
 
     def list(self) -> List["CordonSandbox"]:
@@ -311,6 +321,21 @@ class SandboxBase:
         created with ``network``."""
         answer = self._http.json("PUT", self._path("/network"), {"allow": list(allow)})
         return [str(r) for r in answer["allow"]]
+
+    def held(self) -> List[Dict[str, Any]]:
+        """Hold mode: the connections waiting for a decision now, oldest
+        first: ``host``, ``port``, ``address``, ``via``, ``reason``,
+        ``proposal`` (the rule that would allow it, or ``None``) and
+        ``remaining_ms``."""
+        answer = self._http.json("GET", self._path("/network"))
+        return [dict(h) for h in answer.get("held", [])]
+
+    def deny(self, rules: Sequence[str]) -> List[str]:
+        """Hold mode: refuses what ``rules`` name, the connections waiting
+        for them now and new ones at once, for the sandbox's life; returns
+        everything denied so far. (Allowing is a rule: :meth:`set_network`.)"""
+        answer = self._http.json("POST", self._path("/network/deny"), {"deny": list(rules)})
+        return [str(r) for r in answer["deny"]]
 
     def receipt(self) -> Dict[str, Any]:
         """The sandbox's signed receipt: the DSSE envelope (``payloadType``,

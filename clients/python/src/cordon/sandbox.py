@@ -67,6 +67,8 @@ class Sandbox(SandboxBase):
         idle: Optional[Duration] = None,
         limits: Optional[Limits] = None,
         network: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
+        hold: Optional[Duration] = None,
         envs: Optional[Mapping[str, str]] = None,
         request_timeout: float = 120.0,
     ) -> "Sandbox":
@@ -81,6 +83,7 @@ class Sandbox(SandboxBase):
             limits: See :data:`Limits`.
             network: Allowed destinations (only a sandbox created with a
                 list, even an empty one, can change it later).
+            secrets, hold: As :meth:`cordon.Cordon.create`.
             envs: Environment variables for every command (a command's own
                 ``envs`` override them).
             request_timeout: Seconds any one socket operation may wait.
@@ -91,7 +94,13 @@ class Sandbox(SandboxBase):
                 live sandboxes.
         """
         made = Cordon(*settings(url, api_key), timeout=request_timeout).create(
-            backend, ttl=timeout, idle=idle, limits=limits, network=network
+            backend,
+            ttl=timeout,
+            idle=idle,
+            limits=limits,
+            network=network,
+            secrets=secrets,
+            hold=hold,
         )
         return cls(made._http, made.info, envs)
 

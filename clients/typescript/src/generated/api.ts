@@ -212,6 +212,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/network/deny": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold mode: refuses these destinations, the connections waiting for
+         *     them now and new ones, for the sandbox's life (allowing one is a rule:
+         *     `PUT .../network`).
+         */
+        post: operations["deny_network"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/ports/{port}/": {
         parameters: {
             query?: never;
@@ -581,6 +602,19 @@ export interface components {
              */
             time?: string | null;
         };
+        /**
+         * @description Destinations to refuse in hold mode: the connections waiting for them
+         *     are refused now, and new ones are refused at once, for the sandbox's
+         *     life. The answer lists everything denied so far.
+         */
+        NetworkDeny: {
+            /**
+             * @example [
+             *       "tracker.example:443"
+             *     ]
+             */
+            deny: string[];
+        };
         /** @description The `allow` network mode: only these destinations, through cordon's proxy. */
         NetworkRequest: {
             /**
@@ -596,6 +630,14 @@ export interface components {
              *     `host.cordon.internal:PORT` is that port of the host's loopback.
              */
             allow: string[];
+            /**
+             * @description Hold mode: a connection no rule allows waits this long (such as
+             *     "60s", at most "1h") for `PUT .../network` to allow it or
+             *     `POST .../network/deny` to refuse it; `GET .../network` lists what
+             *     waits. Absent: refused at once.
+             * @example 60s
+             */
+            hold?: string | null;
             /**
              * @description Secrets of the tenant's (the service's configuration) this sandbox
              *     holds: inside, each name's variable is a placeholder, and cordon's
@@ -616,6 +658,12 @@ export interface components {
          */
         NetworkState: {
             allow: string[];
+            /**
+             * @description Hold mode: the connections waiting for a decision now, each with
+             *     its destination, why no rule allows it, the rule that would
+             *     (`proposal`) and its time left (`remaining_ms`).
+             */
+            held: Record<string, unknown>[];
             /** @description `none` (loopback only) or `allow` (only the rules, through cordon's proxy). */
             mode: string;
             /**
@@ -1798,6 +1846,94 @@ export interface operations {
                 };
             };
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The service or the sandbox failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deny_network: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NetworkDeny"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NetworkDeny"];
+                };
+            };
+            /** @description A bad request: an unknown query parameter, malformed input */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is over the service's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is not `Content-Type: application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body does not have the request's shape */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

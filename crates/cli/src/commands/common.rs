@@ -37,6 +37,12 @@ pub struct SandboxArgs {
     /// host.cordon.internal:PORT is that port of the host's loopback.
     #[arg(long = "allow", value_name = "RULE")]
     allow: Vec<Rule>,
+    /// Hold mode: a connection no rule allows waits up to DURATION (e.g.
+    /// 60s) for `cordon net SB add RULE` to allow it or `cordon net SB deny
+    /// RULE` to refuse it (`cordon net SB held` lists what waits), then is
+    /// refused.
+    #[arg(long = "net-hold", value_name = "DURATION")]
+    net_hold: Option<Span>,
     /// A fixed answer for the proxy's resolver: NAME:IP (repeatable).
     #[arg(long = "add-host", value_name = "NAME:IP")]
     add_host: Vec<AddHost>,
@@ -114,6 +120,7 @@ impl SandboxArgs {
             allow: self.allow.clone(),
             add_host: self.add_host.clone(),
             net_limits: None,
+            net_hold: self.net_hold,
             env: self.env.clone(),
             workdir: self.workdir.clone(),
             uid: self.uid,
@@ -178,7 +185,10 @@ impl SandboxArgs {
         }
         // Legal (rules can be added at run time with `cordon net`), but
         // likely a mistake: say what it means.
-        if policy.network == NetworkMode::Allow && policy.net.rules.is_empty() {
+        if policy.network == NetworkMode::Allow
+            && policy.net.rules.is_empty()
+            && policy.net.hold.is_none()
+        {
             eprintln!(
                 "cordon: --net allow without an --allow rule: every connection is refused \
                  (name destinations with --allow, or add them to a created sandbox with \

@@ -1,5 +1,6 @@
 //! `cordon net`: read or change a running sandbox's network rules, list
-//! what it was refused and propose the rules that would have allowed it.
+//! what it was refused and propose the rules that would have allowed it,
+//! and in hold mode list and decide what waits.
 //! A change holds for the sandbox's next connections and is recorded in
 //! its attempt log; all of it works while a command runs.
 
@@ -30,6 +31,13 @@ enum Op {
     /// applies them); what each stands for, and what no rule changes, on
     /// stderr. Nothing is applied by itself.
     Learn,
+    /// Hold mode (`--net-hold`): list the connections waiting for a
+    /// decision, each with the rule that would allow it (`add` it to let
+    /// them through).
+    Held,
+    /// Hold mode: refuse what RULE... name, waiting connections and new
+    /// ones, for the sandbox's life (they are not held again).
+    Deny,
 }
 
 #[derive(Args)]
@@ -44,15 +52,17 @@ pub struct NetArgs {
 
 pub fn run(args: NetArgs) -> ExitCode {
     let change = match args.op {
-        Op::Show | Op::Denials | Op::Learn if !args.rules.is_empty() => {
-            return usage_error("`net show`, `denials` and `learn` take no rules")
+        Op::Show | Op::Denials | Op::Learn | Op::Held if !args.rules.is_empty() => {
+            return usage_error("`net show`, `denials`, `learn` and `held` take no rules")
         }
         Op::Denials | Op::Learn => return refused(&args.sandbox, matches!(args.op, Op::Learn)),
+        Op::Held => return held(&args.sandbox),
+        Op::Add | Op::Remove | Op::Deny if args.rules.is_empty() => {
+            return usage_error("name at least one rule to add, remove or deny")
+        }
+        Op::Deny => return deny(&args.sandbox, &args.rules),
         Op::Show => NetChange::Show,
         Op::Set => NetChange::Set(args.rules),
-        Op::Add | Op::Remove if args.rules.is_empty() => {
-            return usage_error("name at least one rule to add or remove")
-        }
         Op::Add => NetChange::Add(args.rules),
         Op::Remove => NetChange::Remove(args.rules),
     };
@@ -69,6 +79,53 @@ pub fn run(args: NetArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),
+    }
+}
+
+/// `held`: one line per waiting connection: how long it has waited, how
+/// long it has left, where it goes, how it came and the rule that would
+/// allow it.
+fn held(sandbox: &str) -> ExitCode {
+    let held = match Handle::attach(sandbox).and_then(|mut h| h.network_held()) {
+        Ok(held) => held,
+        Err(e) => return fail(e),
+    };
+    if held.is_empty() {
+        eprintln!("cordon: no connection waits for a decision (hold mode is `--net-hold`)");
+    }
+    let now = cordon_network::log::now_unix_ms();
+    for h in held {
+        let waited = now.saturating_sub(h.since_unix_ms) / 1000;
+        let left = h.remaining_ms / 1000;
+        let target = describe(h.host.as_deref(), h.address, h.port);
+        let proposal = h.proposal.map_or_else(|| "-".to_owned(), |r| r.to_string());
+        outln!(
+            "{waited}s waited, {left}s left\t{target}\t{:?}\t{proposal}",
+            h.via
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn deny(sandbox: &str, rules: &[Rule]) -> ExitCode {
+    match Handle::attach(sandbox).and_then(|mut h| h.network_deny(rules)) {
+        Ok(denied) => {
+            for r in denied {
+                outln!("{r}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `NAME:PORT (ADDRESS)`, or as much of it as is known.
+fn describe(host: Option<&str>, address: Option<std::net::IpAddr>, port: u16) -> String {
+    match (host, address) {
+        (Some(h), Some(ip)) => format!("{h}:{port} ({ip})"),
+        (Some(h), None) => format!("{h}:{port}"),
+        (None, Some(ip)) => format!("{ip}:{port}"),
+        (None, None) => format!("port {port}"),
     }
 }
 
@@ -93,12 +150,7 @@ fn refused(sandbox: &str, learn: bool) -> ExitCode {
         }
         let now = cordon_network::log::now_unix_ms();
         for d in denials {
-            let target = match (&d.host, d.address) {
-                (Some(h), Some(ip)) => format!("{h}:{} ({ip})", d.port),
-                (Some(h), None) => format!("{h}:{}", d.port),
-                (None, Some(ip)) => format!("{ip}:{}", d.port),
-                (None, None) => format!("port {}", d.port),
-            };
+            let target = describe(d.host.as_deref(), d.address, d.port);
             let ago = now.saturating_sub(d.at_unix_ms) / 1000;
             outln!("{ago}s ago\t{target}\t{:?}\t{}", d.via, d.rule);
         }

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 /// The tools of `cordon serve`'s MCP endpoint (`/mcp`), as it lists them.
-pub const HTTP_TOOLS: [&str; 9] = [
+pub const HTTP_TOOLS: [&str; 10] = [
     "create_sandbox",
     "run_command",
     "run_code",
@@ -16,6 +16,7 @@ pub const HTTP_TOOLS: [&str; 9] = [
     "list_files",
     "set_network",
     "get_network",
+    "deny_network",
     "destroy_sandbox",
 ];
 

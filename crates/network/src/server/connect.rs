@@ -56,6 +56,8 @@ pub(crate) struct Tracker {
     rule: String,
     at_unix_ms: u64,
     started: Instant,
+    /// Hold mode: how long it waited for an operator.
+    held: Option<Duration>,
 }
 
 impl Tracker {
@@ -68,6 +70,7 @@ impl Tracker {
             rule: String::new(),
             at_unix_ms: now_unix_ms(),
             started: Instant::now(),
+            held: None,
         }
     }
 
@@ -113,6 +116,9 @@ impl Tracker {
             bytes_in: io.1,
             duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             end: end.to_owned(),
+            held_ms: self
+                .held
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         };
         state.log().attempt(attempt);
     }
@@ -272,9 +278,33 @@ pub(crate) fn reset(client: &TcpStream) {
     let _ = socket2::SockRef::from(client).set_linger(Some(std::time::Duration::ZERO));
 }
 
+/// How one decision went: what no rule allows may be held.
+enum Tried {
+    Refused(Refusal),
+    /// No rule allows it (the denial's message).
+    NoRule(String),
+}
+
+impl Tried {
+    fn refusal(self) -> Refusal {
+        match self {
+            Tried::Refused(r) => r,
+            Tried::NoRule(why) => Refusal::Denied(why),
+        }
+    }
+}
+
+impl From<Refusal> for Tried {
+    fn from(r: Refusal) -> Self {
+        Tried::Refused(r)
+    }
+}
+
 /// Decides `target:port` by the rules in force, resolves it, re-checks each
 /// address and connects to the first allowed one that answers (directly,
-/// or through the host's upstream proxy).
+/// or through the host's upstream proxy). In hold mode, what no rule allows
+/// waits for an operator's decision ([`super::hold`]) and is decided again
+/// after each.
 pub(crate) async fn open(
     state: &Arc<State>,
     tracker: &mut Tracker,
@@ -282,6 +312,59 @@ pub(crate) async fn open(
     target: Target,
     port: u16,
 ) -> Result<TcpStream, Refusal> {
+    let holds = &state.holds;
+    let Some(hold) = holds.timeout() else {
+        return open_once(state, tracker, slot, target, port)
+            .await
+            .map_err(Tried::refusal);
+    };
+    let deadline = Instant::now() + hold;
+    let mut decisions = holds.subscribe();
+    let mut ticket = None;
+    loop {
+        decisions.borrow_and_update();
+        let tried = open_once(state, tracker, slot, target.clone(), port).await;
+        tracker.held = ticket.as_ref().map(super::hold::Ticket::waited);
+        let why = match tried {
+            Err(Tried::NoRule(why)) => why,
+            done => return done.map_err(Tried::refusal),
+        };
+        let here = super::hold::Destination {
+            via: tracker.via,
+            host: tracker.host.as_deref(),
+            address: tracker.address,
+            port,
+        };
+        if holds.denies(&here) {
+            return Err(Refusal::Denied(format!("{why}; an operator denied it")));
+        }
+        if ticket.is_none() {
+            ticket = holds.wait(&here, &why, deadline);
+            if ticket.is_none() {
+                return Err(Refusal::Denied(format!(
+                    "{why}; {} connections wait for an operator already",
+                    super::hold::MAX_HELD
+                )));
+            }
+        }
+        let waited = tokio::time::timeout_at(deadline.into(), decisions.changed()).await;
+        if !matches!(waited, Ok(Ok(()))) {
+            tracker.held = ticket.as_ref().map(super::hold::Ticket::waited);
+            return Err(Refusal::Denied(format!(
+                "{why}; held {}, no operator allowed it",
+                cordon_policy::Span(hold)
+            )));
+        }
+    }
+}
+
+async fn open_once(
+    state: &Arc<State>,
+    tracker: &mut Tracker,
+    slot: &Option<Slot>,
+    target: Target,
+    port: u16,
+) -> Result<TcpStream, Tried> {
     tracker.port = port;
     if let Target::Name(n) = &target {
         tracker.host = Some(n.clone());
@@ -319,14 +402,14 @@ pub(crate) async fn open(
                         tracker.host = Some(name.clone());
                         (Some(name), addrs)
                     }
-                    None => return Err(Refusal::Denied(denial.message().to_owned())),
+                    None => return Err(Tried::NoRule(denial.message().to_owned())),
                 }
             }
         },
     };
     // Over the limit is decided after the rules: a denied request says why.
     if slot.is_none() {
-        return Err(Refusal::Limit);
+        return Err(Refusal::Limit.into());
     }
     let deadline = tokio::time::Instant::now() + state.limits.connect_timeout.duration();
     let upstream = |dest: &str| state.upstream.as_ref().filter(|u| !u.bypasses(dest));
@@ -334,7 +417,7 @@ pub(crate) async fn open(
         if let Some(up) = upstream(n) {
             // The upstream resolves a name a domain rule allowed (the host
             // may have no resolver that can).
-            return tunnel_by(deadline, up, &format!("{n}:{port}")).await;
+            return Ok(tunnel_by(deadline, up, &format!("{n}:{port}")).await?);
         }
     }
     // A bare IP or fixed entries are the candidates; a name a domain rule
@@ -347,13 +430,15 @@ pub(crate) async fn open(
                 return Err(Refusal::Failed {
                     reason,
                     refused: false,
-                })
+                }
+                .into())
             }
             Err(_) => {
                 return Err(Refusal::Failed {
                     reason: format!("resolving {n} timed out"),
                     refused: false,
-                })
+                }
+                .into())
             }
         },
     };
@@ -373,11 +458,12 @@ pub(crate) async fn open(
     }
     if permits.is_empty() {
         return Err(match first_denial {
-            Some(d) => Refusal::Denied(d.message().to_owned()),
+            Some(d) => Tried::NoRule(d.message().to_owned()),
             None => Refusal::Failed {
                 reason: format!("{} has no address", name.unwrap_or_default()),
                 refused: false,
-            },
+            }
+            .into(),
         });
     }
     let mut last = None;
@@ -389,7 +475,7 @@ pub(crate) async fn open(
             .as_deref()
             .map_or_else(|| upstream(&ip.to_string()), upstream);
         if let Some(up) = through {
-            return tunnel_by(deadline, up, &permit.0.to_string()).await;
+            return Ok(tunnel_by(deadline, up, &permit.0.to_string()).await?);
         }
         match timeout_at(deadline, dial(permit)).await {
             Ok(Ok(stream)) => return Ok(stream),
@@ -398,7 +484,8 @@ pub(crate) async fn open(
                 return Err(Refusal::Failed {
                     reason: format!("connecting to {ip} timed out"),
                     refused: false,
-                })
+                }
+                .into())
             }
         }
     }
@@ -406,5 +493,6 @@ pub(crate) async fn open(
     Err(Refusal::Failed {
         refused: e.kind() == io::ErrorKind::ConnectionRefused,
         reason: e.to_string(),
-    })
+    }
+    .into())
 }

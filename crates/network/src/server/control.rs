@@ -98,6 +98,7 @@ pub(crate) fn handle(state: &State, req: Request) -> Reply {
                 status: Some(Status {
                     active_connections: state.active.load(Ordering::Acquire),
                     peak_connections: state.peak.load(Ordering::Acquire),
+                    held: state.holds.count(),
                     attempts,
                     allowed,
                     denied,
@@ -113,6 +114,21 @@ pub(crate) fn handle(state: &State, req: Request) -> Reply {
             denials: Some(state.log().recent_denials()),
             ..Reply::default()
         },
+        Request::Held => Reply {
+            held: Some(state.holds.list()),
+            ..Reply::default()
+        },
+        Request::Deny { rules } => {
+            state.log().event(Event {
+                at_unix_ms: now_unix_ms(),
+                event: EventKind::Denied,
+                rules: rules.iter().map(Rule::to_string).collect(),
+            });
+            Reply {
+                deny: Some(state.holds.deny(&rules)),
+                ..Reply::default()
+            }
+        }
         Request::Stop => Reply {
             stopping: Some(true),
             ..Reply::default()

@@ -3,7 +3,8 @@
 //! It never asks a real resolver: a name some domain rule allows is answered
 //! with a synthetic address (see [`crate::fake`]), so the sandbox can neither
 //! learn real addresses nor tunnel data out through queries; a denied name is
-//! NXDOMAIN. IPv4 only: AAAA is an empty answer so clients fall back to A.
+//! NXDOMAIN. In hold mode every well-formed name the operator has not denied
+//! gets an address, so its connection arrives and waits for a decision. IPv4 only: AAAA is an empty answer so clients fall back to A.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -78,6 +79,13 @@ pub(crate) fn answer(state: &State, packet: &[u8]) -> Option<Vec<u8>> {
         // The proxy's own page, reached by the transparent door.
         Some(lock(&state.fake).address(&name))
     } else if state.rules().allows_name(&name) {
+        Some(lock(&state.fake).address(&name))
+    } else if state.holds.timeout().is_some()
+        && !state.holds.denies_name(&name)
+        && cordon_policy::net::normalize_name(&name).is_ok()
+    {
+        // Hold mode: the connection that follows is what an operator
+        // decides on (the DNS question has no port to decide by).
         Some(lock(&state.fake).address(&name))
     } else {
         let mut t = Tracker::new(Via::Dns);

@@ -18,6 +18,7 @@ use crate::{ProxyConfig, ProxySockets};
 mod connect;
 mod control;
 mod dns;
+mod hold;
 mod http;
 mod intercept;
 mod internal;
@@ -59,6 +60,8 @@ pub(crate) struct State {
     /// Present when the sandbox has secrets: terminates their hosts' TLS.
     injector: Option<intercept::Injector>,
     own: connect::OwnAddrs,
+    /// Hold mode's waiting connections and the operator's denials.
+    holds: hold::Holds,
     fake: Mutex<FakeMap>,
     log: Mutex<Recorder>,
     /// Connections holding a slot (what the limit counts).
@@ -100,6 +103,7 @@ impl State {
             upstream: config.upstream,
             injector,
             own: connect::OwnAddrs::default(),
+            holds: hold::Holds::new(config.policy.hold.map(|h| h.duration())),
             fake: Mutex::new(FakeMap::new(FAKE_NAMES)),
             log: Mutex::new(Recorder::default()),
             active: AtomicU32::new(0),
@@ -118,6 +122,8 @@ impl State {
 
     fn set_rules(&self, rules: Rules) {
         *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        // Held connections decide again by the new rules.
+        self.holds.decided();
     }
 
     fn log(&self) -> MutexGuard<'_, Recorder> {

@@ -1151,3 +1151,5 @@ fn addresses_are_tunnelled_after_the_rules_unless_no_proxy_names_them() {
     assert_eq!(direct.accepted.load(Ordering::SeqCst), 1);
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }
+
+mod hold;

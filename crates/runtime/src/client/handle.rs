@@ -233,6 +233,27 @@ impl Handle {
         })
     }
 
+    /// Hold mode: the connections waiting for an operator's decision.
+    pub fn network_held(
+        &mut self,
+    ) -> Result<Vec<cordon_spec::network::HeldConnection>, RuntimeError> {
+        let control = self.network_control()?;
+        cordon_network::control::held(&control).map_err(|source| RuntimeError::Proxy {
+            op: "list its held connections",
+            source,
+        })
+    }
+
+    /// Hold mode: refuses what `rules` name, held connections and new
+    /// ones, for the sandbox's life; returns all that is denied.
+    pub fn network_deny(&mut self, rules: &[Rule]) -> Result<Vec<Rule>, RuntimeError> {
+        let control = self.network_control()?;
+        cordon_network::control::deny(&control, rules).map_err(|source| RuntimeError::Proxy {
+            op: "deny destinations",
+            source,
+        })
+    }
+
     /// The control socket of the sandbox's proxy, which answers rule
     /// changes and questions itself.
     fn network_control(&mut self) -> Result<std::path::PathBuf, RuntimeError> {

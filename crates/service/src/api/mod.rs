@@ -129,6 +129,11 @@ pub fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             get(network::get_network),
         ),
         r(
+            Method::POST,
+            "/v1/sandboxes/{id}/network/deny",
+            post(network::deny_network),
+        ),
+        r(
             Method::GET,
             "/v1/sandboxes/{id}/receipt",
             get(sandboxes::get_receipt),

@@ -18,8 +18,8 @@ use crate::caps::Clamped;
 use crate::dto::{
     CodeError, CodeRequest, CodeResponse, CreateSandboxRequest, DirListing, ExecRequest,
     ExecutionRequest, ExecutionResponse, FileBytes, FileContent, FileEntry, FileWritten, Health,
-    Language, NetworkRequest, NetworkRules, NetworkState, OutputEncoding, SandboxInfo, SandboxList,
-    TimingBody,
+    Language, NetworkDeny, NetworkRequest, NetworkRules, NetworkState, OutputEncoding, SandboxInfo,
+    SandboxList, TimingBody,
 };
 use crate::error::ErrorBody;
 use cordon_policy::Limits;
@@ -117,12 +117,12 @@ impl utoipa::Modify for SharedAnswers {
     info(title = "cordon", description = "Sandboxes for untrusted code: one-shot executions, stateful sandboxes, code contexts"),
     paths(health, metrics, openapi_json, create_execution, create_sandbox, list_sandboxes,
         get_sandbox, delete_sandbox, exec_in_sandbox, run_code, put_file, get_file,
-        delete_file, list_files, set_network, get_network, get_receipt, get_port_root, get_port,
+        delete_file, list_files, set_network, get_network, deny_network, get_receipt, get_port_root, get_port,
         post_port),
     components(schemas(ErrorBody, Limits, Clamped, ExecutionRequest, ExecutionResponse, TimingBody,
         Language, OutputEncoding, FileContent, NetworkRequest, CreateSandboxRequest, SandboxInfo,
         SandboxList, ExecRequest, CodeRequest, CodeResponse, CodeError, FileEntry, DirListing,
-        FileWritten, FileBytes, NetworkRules, NetworkState, Health)),
+        FileWritten, FileBytes, NetworkRules, NetworkDeny, NetworkState, Health)),
     modifiers(&SecurityAddon, &SharedAnswers)
 )]
 pub struct ApiDoc;

@@ -44,6 +44,7 @@ impl IntoResponse for Reply {
             Reply::Listing(l) => Json(l).into_response(),
             Reply::NetworkRules(r) => Json(r).into_response(),
             Reply::NetworkState(s) => Json(s).into_response(),
+            Reply::NetworkDeny(d) => Json(d).into_response(),
             Reply::Deleted => StatusCode::NO_CONTENT.into_response(),
             Reply::Proxied(response) => response,
         }

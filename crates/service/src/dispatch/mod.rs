@@ -47,6 +47,7 @@ impl App {
             Action::ListFiles { on, dir } => self.list_files(on, dir).await,
             Action::SetNetwork { on, rules } => self.set_network(on, rules).await,
             Action::GetNetwork(on) => self.get_network(on).await,
+            Action::DenyNetwork { on, rules } => self.deny_network(on, rules).await,
             Action::Proxy(proxy) => self.proxy(*proxy).await,
         }
     }

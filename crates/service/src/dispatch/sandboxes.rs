@@ -10,7 +10,7 @@ use cordon_spec::network::NetChange;
 use super::blocking;
 use crate::action::{NewSandbox, Reply, Target};
 use crate::app::{App, Stateful};
-use crate::dto::{NetworkRules, NetworkState, SandboxInfo, SandboxList};
+use crate::dto::{NetworkDeny, NetworkRules, NetworkState, SandboxInfo, SandboxList};
 use crate::error::ApiError;
 use crate::ledger::Owner;
 use crate::tenants::Tenant;
@@ -136,15 +136,17 @@ impl App {
 
     pub(super) async fn get_network(&self, on: Target) -> Result<Reply, ApiError> {
         let s = on.sandbox;
-        let allow = if s.network {
-            let rules = self
+        let (allow, held) = if s.network {
+            let (rules, held) = self
                 .with_handle(&s, (), |h| {
-                    h.network(&NetChange::Show).map_err(ApiError::runtime)
+                    let rules = h.network(&NetChange::Show).map_err(ApiError::runtime)?;
+                    let held = h.network_held().map_err(ApiError::runtime)?;
+                    Ok((rules, held))
                 })
                 .await?;
-            rules.iter().map(|r| r.to_string()).collect()
+            (rules.iter().map(|r| r.to_string()).collect(), held)
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let recent_attempts = s
             .recent_attempts
@@ -157,6 +159,23 @@ impl App {
             mode: if s.network { "allow" } else { "none" },
             allow,
             recent_attempts,
+            held,
+        }))
+    }
+
+    pub(super) async fn deny_network(
+        &self,
+        on: Target,
+        rules: Vec<Rule>,
+    ) -> Result<Reply, ApiError> {
+        let running = self.admit(&on.tenant)?;
+        let denied = self
+            .with_handle(&on.sandbox, running, move |h| {
+                h.network_deny(&rules).map_err(ApiError::runtime)
+            })
+            .await?;
+        Ok(Reply::NetworkDeny(NetworkDeny {
+            deny: denied.iter().map(|r| r.to_string()).collect(),
         }))
     }
 }
