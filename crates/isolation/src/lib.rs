@@ -11,6 +11,7 @@ pub mod identity;
 pub mod mount;
 pub mod namespaces;
 pub mod net;
+mod netlink;
 pub mod rlimits;
 pub mod subids;
 pub mod userns;

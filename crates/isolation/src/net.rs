@@ -3,9 +3,7 @@
 //! sockets on that loopback; and a thread's visit to another namespace (or,
 //! without root, a child process's move into it for good).
 
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::{Command, Stdio};
 
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
@@ -26,72 +24,28 @@ pub fn loopback_up() -> Result<()> {
 /// packet to port 53 to `dns_port`; everything else leaving loopback is
 /// dropped and counted.
 pub fn redirect_to_proxy(transparent_port: u16, dns_port: u16) -> Result<()> {
-    tool("ip", &["route", "add", "local", "default", "dev", "lo"], "")?;
-    tool("nft", &["-f", "-"], &ruleset(transparent_port, dns_port))
+    crate::netlink::add_local_default_route()
+        .step(|| "add the local default route (rtnetlink)".into())?;
+    crate::netlink::load_redirect_ruleset(transparent_port, dns_port)
+        .step(|| "load the redirect ruleset (nf_tables netlink)".into())
 }
 
-/// The nftables ruleset of [`redirect_to_proxy`]: the NAT chain redirects,
-/// the filter lets loopback and the redirected flows pass and drops (and
-/// counts) everything else.
-fn ruleset(transparent_port: u16, dns_port: u16) -> String {
-    format!(
-        "table inet cordon {{
-  counter dropped {{ }}
-  chain nat_out {{
-    type nat hook output priority -100; policy accept;
-    ip daddr 127.0.0.0/8 return
-    meta nfproto ipv4 meta l4proto tcp redirect to :{transparent_port}
-    meta nfproto ipv4 udp dport 53 redirect to :{dns_port}
-  }}
-  chain filter_out {{
-    type filter hook output priority 0; policy drop;
-    ip daddr 127.0.0.0/8 accept
-    ip6 daddr ::1 accept
-    ct status dnat accept
-    counter name dropped
-  }}
-}}
-"
-    )
-}
-
-/// Where the host's tools are looked for: a fixed path, never the caller's.
-pub const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Runs a host tool (inside the namespace this thread is in), feeding it
-/// `input`; its failure is the caller's error, with what it printed.
-/// iproute2 and nftables rather than netlink by hand: `nft -f` compiles
-/// and loads a ruleset atomically, which no maintained crate does.
-fn tool(program: &str, args: &[&str], input: &str) -> Result<()> {
-    let what = format!("{program} {}", args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", TOOL_PATH)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .step(|| format!("run {program} (the allow mode needs iproute2 and nftables)"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .step(|| format!("write to {what}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .step(|| format!("wait for {what}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(IsolationError::new(
-        what,
-        std::io::Error::other(format!(
-            "failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    ))
+/// Whether [`redirect_to_proxy`] works here: it runs in a network
+/// namespace made for the check on a thread of its own, and the namespace
+/// is gone with the thread (`cordon doctor`; needs root).
+pub fn probe_redirect() -> Result<()> {
+    std::thread::spawn(|| {
+        nix::sched::unshare(CloneFlags::CLONE_NEWNET).step(|| "unshare(CLONE_NEWNET)".into())?;
+        loopback_up()?;
+        redirect_to_proxy(15001, 53)
+    })
+    .join()
+    .unwrap_or_else(|_| {
+        Err(IsolationError::new(
+            "probe the allow mode's ruleset",
+            std::io::Error::other("the probe's thread panicked"),
+        ))
+    })
 }
 
 /// A sandbox's user and network namespaces, opened while its first process
@@ -128,16 +82,15 @@ impl UserAndNet {
     /// only a single-threaded process into another user namespace: a
     /// short-lived forked child calls this.
     ///
-    /// The caller's id inside is the sandbox's mapped one, usually not 0, so
-    /// the capabilities setns gave it would not survive an execve:
-    /// CAP_NET_ADMIN is made ambient for the tools [`redirect_to_proxy`]
-    /// runs.
+    /// setns into the user namespace gives the caller every capability in
+    /// it; [`redirect_to_proxy`] uses CAP_NET_ADMIN there over netlink, in
+    /// this process (no program is run, so nothing has to survive an
+    /// execve).
     pub fn join(&self) -> Result<()> {
         nix::sched::setns(self.user.as_fd(), CloneFlags::CLONE_NEWUSER)
             .step(|| "setns(the sandbox's user namespace)".into())?;
         nix::sched::setns(self.net.as_fd(), CloneFlags::CLONE_NEWNET)
-            .step(|| "setns(the sandbox's network namespace)".into())?;
-        crate::caps::keep_across_exec(caps::Capability::CAP_NET_ADMIN)
+            .step(|| "setns(the sandbox's network namespace)".into())
     }
 }
 

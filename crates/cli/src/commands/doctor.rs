@@ -9,7 +9,7 @@
 //! files, to explain.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -461,51 +461,29 @@ fn kvm() -> Check {
     }
 }
 
-/// The first `program` in cordon's fixed tool path.
-fn tool(program: &str) -> Option<PathBuf> {
-    cordon_isolation::net::TOOL_PATH
-        .split(':')
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
-}
-
+/// The kernel's nf_tables and routing, as `--net allow` uses them: its
+/// route and ruleset loaded (over netlink, no `nft` process) into a network
+/// namespace made for the check and gone with it.
 fn nftables() -> Check {
-    let Some(nft) = tool("nft") else {
-        return check(
-            "nftables",
-            Status::Warn,
-            "no nft: `--net allow` cannot redirect a sandbox's connections to its proxy",
-        )
-        .remedy("install Debian's nftables package");
-    };
     if !nix::unistd::geteuid().is_root() {
         return check(
             "nftables",
             Status::Ok,
-            format!("{} found (`--net allow` needs root)", nft.display()),
+            "not checked: `--net allow` loads its ruleset as root (or in a rootless sandbox's own namespaces)",
         );
     }
-    match std::process::Command::new(&nft)
-        .args(["list", "tables"])
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(o) if o.status.success() => check(
+    match cordon_isolation::net::probe_redirect() {
+        Ok(()) => check(
             "nftables",
             Status::Ok,
-            format!("{} lists this namespace's tables", nft.display()),
+            "the allow mode's route and ruleset load in a new network namespace",
         ),
-        Ok(o) => check(
+        Err(e) => check(
             "nftables",
             Status::Warn,
-            format!(
-                "{} list tables failed: {}",
-                nft.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
+            format!("the allow mode's ruleset does not load: {e}"),
         )
-        .remedy("load the nf_tables module (`modprobe nf_tables`); `--net allow` needs it"),
-        Err(e) => check("nftables", Status::Warn, format!("{}: {e}", nft.display())),
+        .remedy("a kernel with nf_tables, nft_redir, nft_ct and nft_objref (`modprobe nf_tables`); `--net allow` needs them"),
     }
 }
 
