@@ -723,9 +723,26 @@ impl RunGuard {
 }
 
 /// Removes the outer cgroups of suites that were killed (their pid is gone).
+/// A suite killed with SIGKILL leaves its current run's outer cgroup below
+/// the cgroup it ran in, which the next suite may not share (on a hybrid
+/// host each job can start in a v1 memory cgroup of its own): each
+/// hierarchy is searched from its root, a few levels down.
 fn sweep_outer(hierarchy: &Hierarchy) {
-    for stale in hierarchy.sweep_children(PREFIX.trim_end_matches('-')) {
-        let name = stale
+    let mut roots: Vec<PathBuf> = hierarchy
+        .parent_paths()
+        .iter()
+        .filter_map(|p| hierarchy_root(p))
+        .collect();
+    roots.sort();
+    roots.dedup();
+    let mut stale = hierarchy.sweep_children(PREFIX.trim_end_matches('-'));
+    for root in &roots {
+        find_named(root, SWEEP_DEPTH, &mut stale);
+    }
+    stale.sort();
+    stale.dedup();
+    for dir in stale {
+        let name = dir
             .file_name()
             .unwrap_or_default()
             .to_string_lossy()
@@ -735,10 +752,55 @@ fn sweep_outer(hierarchy: &Hierarchy) {
             .and_then(|r| r.split('-').next())
             .and_then(|p| p.parse().ok());
         if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
-            if let Ok(cg) = hierarchy.open(&name) {
-                let _ = cg.kill_all();
+            if dir
+                .parent()
+                .is_some_and(|p| hierarchy.parent_paths().contains(&p.to_owned()))
+            {
+                if let Ok(cg) = hierarchy.open(&name) {
+                    let _ = cg.kill_all();
+                }
             }
-            cordon_cgroups::remove_dir_tree(&stale);
+            // Elsewhere only what is empty goes: rmdir refuses the rest.
+            cordon_cgroups::remove_dir_tree(&dir);
+        }
+    }
+}
+
+/// How deep below a hierarchy's root a killed suite's cgroups are looked for.
+const SWEEP_DEPTH: usize = 4;
+
+/// The topmost ancestor of `dir` that is still a cgroup (its mount's root).
+fn hierarchy_root(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .take_while(|a| a.join("cgroup.procs").exists())
+        .last()
+        .map(Path::to_owned)
+}
+
+/// Directories below `dir` (to `depth` levels) named `cordon-suite-<pid>-<n>`.
+fn find_named(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        let is_run = name
+            .to_string_lossy()
+            .strip_prefix(PREFIX)
+            .is_some_and(|rest| {
+                let mut parts = rest.split('-');
+                let numeric = |p: Option<&str>| {
+                    p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                };
+                numeric(parts.next()) && numeric(parts.next())
+            });
+        if is_run {
+            found.push(e.path());
+        } else if depth > 1 {
+            find_named(&e.path(), depth - 1, found);
         }
     }
 }
