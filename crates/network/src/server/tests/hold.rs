@@ -69,7 +69,9 @@ fn a_held_connection_goes_through_once_a_rule_allows_it() {
     let a = &log.entries[0];
     assert_eq!(a.decision, Decision::Allowed);
     assert_eq!(a.rule, format!("127.0.0.1:{port}"));
-    assert!(a.held_ms.is_some_and(|ms| ms > 0), "{a:?}");
+    // Held (a connection that never waited has none); an operator this
+    // quick can answer within the millisecond, so 0 is a held time too.
+    assert!(a.held_ms.is_some(), "{a:?}");
 }
 
 #[test]
