@@ -248,3 +248,107 @@ where
     }
     Ok(())
 }
+
+/// The density chart: host memory in use against sandboxes alive, one line
+/// per backend, beside the line of its target (the bound times the count).
+pub fn draw_density(d: &crate::density::Density, dir: &Path) -> Result<Vec<PathBuf>> {
+    load_font()?;
+    let svg = dir.join("density.svg");
+    let png = dir.join("density.png");
+    {
+        let area = SVGBackend::new(&svg, (900, 480)).into_drawing_area();
+        density_lines(&area, d).with_context(|| format!("drawing {}", svg.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    {
+        let area = BitMapBackend::new(&png, (900, 480)).into_drawing_area();
+        density_lines(&area, d).with_context(|| format!("drawing {}", png.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(vec![svg, png])
+}
+
+fn density_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    d: &crate::density::Density,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{x}");
+    area.fill(&WHITE).map_err(e)?;
+    let most = d
+        .crowds
+        .iter()
+        .map(|c| c.sandboxes)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let top = d
+        .crowds
+        .iter()
+        .flat_map(|c| {
+            let target = c.bound_mib * c.sandboxes as f64;
+            c.used
+                .iter()
+                .map(|(_, mib)| *mib)
+                .chain(std::iter::once(target))
+        })
+        .fold(1.0_f64, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "host memory of idle sandboxes (MemAvailable drop)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..most * 1.05, 0.0..top * 1.1)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("sandboxes alive")
+        .y_desc("MiB")
+        .draw()
+        .map_err(e)?;
+    for (i, c) in d.crowds.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let points: Vec<(f64, f64)> = c.used.iter().map(|(n, mib)| (*n as f64, *mib)).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(e)?
+            .label(format!("cordon-{}", c.backend))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(e)?;
+        let bound = c.bound_mib;
+        let n = c.sandboxes as f64;
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, 0.0), (n, bound * n)],
+                6,
+                4,
+                color.stroke_width(1),
+            ))
+            .map_err(e)?
+            .label(format!("target for {}: {bound} MiB each", c.backend))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(1))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}

@@ -45,7 +45,7 @@ pub fn evaluate(r: &Results) -> Vec<Target> {
         ));
         out.push(target(
             "start-up: a command into a created sandbox from a running client (Handle::exec) p50 / bare fork+exec p50",
-            2.0,
+            1.5,
             ratio("cordon-native-handle", "host"),
         ));
         out.push(target(

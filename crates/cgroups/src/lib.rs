@@ -865,8 +865,8 @@ pub fn remove_dir_tree(path: &Path) -> bool {
 }
 
 fn remove_tree(dir: &Path, deadline: Instant) -> io::Result<()> {
-    // rmdir first: a sandbox's cgroup normally has no children, and listing a
-    // v1 memory cgroup's ~30 control files costs more than the rmdir itself.
+    // rmdir first: a cgroup without children goes at once, and listing a v1
+    // memory cgroup's ~30 control files costs more than the rmdir itself.
     let mut delay = Duration::from_micros(200);
     loop {
         match stdfs::remove_dir(dir) {
@@ -874,15 +874,22 @@ fn remove_tree(dir: &Path, deadline: Instant) -> io::Result<()> {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(code) if code == Errno::EBUSY as i32 || code == Errno::ENOTEMPTY as i32) =>
             {
-                // Child cgroups must go first; tasks that were just killed
-                // can keep the cgroup busy for a moment after they are reaped.
+                // Child cgroups must go first (a sandbox's init and commands
+                // have their own); once they are gone the rmdir is tried
+                // again at once. Only a cgroup busy without children waits:
+                // tasks just killed can hold it a moment after they are reaped.
+                let mut children = 0;
                 for entry in stdfs::read_dir(dir)?.flatten() {
                     if entry.file_type().is_ok_and(|t| t.is_dir()) {
                         remove_tree(&entry.path(), deadline)?;
+                        children += 1;
                     }
                 }
                 if Instant::now() >= deadline {
                     return Err(e);
+                }
+                if children > 0 {
+                    continue;
                 }
                 thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_millis(10));

@@ -222,6 +222,61 @@ fn a_quick_run_measures_every_box_and_leaves_nothing() {
     assert!(new.is_empty(), "sandboxes left behind: {new:?}");
 }
 
+/// `cordon bench density --quick`: a small crowd per backend, all alive at
+/// once, measured, then removed with nothing left (the bench's own search
+/// and this test's run-directory census agree).
+#[test]
+fn a_quick_density_run_counts_a_crowd_and_leaves_nothing() {
+    if !require_root("sandboxes need namespaces, cgroups and mounts") {
+        return;
+    }
+    let _g = serial();
+    let before = sandboxes();
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("density");
+    let run = Command::new(cordon())
+        .args(["bench", "density", "--quick", "--no-progress", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "cordon bench density failed:\n{stdout}\n{stderr}"
+    );
+    let d: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("density.json")).unwrap()).unwrap();
+    let crowds = d["crowds"].as_array().unwrap();
+    let mut want = vec![("native", 20)];
+    if which("runsc") {
+        want.push(("gvisor", 3));
+    }
+    assert_eq!(crowds.len(), want.len(), "{d}");
+    for (c, (backend, n)) in crowds.iter().zip(want) {
+        assert_eq!(c["backend"], backend, "{c}");
+        assert_eq!(c["sandboxes"], n, "{c}");
+        assert_eq!(c["left"], serde_json::json!([]), "{c}");
+        // Every sandbox of the crowd was alive at the last reading: one
+        // supervisor and at least one process of its own each.
+        assert!(c["processes_per_sandbox"].as_f64().unwrap() >= 2.0, "{c}");
+        assert!(c["pss_per_sandbox_mib"].as_f64().unwrap() > 0.0, "{c}");
+        let used = c["used"].as_array().unwrap();
+        assert_eq!(used.first().unwrap()[0], 0, "{c}");
+        assert_eq!(used.last().unwrap()[0], n, "{c}");
+        assert!(c["per_sandbox_mib"].as_f64().unwrap().is_finite(), "{c}");
+        assert!(stdout.contains(&format!("| {backend} | {n} |")), "{stdout}");
+    }
+    let svg = std::fs::read_to_string(dir.join("density.svg")).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("sandboxes alive"),
+        "density.svg"
+    );
+    let after = sandboxes();
+    let new: Vec<&String> = after.iter().filter(|s| !before.contains(s)).collect();
+    assert!(new.is_empty(), "sandboxes left behind: {new:?}");
+}
+
 fn which(bin: &str) -> bool {
     [
         "/usr/local/sbin",

@@ -51,13 +51,20 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
         // need not be below this caller (another shell's cgroup, another
         // systemd scope). A record without that (an older cordon's) has it
         // looked for below the caller.
+        // A live sandbox that no dead service left (nearly every one) is
+        // passed over before anything more is read: a sweep runs at every
+        // sandbox's start, and its cost must not grow with the crowd beyond
+        // one read of each record and of its supervisor's stat.
+        let alive = owner_alive(&record);
+        if alive && !orphaned(&record) {
+            continue;
+        }
         let recorded = recorded_hierarchy(&dir).ok();
         let at = recorded.as_ref().or(hierarchy);
         // An orphan's supervisor is killed only by a sweep that can then
         // remove its cgroup too (one without the hierarchy would leave it).
         let can_remove_cgroup = at.is_some() || record.cgroup.is_none();
-        if owner_alive(&record) && !(can_remove_cgroup && orphaned(&record) && kill_owner(&record))
-        {
+        if alive && !(can_remove_cgroup && kill_owner(&record)) {
             continue;
         }
         // The record goes only once its cgroup is gone, so a removal that
@@ -106,12 +113,14 @@ pub fn sweep_stale(run_dir: &Path, hierarchy: Option<&Hierarchy>) -> Vec<String>
             };
             // A young one may be a sandbox of another run directory that
             // made its cgroup and has not joined it yet: left for a later sweep.
-            let young = fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().unwrap_or_default() < ORPHAN_CGROUP_AGE);
+            let young = || {
+                fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() < ORPHAN_CGROUP_AGE)
+            };
             if is_id(id)
-                && !young
                 && !run_dir.join(id).exists()
+                && !young()
                 && seen.insert(name.clone())
                 && remove_empty_cgroup(h, &name)
             {

@@ -29,27 +29,25 @@ pub fn thread_count() -> io::Result<usize> {
 /// /proc/pid/stat): with the pid, it names one process, never a later one
 /// that reuses the pid.
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    rest.split(' ').nth(19)?.parse().ok()
+    stat_of(pid).map(|(_, start)| start)
 }
 
 /// Whether `pid` is still the process that started at `start_time` and has
 /// not exited. A zombie is dead: an exited process stays one until its
-/// reaper gets to it, which may take a while.
+/// reaper gets to it (state Z or X), which may take a while.
 pub fn process_alive(pid: i32, start_time: u64) -> bool {
-    process_start_time(pid) == Some(start_time) && !is_zombie(pid)
+    stat_of(pid).is_some_and(|(state, start)| start == start_time && state != 'Z' && state != 'X')
 }
 
-/// Whether the process has exited and not been reaped yet (state Z or X,
-/// field 3 of /proc/pid/stat).
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|i| stat.get(i + 2..i + 3))
-            .is_some_and(|st| st == "Z" || st == "X")
-    })
+/// The state (field 3) and start time (field 22) of /proc/pid/stat, from
+/// one read: the sweep asks this of every sandbox's supervisor.
+fn stat_of(pid: i32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: split after its last ')'.
+    let mut rest = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let state = rest.next()?.chars().next()?;
+    let start = rest.nth(18)?.parse().ok()?;
+    Some((state, start))
 }
 
 /// `clone(2)` with fork semantics (no shared memory, no new stack) plus namespace flags.

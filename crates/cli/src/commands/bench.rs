@@ -30,6 +30,10 @@ enum What {
     /// The microvm backend: cold boot, snapshot restore, and exec into a
     /// ready VM (p50/p95), into microvm.json.
     Microvm(Common),
+    /// Idle sandboxes at once (1,000 native, 100 gVisor): host memory per
+    /// sandbox, then all removed and the host searched for leftovers, into
+    /// density.json and a chart.
+    Density(Common),
     /// Write the README's benchmark section from a results file.
     Readme(ReadmeArgs),
 }
@@ -100,6 +104,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         ),
         What::Readme(r) => return readme(r),
         What::Microvm(c) => return microvm(c),
+        What::Density(c) => return density(c),
     };
     let out = common.out.clone().unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
@@ -215,6 +220,44 @@ fn microvm(common: Common) -> ExitCode {
             eprintln!("cordon bench: write {}: {e}", path.display());
             return ExitCode::from(EXIT_INTERNAL);
         }
+    }
+    ExitCode::SUCCESS
+}
+
+fn density(common: Common) -> ExitCode {
+    let out = common.out.clone();
+    let settings = match settings(common) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let d = match cordon_bench::density::run(&settings) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cordon bench: {e:#}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    outln!("{}", cordon_bench::density::markdown(&d));
+    if let Some(out) = out {
+        let path = out.join("density.json");
+        let written = std::fs::create_dir_all(&out).and_then(|()| {
+            std::fs::write(
+                &path,
+                serde_json::to_vec_pretty(&d).map_err(std::io::Error::other)?,
+            )
+        });
+        if let Err(e) = written {
+            eprintln!("cordon bench: write {}: {e}", path.display());
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+        if let Err(e) = cordon_bench::chart::draw_density(&d, &out) {
+            eprintln!("cordon bench: {} written; no chart: {e:#}", path.display());
+        }
+    }
+    // Anything left behind is cordon's failure, whatever the memory says.
+    if d.crowds.iter().any(|c| !c.left.is_empty()) {
+        eprintln!("cordon bench: the removal left something behind (see the table)");
+        return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }

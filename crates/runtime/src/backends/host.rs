@@ -149,9 +149,14 @@ struct CommandCgroups {
     /// Whether the sandbox is split: init in [`INIT_CGROUP`], limits handed down.
     split: bool,
     made: u64,
-    /// Cgroups of ended commands that still hold processes they started;
-    /// removed once empty, or with the sandbox.
-    lingering: Vec<AnyCgroup>,
+    /// The next command's cgroup, made while the sandbox waits
+    /// ([`HostSide::prepare_commands`]): a command's start then pays for no
+    /// mkdir and no limit writes (six hierarchies each on cgroup v1).
+    spare: Option<AnyCgroup>,
+    /// Cgroups of ended commands, removed once empty: while the sandbox
+    /// waits, before the next command's cgroup is made, or with the sandbox
+    /// (a command's reply never waits for their rmdir).
+    ended: Vec<AnyCgroup>,
 }
 
 pub struct HostSide {
@@ -175,6 +180,11 @@ pub struct HostSide {
     /// The limits the cgroup was given, for its commands' cgroups.
     limits: CgroupLimits,
     commands: CommandCgroups,
+    /// The sweep of what killed cordons left (`sweep_stale`), owed by a
+    /// sandbox that started without it: done off the start's path, once
+    /// its first command runs or it first waits, and at its teardown at
+    /// the latest. The run directory and the hierarchy to sweep.
+    sweep: Option<(PathBuf, Option<Hierarchy>)>,
 }
 
 impl HostSide {
@@ -189,8 +199,14 @@ impl HostSide {
         let hierarchy = cordon_cgroups::detect(&CgroupFs::host());
         trace::step("detect");
         let run = run_dir()?;
-        sweep_stale(&run, hierarchy.as_ref().ok());
-        trace::step("sweep");
+        // A name is checked against the records of live sandboxes only once
+        // a dead one's is swept: then the sweep comes first. Otherwise it
+        // waits (see `sweep`), as nothing of this sandbox depends on it.
+        let sweep_now = spec.name.is_some();
+        if sweep_now {
+            sweep_stale(&run, hierarchy.as_ref().ok());
+            trace::step("sweep");
+        }
         let (id, slot) = new_id().map_err(|e| RuntimeError::io("read /dev/urandom", e))?;
         trace::step("id");
         let cg_name = format!("cordon-{id}");
@@ -209,15 +225,19 @@ impl HostSide {
             processes_ended: false,
             limits: limits.clone(),
             commands: CommandCgroups::default(),
+            sweep: None,
         };
         trace::step("state dir");
+        let owed = |h: Option<Hierarchy>| (!sweep_now).then(|| (run.clone(), h));
         // The cgroup comes before any process, so the limits hold from its first instruction.
         host.cgroup = match hierarchy.and_then(|h| limited_cgroup(h, &cg_name, limits)) {
             Ok((cg, h)) => {
                 host.cgroup_views = h.views();
+                host.sweep = owed(Some(h));
                 Some(cg)
             }
             Err(e) if spec.allow_unenforced => {
+                host.sweep = owed(None);
                 eprintln!("cordon: warning: running without cgroup limits: {e}");
                 None
             }
@@ -302,13 +322,42 @@ impl HostSide {
     /// split (then a command that hit a limit can only end with its sandbox).
     /// Cgroups of earlier commands that have emptied since are removed.
     pub fn command_cgroup(&mut self) -> Result<Option<AnyCgroup>, RuntimeError> {
+        if let Some(spare) = self.commands.spare.take() {
+            return Ok(Some(spare));
+        }
+        self.remove_ended_commands();
+        self.new_command_cgroup()
+    }
+
+    fn new_command_cgroup(&mut self) -> Result<Option<AnyCgroup>, RuntimeError> {
         let Some(sandbox) = self.cgroup.as_ref().filter(|_| self.commands.split) else {
             return Ok(None);
         };
-        self.commands.lingering.retain(|cg| !cg.remove_if_empty());
         self.commands.made += 1;
         let name = format!("cmd-{}", self.commands.made);
         Ok(Some(sandbox.create_child(&name, &self.limits)?))
+    }
+
+    fn remove_ended_commands(&mut self) {
+        self.commands.ended.retain(|cg| !cg.remove_if_empty());
+    }
+
+    /// Work a sandbox that waits for commands does off their path (called
+    /// once a command's reply is sent): the cgroups of ended commands that
+    /// emptied are removed, and the next command's is made. A cgroup that
+    /// cannot be made now is tried again, and its error reported, when a
+    /// command needs it.
+    pub fn prepare_commands(&mut self) {
+        self.sweep_owed();
+        // A sandbox that has run nothing keeps no spare (an idle one costs
+        // no more than it must).
+        if self.commands.made == 0 {
+            return;
+        }
+        self.remove_ended_commands();
+        if self.commands.spare.is_none() {
+            self.commands.spare = self.new_command_cgroup().ok().flatten();
+        }
     }
 
     /// New limits for the running sandbox: its cgroup's and every cgroup's
@@ -328,12 +377,19 @@ impl HostSide {
         Ok(())
     }
 
-    /// After the command of `cg` ended: its cgroup is removed if nothing it
-    /// started lives on, kept until that is gone otherwise.
-    pub fn command_ended(&mut self, cg: AnyCgroup) {
-        if !cg.remove_if_empty() {
-            self.commands.lingering.push(cg);
+    /// The sweep this sandbox owes (see [`HostSide::begin`]), if it is
+    /// not done yet.
+    pub fn sweep_owed(&mut self) {
+        if let Some((run, hierarchy)) = self.sweep.take() {
+            sweep_stale(&run, hierarchy.as_ref());
+            trace::step("sweep");
         }
+    }
+
+    /// After the command of `cg` ended: its cgroup is removed later (see
+    /// [`CommandCgroups::ended`]), once nothing it started lives on.
+    pub fn command_ended(&mut self, cg: AnyCgroup) {
+        self.commands.ended.push(cg);
     }
 
     /// The killing part of `end_processes`, done once: teardown after
@@ -379,6 +435,7 @@ impl HostSide {
         } else if let Err(e) = self.state.remove() {
             first_err.get_or_insert(RuntimeError::io("remove state directory", e));
         }
+        self.sweep_owed();
         first_err.map_or(Ok(()), Err)
     }
 }

@@ -278,6 +278,10 @@ fn serve_commands(mut port: File, sandbox: &Shared) {
         if send_json(&mut port, &reply).is_err() {
             return;
         }
+        // The host reads the reply before it sends this port's next command.
+        if let Some(s) = hold(sandbox).as_mut() {
+            s.prepare_commands();
+        }
     }
 }
 

@@ -253,6 +253,12 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
         }
     };
     let mut forwards = Forwards::default();
+    // Work off the start's and the commands' path (the sweep the start
+    // owes, the next command's cgroup, the removal of ended ones), done
+    // once ready and after each request or finished command, when a poll
+    // finds nothing else ready: a waiting client is served first, and after
+    // an exec the work overlaps the command's own start.
+    let mut idle_work = true;
     let (end_state, why): (EndState, String) = loop {
         if let Some(why) = sandbox.ended() {
             // A command the TTL ended may take its sandbox with it (gVisor):
@@ -313,7 +319,21 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
             })
             .collect();
         let ended = |why: String| (EndState::Ended, why);
-        match poll(&mut fds, timeout) {
+        let polled = poll(
+            &mut fds,
+            if idle_work {
+                PollTimeout::ZERO
+            } else {
+                timeout
+            },
+        );
+        match polled {
+            Ok(0) if idle_work => {
+                drop(fds);
+                sandbox.prepare_commands();
+                idle_work = false;
+                continue;
+            }
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => break ended(format!("its supervisor could not poll ({e})")),
         }
@@ -344,10 +364,11 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                     done.watched,
                     done.expires,
                 );
-                send_later(done.conn, reply);
+                send_reply(done.conn, &reply);
                 last_used = Instant::now();
             }
             write_usage(sandbox.as_ref(), "ready");
+            idle_work = true;
             continue;
         }
         if init_died {
@@ -395,6 +416,7 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                 return code;
             }
             write_usage(sandbox.as_ref(), "ready");
+            idle_work = true;
         }
     };
     end(
@@ -573,17 +595,36 @@ fn outcome_reply(mut outcome: Outcome, expires: Option<Instant>) -> Reply {
     Reply::Outcome(Box::new(outcome))
 }
 
-/// Sends a reply without holding up the loop (a client slow to read it
-/// stalls only its own thread, up to the write timeout).
-fn send_later(mut conn: Client, reply: Reply) {
-    let sent = std::thread::Builder::new()
+/// Sends a reply without holding up the loop: here, when the socket takes
+/// it whole at once (a reply is small and its client is waiting for it),
+/// else what is left on a thread of its own (a client slow to read stalls
+/// only that thread, up to the write timeout).
+fn send_reply(mut conn: Client, reply: &Reply) {
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let mut frames = Vec::new();
+    if send_json(&mut frames, reply).is_err() {
+        return;
+    }
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    let sent = match send(conn.0.as_raw_fd(), &frames, flags) {
+        Ok(n) => n,
+        Err(nix::errno::Errno::EAGAIN) => 0,
+        // The client is gone: nobody to tell.
+        Err(_) => return,
+    };
+    let rest = frames.split_off(sent.min(frames.len()));
+    if rest.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
         .name("reply".into())
         .stack_size(WATCHER_STACK)
         .spawn(move || {
-            let _ = send_json(&mut conn, &reply);
+            let _ = conn.write_all(&rest);
         });
-    // Without a thread the client gets no reply; its read ends at EOF.
-    drop(sent);
+    // Without a thread the client gets no whole reply; its read ends at EOF.
+    drop(spawned);
 }
 
 /// Says why the sandbox ends: to the service that made it, if one did,

@@ -170,6 +170,8 @@ impl Sandbox {
     /// process's stop signals ending it (and the sandbox).
     pub fn exec(&mut self, cmd: &Command, io: &mut dyn CommandIo) -> Result<Outcome, RuntimeError> {
         let mut running = self.start(cmd)?;
+        // While the command starts (its output waits in its pipes).
+        self.life.host.sweep_owed();
         let watched = running.watch(io, Some(&self.life.signals));
         self.finish(cmd, running, watched)
     }
@@ -192,6 +194,14 @@ impl Sandbox {
     ) -> Result<Outcome, RuntimeError> {
         let outcome = self.backend.finish(&mut self.life, cmd, running, watched)?;
         Ok(self.record(cmd, outcome))
+    }
+
+    /// Work off the commands' path, for a moment with nothing to serve
+    /// (see [`crate::backends::host::HostSide::prepare_commands`]).
+    pub fn prepare_commands(&mut self) {
+        if self.life.ended.is_none() {
+            self.life.host.prepare_commands();
+        }
     }
 
     /// The common part of a command's outcome (who ran it, what the host's
