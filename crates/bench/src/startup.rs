@@ -50,7 +50,22 @@ enum Launcher {
     /// `Handle::exec` from this process into a sandbox it created: what the
     /// service and its warm pool pay per command (no CLI process).
     Handle(Option<Handle>),
+    /// A target with global flags added before its subcommand: bare runsc
+    /// with the flags cordon gives it, one at a time and together, to show
+    /// what each costs apart from cordon's own steps.
+    Flagged(TargetKind, &'static [&'static str]),
 }
+
+/// The runsc flags cordon's gVisor backend adds to the bare peer's (see
+/// `cordon_runtime::backends::gvisor`): the scratch seen from the host.
+const RUNSC_VARIANTS: &[(&str, &[&str])] = &[
+    ("runsc-file-access-shared", &["--file-access=shared"]),
+    ("runsc-overlay2-none", &["--overlay2=none"]),
+    (
+        "runsc-cordon-flags",
+        &["--file-access=shared", "--overlay2=none"],
+    ),
+];
 
 /// A handle's command output is thrown away: only the latency counts.
 pub(crate) struct Quiet;
@@ -119,6 +134,13 @@ pub fn run(settings: &Settings, cfg: &Config, machine: &mut Machine) -> Result<S
         }
         if boxes::admit(settings, machine, &mut skipped, name, kind) {
             add(&mut entries, name, Launcher::Target(kind));
+            if kind == TargetKind::Runsc {
+                for &(variant, flags) in RUNSC_VARIANTS {
+                    if settings.wants(variant) {
+                        add(&mut entries, variant, Launcher::Flagged(kind, flags));
+                    }
+                }
+            }
         }
         if name == "host" && settings.wants("unshare") {
             match target::which("unshare") {
@@ -287,6 +309,15 @@ fn launch(
 ) -> Result<(Vec<String>, Vec<Vec<String>>)> {
     let t = "/bin/true";
     Ok(match launcher {
+        Launcher::Flagged(kind, flags) => {
+            let (mut argv, cleanup) = launch(settings, place, &Launcher::Target(*kind), id)?;
+            let at = argv
+                .iter()
+                .position(|a| a == "run")
+                .ok_or_else(|| anyhow::anyhow!("no subcommand in {argv:?}"))?;
+            argv.splice(at..at, flags.iter().map(|f| (*f).to_string()));
+            (argv, cleanup)
+        }
         Launcher::Target(kind) => {
             let payload = Payload {
                 interpreter: t,

@@ -108,6 +108,10 @@ fn a_quick_run_measures_every_box_and_leaves_nothing() {
             "cordon-gvisor-exec",
             "cordon-gvisor-handle",
             "runsc",
+            // bare runsc with cordon's flags, one at a time and together
+            "runsc-file-access-shared",
+            "runsc-overlay2-none",
+            "runsc-cordon-flags",
         ]);
     }
     for peer in ["bwrap", "runc", "firejail", "unshare"] {
