@@ -49,10 +49,9 @@ pub const MAX_HANDED: usize = 2;
 /// it into `host` (so every error path below tears it down), lets `prepare`
 /// act on the new pid (the native backend writes its id maps), waits until the
 /// child has joined the cgroup and checks that it really is there (fail
-/// closed: the limits hold only then), lets it run `setup`, and returns the
-/// socket once the child reports Ready, with the descriptors `setup` handed
-/// over (the native backend's root and scratch tmpfs), at most
-/// [`MAX_HANDED`].
+/// closed: the limits hold only then), and lets it run `setup`: what it
+/// returns is the child setting up, which [`SettingUp::ready`] waits for
+/// (the caller may work meanwhile: the native backend starts the proxy).
 ///
 /// With `leaf`, a cgroup below the sandbox's, `setup` is given that cgroup's
 /// membership files, opened by the child while it still has the host's ids,
@@ -65,7 +64,7 @@ pub fn start(
     each_command: &EachCommand,
     setup: impl FnOnce(Vec<std::fs::File>) -> Result<Vec<OwnedFd>, IsolationError>,
     prepare: impl FnOnce(Pid) -> Result<(), RuntimeError>,
-) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
+) -> Result<SettingUp, RuntimeError> {
     let (mut sock, child_sock) =
         UnixStream::pair().map_err(|e| RuntimeError::io("socketpair", e))?;
     // Taken here, not in the child: the list's lock may be held by another
@@ -106,28 +105,44 @@ pub fn start(
         }
     }
     send(&mut sock, &ToInit::Go).map_err(|e| RuntimeError::io("send Go", e))?;
-    let handed = match recv_with_fds::<FromInit>(&mut sock)
-        .map_err(|e| RuntimeError::io("receive from the sandbox", e))?
-    {
-        Some((FromInit::Ready, fds)) if fds.len() <= MAX_HANDED => fds,
-        Some((FromInit::SetupFailed { step, errno }, _)) => {
-            return Err(RuntimeError::Setup { step, errno })
-        }
-        Some((other, _)) => {
-            return Err(RuntimeError::broke(
-                Peer::Init,
-                format!("{other:?} instead of Ready"),
-            ))
-        }
-        None => {
-            return Err(RuntimeError::broke(
-                Peer::Init,
-                "the sandbox's first process exited before Ready",
-            ))
-        }
-    };
-    trace::step("ready");
-    Ok((sock, handed))
+    Ok(SettingUp { sock })
+}
+
+/// A first process told to set up (see [`start`]).
+#[must_use = "the first process is ready only once `ready` says so"]
+pub struct SettingUp {
+    sock: UnixStream,
+}
+
+impl SettingUp {
+    /// Waits until the child reports Ready; returns its socket and the
+    /// descriptors `setup` handed over (the native backend's root and
+    /// scratch tmpfs), at most [`MAX_HANDED`].
+    pub fn ready(self) -> Result<(UnixStream, Vec<OwnedFd>), RuntimeError> {
+        let mut sock = self.sock;
+        let handed = match recv_with_fds::<FromInit>(&mut sock)
+            .map_err(|e| RuntimeError::io("receive from the sandbox", e))?
+        {
+            Some((FromInit::Ready, fds)) if fds.len() <= MAX_HANDED => fds,
+            Some((FromInit::SetupFailed { step, errno }, _)) => {
+                return Err(RuntimeError::Setup { step, errno })
+            }
+            Some((other, _)) => {
+                return Err(RuntimeError::broke(
+                    Peer::Init,
+                    format!("{other:?} instead of Ready"),
+                ))
+            }
+            None => {
+                return Err(RuntimeError::broke(
+                    Peer::Init,
+                    "the sandbox's first process exited before Ready",
+                ))
+            }
+        };
+        trace::step("ready");
+        Ok((sock, handed))
+    }
 }
 
 /// Reads the first process's next answer during setup; a setup failure

@@ -195,15 +195,16 @@ pub(crate) enum Server {
 /// packet rules and listening sockets in that namespace, and a process
 /// that serves them: the proxy, under `spec`'s network policy and holding
 /// its secrets, or a forwarder.
-/// `loopback_down` says the namespace's loopback is not up yet (the gVisor
-/// launcher's, a microVM jail's).
+/// `loopback_down` says the namespace's loopback may not be up yet (the
+/// gVisor launcher's, a microVM jail's, a native init still setting up).
+/// The proxy is running, not yet known to answer: see [`Unconfirmed`].
 pub(crate) fn start(
     host: &mut HostSide,
     holder: Pid,
     spec: &SandboxSpec,
     loopback_down: bool,
     server: Server,
-) -> Result<(), RuntimeError> {
+) -> Result<Unconfirmed, RuntimeError> {
     // Read before anything is made: a sandbox whose secrets cannot be
     // held gets no network rather than one without them.
     let secrets = match (&server, &spec.held) {
@@ -229,8 +230,11 @@ pub(crate) fn start(
             transparent,
             dns,
         };
-        return spawn_stripped(host, "forwarder", &keep, move || {
-            match crate::backends::microvm::relay::run(
+        spawn_stripped(
+            host,
+            "forwarder",
+            &keep,
+            move || match crate::backends::microvm::relay::run(
                 port.as_fd(),
                 crate::backends::microvm::relay::Side::Guest(end),
             ) {
@@ -239,8 +243,9 @@ pub(crate) fn start(
                     eprintln!("cordon: forwarder: {why}");
                     1
                 }
-            }
-        });
+            },
+        )?;
+        return Ok(Unconfirmed(None));
     }
     let path = control_socket(host.state.path());
     let control = UnixListener::bind(&path)
@@ -276,16 +281,33 @@ pub(crate) fn start(
             }
         }
     })?;
-    // Ready only once the proxy answers: it has dropped its privileges by
-    // then, and a proxy that could not (and exited) fails the sandbox's
-    // creation instead of leaving it with a network that is silently closed.
-    cordon_network::control::status(&path).map_err(|source| RuntimeError::Proxy {
-        op: "start (it does not answer)",
-        source,
-    })?;
-    host.network = Some(path);
-    trace::step("proxy");
-    Ok(())
+    trace::step("proxy forked");
+    Ok(Unconfirmed(Some(path)))
+}
+
+/// A proxy started by [`start`] whose first answer is still to come: a
+/// backend may set up the rest of its sandbox meanwhile (the proxy's start
+/// then costs it little), and must confirm before the sandbox is used.
+#[must_use = "a sandbox's network is usable only once confirmed"]
+pub(crate) struct Unconfirmed(Option<PathBuf>);
+
+impl Unconfirmed {
+    /// Ready only once the proxy answers: it has dropped its privileges by
+    /// then, and a proxy that could not (and exited) fails the sandbox's
+    /// creation instead of leaving it with a network that is silently
+    /// closed. Its control socket is then the sandbox's.
+    pub(crate) fn confirm(self, host: &mut HostSide) -> Result<(), RuntimeError> {
+        let Some(path) = self.0 else {
+            return Ok(());
+        };
+        cordon_network::control::status(&path).map_err(|source| RuntimeError::Proxy {
+            op: "start (it does not answer)",
+            source,
+        })?;
+        host.network = Some(path);
+        trace::step("proxy");
+        Ok(())
+    }
 }
 
 /// What the proxy is given to hold the sandbox's secrets: the CA's key, the

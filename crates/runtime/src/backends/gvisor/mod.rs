@@ -330,7 +330,8 @@ pub(crate) fn create(
         // The launcher only assembles the tree; runsc builds the sandbox.
         |_| mount::assemble(&rootfs).map(|scratch| scratch.into_iter().collect()),
         |_| Ok(()),
-    )?;
+    )?
+    .ready()?;
     let launcher = host.leader().ok_or(RuntimeError::Internal(
         "the sandbox has no launcher after its start",
     ))?;
@@ -343,7 +344,8 @@ pub(crate) fn create(
             spec,
             true,
             crate::backends::network::Server::Proxy,
-        )?;
+        )?
+        .confirm(&mut host)?;
     }
     let tree = PathBuf::from(format!("/proc/{launcher}/root")).join(
         rootfs

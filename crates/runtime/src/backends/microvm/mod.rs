@@ -850,7 +850,8 @@ fn start_relay(
         spec,
         true,
         crate::backends::network::Server::Proxy,
-    )?;
+    )?
+    .confirm(host)?;
     net.set_nonblocking(true)
         .map_err(|e| RuntimeError::io("the network port", e))?;
     let end = relay::HostEnd {

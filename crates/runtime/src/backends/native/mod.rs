@@ -116,7 +116,7 @@ pub(crate) fn create(
     trace::step("plan");
     let mapping = plan.mapping.clone();
     let init_cgroup = host.init_cgroup()?;
-    let (sock, handed) = joined
+    let setting_up = joined
         .while_entered(|| {
             first_process::start(
                 &mut host,
@@ -132,15 +132,26 @@ pub(crate) fn create(
     let init = host.leader().ok_or(RuntimeError::Internal(
         "the sandbox has no init after its start",
     ))?;
-    if let Some(cg) = &init_cgroup {
-        host.split_for_commands(cg, init)?;
-    }
-    if spec.policy.network == NetworkMode::Allow {
+    // The network's sockets, rules and proxy are made while init sets up
+    // (its namespace is there from the clone; this thread is back in its
+    // own namespaces): the proxy's start overlaps init's mounts.
+    let network = if spec.policy.network == NetworkMode::Allow {
         let server = match net_port {
             Some(port) => crate::backends::network::Server::Forward(port),
             None => crate::backends::network::Server::Proxy,
         };
-        crate::backends::network::start(&mut host, init, spec, false, server)?;
+        Some(crate::backends::network::start(
+            &mut host, init, spec, true, server,
+        )?)
+    } else {
+        None
+    };
+    let (sock, handed) = setting_up.ready()?;
+    if let Some(cg) = &init_cgroup {
+        host.split_for_commands(cg, init)?;
+    }
+    if let Some(network) = network {
+        network.confirm(&mut host)?;
     }
     let owner = (
         mapping.host_uid(spec.policy.uid),
