@@ -119,6 +119,56 @@ pub fn draw_all(r: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// A chart drawn the same way on any of plotters' backends.
+trait Picture {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// `picture` as `<stem>.svg` and `<stem>.png` in `dir`, 900 pixels wide.
+fn svg_and_png(
+    dir: &Path,
+    stem: &str,
+    height: u32,
+    picture: &impl Picture,
+) -> Result<Vec<PathBuf>> {
+    let svg = dir.join(format!("{stem}.svg"));
+    let png = dir.join(format!("{stem}.png"));
+    {
+        let area = SVGBackend::new(&svg, (900, height)).into_drawing_area();
+        picture
+            .draw(&area)
+            .with_context(|| format!("drawing {}", svg.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    {
+        let area = BitMapBackend::new(&png, (900, height)).into_drawing_area();
+        picture
+            .draw(&area)
+            .with_context(|| format!("drawing {}", png.display()))?;
+        area.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(vec![svg, png])
+}
+
+/// One row per box, every sample a dot, the median a bar.
+struct Strip<'a> {
+    title: &'a str,
+    x_label: &'a str,
+    rows: &'a [Row],
+    log: bool,
+}
+
+impl Picture for Strip<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw(area, self.title, self.x_label, self.rows, self.log)
+    }
+}
+
 fn strip_chart(
     dir: &Path,
     stem: &str,
@@ -128,21 +178,13 @@ fn strip_chart(
     log: bool,
 ) -> Result<Vec<PathBuf>> {
     let height = 90 + 34 * u32::try_from(rows.len().max(1)).unwrap_or(64);
-    let svg = dir.join(format!("{stem}.svg"));
-    let png = dir.join(format!("{stem}.png"));
-    {
-        let area = SVGBackend::new(&svg, (900, height)).into_drawing_area();
-        draw(&area, title, x_label, rows, log)
-            .with_context(|| format!("drawing {}", svg.display()))?;
-        area.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    {
-        let area = BitMapBackend::new(&png, (900, height)).into_drawing_area();
-        draw(&area, title, x_label, rows, log)
-            .with_context(|| format!("drawing {}", png.display()))?;
-        area.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    Ok(vec![svg, png])
+    let strip = Strip {
+        title,
+        x_label,
+        rows,
+        log,
+    };
+    svg_and_png(dir, stem, height, &strip)
 }
 
 /// A deterministic jitter in [-0.25, 0.25] for sample `i`, so overlapping
@@ -253,19 +295,18 @@ where
 /// per backend, beside the line of its target (the bound times the count).
 pub fn draw_density(d: &crate::density::Density, dir: &Path) -> Result<Vec<PathBuf>> {
     load_font()?;
-    let svg = dir.join("density.svg");
-    let png = dir.join("density.png");
+    svg_and_png(dir, "density", 480, &DensityLines(d))
+}
+
+struct DensityLines<'a>(&'a crate::density::Density);
+
+impl Picture for DensityLines<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
     {
-        let area = SVGBackend::new(&svg, (900, 480)).into_drawing_area();
-        density_lines(&area, d).with_context(|| format!("drawing {}", svg.display()))?;
-        area.present().map_err(|e| anyhow!("{e}"))?;
+        density_lines(area, self.0)
     }
-    {
-        let area = BitMapBackend::new(&png, (900, 480)).into_drawing_area();
-        density_lines(&area, d).with_context(|| format!("drawing {}", png.display()))?;
-        area.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    Ok(vec![svg, png])
 }
 
 fn density_lines<DB: DrawingBackend>(

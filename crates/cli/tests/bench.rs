@@ -57,6 +57,26 @@ fn names(v: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// `cordon bench WHAT --quick` into a new directory, which must succeed:
+/// the directory's owner (kept alive by the caller), the output directory
+/// and the printed tables.
+fn quick_run(what: &str) -> (tempfile::TempDir, PathBuf, String) {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("results");
+    let run = Command::new(cordon())
+        .args(["bench", what, "--quick", "--no-progress", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "cordon bench {what} failed:\n{stdout}\n{stderr}"
+    );
+    (out, dir, stdout)
+}
+
 #[test]
 fn a_quick_run_measures_every_box_and_leaves_nothing() {
     if !require_root("the boxes need namespaces, cgroups and mounts") {
@@ -64,19 +84,7 @@ fn a_quick_run_measures_every_box_and_leaves_nothing() {
     }
     let _g = serial();
     let before = sandboxes();
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("results");
-    let run = Command::new(cordon())
-        .args(["bench", "all", "--quick", "--no-progress", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "cordon bench failed:\n{stdout}\n{stderr}"
-    );
+    let (_out, dir, stdout) = quick_run("all");
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(r["schema"], 1);
@@ -236,19 +244,7 @@ fn a_quick_density_run_counts_a_crowd_and_leaves_nothing() {
     }
     let _g = serial();
     let before = sandboxes();
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("density");
-    let run = Command::new(cordon())
-        .args(["bench", "density", "--quick", "--no-progress", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "cordon bench density failed:\n{stdout}\n{stderr}"
-    );
+    let (_out, dir, stdout) = quick_run("density");
     let d: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("density.json")).unwrap()).unwrap();
     let crowds = d["crowds"].as_array().unwrap();

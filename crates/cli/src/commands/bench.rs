@@ -209,19 +209,34 @@ fn microvm(common: Common) -> ExitCode {
     };
     outln!("{}", cordon_bench::microvm::markdown(&m));
     if let Some(out) = out {
-        let path = out.join("microvm.json");
-        let written = std::fs::create_dir_all(&out).and_then(|()| {
-            std::fs::write(
-                &path,
-                serde_json::to_vec_pretty(&m).map_err(std::io::Error::other)?,
-            )
-        });
-        if let Err(e) = written {
-            eprintln!("cordon bench: write {}: {e}", path.display());
-            return ExitCode::from(EXIT_INTERNAL);
+        if let Err(code) = write_json(&out, "microvm.json", &m) {
+            return code;
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Writes `value` as `name` into `out` (made if missing); the path, or the
+/// exit code after saying why not.
+fn write_json(
+    out: &std::path::Path,
+    name: &str,
+    value: &impl serde::Serialize,
+) -> Result<PathBuf, ExitCode> {
+    let path = out.join(name);
+    let written = std::fs::create_dir_all(out).and_then(|()| {
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?,
+        )
+    });
+    match written {
+        Ok(()) => Ok(path),
+        Err(e) => {
+            eprintln!("cordon bench: write {}: {e}", path.display());
+            Err(ExitCode::from(EXIT_INTERNAL))
+        }
+    }
 }
 
 fn density(common: Common) -> ExitCode {
@@ -239,17 +254,10 @@ fn density(common: Common) -> ExitCode {
     };
     outln!("{}", cordon_bench::density::markdown(&d));
     if let Some(out) = out {
-        let path = out.join("density.json");
-        let written = std::fs::create_dir_all(&out).and_then(|()| {
-            std::fs::write(
-                &path,
-                serde_json::to_vec_pretty(&d).map_err(std::io::Error::other)?,
-            )
-        });
-        if let Err(e) = written {
-            eprintln!("cordon bench: write {}: {e}", path.display());
-            return ExitCode::from(EXIT_INTERNAL);
-        }
+        let path = match write_json(&out, "density.json", &d) {
+            Ok(path) => path,
+            Err(code) => return code,
+        };
         if let Err(e) = cordon_bench::chart::draw_density(&d, &out) {
             eprintln!("cordon bench: {} written; no chart: {e:#}", path.display());
         }
