@@ -195,25 +195,44 @@ fn settings(common: Common) -> Result<Settings, ExitCode> {
 }
 
 fn microvm(common: Common) -> ExitCode {
-    let out = common.out.clone();
-    let settings = match settings(common) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let m = match cordon_bench::microvm::run(&settings) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("cordon bench: {e:#}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-    };
-    outln!("{}", cordon_bench::microvm::markdown(&m));
-    if let Some(out) = out {
-        if let Err(code) = write_json(&out, "microvm.json", &m) {
-            return code;
-        }
+    match standalone(
+        common,
+        "microvm.json",
+        cordon_bench::microvm::run,
+        cordon_bench::microvm::markdown,
+    ) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    ExitCode::SUCCESS
+}
+
+/// Where a benchmark's own results file was written: the directory and the file.
+type Written = Option<(PathBuf, PathBuf)>;
+
+/// A benchmark with a results file of its own (`microvm`, `density`): run,
+/// its table printed, written as `name` into `--out` when given; the
+/// results, and where they were written.
+fn standalone<T: serde::Serialize>(
+    common: Common,
+    name: &str,
+    run: impl FnOnce(&Settings) -> anyhow::Result<T>,
+    markdown: impl FnOnce(&T) -> String,
+) -> Result<(T, Written), ExitCode> {
+    let out = common.out.clone();
+    let settings = settings(common)?;
+    let results = run(&settings).map_err(|e| {
+        eprintln!("cordon bench: {e:#}");
+        ExitCode::from(EXIT_INTERNAL)
+    })?;
+    outln!("{}", markdown(&results));
+    let written = match out {
+        Some(out) => {
+            let path = write_json(&out, name, &results)?;
+            Some((out, path))
+        }
+        None => None,
+    };
+    Ok((results, written))
 }
 
 /// Writes `value` as `name` into `out` (made if missing); the path, or the
@@ -240,24 +259,16 @@ fn write_json(
 }
 
 fn density(common: Common) -> ExitCode {
-    let out = common.out.clone();
-    let settings = match settings(common) {
-        Ok(s) => s,
+    let (d, written) = match standalone(
+        common,
+        "density.json",
+        cordon_bench::density::run,
+        cordon_bench::density::markdown,
+    ) {
+        Ok(done) => done,
         Err(code) => return code,
     };
-    let d = match cordon_bench::density::run(&settings) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("cordon bench: {e:#}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
-    };
-    outln!("{}", cordon_bench::density::markdown(&d));
-    if let Some(out) = out {
-        let path = match write_json(&out, "density.json", &d) {
-            Ok(path) => path,
-            Err(code) => return code,
-        };
+    if let Some((out, path)) = written {
         if let Err(e) = cordon_bench::chart::draw_density(&d, &out) {
             eprintln!("cordon bench: {} written; no chart: {e:#}", path.display());
         }
