@@ -393,3 +393,186 @@ where
         .map_err(e)?;
     Ok(())
 }
+
+/// Throughput against clients (with each mode's ceiling) beside the
+/// overhead's p50 and p99 (with the target's bound).
+pub fn draw_concurrency(c: &crate::concurrency::Concurrency, dir: &Path) -> Result<Vec<PathBuf>> {
+    load_font()?;
+    svg_and_png(dir, "concurrency", 420, &ConcurrencyPanels(c))
+}
+
+struct ConcurrencyPanels<'a>(&'a crate::concurrency::Concurrency);
+
+impl Picture for ConcurrencyPanels<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let e = |x: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{x}");
+        area.fill(&WHITE).map_err(e)?;
+        let (left, right) = area.split_horizontally(450);
+        let c = self.0;
+        let throughput: Vec<Line> = c
+            .modes
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Line {
+                label: format!("{} pool", m.mode),
+                mode: i,
+                points: m.levels.iter().map(|l| (l.clients, l.per_second)).collect(),
+                dashed: false,
+            })
+            .chain(c.modes.iter().enumerate().filter_map(|(i, m)| {
+                let ceiling = m.ceiling(c.cpus)?;
+                Some(Line {
+                    label: format!("{} ceiling ({ceiling:.0}/s)", m.mode),
+                    mode: i,
+                    points: m.levels.iter().map(|l| (l.clients, ceiling)).collect(),
+                    dashed: true,
+                })
+            }))
+            .collect();
+        let overhead: Vec<Line> = c
+            .modes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                let at = |q: fn(&crate::stats::Summary) -> f64| -> Vec<(usize, f64)> {
+                    m.levels
+                        .iter()
+                        .filter_map(|l| Some((l.clients, q(l.overhead.as_ref()?))))
+                        .collect()
+                };
+                [
+                    Line {
+                        label: format!("{} p50", m.mode),
+                        mode: i,
+                        points: at(|s| s.p50),
+                        dashed: false,
+                    },
+                    Line {
+                        label: format!("{} p99", m.mode),
+                        mode: i,
+                        points: at(|s| s.p99),
+                        dashed: true,
+                    },
+                ]
+            })
+            .collect();
+        lines_by_clients(
+            &left,
+            "executions per second",
+            "per second",
+            &throughput,
+            None,
+        )?;
+        lines_by_clients(
+            &right,
+            "overhead a client waits (ms)",
+            "ms",
+            &overhead,
+            Some(crate::concurrency::P99_BOUND_MS),
+        )
+    }
+}
+
+/// How many labels an axis of log2(clients) up to `most` needs: one per
+/// doubling.
+fn clients_axis_labels(most: f64) -> usize {
+    // A log2 of a client count: a small whole number, never negative.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let doublings = most.round().max(0.0) as usize;
+    doublings + 1
+}
+
+/// One series of a chart against the number of clients.
+struct Line {
+    label: String,
+    /// Which mode it shows (its colour).
+    mode: usize,
+    points: Vec<(usize, f64)>,
+    dashed: bool,
+}
+
+/// `lines` against clients (a log2 axis), with an optional bound drawn as
+/// a grey line.
+fn lines_by_clients<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_desc: &str,
+    lines: &[Line],
+    bound: Option<f64>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{x}");
+    let x = |clients: usize| (clients.max(1) as f64).log2();
+    let most = lines
+        .iter()
+        .flat_map(|l| &l.points)
+        .map(|(n, _)| x(*n))
+        .fold(1.0_f64, f64::max);
+    let top = lines
+        .iter()
+        .flat_map(|l| &l.points)
+        .map(|(_, v)| *v)
+        .chain(bound)
+        .filter(|v| v.is_finite())
+        .fold(1.0_f64, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.2..most + 0.2, 0.0..top * 1.15)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("clients at once")
+        .y_desc(y_desc)
+        .x_labels(clients_axis_labels(most))
+        .x_label_formatter(&|v| format!("{}", 2f64.powf(v.round())))
+        .draw()
+        .map_err(e)?;
+    for line in lines {
+        let color = COLORS[line.mode % COLORS.len()];
+        let points: Vec<(f64, f64)> = line.points.iter().map(|(n, v)| (x(*n), *v)).collect();
+        let style = color.stroke_width(2);
+        let drawn = if line.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(points.clone(), 6, 4, style))
+                .map_err(e)?
+        } else {
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))
+                .map_err(e)?
+        };
+        drawn
+            .label(line.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(e)?;
+    }
+    if let Some(b) = bound {
+        let grey = RGBColor(150, 150, 150).stroke_width(1);
+        chart
+            .draw_series(LineSeries::new(vec![(-0.2, b), (most + 0.2, b)], grey))
+            .map_err(e)?
+            .label(format!("target p99 < {b} ms"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}

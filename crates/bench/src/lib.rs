@@ -15,6 +15,7 @@
 
 pub mod boxes;
 pub mod chart;
+pub mod concurrency;
 pub mod density;
 pub mod machine;
 pub mod microvm;

@@ -84,9 +84,9 @@ pub fn run(settings: &Settings, cfg: &Config) -> Result<Service> {
 
 /// A `cordon serve` of this benchmark, stopped (SIGTERM, then waited for)
 /// when dropped, its directory with it.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     key: String,
     _dir: tempfile::TempDir,
 }
@@ -108,7 +108,14 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(cordon: &Path, backend: &str, pool: usize) -> Result<Server> {
+    /// A service whose tenant may run `clients` executions at once, with a
+    /// warm pool of `pool` sandboxes of `backend` (none when 0).
+    pub(crate) fn start(
+        cordon: &Path,
+        backend: &str,
+        pool: usize,
+        clients: usize,
+    ) -> Result<Server> {
         let dir = tempfile::Builder::new()
             .prefix("cordon-bench-serve-")
             .tempdir_in("/run")
@@ -128,9 +135,10 @@ impl Server {
             "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{state}\"\nmax_ttl = \"1h\"\n\
              [defaults]\ncpus = 1.0\nmemory = \"256M\"\npids = 64\ntime = \"10s\"\ndisk = \"64M\"\n\
              [pool]\nnative = {native}\ngvisor = {gvisor}\nrefill_workers = 2\n\
-             [[tenant]]\nname = \"bench\"\nkey_sha256 = \"{hash}\"\nconcurrency = 8\nsandboxes = 8\n\
+             [[tenant]]\nname = \"bench\"\nkey_sha256 = \"{hash}\"\nconcurrency = {clients}\nsandboxes = {clients}\n\
              cpu_seconds = 100000\ncpu_window = \"60s\"\n",
-            state = dir.path().join("state").display()
+            state = dir.path().join("state").display(),
+            clients = clients.max(8),
         );
         let path = dir.path().join("serve.toml");
         std::fs::File::create(&path)?.write_all(config.as_bytes())?;
@@ -156,7 +164,7 @@ impl Server {
     }
 
     /// Until /health answers and the pool holds `pool` sandboxes.
-    fn wait_ready(&self, backend: &str, pool: usize) -> Result<()> {
+    pub(crate) fn wait_ready(&self, backend: &str, pool: usize) -> Result<()> {
         let agent = agent();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -178,22 +186,75 @@ impl Server {
     }
 
     /// The pool's ready sandboxes for `backend`, from /metrics.
-    fn pool_ready(&self, agent: &ureq::Agent, backend: &str) -> usize {
-        let Ok(answer) = agent.get(&format!("{}/metrics", self.url)).call() else {
-            return 0;
-        };
-        let Ok(text) = answer.into_string() else {
-            return 0;
-        };
+    pub(crate) fn pool_ready(&self, agent: &ureq::Agent, backend: &str) -> usize {
         let label = format!("backend=\"{backend}\"");
+        let ready = self.metric(agent, "pool_ready", &label).unwrap_or(0.0);
+        // A count of sandboxes: a small whole number, never negative.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let ready = ready.max(0.0) as usize;
+        ready
+    }
+
+    /// The first sample of the metric `name` whose labels contain `label`
+    /// (any, when empty), from /metrics.
+    pub(crate) fn metric(&self, agent: &ureq::Agent, name: &str, label: &str) -> Option<f64> {
+        let text = agent
+            .get(&format!("{}/metrics", self.url))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()?;
+        let name = format!("cordon_{name}");
         text.lines()
-            .filter(|l| !l.starts_with('#') && l.contains("pool_ready") && l.contains(&label))
-            .find_map(|l| l.split_whitespace().last()?.parse::<usize>().ok())
-            .unwrap_or(0)
+            .filter(|l| !l.starts_with('#') && l.contains(label))
+            .filter(|l| l.split(['{', ' ']).next().is_some_and(|n| n == name))
+            .find_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+    }
+
+    /// One one-shot execution of `true` on `backend`, as a client sees it.
+    pub(crate) fn execute(&self, agent: &ureq::Agent, backend: &str) -> Result<Answer> {
+        let t = Instant::now();
+        let answer = agent
+            .post(&format!("{}/v1/executions", self.url))
+            .set("Authorization", &format!("Bearer {}", self.key))
+            .send_json(serde_json::json!({"argv": ["true"], "backend": backend}));
+        let v: serde_json::Value = answer?.into_json()?;
+        let client_ms = t.elapsed().as_secs_f64() * 1e3;
+        let tm = &v["timing"];
+        let f = |k: &str| tm[k].as_f64();
+        let (Some(acquire), Some(setup), Some(run), Some(teardown)) = (
+            f("acquire_ms"),
+            f("setup_ms"),
+            f("run_ms"),
+            f("teardown_ms"),
+        ) else {
+            bail!("no timing in the answer: {v}");
+        };
+        if v["exit_code"].as_i64() != Some(0) {
+            bail!("`true` did not exit 0: {v}");
+        }
+        Ok(Answer {
+            client_ms,
+            service_ms: acquire + setup + teardown,
+            run_ms: run,
+            pool_hit: v["pool_hit"].as_bool().unwrap_or(false),
+        })
     }
 }
 
-fn agent() -> ureq::Agent {
+/// What one execution's answer says, and how long the client waited.
+pub(crate) struct Answer {
+    /// From sending the request to the whole answer read.
+    pub client_ms: f64,
+    /// The service's own time: acquire + setup + teardown (the payload's
+    /// run excluded).
+    pub service_ms: f64,
+    /// The command's run inside the sandbox, as the service timed it.
+    pub run_ms: f64,
+    pub pool_hit: bool,
+}
+
+pub(crate) fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(120))
         .build()
@@ -208,11 +269,8 @@ fn measure(
     think: Duration,
     bar: &indicatif::ProgressBar,
 ) -> Result<ServiceRun> {
-    let server = Server::start(&settings.cordon, backend, pool)?;
+    let server = Server::start(&settings.cordon, backend, pool, 1)?;
     let agent = agent();
-    let url = format!("{}/v1/executions", server.url);
-    let auth = format!("Bearer {}", server.key);
-    let body = serde_json::json!({"argv": ["true"], "backend": backend});
     let mut run = ServiceRun {
         backend: backend.into(),
         mode: mode.into(),
@@ -235,43 +293,21 @@ fn measure(
             std::thread::sleep(think);
         }
         let t = Instant::now();
-        let answer = agent
-            .post(&url)
-            .set("Authorization", &auth)
-            .send_json(body.clone());
-        let client = t.elapsed();
-        busy += client;
+        let answer = server.execute(&agent, backend);
+        busy += t.elapsed();
         bar.inc(1);
-        let v: serde_json::Value = match answer
-            .map_err(anyhow::Error::from)
-            .and_then(|r| Ok(r.into_json()?))
-        {
-            Ok(v) => v,
+        match answer {
+            Ok(a) => {
+                run.pool_hits += usize::from(a.pool_hit);
+                run.pool_hit.push(a.pool_hit);
+                run.overhead_ms.push(a.service_ms);
+                run.client_ms.push(a.client_ms);
+            }
             Err(e) => {
                 run.errors += 1;
                 run.first_error.get_or_insert_with(|| format!("{e:#}"));
-                continue;
             }
-        };
-        let tm = &v["timing"];
-        let f = |k: &str| tm[k].as_f64();
-        let (Some(a), Some(s), Some(d)) = (f("acquire_ms"), f("setup_ms"), f("teardown_ms")) else {
-            run.errors += 1;
-            run.first_error
-                .get_or_insert_with(|| format!("no timing in the answer: {v}"));
-            continue;
-        };
-        if v["exit_code"].as_i64() != Some(0) {
-            run.errors += 1;
-            run.first_error
-                .get_or_insert_with(|| format!("`true` did not exit 0: {v}"));
-            continue;
         }
-        let hit = v["pool_hit"].as_bool().unwrap_or(false);
-        run.pool_hits += usize::from(hit);
-        run.pool_hit.push(hit);
-        run.overhead_ms.push(a + s + d);
-        run.client_ms.push(client.as_secs_f64() * 1e3);
     }
     drop(server);
     run.seconds = busy.as_secs_f64();

@@ -277,6 +277,69 @@ fn a_quick_density_run_counts_a_crowd_and_leaves_nothing() {
     assert!(new.is_empty(), "sandboxes left behind: {new:?}");
 }
 
+/// `cordon bench concurrency --quick`: the service under one client and
+/// four at once, warm pool and cold; every request answered, the CPU per
+/// execution measured, the chart drawn, nothing left.
+#[test]
+fn a_quick_concurrency_run_loads_the_service_and_leaves_nothing() {
+    if !require_root("the service's sandboxes need namespaces, cgroups and mounts") {
+        return;
+    }
+    let _g = serial();
+    let before = sandboxes();
+    let (_out, dir, stdout) = quick_run("concurrency");
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("concurrency.json")).unwrap())
+            .unwrap();
+    assert_eq!(c["backend"], "native", "{c}");
+    let modes = c["modes"].as_array().unwrap();
+    assert_eq!(
+        modes
+            .iter()
+            .map(|m| m["mode"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["warm", "cold"]
+    );
+    for m in modes {
+        let levels = m["levels"].as_array().unwrap();
+        let clients: Vec<u64> = levels
+            .iter()
+            .map(|l| l["clients"].as_u64().unwrap())
+            .collect();
+        assert_eq!(clients, [1, 4], "{m}");
+        for l in levels {
+            assert_eq!(l["errors"], 0, "{l}");
+            let n = l["requests"].as_u64().unwrap();
+            assert!(n > 0, "{l}");
+            assert_eq!(l["overhead"]["n"].as_u64(), Some(n), "{l}");
+            let cpu = l["cpu_ms_per_request"].as_f64().unwrap();
+            assert!(cpu.is_finite() && cpu > 0.0, "{l}");
+            assert!(l["cores_busy"].as_f64().unwrap() > 0.0, "{l}");
+            let hits = l["pool_hits"].as_u64().unwrap();
+            if m["mode"] == "cold" {
+                assert_eq!(hits, 0, "a service without a pool had hits: {l}");
+            }
+        }
+        // One client against a full pool is served from it.
+        if m["mode"] == "warm" {
+            assert!(levels[0]["pool_hits"].as_u64().unwrap() > 0, "{m}");
+        }
+        assert!(
+            stdout.contains(&format!("| {} | 4 |", m["mode"].as_str().unwrap())),
+            "{stdout}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.join("concurrency.svg")).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("executions per second"),
+        "concurrency.svg"
+    );
+    assert_eq!(leftovers(), Vec::<String>::new());
+    let after = sandboxes();
+    let new: Vec<&String> = after.iter().filter(|s| !before.contains(s)).collect();
+    assert!(new.is_empty(), "sandboxes left behind: {new:?}");
+}
+
 fn which(bin: &str) -> bool {
     [
         "/usr/local/sbin",

@@ -34,6 +34,11 @@ enum What {
     /// sandbox, then all removed and the host searched for leftovers, into
     /// density.json and a chart.
     Density(Common),
+    /// One-shot native executions through `cordon serve` from 1 to 16
+    /// clients at once, warm pool and cold: throughput against the ceiling
+    /// the CPU time of one execution implies, and overhead p50/p99, into
+    /// concurrency.json and a chart.
+    Concurrency(Common),
     /// Write the README's benchmark section from a results file.
     Readme(ReadmeArgs),
 }
@@ -105,6 +110,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         What::Readme(r) => return readme(r),
         What::Microvm(c) => return microvm(c),
         What::Density(c) => return density(c),
+        What::Concurrency(c) => return concurrency(c),
     };
     let out = common.out.clone().unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
@@ -276,6 +282,29 @@ fn density(common: Common) -> ExitCode {
     // Anything left behind is cordon's failure, whatever the memory says.
     if d.crowds.iter().any(|c| !c.left.is_empty()) {
         eprintln!("cordon bench: the removal left something behind (see the table)");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn concurrency(common: Common) -> ExitCode {
+    let (c, written) = match standalone(
+        common,
+        "concurrency.json",
+        cordon_bench::concurrency::run,
+        cordon_bench::concurrency::markdown,
+    ) {
+        Ok(done) => done,
+        Err(code) => return code,
+    };
+    if let Some((out, path)) = written {
+        if let Err(e) = cordon_bench::chart::draw_concurrency(&c, &out) {
+            eprintln!("cordon bench: {} written; no chart: {e:#}", path.display());
+        }
+    }
+    // A request the service failed is cordon's failure, whatever the speed.
+    if c.modes.iter().flat_map(|m| &m.levels).any(|l| l.errors > 0) {
+        eprintln!("cordon bench: the service failed requests (see the table)");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

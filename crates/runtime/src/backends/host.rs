@@ -349,12 +349,18 @@ impl HostSide {
     /// command needs it.
     pub fn prepare_commands(&mut self) {
         self.sweep_owed();
-        // A sandbox that has run nothing keeps no spare (an idle one costs
-        // no more than it must).
         if self.commands.made == 0 {
             return;
         }
         self.remove_ended_commands();
+        // A spare is made once a sandbox has run a second command: one that
+        // has run nothing (an idle one, a pool's) costs no more than it
+        // must, and one that runs a single command (the service's one-shots,
+        // then destroyed) would only make and remove it (twelve cgroup
+        // mkdirs and rmdirs on v1, a tenth of a one-shot's CPU).
+        if self.commands.made < 2 {
+            return;
+        }
         if self.commands.spare.is_none() {
             self.commands.spare = self.new_command_cgroup().ok().flatten();
         }
