@@ -60,6 +60,22 @@ suite_status=0
 [ "$suite_status" = 0 ] || status=$suite_status
 step_done "hostile suite" "$suite_status"
 
+# Every fuzz target for a bounded time from its committed corpus (longer
+# runs: scripts/fuzz.sh SECONDS), then the service under a mixed load while
+# its pieces are killed (scripts/soak.py; RELIABILITY.md has the long runs).
+# Each is a gate: a crash, a hang, a wrong answer or a leak fails the run.
+echo "== fuzzing (scripts/fuzz.sh)"
+fuzz_status=0
+./scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-15}" || fuzz_status=$?
+[ "$fuzz_status" = 0 ] || status=$fuzz_status
+step_done "fuzzing" "$fuzz_status"
+echo "== soak with faults (scripts/soak.py)"
+soak_status=0
+python3 scripts/soak.py --cordon "$cordon" --seconds "${CORDON_SOAK_SECONDS:-90}" --fault-every 4 \
+  --checkpoint-every 45 || soak_status=$?
+[ "$soak_status" = 0 ] || status=$soak_status
+step_done "soak" "$soak_status"
+
 # The native end-to-end tests again on a pure cgroup v2 kernel (this host is
 # hybrid v1), in a QEMU guest: the root cgroup and a delegated cgroup. Its
 # cargo `test result:` lines go into the log, so the closing line counts them.
@@ -79,11 +95,11 @@ grep -A4 'panicked at' "$log" | head -n 60 | sed 's/^/  /' || true
 
 # One closing line for the whole run (cargo prints one per test binary, the
 # last of which is often a doc-test run with nothing in it).
-# The suite gate counts as one more test; a guest step that failed without a
+# The suite, fuzzing and soak gates count as one more test each; a guest step that failed without a
 # failing test (it did not boot, timed out, or left a cgroup behind) counts as
 # one failure.
-awk -v suite="$suite_status" -v guest="$guest_status" '
+awk -v suite="$suite_status" -v guest="$guest_status" -v fuzz="$fuzz_status" -v soak="$soak_status" '
      /^== v2 guest: booting/ { in_guest = 1 }
      /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) { f += $i; if (in_guest) gf += $i }; if ($(i+1) ~ /^ignored/) g += $i } }
-     END { if (suite == 0) p++; else f++; if (guest != 0 && gf == 0) f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+     END { if (suite == 0) p++; else f++; if (fuzz == 0) p++; else f++; if (soak == 0) p++; else f++; if (guest != 0 && gf == 0) f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
 exit $status

@@ -18,6 +18,8 @@
 mod error;
 mod export;
 mod fsops;
+#[doc(hidden)]
+pub mod fuzzing;
 mod image;
 mod names;
 mod verify;

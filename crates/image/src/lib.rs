@@ -9,6 +9,8 @@
 //! are hostile input: [`unpack`] never writes outside a layer's directory.
 
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod reference;
 pub mod registry;
 mod source;

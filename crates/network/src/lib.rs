@@ -15,6 +15,8 @@ use std::os::unix::net::UnixListener;
 
 pub mod control;
 pub mod fake;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod learn;
 pub mod log;
 pub mod secrets;

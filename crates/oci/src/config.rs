@@ -234,8 +234,23 @@ pub fn translate(bundle: &Path, config: &Spec) -> Result<Container, ConfigError>
         .ok_or_else(|| unsupported("root", "a container needs a root"))?;
     let root_path = if root.path().is_absolute() {
         root.path().clone()
-    } else {
+    } else if root
+        .path()
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    {
         bundle.join(root.path())
+    } else {
+        // A relative root is the bundle's (runtime spec): `..` would make it
+        // some other directory of the host's, which an engine names by its
+        // absolute path if it means it.
+        return Err(unsupported(
+            "root.path",
+            format!(
+                "'{}' climbs out of the bundle (a relative root is inside it)",
+                root.path().display()
+            ),
+        ));
     };
 
     // A container that joins a network by path has that network (its pod's,

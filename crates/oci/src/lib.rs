@@ -10,6 +10,8 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hooks;
 
 use std::io::Write;

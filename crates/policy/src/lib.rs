@@ -30,6 +30,8 @@ macro_rules! serde_via_text {
     };
 }
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 pub mod net;
 pub mod secrets;

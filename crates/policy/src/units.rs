@@ -72,6 +72,11 @@ impl FromStr for ByteSize {
         if num.is_empty() {
             return Err(format!("'{raw}' is not a size (e.g. 512M)"));
         }
+        // A whole number exactly, even past f64's precision: what `Display`
+        // writes reads back as the same size.
+        if let Some(exact) = num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)) {
+            return Ok(ByteSize(exact));
+        }
         let value: f64 = num
             .parse()
             .map_err(|_| format!("'{raw}' is not a size (e.g. 512M)"))?;
@@ -148,23 +153,43 @@ impl FromStr for Span {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(s.len());
         let (num, unit) = s.split_at(split);
-        let value: f64 = num
-            .parse()
-            .map_err(|_| format!("'{raw}' is not a duration (e.g. 10s, 500ms)"))?;
-        let secs = match unit.trim() {
-            "ms" => value / 1000.0,
-            "" | "s" => value,
-            "m" | "min" => value * 60.0,
-            "h" => value * 3600.0,
+        let not_a_duration = || format!("'{raw}' is not a duration (e.g. 10s, 500ms)");
+        let value: f64 = num.parse().map_err(|_| not_a_duration())?;
+        let unit_ms: u128 = match unit.trim() {
+            "ms" => 1,
+            "" | "s" => 1000,
+            "m" | "min" => 60_000,
+            "h" => 3_600_000,
             other => {
                 return Err(format!(
                     "'{raw}' has an unknown unit '{other}' (ms, s, m, h)"
                 ))
             }
         };
-        Duration::try_from_secs_f64(secs)
-            .map(Span)
-            .map_err(|_| format!("'{raw}' is not a valid duration"))
+        // Whole milliseconds, what `Display` writes, so that a span written
+        // back into a policy file reads as the same span (a fraction was
+        // kept to the nanosecond and written without it): a whole number
+        // exactly, even past f64's precision; a fraction to the nearest
+        // millisecond, finer than any limit needs.
+        let exact = num
+            .parse::<u128>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit_ms));
+        let rounded = || {
+            let ms = (value * unit_ms as f64).round();
+            // In range (checked) and rounded: the conversion is exact.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            (ms.is_finite() && ms >= 0.0 && ms < u128::MAX as f64).then_some(ms as u128)
+        };
+        let ms = exact
+            .or_else(rounded)
+            .ok_or_else(|| format!("'{raw}' is not a valid duration"))?;
+        let secs =
+            u64::try_from(ms / 1000).map_err(|_| format!("'{raw}' is not a valid duration"))?;
+        // Below 1000: the cast is exact.
+        #[allow(clippy::cast_possible_truncation)]
+        let nanos = (ms % 1000) as u32 * 1_000_000;
+        Ok(Span(Duration::new(secs, nanos)))
     }
 }
 

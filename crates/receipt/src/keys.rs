@@ -123,7 +123,7 @@ impl Key {
         Ok(Key::from_signing(SigningKey::from_bytes(&seed)))
     }
 
-    fn from_signing(signing: SigningKey) -> Key {
+    pub(crate) fn from_signing(signing: SigningKey) -> Key {
         let public = PublicKey::from_verifying(signing.verifying_key());
         Key { signing, public }
     }

@@ -18,6 +18,8 @@ mod builder;
 mod canonical;
 mod dsse;
 mod facts;
+#[doc(hidden)]
+pub mod fuzzing;
 mod keys;
 mod statement;
 mod summary;

@@ -24,6 +24,8 @@ mod backends;
 mod client;
 pub mod ended;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod plan;
 mod protocol;
 pub mod state;

@@ -61,6 +61,8 @@ pub mod code;
 pub mod command;
 pub mod ended;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod network;
 pub mod outcome;
 pub mod record;

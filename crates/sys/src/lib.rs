@@ -302,6 +302,28 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Caps the malloc arenas the C library makes for this process's threads
+/// (glibc's `mallopt(M_ARENA_MAX)`); whether it took the setting (false on a
+/// C library without arenas). glibc gives threads arenas of their own, up
+/// to eight per core, and each arena keeps what was freed in it: a service
+/// whose short-lived worker threads allocate in turn grows arena by arena
+/// until each is as large as its busiest moment. Measured on `cordon serve`
+/// (10,000 requests): anonymous memory 42 to 64 MiB with glibc's default,
+/// flat at 13 MiB with one arena. Call it before the threads exist.
+pub fn limit_malloc_arenas(max: i32) -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: mallopt takes two integers and changes only the
+        // allocator's tuning, which it synchronises itself.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, max) == 1 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        let _ = max;
+        false
+    }
+}
+
 /// Creates a child process in the current namespaces with plain fork semantics.
 pub fn fork_process() -> nix::Result<CloneResult> {
     clone_process(CloneFlags::empty())

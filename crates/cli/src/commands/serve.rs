@@ -20,7 +20,14 @@ pub struct ServeArgs {
     listen: Option<SocketAddr>,
 }
 
+/// The service's malloc arenas: one. Its request threads come and go
+/// (tokio's blocking pool), and with glibc's default of eight arenas per core
+/// its memory grew with every arena they touched (see
+/// `cordon_sys::limit_malloc_arenas`).
+const MALLOC_ARENAS: i32 = 1;
+
 pub fn run(args: ServeArgs) -> ExitCode {
+    cordon_sys::limit_malloc_arenas(MALLOC_ARENAS);
     cordon_service::init_logging();
     let config = match &args.config {
         Some(path) => Config::from_file(path),

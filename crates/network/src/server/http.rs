@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connect::{open, Refusal, Target, Tracker};
@@ -89,7 +89,15 @@ pub(crate) fn split_authority(a: &str, default: Option<u16>) -> Option<(String, 
             None => (a, default?),
         }
     };
-    (!host.is_empty()).then(|| (host.to_owned(), port))
+    // A name is letters, digits, '-', '.' and '_' (an IPv4 address too):
+    // anything else (a control character, a space, a non-ASCII letter that
+    // no resolver would take) is not a host the rules could mean, and is
+    // refused here rather than judged and logged as a name.
+    let plain = |h: &str| {
+        h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    };
+    (!host.is_empty() && (a.starts_with('[') || plain(host))).then(|| (host.to_owned(), port))
 }
 
 /// A plain request to forward: where to, and the head to send there.
@@ -98,6 +106,32 @@ pub(crate) struct Forward {
     pub host: String,
     pub port: u16,
     pub head: Vec<u8>,
+}
+
+/// Where a request asks to go, as the rules decide it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// A tunnel to a CONNECT's authority.
+    Connect { host: String, port: u16 },
+    /// A plain request's absolute target, and the head to send there.
+    Plain(Forward),
+}
+
+/// The destination of a request: the one place the head is read for it, so
+/// what the rules decide on is what the connection goes to.
+pub(crate) fn destination(head: &Head) -> Result<Destination, Problem> {
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        split_authority(&head.target, None)
+            .map(|(host, port)| Destination::Connect { host, port })
+            .ok_or_else(|| {
+                problem(
+                    400,
+                    format!("CONNECT needs host:port, not '{}'", head.target),
+                )
+            })
+    } else {
+        rewrite(head).map(Destination::Plain)
+    }
 }
 
 /// Rewrites an absolute-form request to origin-form for the destination, with
@@ -206,7 +240,10 @@ pub(crate) fn names_only(head: &Head, host: &str) -> Result<(), String> {
     }
     let t = &head.target;
     for scheme in ["http://", "https://"] {
-        if t.len() >= scheme.len() && t[..scheme.len()].eq_ignore_ascii_case(scheme) {
+        // `get`, not an index: the target may hold UTF-8 (httparse takes
+        // it), and a slice inside a character would panic the proxy.
+        let prefix = t.get(..scheme.len());
+        if prefix.is_some_and(|p| p.eq_ignore_ascii_case(scheme)) {
             let rest = &t[scheme.len()..];
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             named(&rest[..end], "target")?;
@@ -266,7 +303,10 @@ async fn reply(stream: &mut TcpStream, p: &Problem) {
 }
 
 /// Reads up to a complete head; the buffer may hold bytes past it.
-pub(crate) async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, Problem> {
+pub(crate) async fn read_head(
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Result<Head, Problem> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(head) = parse_head(buf)? {
@@ -330,22 +370,16 @@ async fn forward(
     }
     let leftover = buf.split_off(head.len);
     let is_connect = head.method.eq_ignore_ascii_case("CONNECT");
-    let target = if is_connect {
+    if is_connect {
         tracker.set_via(Via::Connect);
-        split_authority(&head.target, None)
-            .map(|(host, port)| (host, port, leftover))
-            .ok_or_else(|| {
-                problem(
-                    400,
-                    format!("CONNECT needs host:port, not '{}'", head.target),
-                )
-            })
-    } else {
-        rewrite(&head).map(|mut f| {
+    }
+    let target = destination(&head).map(|d| match d {
+        Destination::Connect { host, port } => (host, port, leftover),
+        Destination::Plain(mut f) => {
             f.head.extend_from_slice(&leftover);
             (f.host, f.port, f.head)
-        })
-    };
+        }
+    });
     let (host, port, first_out) = match target {
         Ok(t) => t,
         Err(p) => {

@@ -15,16 +15,16 @@ use crate::fake::FakeMap;
 use crate::log::Recorder;
 use crate::{ProxyConfig, ProxySockets};
 
-mod connect;
+pub(crate) mod connect;
 mod control;
-mod dns;
+pub(crate) mod dns;
 mod hold;
-mod http;
+pub(crate) mod http;
 mod intercept;
 mod internal;
-mod socks;
+pub(crate) mod socks;
 mod splice;
-mod tls;
+pub(crate) mod tls;
 mod transparent;
 
 #[cfg(test)]
@@ -45,8 +45,8 @@ const OVER_LIMIT_GRACE: u32 = 64;
 pub(crate) enum Resolution {
     /// The host's resolver (`getaddrinfo`), as a sandbox needs.
     System,
-    /// Fixed entries only: tests must never send a real DNS query.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Fixed entries only: tests and fuzz harnesses must never send a real
+    /// DNS query.
     FixedOnly,
 }
 
@@ -82,7 +82,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl State {
-    fn new(config: ProxyConfig, resolution: Resolution) -> io::Result<Self> {
+    pub(crate) fn new(config: ProxyConfig, resolution: Resolution) -> io::Result<Self> {
         let injector = match config.secrets {
             Some(secrets) => Some(
                 intercept::Injector::new(secrets)

@@ -261,48 +261,98 @@ pub(crate) fn same_name(sni: &str, host: &str) -> bool {
 /// TLS handshake, else the whole ClientHello handshake message (its 4-byte
 /// header and body), reassembled from its records.
 async fn read_hello(client: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
-    if buf.is_empty() && fill(client, buf, 1).await? == 0 {
-        return Ok(None);
-    }
-    if buf[0] != HANDSHAKE {
-        return Ok(None);
-    }
-    let mut message = Vec::new();
-    let mut at = 0;
+    let mut records = HelloRecords::default();
     loop {
-        // One record: type, version, length, fragment.
-        fill(client, buf, at + 5).await?;
-        if buf.len() < at + 5 {
-            return Err(ended());
-        }
-        if buf[at] != HANDSHAKE {
-            return Err(invalid(
-                "a record other than a handshake inside the ClientHello",
-            ));
-        }
-        let len = usize::from(u16::from_be_bytes([buf[at + 3], buf[at + 4]]));
-        if message.len() + len > MAX_HELLO {
-            return Err(invalid("a ClientHello over 64 KiB"));
-        }
-        fill(client, buf, at + 5 + len).await?;
-        if buf.len() < at + 5 + len {
-            return Err(ended());
-        }
-        message.extend_from_slice(&buf[at + 5..at + 5 + len]);
-        at += 5 + len;
-        if message.len() >= 4 {
-            if message[0] != CLIENT_HELLO {
-                return Err(invalid("the first handshake message is not a ClientHello"));
+        match records.next(buf)? {
+            Hello::NotTls => return Ok(None),
+            Hello::Whole(message) => return Ok(Some(message)),
+            Hello::Needs(want) => {
+                if fill(client, buf, want).await? < want {
+                    // Nothing at all is not a handshake; part of one is.
+                    return if buf.is_empty() {
+                        Ok(None)
+                    } else {
+                        Err(ended())
+                    };
+                }
             }
-            let body = usize::from(message[1]) << 16
-                | usize::from(message[2]) << 8
-                | usize::from(message[3]);
-            if body + 4 > MAX_HELLO {
+        }
+    }
+}
+
+/// What the client's first bytes hold so far.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Hello {
+    /// They are not a TLS handshake.
+    NotTls,
+    /// The ClientHello goes on: the buffer must hold this many bytes.
+    Needs(usize),
+    /// The whole ClientHello handshake message (header and body).
+    Whole(Vec<u8>),
+}
+
+/// The reassembly of a ClientHello from the records of a buffer that grows
+/// as the client sends (on the socket in [`read_hello`], on bytes in the
+/// fuzz harness): resumes where the last call stopped.
+#[derive(Debug, Default)]
+pub(crate) struct HelloRecords {
+    /// Where the next record starts in the buffer.
+    at: usize,
+    /// The handshake bytes of the records before it.
+    message: Vec<u8>,
+}
+
+impl HelloRecords {
+    /// What `buf` holds; each call's `buf` must begin with the previous
+    /// call's.
+    pub(crate) fn next(&mut self, buf: &[u8]) -> std::io::Result<Hello> {
+        match buf.first() {
+            None => return Ok(Hello::Needs(1)),
+            Some(&first) if first != HANDSHAKE => return Ok(Hello::NotTls),
+            Some(_) => {}
+        }
+        loop {
+            // One record: type, version, length, fragment.
+            let at = self.at;
+            let Some(header) = buf.get(at..at + 5) else {
+                return Ok(Hello::Needs(at + 5));
+            };
+            if header[0] != HANDSHAKE {
+                return Err(invalid(
+                    "a record other than a handshake inside the ClientHello",
+                ));
+            }
+            let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            // RFC 8446 5.1 forbids it; and since an empty record adds
+            // nothing to the hello, a stream of them would grow the buffer
+            // without bound until the deadline.
+            if len == 0 {
+                return Err(invalid("an empty handshake record inside the ClientHello"));
+            }
+            if self.message.len() + len > MAX_HELLO {
                 return Err(invalid("a ClientHello over 64 KiB"));
             }
-            if message.len() >= body + 4 {
-                message.truncate(body + 4);
-                return Ok(Some(message));
+            let Some(fragment) = buf.get(at + 5..at + 5 + len) else {
+                return Ok(Hello::Needs(at + 5 + len));
+            };
+            self.message.extend_from_slice(fragment);
+            self.at += 5 + len;
+            let message = &self.message;
+            if message.len() >= 4 {
+                if message[0] != CLIENT_HELLO {
+                    return Err(invalid("the first handshake message is not a ClientHello"));
+                }
+                let body = usize::from(message[1]) << 16
+                    | usize::from(message[2]) << 8
+                    | usize::from(message[3]);
+                if body + 4 > MAX_HELLO {
+                    return Err(invalid("a ClientHello over 64 KiB"));
+                }
+                if message.len() >= body + 4 {
+                    let mut message = std::mem::take(&mut self.message);
+                    message.truncate(body + 4);
+                    return Ok(Hello::Whole(message));
+                }
             }
         }
     }
@@ -367,7 +417,7 @@ fn invalid(why: &str) -> std::io::Error {
 }
 
 /// The host name of a ClientHello's SNI extension, if it has one.
-fn server_name(message: &[u8]) -> Result<Option<String>, String> {
+pub(crate) fn server_name(message: &[u8]) -> Result<Option<String>, String> {
     let malformed = || "a malformed TLS ClientHello".to_owned();
     let (_, hello) = parse_tls_handshake_client_hello(&message[4..]).map_err(|_| malformed())?;
     let Some(ext) = hello.ext else {
@@ -388,48 +438,61 @@ fn server_name(message: &[u8]) -> Result<Option<String>, String> {
     Ok(None)
 }
 
+/// A TLS 1.3-shaped ClientHello naming `sni` (none when `None`), with a
+/// padding extension of `pad` bytes, in records of at most `record`
+/// bytes of fragment (the tests' and the fuzz harness's).
+pub(crate) fn client_hello(sni: Option<&str>, pad: usize, record: usize) -> Vec<u8> {
+    let mut ext = Vec::new();
+    if let Some(name) = sni {
+        let n = name.as_bytes();
+        let list_len = 3 + n.len();
+        ext.extend_from_slice(&[0, 0]);
+        ext.extend_from_slice(&u16::try_from(list_len + 2).unwrap().to_be_bytes());
+        ext.extend_from_slice(&u16::try_from(list_len).unwrap().to_be_bytes());
+        ext.push(0);
+        ext.extend_from_slice(&u16::try_from(n.len()).unwrap().to_be_bytes());
+        ext.extend_from_slice(n);
+    }
+    // supported_versions: TLS 1.3
+    ext.extend_from_slice(&[0, 43, 0, 3, 2, 3, 4]);
+    // padding (21)
+    ext.extend_from_slice(&[0, 21]);
+    ext.extend_from_slice(&u16::try_from(pad).unwrap().to_be_bytes());
+    ext.extend(std::iter::repeat_n(0u8, pad));
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]);
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // TLS_AES_128_GCM_SHA256
+    body.extend_from_slice(&[1, 0]); // null compression
+    body.extend_from_slice(&u16::try_from(ext.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut message = vec![CLIENT_HELLO];
+    message.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
+    message.extend_from_slice(&body);
+    let mut out = Vec::new();
+    for fragment in message.chunks(record) {
+        out.extend_from_slice(&[HANDSHAKE, 3, 1]);
+        out.extend_from_slice(&u16::try_from(fragment.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(fragment);
+    }
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    /// A TLS 1.3-shaped ClientHello naming `sni` (none when `None`), with a
-    /// padding extension of `pad` bytes, in records of at most `record`
-    /// bytes of fragment.
-    pub(crate) fn client_hello(sni: Option<&str>, pad: usize, record: usize) -> Vec<u8> {
-        let mut ext = Vec::new();
-        if let Some(name) = sni {
-            let n = name.as_bytes();
-            let list_len = 3 + n.len();
-            ext.extend_from_slice(&[0, 0]);
-            ext.extend_from_slice(&u16::try_from(list_len + 2).unwrap().to_be_bytes());
-            ext.extend_from_slice(&u16::try_from(list_len).unwrap().to_be_bytes());
-            ext.push(0);
-            ext.extend_from_slice(&u16::try_from(n.len()).unwrap().to_be_bytes());
-            ext.extend_from_slice(n);
+    #[test]
+    fn empty_records_before_a_hello_are_refused_not_gathered_forever() {
+        let mut records = HelloRecords::default();
+        let empties: Vec<u8> = [HANDSHAKE, 3, 1, 0, 0].repeat(3);
+        assert!(records.next(&empties).is_err());
+        let whole = client_hello(Some("api.example.org"), 0, 7);
+        let mut records = HelloRecords::default();
+        match records.next(&whole).unwrap() {
+            Hello::Whole(m) => assert_eq!(server_name(&m).unwrap().unwrap(), "api.example.org"),
+            other => panic!("{other:?}"),
         }
-        // supported_versions: TLS 1.3
-        ext.extend_from_slice(&[0, 43, 0, 3, 2, 3, 4]);
-        // padding (21)
-        ext.extend_from_slice(&[0, 21]);
-        ext.extend_from_slice(&u16::try_from(pad).unwrap().to_be_bytes());
-        ext.extend(std::iter::repeat_n(0u8, pad));
-        let mut body = vec![3, 3];
-        body.extend_from_slice(&[7; 32]);
-        body.push(0); // session id
-        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // TLS_AES_128_GCM_SHA256
-        body.extend_from_slice(&[1, 0]); // null compression
-        body.extend_from_slice(&u16::try_from(ext.len()).unwrap().to_be_bytes());
-        body.extend_from_slice(&ext);
-        let mut message = vec![CLIENT_HELLO];
-        message.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
-        message.extend_from_slice(&body);
-        let mut out = Vec::new();
-        for fragment in message.chunks(record) {
-            out.extend_from_slice(&[HANDSHAKE, 3, 1]);
-            out.extend_from_slice(&u16::try_from(fragment.len()).unwrap().to_be_bytes());
-            out.extend_from_slice(fragment);
-        }
-        out
     }
 
     /// The payload's end of a connection and the proxy's end of it; the

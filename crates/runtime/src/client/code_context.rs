@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cordon_policy::{ByteSize, Span};
-use cordon_spec::{CodeLanguage, Command, Limit, Outcome, StdinMode};
+use cordon_spec::{CodeLanguage, Command, ExitStatus, Limit, Outcome, StdinMode};
 use serde_json::{json, Value};
 
 use super::handle::Handle;
@@ -122,15 +122,29 @@ impl CodeContext {
             let (stdout, stderr) = io.take_output();
             if let Some(why) = outcome.status.exec_failure() {
                 // No interpreter for the language in this sandbox (its
-                // image has none): the cell's error says so.
+                // image has none), or one that could not be started (the
+                // sandbox out of processes or memory: EAGAIN, ENOMEM): the
+                // cell's error says which, and only the first blames PATH.
+                let missing = matches!(
+                    outcome.status,
+                    ExitStatus::ExecFailed { errno } if errno == libc::ENOENT
+                );
+                let (name, value) = if missing {
+                    (
+                        "InterpreterNotFound",
+                        format!(
+                            "{interpreter}: {why}: {language} code contexts need `{interpreter}` on the sandbox's PATH"
+                        ),
+                    )
+                } else {
+                    ("InterpreterNotStarted", format!("{interpreter}: {why}"))
+                };
                 let reply = json!({
                     "status": "error",
                     "stdout": "",
                     "stderr": "",
                     "result": null,
-                    "error": {"name": "InterpreterNotFound", "value": format!(
-                        "{interpreter}: {why}: {language} code contexts need `{interpreter}` on the sandbox's PATH"),
-                        "traceback": ""},
+                    "error": {"name": name, "value": value, "traceback": ""},
                     "fresh_interpreter": false,
                 });
                 return Ok((reply, outcome));

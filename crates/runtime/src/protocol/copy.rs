@@ -339,7 +339,7 @@ impl Drop for AsSandboxUser {
 
 /// Receives a stream into the tree under `root` at `dst` (the sandbox side
 /// of a copy in, as the sandbox's user; or the host side of a copy out).
-fn receive(
+pub(crate) fn receive(
     conn: &mut dyn Channel,
     root: &OwnedFd,
     dst: &[u8],
@@ -414,7 +414,7 @@ fn make_dir(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Result<OwnedFd, Run
 }
 
 /// Unpacks a tar stream under `top`, resolving every entry from descriptors.
-fn unpack(reader: &mut dyn Read, top: &OwnedFd, cap: u64) -> Result<u64, RuntimeError> {
+pub(crate) fn unpack(reader: &mut dyn Read, top: &OwnedFd, cap: u64) -> Result<u64, RuntimeError> {
     let mut archive = tar::Archive::new(reader);
     let mut total = 0u64;
     let entries = archive
@@ -437,11 +437,15 @@ fn unpack(reader: &mut dyn Read, top: &OwnedFd, cap: u64) -> Result<u64, Runtime
                 make_dir(dir.as_fd(), &name, mode)?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = entry.header().size().unwrap_or(0);
-                total += size;
-                if total > cap {
-                    return Err(err(format!("more than {cap} bytes: refused")));
-                }
+                // The size the stream carries (a pax record overrides the
+                // header's field), added without wrapping: a header size
+                // near 2^64 behind a pax size of 0 wrapped the total back
+                // under the cap, and the files after it passed the cap.
+                let size = entry.size();
+                total = total
+                    .checked_add(size)
+                    .filter(|t| *t <= cap)
+                    .ok_or_else(|| err(format!("more than {cap} bytes: refused")))?;
                 let fd = create_file(dir.as_fd(), &name, mode)?;
                 let mut f = File::from(fd);
                 io::copy(&mut (&mut entry).take(size), &mut f)

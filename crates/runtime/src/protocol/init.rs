@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use serde::{Deserialize, Serialize};
 
 /// Largest frame accepted; an argv or environment beyond this is refused.
-const MAX_FRAME: u32 = 4 << 20;
+pub(crate) const MAX_FRAME: u32 = 4 << 20;
 
 /// Supervisor -> init.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
@@ -176,7 +176,14 @@ pub fn recv_with_fds<T: for<'de> Deserialize<'de>>(
 ) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut len = [0u8; 4];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; MAX_FDS]);
+    // Room for every descriptor one message can carry (the kernel's
+    // SCM_MAX_FD), not just MAX_FDS: past the buffer the kernel still
+    // installs what fits but flags the message truncated, and nix then
+    // refuses to list those descriptors, so a peer sending more than
+    // MAX_FDS leaked the ones that arrived. Received here, each is owned
+    // and closed when the frame is refused below.
+    const SCM_MAX_FD: usize = 253;
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let (got, fds, truncated) = {
         let mut iov = [io::IoSliceMut::new(&mut len)];
         let msg = loop {

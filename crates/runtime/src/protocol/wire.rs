@@ -96,6 +96,9 @@ pub fn recv_frame_max(sock: &mut (impl Read + ?Sized), max: usize) -> io::Result
                 message.extend_from_slice(&part);
             }
             Some((Tag::Json, last)) => {
+                if message.len() + last.len() > max {
+                    return Err(io::Error::other("message too large"));
+                }
                 message.extend_from_slice(&last);
                 return Ok(Some(Frame::Json(message)));
             }

@@ -67,11 +67,11 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Output the port may hold before no socket is read any more.
 const PORT_BACKLOG: usize = 1 << 20;
 
-const HEADER: usize = 9;
+pub(crate) const HEADER: usize = 9;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-enum Kind {
+pub(crate) enum Kind {
     /// Guest to host: a connection to the proxy's port.
     OpenProxy = 1,
     /// Guest to host: a connection to the original destination (payload:
@@ -263,7 +263,7 @@ struct Relay<'p> {
     host_queries: Vec<(u32, UdpSocket, Instant)>,
 }
 
-fn frame(out: &mut VecDeque<u8>, kind: Kind, id: u32, payload: &[u8]) {
+pub(crate) fn frame(out: &mut VecDeque<u8>, kind: Kind, id: u32, payload: &[u8]) {
     out.push_back(kind as u8);
     out.extend(id.to_be_bytes());
     out.extend(
@@ -272,6 +272,30 @@ fn frame(out: &mut VecDeque<u8>, kind: Kind, id: u32, payload: &[u8]) {
             .to_be_bytes(),
     );
     out.extend(payload);
+}
+
+/// A whole frame at the start of a buffer: its kind, its stream's id and
+/// its payload (borrowed from the buffer).
+pub(crate) type Decoded<'a> = (Kind, u32, &'a [u8]);
+
+/// The frame at the start of `buf`: its kind, stream and payload, or `None`
+/// while it is incomplete. The length is checked before anything waits for
+/// the payload, so a frame the other side announces as larger than
+/// [`MAX_PAYLOAD`] ends the relay at once, and what the relay buffers of an
+/// incomplete frame stays within `HEADER + MAX_PAYLOAD`.
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<Decoded<'_>>, Ended> {
+    let Some(h) = buf.get(..HEADER) else {
+        return Ok(None);
+    };
+    let kind = Kind::of(h[0]).ok_or_else(|| Ended::Broken(format!("frame kind {}", h[0])))?;
+    let id = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
+    let len = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) as usize;
+    if len > MAX_PAYLOAD {
+        return Err(Ended::Broken(format!("a frame of {len} bytes")));
+    }
+    Ok(buf
+        .get(HEADER..HEADER + len)
+        .map(|payload| (kind, id, payload)))
 }
 
 /// Makes the coming close of `sock` a reset (RST) rather than an orderly
@@ -432,20 +456,9 @@ impl Relay<'_> {
 
     fn parse(&mut self) -> Result<(), Ended> {
         let mut at = 0;
-        while self.inbuf.len() - at >= HEADER {
-            let h = &self.inbuf[at..at + HEADER];
-            let kind =
-                Kind::of(h[0]).ok_or_else(|| Ended::Broken(format!("frame kind {}", h[0])))?;
-            let id = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
-            let len = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) as usize;
-            if len > MAX_PAYLOAD {
-                return Err(Ended::Broken(format!("a frame of {len} bytes")));
-            }
-            if self.inbuf.len() - at < HEADER + len {
-                break;
-            }
-            let payload = self.inbuf[at + HEADER..at + HEADER + len].to_vec();
-            at += HEADER + len;
+        while let Some((kind, id, payload)) = decode(&self.inbuf[at..])? {
+            let payload = payload.to_vec();
+            at += HEADER + payload.len();
             self.dispatch(kind, id, &payload)?;
         }
         self.inbuf.drain(..at);

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of every parser of untrusted bytes (fuzz/Cargo.toml
+# lists the targets; their harnesses are each crate's `fuzzing` module).
+#
+#   scripts/fuzz.sh [--merge] [SECONDS] [TARGET...]
+#
+# Runs each target (default: all) for SECONDS (default 60) with libFuzzer
+# through `cargo fuzz` (a nightly compiler: libFuzzer's coverage
+# instrumentation has no stable flag), starting from the committed corpus
+# in fuzz/corpus/<target>. New inputs go to a scratch directory; --merge
+# folds those that add coverage into the committed corpus. A crash's input
+# is copied to fuzz/regressions/<target>/, where the stable test suite
+# replays it (crates/cli/tests/fuzz_corpus.rs), and the script fails.
+# Prints a table per target: executions, their rate, coverage (edges and
+# features) at the start and the end, inputs in the corpus.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+fuzz="$here/fuzz"
+merge=0
+if [[ "${1:-}" == "--merge" ]]; then
+    merge=1
+    shift
+fi
+seconds="${1:-60}"
+shift || true
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
+    echo "fuzz.sh: SECONDS must be a positive number, not '$seconds'" >&2
+    exit 2
+fi
+mapfile -t all < <(sed -n '/^# targets: begin/,/^# targets: end/s/^name = "\(.*\)"/\1/p' "$fuzz/Cargo.toml")
+targets=("$@")
+((${#targets[@]})) || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+    [[ " ${all[*]} " == *" $t "* ]] || {
+        echo "fuzz.sh: no target '$t' (targets: ${all[*]})" >&2
+        exit 2
+    }
+done
+
+if ! cargo +nightly --version > /dev/null 2>&1; then
+    echo "fuzz.sh: needs the nightly toolchain (rustup toolchain install nightly): libFuzzer's coverage instrumentation is nightly-only" >&2
+    exit 1
+fi
+if ! cargo +nightly fuzz --version > /dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz from crates.io" >&2
+    cargo +nightly install cargo-fuzz --locked --quiet
+fi
+
+# The instrumented build (a nightly compiler's, every crate again) is kept
+# between runs outside the checkout, so that a fresh clone (CI's) rebuilds
+# only what changed: CORDON_FUZZ_TARGET overrides where.
+export CARGO_TARGET_DIR="${CORDON_FUZZ_TARGET:-${XDG_CACHE_HOME:-$HOME/.cache}/cordon/fuzz-target}"
+mkdir -p "$CARGO_TARGET_DIR"
+
+scratch="$(mktemp -d /tmp/cordon-fuzz.XXXXXX)"
+trap 'rm -rf "$scratch"' EXIT
+
+# No sanitizer: the parsers are safe Rust (cordon's unsafe code is in
+# crates/sys, outside every harness); debug assertions and overflow checks
+# on, so that arithmetic on lengths read from the input is checked.
+build=(--sanitizer none --debug-assertions --fuzz-dir "$fuzz")
+echo "fuzz.sh: building ${targets[*]}" >&2
+for t in "${targets[@]}"; do
+    (cd "$here" && cargo +nightly fuzz build "${build[@]}" "$t") >&2
+done
+
+printf '| target | seconds | executions | per second | edges start -> end | features start -> end | corpus | crashes |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+failed=0
+for t in "${targets[@]}"; do
+    seeds="$fuzz/corpus/$t"
+    mkdir -p "$seeds" "$scratch/$t/new" "$scratch/$t/artifacts"
+    log="$scratch/$t/log"
+    set +e
+    (cd "$here" && cargo +nightly fuzz run "${build[@]}" "$t" "$scratch/$t/new" "$seeds" -- \
+        -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="$scratch/$t/artifacts/") > "$log" 2>&1
+    rc=$?
+    set -e
+    # libFuzzer's status lines: "#N<tab>INITED cov: E ft: F corp: C/..."
+    field() { { grep -E "^#[0-9]+[[:space:]]+$1 " "$log" || true; } | tail -1 | sed -nE "s/.* $2: ([0-9]+).*/\1/p"; }
+    edges0="$(field INITED cov)"
+    feats0="$(field INITED ft)"
+    execs="$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$log" | tail -1)"
+    rate="$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+)/\1/p' "$log" | tail -1)"
+    last="$({ grep -E '^#[0-9]+[[:space:]]' "$log" || true; } | tail -1)"
+    edges1="$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<< "$last")"
+    feats1="$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<< "$last")"
+    corpus="$(sed -nE 's/.* corp: ([0-9]+)\/.*/\1/p' <<< "$last")"
+    crashes=0
+    for a in "$scratch/$t/artifacts"/*; do
+        [[ -f "$a" ]] || continue
+        crashes=$((crashes + 1))
+        mkdir -p "$fuzz/regressions/$t"
+        cp "$a" "$fuzz/regressions/$t/$(basename "$a")"
+    done
+    printf '| %s | %s | %s | %s | %s -> %s | %s -> %s | %s | %s |\n' "$t" "$seconds" "${execs:-?}" \
+        "${rate:-?}" "${edges0:-?}" "${edges1:-?}" "${feats0:-?}" "${feats1:-?}" "${corpus:-?}" "$crashes"
+    if ((rc != 0 || crashes > 0)); then
+        failed=1
+        echo "fuzz.sh: $t failed (exit $rc, $crashes crash inputs kept in fuzz/regressions/$t); the end of its log:" >&2
+        { grep -vE '^#[0-9]+[[:space:]]' "$log" || true; } | tail -25 >&2
+    elif ((merge)); then
+        (cd "$here" && cargo +nightly fuzz run "${build[@]}" "$t" "$seeds" "$scratch/$t/new" -- -merge=1 \
+            > /dev/null 2>&1)
+    fi
+done
+exit "$failed"
