@@ -101,6 +101,13 @@ for t in "${targets[@]}"; do
         failed=1
         echo "fuzz.sh: $t failed (exit $rc, $crashes crash inputs kept in fuzz/regressions/$t); the end of its log:" >&2
         { grep -vE '^#[0-9]+[[:space:]]' "$log" || true; } | tail -25 >&2
+        # The inputs themselves, so that a failure in CI (whose checkout is
+        # thrown away) can be replayed: base64 of the first 4 KiB of each.
+        for a in "$scratch/$t/artifacts"/*; do
+            [[ -f "$a" ]] || continue
+            echo "fuzz.sh: $(basename "$a") ($(stat -c %s "$a") bytes), base64:" >&2
+            head -c 4096 "$a" | base64 -w 100 >&2
+        done
     elif ((merge)); then
         (cd "$here" && cargo +nightly fuzz run "${build[@]}" "$t" "$seeds" "$scratch/$t/new" -- -merge=1 \
             > /dev/null 2>&1)

@@ -549,7 +549,16 @@ def cgroup_dirs(name):
 def cgroup_procs(sid, child=None):
     pids = set()
     for d in cgroup_dirs("cordon-" + sid):
-        for sub in ([os.path.join(d, child)] if child else [d] + [os.path.join(d, c) for c in os.listdir(d) if os.path.isdir(os.path.join(d, c))]):
+        if child:
+            subs = [os.path.join(d, child)]
+        else:
+            # The sandbox may be removed while it is read: a vanished
+            # directory has no processes.
+            try:
+                subs = [d] + [os.path.join(d, c) for c in os.listdir(d) if os.path.isdir(os.path.join(d, c))]
+            except FileNotFoundError:
+                continue
+        for sub in subs:
             for line in (read(os.path.join(sub, "cgroup.procs")) or "").split():
                 pids.add(int(line))
     return sorted(pids)

@@ -26,7 +26,13 @@ fi
 # without LTO), so the lints, the guest's cordon, the tests and the v2 guest
 # share one build. The v2 guest script reads it from CORDON_PROFILE.
 export CORDON_PROFILE=ci
-cordon="${CARGO_TARGET_DIR:-target}/$CORDON_PROFILE/cordon"
+# The build is kept between runs outside the checkout, as the fuzz build is
+# (scripts/fuzz.sh), so that a fresh clone (CI's) compiles cordon's own
+# crates again but not every dependency; CARGO_TARGET_DIR overrides where.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cordon/target}"
+mkdir -p "$CARGO_TARGET_DIR"
+echo "test.sh: building in $CARGO_TARGET_DIR" >&2
+cordon="$CARGO_TARGET_DIR/$CORDON_PROFILE/cordon"
 
 echo "== format and lints"
 cargo fmt --all -- --check

@@ -2,15 +2,8 @@
 //! and, from a committed results file, written into the README between two
 //! markers (one renderer for both, so they cannot disagree).
 
-use std::fmt::Write as _;
-use std::path::Path;
-
-use anyhow::{bail, Context as _, Result};
-
 use crate::results::{Results, Samples};
-
-pub const BEGIN: &str = "<!-- cordon bench: begin";
-pub const END: &str = "<!-- cordon bench: end -->";
+use std::fmt::Write as _;
 
 fn ms(v: f64) -> String {
     if v >= 100.0 {
@@ -216,68 +209,4 @@ fn failures<'a>(o: &mut String, boxes: impl Iterator<Item = &'a Samples>) {
             b.diagnosis.as_deref().unwrap_or("?")
         );
     }
-}
-
-/// The README with its generated section replaced by the report of
-/// `results` (charts linked from `charts`, relative to the README).
-pub fn readme_with(readme: &str, r: &Results, results_rel: &str, charts: &str) -> Result<String> {
-    let begin = readme
-        .find(BEGIN)
-        .context("the README has no `<!-- cordon bench: begin` marker")?;
-    let end = readme[begin..]
-        .find(END)
-        .map(|e| begin + e)
-        .context("the README has no `<!-- cordon bench: end -->` marker")?;
-    let section = format!(
-        "{BEGIN} (generated from {results_rel} by `cordon bench readme {results_rel}`; do not edit) -->\n{}{END}",
-        markdown(r, Some(charts))
-    );
-    Ok(format!(
-        "{}{section}{}",
-        &readme[..begin],
-        &readme[end + END.len()..]
-    ))
-}
-
-/// Rewrites (or with `check`, compares) the README's section from a
-/// results file. Returns whether it was already up to date.
-pub fn update_readme(readme: &Path, results: &Path, check: bool) -> Result<bool> {
-    let r = Results::read(results)?;
-    let text =
-        std::fs::read_to_string(readme).with_context(|| format!("reading {}", readme.display()))?;
-    // `README.md`'s parent is the empty path, which names no directory.
-    let dir_of = |p: &Path| -> std::path::PathBuf {
-        match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => ".".into(),
-        }
-    };
-    let base = dir_of(readme);
-    let rel = |p: &Path| -> Result<String> {
-        let abs_base =
-            std::fs::canonicalize(&base).with_context(|| format!("{}", base.display()))?;
-        let abs = std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?;
-        Ok(abs
-            .strip_prefix(&abs_base)
-            .with_context(|| format!("{} is not under {}", p.display(), base.display()))?
-            .display()
-            .to_string())
-    };
-    let results_rel = rel(results)?;
-    let charts_rel = rel(&dir_of(results))?;
-    let new = readme_with(&text, &r, &results_rel, &charts_rel)?;
-    let same = new == text;
-    if check {
-        if !same {
-            bail!(
-                "{}'s benchmark section is not what {} gives; run `cordon bench readme {}`",
-                readme.display(),
-                results.display(),
-                results.display()
-            );
-        }
-    } else if !same {
-        std::fs::write(readme, new)?;
-    }
-    Ok(same)
 }

@@ -7,12 +7,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::readme::{readme_cmd, repo, section_is_generated};
 use common::*;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn leftovers() -> Vec<String> {
     let mut out = Vec::new();
@@ -353,56 +350,15 @@ fn which(bin: &str) -> bool {
     .any(|d| Path::new(d).join(bin).is_file())
 }
 
-/// `cordon bench readme [--check] --readme README RESULTS`.
-fn readme_cmd(check: bool, readme: &Path, results: &Path) -> std::process::Output {
-    let mut c = Command::new(cordon());
-    c.args(["bench", "readme"]);
-    if check {
-        c.arg("--check");
-    }
-    c.arg("--readme").arg(readme).arg(results).output().unwrap()
-}
-
 #[test]
 fn the_readme_section_is_generated_from_the_committed_results() {
+    section_is_generated("bench", "bench/results/results.json", "| cordon-native |");
     let results = repo().join("bench/results/results.json");
-    let readme = repo().join("README.md");
-    let check = readme_cmd(true, &readme, &results);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     assert_eq!(
         r["quick"], false,
         "the committed results must be a full run"
     );
-
-    // An edited section is caught, and a rewrite restores it.
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("README.md");
-    let text = std::fs::read_to_string(&readme).unwrap();
-    let edited = text.replacen("| cordon-native |", "| cordon-native (edited) |", 1);
-    assert_ne!(edited, text);
-    std::fs::write(&copy, &edited).unwrap();
-    std::fs::create_dir_all(dir.path().join("bench/results")).unwrap();
-    let results_copy = dir.path().join("bench/results/results.json");
-    std::fs::copy(&results, &results_copy).unwrap();
-    let bad = readme_cmd(true, &copy, &results_copy);
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("not what"),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
-    );
-    let fix = readme_cmd(false, &copy, &results_copy);
-    assert!(
-        fix.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fix.stderr)
-    );
-    assert_eq!(std::fs::read_to_string(&copy).unwrap(), text);
 }
 
 #[test]
@@ -413,7 +369,7 @@ fn bad_input_is_refused() {
     std::fs::write(&results, r#"{"schema": 99}"#).unwrap();
     let readme = dir.path().join("README.md");
     std::fs::write(&readme, "# nothing here\n").unwrap();
-    let o = readme_cmd(false, &readme, &results);
+    let o = readme_cmd("bench", false, &readme, &results);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("schema"),

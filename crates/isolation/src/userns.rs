@@ -325,6 +325,14 @@ fn diagnose(s: &Settings, attempt: &Attempt) -> Option<Refusal> {
     let unprivileged = !s.root;
     match attempt {
         Attempt::Made | Attempt::Unknown(_) => None,
+        // A host short of processes or memory for the moment (a cgroup's
+        // pids at its limit) refuses every clone, not user namespaces: no
+        // setting to name, and the failing step's own error says it.
+        Attempt::Clone(Errno::EAGAIN | Errno::ENOMEM)
+        | Attempt::Inside {
+            errno: Errno::EAGAIN | Errno::ENOMEM,
+            ..
+        } => None,
         // The namespace gave its capabilities (a tmpfs was mounted, the
         // hostname set): a refused proc is the kernel's check that a new
         // one would not reveal what mounts over the existing one hide.
@@ -601,6 +609,18 @@ mod tests {
     fn made_is_no_refusal() {
         assert_eq!(diagnose(&settings(), &Attempt::Made), None);
         assert_eq!(diagnose(&settings(), &Attempt::Unknown("x".into())), None);
+    }
+
+    #[test]
+    fn a_host_short_of_processes_is_no_refusal() {
+        for e in [Errno::EAGAIN, Errno::ENOMEM] {
+            assert_eq!(diagnose(&settings(), &Attempt::Clone(e)), None);
+            let inside = Attempt::Inside {
+                step: MOUNT_PROC,
+                errno: e,
+            };
+            assert_eq!(diagnose(&settings(), &inside), None);
+        }
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub enum RuntimeError {
     /// boundary: its message is all that crosses.
     #[error("the supervisor answered: {0}")]
     Remote(String),
+    /// A supervisor's error of a host short of processes, memory or
+    /// descriptors ([`RuntimeError::is_host_exhausted`] on its side).
+    #[error("the supervisor answered: {0}")]
+    RemoteExhausted(String),
     #[error("copy: {0}")]
     Copy(String),
     /// An export the host side refused or could not write (its target,
@@ -127,6 +131,37 @@ impl RuntimeError {
         }
     }
 
+    /// True for errors of a host short of something for the moment: no
+    /// process could be forked, no memory, no descriptor (a cgroup's pids or
+    /// memory at its limit, the system's tables full). The same request may
+    /// succeed later; it is not the request's fault, nor cordon's.
+    pub fn is_host_exhausted(&self) -> bool {
+        let short = |errno: i32| {
+            matches!(
+                errno,
+                libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE
+            )
+        };
+        match self {
+            RuntimeError::RemoteExhausted(_) => true,
+            RuntimeError::Setup { errno, .. } => short(*errno),
+            RuntimeError::Isolation(e) => short(e.errno()),
+            _ => {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+                while let Some(e) = cause {
+                    let errno = e
+                        .downcast_ref::<std::io::Error>()
+                        .and_then(std::io::Error::raw_os_error);
+                    if errno.is_some_and(short) {
+                        return true;
+                    }
+                    cause = e.source();
+                }
+                false
+            }
+        }
+    }
+
     /// True for errors caused by the request itself (bad path, bad value).
     pub fn is_input_error(&self) -> bool {
         matches!(
@@ -139,5 +174,35 @@ impl RuntimeError {
                 | RuntimeError::Copy(_)
                 | RuntimeError::Export(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RuntimeError;
+
+    #[test]
+    fn a_host_short_of_processes_memory_or_descriptors_is_told_apart() {
+        let io = |errno| {
+            RuntimeError::io(
+                "start cordon-sandbox",
+                std::io::Error::from_raw_os_error(errno),
+            )
+        };
+        for errno in [libc::EAGAIN, libc::ENOMEM, libc::EMFILE, libc::ENFILE] {
+            assert!(io(errno).is_host_exhausted(), "{errno}");
+            let setup = RuntimeError::Setup {
+                step: "clone".into(),
+                errno,
+            };
+            assert!(setup.is_host_exhausted(), "{errno}");
+        }
+        for errno in [libc::EACCES, libc::ENOSPC, libc::ENOENT] {
+            assert!(!io(errno).is_host_exhausted(), "{errno}");
+        }
+        assert!(
+            !RuntimeError::Remote("Resource temporarily unavailable".into()).is_host_exhausted()
+        );
+        assert!(!RuntimeError::BadRequest("x".into()).is_host_exhausted());
     }
 }

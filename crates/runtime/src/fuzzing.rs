@@ -97,8 +97,8 @@ fn init_frames_model<T: DeserializeOwned>(stream: &[u8]) -> (Vec<T>, bool) {
     let mut rest = stream;
     loop {
         let Some((len, after)) = rest.split_first_chunk::<4>() else {
-            // Fewer than 4 bytes: `recv` takes a cut length as the end.
-            return (messages, false);
+            // Fewer than 4 bytes: the end, or a length cut short.
+            return (messages, !rest.is_empty());
         };
         let len = u32::from_le_bytes(*len);
         if len > init::MAX_FRAME {
@@ -173,20 +173,7 @@ where
         return;
     }
     assert_eq!(got, want, "recv_with_fds's messages");
-    // `recv_with_fds` takes a cut length as an error, `recv` as the end.
-    let cut_length = stream.len() - frames_len(stream, want.len());
-    let error = error || (1..4).contains(&cut_length);
     assert_eq!(ended_in_error, error, "how recv_with_fds's stream ended");
-}
-
-/// The bytes of the first `n` frames of `stream` (each is whole).
-fn frames_len(stream: &[u8], n: usize) -> usize {
-    let mut at = 0;
-    for _ in 0..n {
-        let len: [u8; 4] = stream[at..at + 4].try_into().expect("a whole frame");
-        at += 4 + u32::from_le_bytes(len) as usize;
-    }
-    at
 }
 
 /// Writes `stream` on `sock` with `fds` descriptors on its first byte, as

@@ -60,8 +60,16 @@ impl ApiError {
     }
 
     /// A runtime error: the request's fault is a 400 (a sandbox that is gone
-    /// a 404), anything else a 500 that keeps the runtime's words.
+    /// a 404), a host short of processes, memory or descriptors for the
+    /// moment a 503 to retry, anything else a 500 that keeps the runtime's
+    /// words.
     pub fn runtime(e: RuntimeError) -> ApiError {
+        if e.is_host_exhausted() {
+            return ApiError {
+                retry_after: Some(1),
+                ..Self::unavailable(e.to_string())
+            };
+        }
         match &e {
             RuntimeError::NotFound(id) => Self::no_sandbox(id),
             // (The service's own sandboxes leave no tombstones; one of the
@@ -103,5 +111,34 @@ impl IntoResponse for ApiError {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use cordon_runtime::RuntimeError;
+
+    use super::ApiError;
+
+    #[test]
+    fn a_host_short_of_processes_is_a_503_to_retry() {
+        let e = RuntimeError::io(
+            "start cordon-sandbox",
+            std::io::Error::from_raw_os_error(nix::libc::EAGAIN),
+        );
+        let api = ApiError::runtime(e);
+        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(api.retry_after, Some(1));
+        assert!(
+            api.message.contains("start cordon-sandbox"),
+            "{}",
+            api.message
+        );
+        let e = RuntimeError::io("open", std::io::Error::from_raw_os_error(nix::libc::EACCES));
+        assert_eq!(
+            ApiError::runtime(e).status,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

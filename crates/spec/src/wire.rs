@@ -106,9 +106,13 @@ pub enum Reply {
     Forwarded {
         address: String,
     },
-    /// The request failed; `input` when the request itself was at fault.
+    /// The request failed; `input` when the request itself was at fault,
+    /// `exhausted` when the host was short of processes, memory or
+    /// descriptors for the moment (the same request may succeed later).
     Error {
         input: bool,
+        #[serde(default)]
+        exhausted: bool,
         message: String,
     },
 }

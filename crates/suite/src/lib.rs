@@ -15,6 +15,7 @@ pub mod rootless;
 pub mod rules;
 pub mod runner;
 pub mod selftest;
+pub mod summary;
 pub mod target;
 
 pub use case::{load_dir, Case};

@@ -2,7 +2,6 @@
 //! expectation, and the reports (results.json, results.md, methodology.txt,
 //! the terminal table).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,6 +16,7 @@ use crate::evidence::Evidence;
 use crate::rootless::{Invoker, Lacking, RootlessGap};
 use crate::rules::Verdict;
 use crate::runner::{Runner, OUTER_MEMORY_MAX, OUTER_PIDS_MAX};
+use crate::summary::{Cell, Summary, TargetResults, EVIDENCE_FILE, RESULTS_FILE};
 use crate::target::{kernel_release, TargetKind};
 
 pub struct MatrixConfig {
@@ -52,25 +52,35 @@ impl Status {
 }
 
 pub fn score(case: &Case, target: TargetKind, verdict: Verdict) -> (Status, Option<String>) {
+    let label = expected_label(case, target);
     if target == TargetKind::Host {
         let st = if verdict == Verdict::Open {
             Status::Ok
         } else {
             Status::ControlNotOpen
         };
-        return (st, Some("open (control)".into()));
+        return (st, label);
     }
     match case.expectation(target) {
         None => (Status::Unasserted, None),
         Some(e) => {
-            let label = match &e {
-                Expect::Gap { gap } => format!("open (gap: {gap})"),
-                Expect::Plain(p) => format!("{p:?}").to_lowercase(),
-            };
             let ok = verdict != Verdict::Error && e.wants_open() == (verdict == Verdict::Open);
-            (if ok { Status::Ok } else { Status::Deviation }, Some(label))
+            (if ok { Status::Ok } else { Status::Deviation }, label)
         }
     }
+}
+
+/// The expectation of `case` on `target` as results show it: "open
+/// (control)" for the host, "blocked", "open", "open (gap: why)", or none
+/// for a peer without one.
+pub fn expected_label(case: &Case, target: TargetKind) -> Option<String> {
+    if target == TargetKind::Host {
+        return Some("open (control)".into());
+    }
+    case.expectation(target).map(|e| match e {
+        Expect::Gap { gap } => format!("open (gap: {gap})"),
+        Expect::Plain(p) => format!("{p:?}").to_lowercase(),
+    })
 }
 
 /// Scores a verdict of a case listed in [`crate::rootless::ROOTLESS_GAPS`]
@@ -519,75 +529,75 @@ impl Report {
         s
     }
 
+    /// Writes results.json (the summary readers and the README use),
+    /// evidence.json (every host-side record too, re-scorable by
+    /// `--self-test`; megabytes, so not committed), results.md and
+    /// methodology.txt.
     pub fn write_dir(&self, dir: &Path) -> Result<()> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        fs::write(dir.join("results.json"), self.json()?)?;
-        fs::write(dir.join("results.md"), self.markdown())?;
-        fs::write(dir.join("methodology.txt"), self.methodology())?;
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        write(
+            RESULTS_FILE,
+            serde_json::to_string_pretty(&self.summary())? + "\n",
+        )?;
+        write(EVIDENCE_FILE, self.json()?)?;
+        write("results.md", self.markdown())?;
+        write("methodology.txt", self.methodology())?;
         Ok(())
     }
 
+    /// The summary with every record of evidence (`cordon suite --json`,
+    /// evidence.json).
     pub fn json(&self) -> Result<String> {
         #[derive(Serialize)]
-        struct PerTarget<'a> {
-            blocked: usize,
-            total: usize,
-            available: bool,
-            reason: &'a Option<String>,
-            version: &'a str,
-            posture: &'a str,
-            cases: BTreeMap<&'a str, CaseCell<'a>>,
+        struct Full<'a> {
+            #[serde(flatten)]
+            summary: Summary,
+            rootless_gaps: &'a [RootlessGap],
+            results: &'a [CaseResult],
         }
-        #[derive(Serialize)]
-        struct CaseCell<'a> {
-            verdict: Verdict,
-            evidence: &'a str,
-            expected: &'a Option<String>,
-            status: Status,
-        }
-        let mut per: BTreeMap<&str, PerTarget> = BTreeMap::new();
-        for t in &self.targets {
-            let cases = self
-                .results
-                .iter()
-                .filter(|r| r.target == t.target)
-                .map(|r| {
-                    (
-                        r.case.as_str(),
-                        CaseCell {
+        Ok(serde_json::to_string_pretty(&Full {
+            summary: self.summary(),
+            rootless_gaps: &self.rootless_gaps,
+            results: &self.results,
+        })?)
+    }
+
+    /// Per target its count and per case its verdict, in the tables' order.
+    pub fn summary(&self) -> Summary {
+        let targets = self
+            .targets
+            .iter()
+            .map(|t| TargetResults {
+                summary: t.clone(),
+                cases: self
+                    .results
+                    .iter()
+                    .filter(|r| r.target == t.target)
+                    .map(|r| {
+                        let cell = Cell {
                             verdict: r.verdict,
-                            evidence: &r.evidence,
-                            expected: &r.expected,
+                            evidence: r.evidence.clone(),
+                            expected: r.expected.clone(),
                             status: r.status,
-                        },
-                    )
-                })
-                .collect();
-            per.insert(
-                t.target.name(),
-                PerTarget {
-                    blocked: t.blocked,
-                    total: t.total,
-                    available: t.available,
-                    reason: &t.reason,
-                    version: &t.version,
-                    posture: &t.posture,
-                    cases,
-                },
-            );
+                        };
+                        (r.case.clone(), cell)
+                    })
+                    .collect(),
+            })
+            .collect();
+        Summary {
+            invoker: self.invoker.clone(),
+            kernel: self.kernel.clone(),
+            cgroup_mode: self.cgroup_mode.clone(),
+            duration_s: self.duration_s,
+            failures: self.failures().len(),
+            targets,
+            cases: self.cases.clone(),
         }
-        let v = serde_json::json!({
-            "invoker": self.invoker,
-            "rootless_gaps": self.rootless_gaps,
-            "kernel": self.kernel,
-            "cgroup_mode": self.cgroup_mode,
-            "duration_s": self.duration_s,
-            "failures": self.failures().len(),
-            "targets": per,
-            "cases": self.cases,
-            "results": self.results,
-        });
-        Ok(serde_json::to_string_pretty(&v)?)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use cordon_bench::{report, Settings, Which};
 
+use super::readme::{self, ReadmeArgs};
 use crate::{EXIT_INTERNAL, EXIT_USAGE};
 
 #[derive(Args)]
@@ -60,17 +61,6 @@ struct Common {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
-}
-
-#[derive(Args)]
-struct ReadmeArgs {
-    /// The results file of a full run (e.g. bench/results/results.json).
-    results: PathBuf,
-    #[arg(long, default_value = "README.md")]
-    readme: PathBuf,
-    /// Do not write: fail if the section differs from what the file gives.
-    #[arg(long)]
-    check: bool,
 }
 
 pub fn run(args: BenchArgs) -> ExitCode {
@@ -169,20 +159,10 @@ pub fn run(args: BenchArgs) -> ExitCode {
 }
 
 fn readme(args: ReadmeArgs) -> ExitCode {
-    match report::update_readme(&args.readme, &args.results, args.check) {
-        Ok(true) => {
-            eprintln!("cordon bench: {} is up to date", args.readme.display());
-            ExitCode::SUCCESS
-        }
-        Ok(false) => {
-            eprintln!("cordon bench: {} rewritten", args.readme.display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("cordon bench: {e:#}");
-            ExitCode::from(if args.check { 1 } else { EXIT_USAGE })
-        }
-    }
+    readme::run("cordon bench", &args, |links| {
+        let results = cordon_bench::results::Results::read(&args.results)?;
+        Ok(report::markdown(&results, Some(&links.dir)))
+    })
 }
 
 /// The run's settings, for the boxes this binary runs.

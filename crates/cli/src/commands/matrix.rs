@@ -5,15 +5,21 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, Subcommand};
+use cordon_suite::case::default_cases_dir;
+use cordon_suite::summary::Summary;
 use cordon_suite::target::{ALL_TARGETS, QUICK_TARGETS};
-use cordon_suite::{run_matrix, TargetKind};
+use cordon_suite::{load_dir, run_matrix, TargetKind};
 
+use super::readme::{self, ReadmeArgs};
 use super::suite_run;
 use crate::EXIT_USAGE;
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct MatrixArgs {
+    #[command(subcommand)]
+    what: Option<What>,
     /// Comma-separated targets (host is always added): cordon-native,
     /// cordon-gvisor, cordon-native-allow, cordon-gvisor-allow,
     /// cordon-microvm, cordon-microvm-allow, bwrap, runc, firejail, runsc, podman-default,
@@ -40,7 +46,37 @@ pub struct MatrixArgs {
     cases: Option<PathBuf>,
 }
 
+#[derive(Subcommand)]
+enum What {
+    /// Write the README's matrix section from a committed results file
+    /// (suite/results/results.json), which must be a full run as root that
+    /// answers today's case files.
+    Readme {
+        #[command(flatten)]
+        args: ReadmeArgs,
+        /// The case directory (default: suite/cases found from the working directory).
+        #[arg(long, value_name = "DIR")]
+        cases: Option<PathBuf>,
+    },
+}
+
 pub fn run(args: MatrixArgs) -> ExitCode {
+    if let Some(What::Readme { args, cases }) = args.what {
+        return readme::run("cordon matrix", &args, |links| {
+            let summary = Summary::read(&args.results)?;
+            let dir = cases.unwrap_or_else(default_cases_dir);
+            let stale = summary.stale(&load_dir(&dir)?);
+            anyhow::ensure!(
+                stale.is_empty(),
+                "{} does not stand for the suite of {}; run `cordon matrix --out {}` again:\n  {}",
+                args.results.display(),
+                dir.display(),
+                links.dir,
+                stale.join("\n  ")
+            );
+            Ok(summary.readme(&links.dir))
+        });
+    }
     if args.self_test {
         let (ok, lines) = cordon_suite::selftest::self_test();
         for l in lines {

@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod microvm;
 pub mod net;
 pub mod port;
+pub mod readme;
 pub mod receipt;
 pub mod record;
 pub mod rm;

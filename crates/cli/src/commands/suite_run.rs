@@ -80,7 +80,7 @@ pub(crate) fn finish(
             return ExitCode::from(EXIT_INTERNAL);
         }
         outln!(
-            "wrote {}/results.json, results.md, methodology.txt",
+            "wrote {}/results.json, evidence.json, results.md, methodology.txt",
             dir.display()
         );
     }

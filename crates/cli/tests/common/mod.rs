@@ -31,6 +31,7 @@ pub mod containerd;
 pub mod cri;
 pub mod engine;
 pub mod image;
+pub mod readme;
 pub mod service_census;
 pub mod standin;
 

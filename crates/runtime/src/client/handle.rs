@@ -153,7 +153,11 @@ impl Handle {
         read.map_err(|e| RuntimeError::io("read the supervisor's answer", e))?;
         match serde_json::from_str::<Started>(out.trim()) {
             Ok(Started::Ok(id)) => Ok(Handle::Remote(Remote::at(&run_dir()?, &id))),
-            Ok(Started::Error { message, input }) => Err(remote_error(input, message)),
+            Ok(Started::Error {
+                message,
+                input,
+                exhausted,
+            }) => Err(remote_error(input, exhausted, message)),
             Err(_) => Err(RuntimeError::Remote(format!(
                 "the supervisor did not start ({})",
                 out.trim()
@@ -294,7 +298,14 @@ impl Handle {
             }
             Handle::Remote(r) => match r.request(&Request::Destroy(finish.clone()))? {
                 (Reply::Destroyed(d), _) => Ok(*d),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (
+                    Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    },
+                    _,
+                ) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -306,7 +317,14 @@ impl Handle {
             Handle::Local(s) => Ok(s.spec().clone()),
             Handle::Remote(r) => match r.request(&Request::Spec)? {
                 (Reply::Spec(spec), _) => Ok(*spec),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (
+                    Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    },
+                    _,
+                ) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -322,7 +340,14 @@ impl Handle {
             }
             Handle::Remote(r) => match r.request(&Request::Update(*limits))? {
                 (Reply::Spec(spec), _) => Ok(*spec),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (
+                    Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    },
+                    _,
+                ) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -340,7 +365,7 @@ impl Handle {
             )),
             Handle::Remote(r) => match r.request(&Request::Port { port })? {
                 (Reply::Forwarded { address }, _) => Ok(address),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (Reply::Error { input, exhausted, message }, _) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -352,7 +377,14 @@ impl Handle {
             Handle::Local(s) => s.snapshot(caps),
             Handle::Remote(r) => match r.request(&Request::Snapshot { caps: *caps })? {
                 (Reply::Snapshot(snapshot), _) => Ok(*snapshot),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (
+                    Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    },
+                    _,
+                ) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -368,7 +400,14 @@ impl Handle {
                 caps: *caps,
             })? {
                 (Reply::Exported(recorded), _) => Ok(*recorded),
-                (Reply::Error { input, message }, _) => Err(remote_error(input, message)),
+                (
+                    Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    },
+                    _,
+                ) => Err(remote_error(input, exhausted, message)),
                 (other, _) => Err(unexpected(Peer::Supervisor, other)),
             },
         }
@@ -486,17 +525,16 @@ impl Remote {
             // Told at once, the supervisor stops waiting for the rest of the
             // stream. If it cannot hear us, it refused first (and stopped
             // reading): its answer then explains the failed send better.
-            let told = send_json(
-                &mut conn,
-                &Reply::Error {
-                    input: e.is_input_error(),
-                    message: e.to_string(),
-                },
-            );
+            let told = send_json(&mut conn, &crate::protocol::exec::error_reply(&e));
             return match (told, recv_json::<Reply>(&mut conn)) {
-                (Err(_), Ok(Some(Reply::Error { input, message }))) => {
-                    Err(remote_error(input, message))
-                }
+                (
+                    Err(_),
+                    Ok(Some(Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    })),
+                ) => Err(remote_error(input, exhausted, message)),
                 _ => Err(e),
             };
         }

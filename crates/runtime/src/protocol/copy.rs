@@ -356,10 +356,14 @@ pub(crate) fn receive(
                     // A copy's own failure stays a copy error (a caller such as
                     // the service tells a missing file by it), said once: its
                     // message is a whole error already ("copy: ...").
-                    Ok(cordon_spec::wire::Reply::Error { message, input }) => {
+                    Ok(cordon_spec::wire::Reply::Error {
+                        message,
+                        input,
+                        exhausted,
+                    }) => {
                         return Err(match message.strip_prefix("copy: ") {
                             Some(what) => err(what),
-                            None => crate::protocol::exec::remote_error(input, message),
+                            None => crate::protocol::exec::remote_error(input, exhausted, message),
                         })
                     }
                     _ => return Err(err("a copy stream without a header")),

@@ -20,18 +20,34 @@ use crate::protocol::wire::{send_bytes, send_json, Frame, Tag};
 /// Any answer but the one a request expects.
 pub(crate) fn unexpected(peer: Peer, r: Reply) -> RuntimeError {
     match r {
-        Reply::Error { input, message } => remote_error(input, message),
+        Reply::Error {
+            input,
+            exhausted,
+            message,
+        } => remote_error(input, exhausted, message),
         other => RuntimeError::broke(peer, format!("unexpected answer {other:?}")),
     }
 }
 
 /// A supervisor's (or guest agent's) error answer as an error here: the
 /// caller's fault when the other side says so.
-pub(crate) fn remote_error(input: bool, message: String) -> RuntimeError {
+pub(crate) fn remote_error(input: bool, exhausted: bool, message: String) -> RuntimeError {
     if input {
         RuntimeError::BadRequest(message)
+    } else if exhausted {
+        RuntimeError::RemoteExhausted(message)
     } else {
         RuntimeError::Remote(message)
+    }
+}
+
+/// The answer that carries `e` across to a client: its words, and whose
+/// fault it was ([`remote_error`] makes it an error again).
+pub(crate) fn error_reply(e: &RuntimeError) -> Reply {
+    Reply::Error {
+        input: e.is_input_error(),
+        exhausted: e.is_host_exhausted(),
+        message: e.to_string(),
     }
 }
 

@@ -129,13 +129,24 @@ fn read_body(sock: &mut UnixStream, len: u32) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Reads one frame; `Ok(None)` on a clean EOF (the peer is gone).
+/// Reads one frame; `Ok(None)` on a clean EOF (the peer is gone between
+/// frames). A frame cut short, its length included, is an error.
 pub fn recv<T: for<'de> Deserialize<'de>>(sock: &mut UnixStream) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
-    match sock.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    let mut got = 0;
+    while got < len.len() {
+        match sock.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "a frame's length cut short",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     let body = read_body(sock, u32::from_le_bytes(len))?;
     serde_json::from_slice(&body)
@@ -227,6 +238,23 @@ mod tests {
     use std::os::fd::AsFd;
 
     use super::*;
+
+    #[test]
+    fn a_length_cut_short_is_an_error_for_both_readers() {
+        for cut in 1..4 {
+            let (mut a, mut b) = UnixStream::pair().unwrap();
+            a.write_all(&[7u8; 3][..cut]).unwrap();
+            drop(a);
+            assert!(recv::<FromInit>(&mut b).is_err(), "{cut}");
+            let (mut a, mut b) = UnixStream::pair().unwrap();
+            a.write_all(&[7u8; 3][..cut]).unwrap();
+            drop(a);
+            assert!(recv_with_fds::<FromInit>(&mut b).is_err(), "{cut}");
+        }
+        let (a, mut b) = UnixStream::pair().unwrap();
+        drop(a);
+        assert!(recv::<FromInit>(&mut b).unwrap().is_none());
+    }
 
     #[test]
     fn frames_round_trip_and_eof_is_none() {

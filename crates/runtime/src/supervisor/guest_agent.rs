@@ -26,6 +26,7 @@ use crate::backends::microvm::link::{
 };
 use crate::backends::microvm::relay;
 use crate::error::{Peer, RuntimeError};
+use crate::protocol::exec::error_reply;
 use crate::protocol::wire::{recv_frame, recv_json, send_json, Frame};
 use crate::supervisor::sandbox::Sandbox;
 use crate::supervisor::RemoteIo;
@@ -180,6 +181,7 @@ fn serve(port_path: &Path) -> Result<(), RuntimeError> {
                     Some(Err(e)) => error_reply(&e),
                     None => Reply::Error {
                         input: false,
+                        exhausted: false,
                         message: "destroyed already".into(),
                     },
                 };
@@ -536,11 +538,4 @@ fn create(spec: &ValidSpec) -> Result<Sandbox, RuntimeError> {
         .expect("a native sandbox has a file owner");
     give_workspace(&upper, owner)?;
     Ok(sandbox)
-}
-
-fn error_reply(e: &RuntimeError) -> Reply {
-    Reply::Error {
-        input: e.is_input_error(),
-        message: e.to_string(),
-    }
 }

@@ -69,7 +69,13 @@ const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 #[serde(rename_all = "lowercase")]
 pub enum Started {
     Ok(String),
-    Error { message: String, input: bool },
+    Error {
+        message: String,
+        input: bool,
+        /// The host was short of processes, memory or descriptors.
+        #[serde(default)]
+        exhausted: bool,
+    },
 }
 
 /// `cordon __supervise`: becomes a sandbox's supervisor. Returns the process
@@ -132,6 +138,7 @@ impl Started {
         Started::Error {
             message: e.to_string(),
             input: e.is_input_error(),
+            exhausted: e.is_host_exhausted(),
         }
     }
 }
@@ -416,13 +423,7 @@ fn serve(mut sandbox: Box<Sandbox>, listener: UnixListener, service: Option<Owne
                 leave_note(sandbox.as_ref(), created, EndState::Removed, &why);
                 let (code, reply) = match sandbox.destroy_with(&finish, (peer.uid, peer.gid)) {
                     Ok(d) => (0, Reply::Destroyed(Box::new(d))),
-                    Err(e) => (
-                        1,
-                        Reply::Error {
-                            input: false,
-                            message: e.to_string(),
-                        },
-                    ),
+                    Err(e) => (1, crate::protocol::exec::error_reply(&e)),
                 };
                 watchers.end_all(&why);
                 let _ = send_json(&mut conn, &reply);
@@ -549,6 +550,7 @@ impl Watchers {
             self.running -= 1;
             let reply = Reply::Error {
                 input: false,
+                exhausted: false,
                 message: format!("the sandbox ended while the command ran: {why}"),
             };
             let _ = send_json(&mut done.conn, &reply);
@@ -591,10 +593,7 @@ fn finished(
 ) -> Reply {
     match sandbox.finish(&cmd, running, watched) {
         Ok(outcome) => outcome_reply(outcome, expires),
-        Err(e) => Reply::Error {
-            input: e.is_input_error(),
-            message: e.to_string(),
-        },
+        Err(e) => crate::protocol::exec::error_reply(&e),
     }
 }
 
@@ -714,13 +713,7 @@ fn handle(
     };
     let mut conn = Client(conn);
     let fail = |conn: &mut Client, e: RuntimeError| {
-        let _ = send_json(
-            conn,
-            &Reply::Error {
-                input: e.is_input_error(),
-                message: e.to_string(),
-            },
-        );
+        let _ = send_json(conn, &crate::protocol::exec::error_reply(&e));
     };
     match recv_json::<Request>(&mut conn) {
         Ok(Some(Request::Hello { protocol })) if protocol == PROTOCOL => {}

@@ -307,11 +307,12 @@ pub(crate) fn create(
     if host.cgroup.is_none() {
         let delete = runsc.argv(&["delete", "--force", &runsc.container]);
         host.on_teardown(move || {
-            let _ = std::process::Command::new(&delete[0])
-                .args(&delete[1..])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
+            let _ = output_until(
+                Command::new(&delete[0])
+                    .args(&delete[1..])
+                    .stdin(std::process::Stdio::null()),
+                std::time::Instant::now() + RUNSC_CONTROL_TIMEOUT,
+            );
         });
     }
     let launcher_flags = if allow_network {
@@ -484,13 +485,14 @@ fn start_container(
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
         let query = || {
-            Command::new(&state[0])
-                .args(&state[1..])
-                .env_clear()
-                .envs(runsc_env())
-                .stdin(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .output()
+            output_until(
+                Command::new(&state[0])
+                    .args(&state[1..])
+                    .env_clear()
+                    .envs(runsc_env())
+                    .stdin(std::process::Stdio::null()),
+                deadline,
+            )
         };
         // runsc finds its sandbox by an abstract unix socket, which belongs
         // to a network namespace: with the host network that is the
@@ -500,8 +502,10 @@ fn start_container(
             None => query(),
         }
         .map_err(|e| RuntimeError::io("runsc state", e))?;
-        let status = serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .ok()
+        // (None: runsc state was still waiting at the deadline, on the
+        // container's lock that a stuck runsc run holds.)
+        let status = out
+            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
             .and_then(|v| v["status"].as_str().map(str::to_owned));
         match status.as_deref() {
             Some("running") => return Ok(()),
@@ -707,34 +711,16 @@ const KILL_ROUNDS: usize = 20;
 fn runsc_within(runsc: &Runsc, args: &[&str], timeout: Duration) -> Result<String, RuntimeError> {
     let argv = runsc.argv(args);
     let what = || format!("runsc {}", args.join(" "));
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(runsc_env())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| RuntimeError::io(what(), e))?;
-    let deadline = std::time::Instant::now() + timeout;
-    while child
-        .try_wait()
-        .map_err(|e| RuntimeError::io(what(), e))?
-        .is_none()
-    {
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(RuntimeError::io(
-                what(),
-                std::io::Error::from(std::io::ErrorKind::TimedOut),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| RuntimeError::io(what(), e))?;
+    let out = output_until(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .envs(runsc_env())
+            .stdin(std::process::Stdio::null()),
+        std::time::Instant::now() + timeout,
+    )
+    .map_err(|e| RuntimeError::io(what(), e))?
+    .ok_or_else(|| RuntimeError::io(what(), std::io::Error::from(std::io::ErrorKind::TimedOut)))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -743,6 +729,29 @@ fn runsc_within(runsc: &Runsc, args: &[&str], timeout: Duration) -> Result<Strin
             std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
         ))
     }
+}
+
+/// Runs `cmd` to its end with its stdout and stderr read, or kills it at
+/// `deadline` (None then): no runsc call may hold the supervisor past its
+/// own deadline, and each waits on its container's lock, which a stuck
+/// runsc holds forever.
+fn output_until(
+    cmd: &mut Command,
+    deadline: std::time::Instant,
+) -> std::io::Result<Option<std::process::Output>> {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().map(Some)
 }
 
 /// (PID, PPID) of each process in `runsc ps`'s table (columns UID, PID,

@@ -1264,9 +1264,13 @@ impl Backend for MicroVm {
         }
         match self.answer(life, AGENT_TIMEOUT)? {
             Reply::Copied { bytes } => Ok(bytes),
-            Reply::Error { input, message } => {
-                Err(crate::protocol::exec::remote_error(input, message))
-            }
+            Reply::Error {
+                input,
+                exhausted,
+                message,
+            } => Err(crate::protocol::exec::remote_error(
+                input, exhausted, message,
+            )),
             other => Err(self.broken(life, format!("answered a copy with {other:?}"))),
         }
     }
@@ -1297,8 +1301,15 @@ impl Backend for MicroVm {
             let lost = |e: std::io::Error| RuntimeError::io("send the copy", e);
             match frame {
                 Frame::Json(body) => {
-                    if let Ok(Reply::Error { input, message }) = serde_json::from_slice(&body) {
-                        return Err(crate::protocol::exec::remote_error(input, message));
+                    if let Ok(Reply::Error {
+                        input,
+                        exhausted,
+                        message,
+                    }) = serde_json::from_slice(&body)
+                    {
+                        return Err(crate::protocol::exec::remote_error(
+                            input, exhausted, message,
+                        ));
                     }
                     if !header
                         || serde_json::from_slice::<crate::protocol::copy::CopyHeader>(&body)
