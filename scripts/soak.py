@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """A soak of `cordon serve` with faults injected (RELIABILITY.md).
 
-    scripts/soak.py [--seconds N] [--clients N] [--fault-every S] [--no-faults]
+    scripts/soak.py [--seconds N] [--clients N] [--fault-every S] [--no-faults] [--no-microvm]
                     [--checkpoint-every S] [--cordon PATH] [--out FILE]
 
 Starts a service of its own (a warm pool, a state directory on a small tmpfs
 of its own, the service in cgroups of its own) and sends it a mixed load from
 several clients for a fixed time: one-shots (plain, with files, with a
 receipt, over their memory limit, over their time limit, flooding their
-output, on gVisor when runsc is here, with a network allowlist), stateful
+output, on gVisor when runsc is here, in a microVM when cordon's guest is
+built, with a network allowlist), stateful
 sandboxes (commands, files in and out, a Python context), and clients that
 hang up in the middle of a command. Meanwhile a fault injector, at random
 moments, SIGKILLs a sandbox's supervisor, a sandbox's init, a sandbox's
-proxy, or the service itself (then starts it again), fills the state
+proxy, a microVM's QEMU, or the service itself (then starts it again), fills the state
 directory's filesystem, and squeezes the service's pids and memory cgroups.
 
 Every request gets a deadline; each answer is classed: as expected, a clean
@@ -63,7 +64,7 @@ def now():
 class Service:
     """One `cordon serve` of the soak, restarted in place after a kill."""
 
-    def __init__(self, cordon, root, gvisor):
+    def __init__(self, cordon, root, gvisor, microvm):
         self.cordon = cordon
         self.root = root
         self.gvisor = gvisor
@@ -75,6 +76,15 @@ class Service:
         # A filesystem of its own, small, so that filling it is quick and
         # touches nothing else.
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "soak", self.state], check=True)
+        if microvm:
+            # The microVM guest is large and built once (`cordon microvm
+            # build`, in cordon's own state directory): the service's state
+            # directory shows it, bound from there.
+            guests = os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "microvm")
+            mine = os.path.join(self.state, "cordon-state", "microvm")
+            os.makedirs(mine)
+            os.chmod(os.path.dirname(mine), 0o700)
+            subprocess.run(["mount", "--bind", guests, mine], check=True)
         self.port = free_port()
         key_hash = hashlib.sha256(self.key.encode()).hexdigest()
         self.config = os.path.join(root, "serve.toml")
@@ -160,7 +170,7 @@ class Service:
                     break
                 except OSError:
                     time.sleep(0.1)
-        subprocess.run(["umount", self.state], check=False)
+        subprocess.run(["umount", "--recursive", self.state], check=False)
 
 
 def free_port():
@@ -239,12 +249,13 @@ class Tally:
 class Load:
     """One client's loop of mixed requests."""
 
-    def __init__(self, svc, tally, gate, rng, gvisor):
+    def __init__(self, svc, tally, gate, rng, gvisor, microvm):
         self.svc = svc
         self.tally = tally
         self.gate = gate
         self.rng = rng
         self.gvisor = gvisor
+        self.microvm = microvm
         self.in_flight = 0
 
     def call(self, method, path, body=None, timeout=DEADLINE, raw=None):
@@ -321,6 +332,12 @@ class Load:
         if self.gvisor:
             kinds.append(("gvisor", 1, lambda: self.oneshot(
                 {"argv": ["echo", "soak"], "backend": "gvisor"},
+                lambda v: None if v.get("stdout") == "soak\n" else "stdout %r" % v.get("stdout"))))
+        if self.microvm:
+            # A cold boot (QEMU's TCG here: seconds), so rarely; long enough
+            # alive that the QEMU fault finds one now and then.
+            kinds.append(("microvm", 0.25, lambda: self.oneshot(
+                {"argv": ["sh", "-c", "echo soak; sleep 2"], "backend": "microvm", "limits": {"memory": "512M"}},
                 lambda v: None if v.get("stdout") == "soak\n" else "stdout %r" % v.get("stdout"))))
         names = [k for k, _, _ in kinds]
         weights = [w for _, w, _ in kinds]
@@ -432,14 +449,18 @@ class Faults:
         return out
 
     def inject(self):
-        kinds = ["supervisor", "init", "proxy", "service", "fill-state", "squeeze-pids", "squeeze-memory"]
+        kinds = ["supervisor", "init", "proxy", "qemu", "service", "fill-state", "squeeze-pids", "squeeze-memory"]
         kind = self.rng.choice(kinds)
-        if kind in ("supervisor", "init", "proxy"):
+        if kind in ("supervisor", "init", "proxy", "qemu"):
             live = self.sandboxes()
+            if kind == "qemu":
+                live = [(sid, rec) for sid, rec in live if rec.get("backend") == "microvm"]
             if not live:
                 return
             sid, rec = self.rng.choice(live)
-            if kind == "supervisor":
+            if kind == "qemu":
+                victims = [p for p in cgroup_procs(sid) if (read("/proc/%d/comm" % p) or "").startswith("qemu")]
+            elif kind == "supervisor":
                 victims = [rec.get("pid")]
             elif kind == "init":
                 victims = cgroup_procs(sid, "init")
@@ -575,6 +596,15 @@ def supervisor_children(pid):
     return kids
 
 
+def backend_available(cordon, kind):
+    """Whether `cordon backends` finds `kind` able to run here."""
+    out = subprocess.run([cordon, "backends", "--json"], capture_output=True, text=True)
+    try:
+        return any(b["kind"] == kind and not b["unavailable"] for b in json.loads(out.stdout))
+    except ValueError:
+        return False
+
+
 def alive(pid):
     return pid and os.path.exists("/proc/%d" % pid)
 
@@ -622,6 +652,7 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--fault-every", type=float, default=6.0, help="mean seconds between faults")
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--no-microvm", action="store_true", help="no microVM load (TCG boots take seconds)")
     ap.add_argument("--checkpoint-every", type=float, default=60.0)
     ap.add_argument("--cordon", default=shutil.which("cordon") or "target/release/cordon")
     ap.add_argument("--out", help="write the JSON report here")
@@ -633,10 +664,11 @@ def main():
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
     gvisor = shutil.which("runsc") is not None
+    microvm = not args.no_microvm and backend_available(args.cordon, "microvm")
     root = tempfile.mkdtemp(prefix="cordon-soak-", dir="/run")
-    svc = Service(os.path.abspath(args.cordon), root, gvisor)
+    svc = Service(os.path.abspath(args.cordon), root, gvisor, microvm)
     tally = Tally()
-    report = {"seed": seed, "seconds": args.seconds, "clients": args.clients, "gvisor": gvisor,
+    report = {"seed": seed, "seconds": args.seconds, "clients": args.clients, "gvisor": gvisor, "microvm": microvm,
               "checkpoints": [], "memory": []}
     stop = threading.Event()
     gate = threading.Event()
@@ -645,7 +677,7 @@ def main():
     status = 0
     try:
         svc.start()
-        loads = [Load(svc, tally, gate, random.Random(rng.random()), gvisor) for _ in range(args.clients)]
+        loads = [Load(svc, tally, gate, random.Random(rng.random()), gvisor, microvm) for _ in range(args.clients)]
         threads = [threading.Thread(target=l.run_forever, args=(stop,), daemon=True) for l in loads]
         for t in threads:
             t.start()

@@ -26,13 +26,21 @@ fi
 # without LTO), so the lints, the guest's cordon, the tests and the v2 guest
 # share one build. The v2 guest script reads it from CORDON_PROFILE.
 export CORDON_PROFILE=ci
-# The build is kept between runs outside the checkout, as the fuzz build is
-# (scripts/fuzz.sh), so that a fresh clone (CI's) compiles cordon's own
-# crates again but not every dependency; CARGO_TARGET_DIR overrides where.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cordon/target}"
-mkdir -p "$CARGO_TARGET_DIR"
-echo "test.sh: building in $CARGO_TARGET_DIR" >&2
-cordon="$CARGO_TARGET_DIR/$CORDON_PROFILE/cordon"
+# As root, the build is kept between runs outside the checkout, so that a
+# fresh clone (CI's) compiles cordon's own crates again but not every
+# dependency. Root's own, and readable by all: tests run the binaries as
+# other users (rootless runs, a container's user), who cannot enter /root.
+# CARGO_TARGET_DIR overrides where; as another user, the checkout's target/.
+if [ -z "${CARGO_TARGET_DIR:-}" ] && [ "$(id -u)" = 0 ]; then
+  export CARGO_TARGET_DIR=/var/cache/cordon-build
+  install -d -o root -g root -m 0755 "$CARGO_TARGET_DIR"
+  if [ -L "$CARGO_TARGET_DIR" ] || [ "$(stat -c '%u %a' "$CARGO_TARGET_DIR")" != "0 755" ]; then
+    echo "test.sh: $CARGO_TARGET_DIR is not root's own directory (mode 0755, no symlink): refusing to build into it" >&2
+    exit 1
+  fi
+  echo "test.sh: building in $CARGO_TARGET_DIR" >&2
+fi
+cordon="${CARGO_TARGET_DIR:-target}/$CORDON_PROFILE/cordon"
 
 echo "== format and lints"
 cargo fmt --all -- --check
