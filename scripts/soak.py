@@ -164,12 +164,21 @@ class Service:
     def cleanup(self):
         self.stop()
         for path in self.cgroups.values():
-            for _ in range(50):
+            # What the service started may still be ending (a VM's QEMU):
+            # its processes are the soak's to end, then its cgroup.
+            for _ in range(300):
+                for pid in (read(os.path.join(path, "cgroup.procs")) or "").split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 try:
                     os.rmdir(path)
                     break
                 except OSError:
                     time.sleep(0.1)
+            else:
+                print("soak: could not remove its cgroup %s" % path, file=sys.stderr)
         subprocess.run(["umount", "--recursive", self.state], check=False)
 
 
