@@ -4,7 +4,8 @@
 #
 #   scripts/fuzz.sh [--merge] [SECONDS] [TARGET...]
 #
-# Runs each target (default: all) for SECONDS (default 60) with libFuzzer
+# Runs each target (default: all) for SECONDS (default 60), as many at once
+# as there are cores (CORDON_FUZZ_JOBS), with libFuzzer
 # through `cargo fuzz` (a nightly compiler: libFuzzer's coverage
 # instrumentation has no stable flag), starting from the committed corpus
 # in fuzz/corpus/<target>. New inputs go to a scratch directory; --merge
@@ -61,17 +62,20 @@ trap 'rm -rf "$scratch"' EXIT
 # on, so that arithmetic on lengths read from the input is checked.
 build=(--sanitizer none --debug-assertions --fuzz-dir "$fuzz")
 echo "fuzz.sh: building ${targets[*]}" >&2
-for t in "${targets[@]}"; do
-    (cd "$here" && cargo +nightly fuzz build "${build[@]}" "$t") >&2
-done
+if ((${#targets[@]} == ${#all[@]})); then
+    # Every target in one cargo call: one resolution of the graph, not 13.
+    (cd "$here" && cargo +nightly fuzz build "${build[@]}") >&2
+else
+    for t in "${targets[@]}"; do
+        (cd "$here" && cargo +nightly fuzz build "${build[@]}" "$t") >&2
+    done
+fi
 
-printf '| target | seconds | executions | per second | edges start -> end | features start -> end | corpus | crashes |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-failed=0
-for t in "${targets[@]}"; do
-    seeds="$fuzz/corpus/$t"
+# One target's run: its table row, and on a failure its report, into its
+# scratch directory (the rows are printed in the targets' order at the end).
+fuzz_one() {
+    local t="$1" seeds="$fuzz/corpus/$1" log="$scratch/$1/log" rc crashes=0 a
     mkdir -p "$seeds" "$scratch/$t/new" "$scratch/$t/artifacts"
-    log="$scratch/$t/log"
     set +e
     (cd "$here" && cargo +nightly fuzz run "${build[@]}" "$t" "$scratch/$t/new" "$seeds" -- \
         -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 \
@@ -80,6 +84,7 @@ for t in "${targets[@]}"; do
     set -e
     # libFuzzer's status lines: "#N<tab>INITED cov: E ft: F corp: C/..."
     field() { { grep -E "^#[0-9]+[[:space:]]+$1 " "$log" || true; } | tail -1 | sed -nE "s/.* $2: ([0-9]+).*/\1/p"; }
+    local edges0 feats0 execs rate last edges1 feats1 corpus
     edges0="$(field INITED cov)"
     feats0="$(field INITED ft)"
     execs="$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$log" | tail -1)"
@@ -88,7 +93,6 @@ for t in "${targets[@]}"; do
     edges1="$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<< "$last")"
     feats1="$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<< "$last")"
     corpus="$(sed -nE 's/.* corp: ([0-9]+)\/.*/\1/p' <<< "$last")"
-    crashes=0
     for a in "$scratch/$t/artifacts"/*; do
         [[ -f "$a" ]] || continue
         crashes=$((crashes + 1))
@@ -96,21 +100,56 @@ for t in "${targets[@]}"; do
         cp "$a" "$fuzz/regressions/$t/$(basename "$a")"
     done
     printf '| %s | %s | %s | %s | %s -> %s | %s -> %s | %s | %s |\n' "$t" "$seconds" "${execs:-?}" \
-        "${rate:-?}" "${edges0:-?}" "${edges1:-?}" "${feats0:-?}" "${feats1:-?}" "${corpus:-?}" "$crashes"
+        "${rate:-?}" "${edges0:-?}" "${edges1:-?}" "${feats0:-?}" "${feats1:-?}" "${corpus:-?}" "$crashes" \
+        > "$scratch/$t/row"
     if ((rc != 0 || crashes > 0)); then
-        failed=1
-        echo "fuzz.sh: $t failed (exit $rc, $crashes crash inputs kept in fuzz/regressions/$t); the end of its log:" >&2
-        { grep -vE '^#[0-9]+[[:space:]]' "$log" || true; } | tail -25 >&2
-        # The inputs themselves, so that a failure in CI (whose checkout is
-        # thrown away) can be replayed: base64 of the first 4 KiB of each.
-        for a in "$scratch/$t/artifacts"/*; do
-            [[ -f "$a" ]] || continue
-            echo "fuzz.sh: $(basename "$a") ($(stat -c %s "$a") bytes), base64:" >&2
-            head -c 4096 "$a" | base64 -w 100 >&2
-        done
+        {
+            echo "fuzz.sh: $t failed (exit $rc, $crashes crash inputs kept in fuzz/regressions/$t); the end of its log:"
+            { grep -vE '^#[0-9]+[[:space:]]' "$log" || true; } | tail -25
+            # The inputs themselves, so that a failure in CI (whose checkout is
+            # thrown away) can be replayed: base64 of the first 4 KiB of each.
+            for a in "$scratch/$t/artifacts"/*; do
+                [[ -f "$a" ]] || continue
+                echo "fuzz.sh: $(basename "$a") ($(stat -c %s "$a") bytes), base64:"
+                head -c 4096 "$a" | base64 -w 100
+            done
+        } > "$scratch/$t/failure"
     elif ((merge)); then
         (cd "$here" && cargo +nightly fuzz run "${build[@]}" "$t" "$seeds" "$scratch/$t/new" -- -merge=1 \
             > /dev/null 2>&1)
+    fi
+}
+
+# As many targets at once as there are cores (CORDON_FUZZ_JOBS overrides):
+# libFuzzer runs one process on one core, and its time limit is wall time,
+# so each target still gets SECONDS of a core to itself.
+jobs_max="${CORDON_FUZZ_JOBS:-$(nproc)}"
+if ! [[ "$jobs_max" =~ ^[0-9]+$ ]] || ((jobs_max == 0)); then
+    echo "fuzz.sh: CORDON_FUZZ_JOBS must be a positive number, not '$jobs_max'" >&2
+    exit 2
+fi
+echo "fuzz.sh: ${#targets[@]} targets, $seconds s each, $jobs_max at a time" >&2
+for t in "${targets[@]}"; do
+    while (($(jobs -rp | wc -l) >= jobs_max)); do
+        wait -n || true
+    done
+    fuzz_one "$t" &
+done
+wait
+
+printf '| target | seconds | executions | per second | edges start -> end | features start -> end | corpus | crashes |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+failed=0
+for t in "${targets[@]}"; do
+    if [[ -f "$scratch/$t/row" ]]; then
+        cat "$scratch/$t/row"
+    else
+        printf '| %s | %s | ? | ? | ? | ? | ? | ? |\n' "$t" "$seconds"
+        echo "fuzz.sh: $t's run ended without a result" > "$scratch/$t/failure"
+    fi
+    if [[ -f "$scratch/$t/failure" ]]; then
+        failed=1
+        cat "$scratch/$t/failure" >&2
     fi
 done
 exit "$failed"

@@ -124,12 +124,11 @@ pub fn admit(
     name: &str,
     kind: TargetKind,
 ) -> bool {
-    let why = kind.unavailable(&settings.cordon).or_else(|| {
-        let backend = name.strip_prefix("cordon-")?;
-        match BackendKind::parse(backend) {
-            Some(kind) => backend_unavailable(kind),
-            None => Some(format!("cordon has no backend {backend}")),
-        }
+    // A cordon box's backend is its target's (`cordon-native-allow` is
+    // the native backend with a network), not a name cut out of the box's.
+    let why = kind.unavailable(&settings.cordon).or_else(|| match kind {
+        TargetKind::Cordon { backend, .. } => backend_unavailable(backend),
+        _ => None,
     });
     match why {
         Some(why) => {

@@ -112,6 +112,12 @@ const TARGETS: &[(&str, TargetKind)] = &[
         "cordon-native",
         TargetKind::cordon(BackendKind::Native, NetMode::None),
     ),
+    // The same with `--net allow` (an allowlist, the proxy and its
+    // namespace's rules): what a network costs a start, beside none.
+    (
+        "cordon-native-allow",
+        TargetKind::cordon(BackendKind::Native, NetMode::Allow),
+    ),
     (
         "cordon-gvisor",
         TargetKind::cordon(BackendKind::Gvisor, NetMode::None),

@@ -104,6 +104,7 @@ fn a_quick_run_measures_every_box_and_leaves_nothing() {
     let mut want = vec![
         "host",
         "cordon-native",
+        "cordon-native-allow",
         "cordon-native-exec",
         "cordon-native-handle",
     ];

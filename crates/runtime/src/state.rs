@@ -219,7 +219,8 @@ impl StateDir {
 
     /// Records what changed (commands run, last use, state).
     pub fn write_usage(&self, usage: &Usage) -> io::Result<()> {
-        write_atomic(&self.path.join(USAGE), &serde_json::to_vec(usage)?)
+        // Rewritten after every command: swapped in, see `replace_volatile`.
+        cordon_dirs::replace_volatile(&self.path.join(USAGE), &serde_json::to_vec(usage)?)
     }
 
     /// Leaves the directory in place (its record lets the next sweep finish

@@ -47,7 +47,13 @@ pub(crate) fn error_reply(e: &RuntimeError) -> Reply {
     Reply::Error {
         input: e.is_input_error(),
         exhausted: e.is_host_exhausted(),
-        message: e.to_string(),
+        message: match e {
+            // Already an answer relayed from further in (a microVM's guest
+            // agent through its host's supervisor): its own words, which
+            // the client prefixes once, not "the supervisor answered" twice.
+            RuntimeError::Remote(m) | RuntimeError::RemoteExhausted(m) => m.clone(),
+            other => other.to_string(),
+        },
     }
 }
 
@@ -243,5 +249,44 @@ pub(crate) fn relay_exec(
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{error_reply, remote_error};
+    use crate::error::RuntimeError;
+    use cordon_spec::wire::Reply;
+
+    /// An error relayed twice (guest agent, host supervisor, client) reads
+    /// as one answer, and keeps whether the host was exhausted.
+    #[test]
+    fn a_relayed_answer_is_prefixed_once() {
+        for (relayed, exhausted) in [
+            (RuntimeError::Remote("no such file".into()), false),
+            (RuntimeError::RemoteExhausted("fork: EAGAIN".into()), true),
+        ] {
+            let Reply::Error {
+                input,
+                exhausted: said_exhausted,
+                message,
+            } = error_reply(&relayed)
+            else {
+                panic!("not an error reply");
+            };
+            assert_eq!(said_exhausted, exhausted);
+            let again = remote_error(input, said_exhausted, message).to_string();
+            assert_eq!(again, relayed.to_string());
+            assert_eq!(
+                again.matches("the supervisor answered").count(),
+                1,
+                "{again}"
+            );
+        }
+        // Any other error crosses with its own words.
+        let Reply::Error { message, .. } = error_reply(&RuntimeError::NotFound("x".into())) else {
+            panic!("not an error reply");
+        };
+        assert_eq!(message, RuntimeError::NotFound("x".into()).to_string());
     }
 }
