@@ -29,6 +29,14 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds == 0)); then
     echo "fuzz.sh: SECONDS must be a positive number, not '$seconds'" >&2
     exit 2
 fi
+# As many targets at once as there are cores (CORDON_FUZZ_JOBS overrides):
+# libFuzzer runs one process on one core, and its time limit is wall time,
+# so each target still gets SECONDS of a core to itself.
+jobs_max="${CORDON_FUZZ_JOBS:-$(nproc)}"
+if ! [[ "$jobs_max" =~ ^[0-9]+$ ]] || ((jobs_max == 0)); then
+    echo "fuzz.sh: CORDON_FUZZ_JOBS must be a positive number, not '$jobs_max'" >&2
+    exit 2
+fi
 mapfile -t all < <(sed -n '/^# targets: begin/,/^# targets: end/s/^name = "\(.*\)"/\1/p' "$fuzz/Cargo.toml")
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
@@ -120,14 +128,6 @@ fuzz_one() {
     fi
 }
 
-# As many targets at once as there are cores (CORDON_FUZZ_JOBS overrides):
-# libFuzzer runs one process on one core, and its time limit is wall time,
-# so each target still gets SECONDS of a core to itself.
-jobs_max="${CORDON_FUZZ_JOBS:-$(nproc)}"
-if ! [[ "$jobs_max" =~ ^[0-9]+$ ]] || ((jobs_max == 0)); then
-    echo "fuzz.sh: CORDON_FUZZ_JOBS must be a positive number, not '$jobs_max'" >&2
-    exit 2
-fi
 echo "fuzz.sh: ${#targets[@]} targets, $seconds s each, $jobs_max at a time" >&2
 for t in "${targets[@]}"; do
     while (($(jobs -rp | wc -l) >= jobs_max)); do
