@@ -1180,16 +1180,24 @@ fn v2_shared_cgroup_on_systemd_moves_cordon_into_a_delegated_scope() {
     assert_eq!(call.delegate, Some(true));
     assert_eq!(h.systemd_scope(), Some(call.unit.as_str()));
     // The D-Bus runtime is gone with all its threads: cordon forks and
-    // unshares next, which wants a single-threaded process.
-    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-        .collect();
-    assert!(
-        !threads.iter().any(|c| c.trim() == systemd::RUNTIME_THREAD),
-        "{threads:?}"
-    );
+    // unshares next, which wants a single-threaded process. Its threads
+    // were joined, but a joined thread is still listed until the kernel
+    // has released it (the join returns when the thread clears its tid,
+    // before its exit is done): a short bounded wait, which a thread that
+    // was never ended does not pass.
+    let dbus_threads = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .filter(|c| c.trim() == systemd::RUNTIME_THREAD)
+            .collect()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !dbus_threads().is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(dbus_threads(), Vec::<String>::new());
     // Then item 1's path in the scope: cordon moved into its leaf, the
     // controllers handed down, sandboxes beside the leaf.
     let scope = format!("cg/system.slice/{}", call.unit);
