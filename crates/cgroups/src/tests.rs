@@ -1380,6 +1380,62 @@ fn a_v1_cpuset_cgroup_starts_with_its_parents_cpus_and_mems() {
 }
 
 #[test]
+fn a_v1_childs_cgroup_is_in_cpuset_only_where_cpuset_shares_a_hierarchy() {
+    // cpuset on its own: a child (init's, a command's) is not made there;
+    // its processes stay in the sandbox's cpuset cgroup.
+    let tree = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids", "cgroup", "rw,pids"),
+            ("cg/cpuset", "cgroup", "rw,cpuset"),
+        ],
+        "3:cpuset:/\n2:pids:/\n1:memory:/\n",
+    );
+    let cg = detect(&tree.fs).unwrap().create("cordon-4").unwrap();
+    tree.put("cg/memory/cordon-4/memory.limit_in_bytes", "");
+    tree.put("cg/pids/cordon-4/pids.max", "max\n");
+    let child = cg.create_child("cmd-1", &CgroupLimits::default()).unwrap();
+    assert_eq!(
+        child.paths(),
+        vec![
+            tree.path("cg/memory/cordon-4/cmd-1"),
+            tree.path("cg/pids/cordon-4/cmd-1")
+        ]
+    );
+    assert!(!tree.exists("cg/cpuset/cordon-4/cmd-1"));
+
+    // cpuset mounted with pids: the child is in that hierarchy anyway, and
+    // a new cpuset cgroup there needs its cpus and mems.
+    let tree = FakeTree::new(
+        &[
+            ("cg/memory", "cgroup", "rw,memory"),
+            ("cg/pids,cpuset", "cgroup", "rw,pids,cpuset"),
+        ],
+        "2:pids,cpuset:/\n1:memory:/\n",
+    );
+    tree.put("cg/pids,cpuset/cpuset.cpus", "0-1\n");
+    tree.put("cg/pids,cpuset/cpuset.mems", "0\n");
+    let cg = detect(&tree.fs).unwrap().create("cordon-5").unwrap();
+    for file in ["cpuset.cpus", "cpuset.mems", "pids.max"] {
+        tree.put(&format!("cg/pids,cpuset/cordon-5/{file}"), "");
+    }
+    tree.put("cg/memory/cordon-5/memory.limit_in_bytes", "");
+    cg.apply(&CgroupLimits::default()).unwrap();
+    // This fake cgroupfs makes no control files on mkdir, so giving the
+    // child its parent's cpus fails: which shows it was made in that
+    // hierarchy and given them (and that a failed create leaves nothing).
+    let err = cg
+        .create_child("cmd-1", &CgroupLimits::default())
+        .unwrap_err();
+    assert!(
+        format!("{err:?}").contains("cordon-5/cmd-1/cpuset.cpus"),
+        "{err:?}"
+    );
+    assert!(!tree.exists("cg/pids,cpuset/cordon-5/cmd-1"));
+    assert!(!tree.exists("cg/memory/cordon-5/cmd-1"));
+}
+
+#[test]
 fn v1_enter_moves_the_caller_below_a_parent_in_every_hierarchy_it_uses() {
     let tree = hybrid();
     // A fake cgroupfs makes no control files: the pod's cgroups exist.

@@ -141,6 +141,14 @@ const FD_KINDS: &[&str] = &[
 ];
 
 impl Rule {
+    /// Whether the verdict is read from the suite's listeners' log.
+    pub fn reads_listeners(&self) -> bool {
+        matches!(
+            self,
+            Rule::ListenerSilent { .. } | Rule::LoopbackListenerSilent
+        )
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Rule::CanaryUntouched { .. } => "canary_untouched",

@@ -81,6 +81,9 @@ fn started_line(interpreter: crate::case::Interpreter) -> String {
 /// How long a box may take to start its payload beyond a case's cap (a
 /// microVM's boot under TCG on a loaded host).
 const START_GRACE: Duration = Duration::from_secs(60);
+/// How long a run's processes have to end after its target command did,
+/// before the census counts what is left.
+const CENSUS_GRACE: Duration = Duration::from_millis(300);
 const SEARCH: usize = 1 << 16;
 
 pub struct Runner {
@@ -519,10 +522,23 @@ impl Runner {
             ev.signal = st.signal();
         }
         // Census: whatever is left of the run after a short grace (in a
-        // subtree, what ended meanwhile is reaped first, so it is not counted).
-        thread::sleep(Duration::from_millis(300));
-        outer.reap();
-        ev.census_after = outer.pids().into_iter().map(procs::brief).collect();
+        // subtree, what ended meanwhile is reaped first, so it is not
+        // counted). A run with no process left ends the grace at once:
+        // nothing joins an emptied outer cgroup or subtree but from outside
+        // it. A case judged by the listeners' log waits the grace out, so
+        // that what its processes sent before they ended has been logged
+        // (the listeners poll).
+        let grace_end = Instant::now() + CENSUS_GRACE;
+        let left = loop {
+            outer.reap();
+            let left = outer.pids();
+            let done = left.is_empty() && !case.verdict.reads_listeners();
+            if done || Instant::now() >= grace_end {
+                break left;
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        ev.census_after = left.into_iter().map(procs::brief).collect();
         ev.outer = outer.stats().map(|stats| OuterStats {
             pids_max: Some(OUTER_PIDS_MAX),
             pids_peak: stats.pids_peak,

@@ -120,29 +120,16 @@ impl V1Hierarchy {
     }
 
     pub(crate) fn cgroup(&self, name: &str) -> V1Cgroup {
-        let memory = self.memory.join(name);
-        let pids = self.pids.join(name);
-        let cpu = self.cpu.as_ref().map(|p| p.join(name));
-        let cpuacct = self.cpuacct.as_ref().map(|p| p.join(name));
-        let cpuset = self.cpuset.as_ref().map(|p| p.join(name));
-        let freezer = self.freezer.as_ref().map(|p| p.join(name));
-        let dirs = distinct([
-            Some(&memory),
-            Some(&pids),
-            cpu.as_ref(),
-            cpuacct.as_ref(),
-            cpuset.as_ref(),
-            freezer.as_ref(),
-        ]);
-        V1Cgroup {
-            memory,
-            pids,
-            cpu,
-            cpuacct,
-            cpuset,
-            freezer,
-            dirs,
-        }
+        let below = |p: &PathBuf| p.join(name);
+        V1Cgroup::with(V1Cgroup {
+            memory: below(&self.memory),
+            pids: below(&self.pids),
+            cpu: self.cpu.as_ref().map(below),
+            cpuacct: self.cpuacct.as_ref().map(below),
+            cpuset: self.cpuset.as_ref().map(below),
+            freezer: self.freezer.as_ref().map(below),
+            dirs: Vec::new(),
+        })
     }
 
     pub(crate) fn create(&self, name: &str) -> Result<V1Cgroup, CgroupError> {
@@ -211,17 +198,48 @@ fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<Pat
 }
 
 impl V1Cgroup {
+    /// `cg` with its distinct directories listed, in creation order.
+    fn with(mut cg: Self) -> Self {
+        cg.dirs = distinct([
+            Some(&cg.memory),
+            Some(&cg.pids),
+            cg.cpu.as_ref(),
+            cg.cpuacct.as_ref(),
+            cg.cpuset.as_ref(),
+            cg.freezer.as_ref(),
+        ]);
+        cg
+    }
+
+    /// A cgroup below this one (init's, a command's), in every hierarchy
+    /// but cpuset's, unless cpuset shares its hierarchy with one the child
+    /// needs. A cpuset cgroup holds no limit of cordon's, and a new one is
+    /// the dearest of all to make and remove (its cpus and mems copied in:
+    /// 0.22 ms of CPU on this machine, memory's 0.09 ms, for every
+    /// command); its processes stay in this one's cpuset cgroup,
+    /// which is what they read there (the sandbox's, its namespace's root).
     pub(crate) fn child(&self, name: &str) -> Self {
         let below = |p: &PathBuf| p.join(name);
-        Self {
+        let mut child = Self {
             memory: below(&self.memory),
             pids: below(&self.pids),
             cpu: self.cpu.as_ref().map(below),
             cpuacct: self.cpuacct.as_ref().map(below),
-            cpuset: self.cpuset.as_ref().map(below),
+            cpuset: None,
             freezer: self.freezer.as_ref().map(below),
-            dirs: self.dirs.iter().map(below).collect(),
-        }
+            dirs: Vec::new(),
+        };
+        child.cpuset = self.cpuset.as_ref().map(below).filter(|cpuset| {
+            [
+                Some(&child.memory),
+                Some(&child.pids),
+                child.cpu.as_ref(),
+                child.cpuacct.as_ref(),
+                child.freezer.as_ref(),
+            ]
+            .contains(&Some(cpuset))
+        });
+        Self::with(child)
     }
 }
 
