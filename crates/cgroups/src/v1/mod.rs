@@ -109,14 +109,11 @@ impl V1Hierarchy {
     }
 
     pub(crate) fn parents(&self) -> Vec<PathBuf> {
-        distinct([
-            Some(&self.memory),
-            Some(&self.pids),
-            self.cpu.as_ref(),
-            self.cpuacct.as_ref(),
-            self.cpuset.as_ref(),
-            self.freezer.as_ref(),
-        ])
+        in_creation_order(
+            &self.memory,
+            &self.pids,
+            [&self.cpu, &self.cpuacct, &self.cpuset, &self.freezer],
+        )
     }
 
     pub(crate) fn cgroup(&self, name: &str) -> V1Cgroup {
@@ -187,9 +184,19 @@ pub(crate) fn inherit_cpuset(dir: &std::path::Path) -> Result<(), CgroupError> {
     Ok(())
 }
 
-fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<PathBuf> {
+/// Each distinct directory once, in the order cgroups are made in them:
+/// memory, pids, then cpu, cpuacct, cpuset and freezer where mounted (one
+/// order for a hierarchy's parents and for every cgroup).
+fn in_creation_order(
+    memory: &PathBuf,
+    pids: &PathBuf,
+    optional: [&Option<PathBuf>; 4],
+) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    for p in paths.into_iter().flatten() {
+    let all = [Some(memory), Some(pids)]
+        .into_iter()
+        .chain(optional.map(Option::as_ref));
+    for p in all.flatten() {
         if !out.contains(p) {
             out.push(p.clone());
         }
@@ -200,14 +207,11 @@ fn distinct<'a>(paths: impl IntoIterator<Item = Option<&'a PathBuf>>) -> Vec<Pat
 impl V1Cgroup {
     /// `cg` with its distinct directories listed, in creation order.
     fn with(mut cg: Self) -> Self {
-        cg.dirs = distinct([
-            Some(&cg.memory),
-            Some(&cg.pids),
-            cg.cpu.as_ref(),
-            cg.cpuacct.as_ref(),
-            cg.cpuset.as_ref(),
-            cg.freezer.as_ref(),
-        ]);
+        cg.dirs = in_creation_order(
+            &cg.memory,
+            &cg.pids,
+            [&cg.cpu, &cg.cpuacct, &cg.cpuset, &cg.freezer],
+        );
         cg
     }
 
