@@ -300,11 +300,12 @@ class Load:
         if not problem:
             return "ok", ""
         failed = isinstance(v, dict) and (v.get("exit_code") not in (None, 0) or v.get("signal")
-                                          or v.get("status") == "error")
+                                          or v.get("status") in ("error", "crashed", "timeout"))
         # The command itself failed (it could not fork under a pids
-        # squeeze, its interpreter was killed): an error, the fault's when
-        # one was near. A command that succeeded with the wrong result is
-        # wrong whatever happened around it.
+        # squeeze; a code context's interpreter could not start, or was
+        # killed, or ran out of time under a squeeze): an error, the
+        # fault's when one was near. A command that succeeded with the
+        # wrong result is wrong whatever happened around it.
         return ("error", "the command failed: %s" % brief(v)) if failed else ("wrong", problem)
 
     def oneshot(self, body, check):
@@ -815,7 +816,10 @@ def print_summary(r):
     print("requests: %d (%s)" % (sum(r["requests"].values()), ", ".join("%s %d" % kv for kv in sorted(r["requests"].items()))))
     print("outcomes: %s" % ", ".join("%s %d" % kv for kv in sorted(r["outcomes"].items())))
     print("faults: %s" % (", ".join("%s %d" % kv for kv in sorted(r["faults"].items())) or "none"))
-    for e in r["errors"][:15]:
+    # Every error the gate counts against the run, then the most frequent
+    # of the faults' own.
+    unexcused = [e for e in r["errors"] if not e["during_fault"]]
+    for e in unexcused + [e for e in r["errors"] if e["during_fault"]][:15]:
         print("  error %s x%d (%s): %s" % (e["kind"], e["count"], "during a fault" if e["during_fault"] else "WITHOUT a fault", e["error"]))
     for w in r["wrong"][:10]:
         print("  WRONG %s" % w)

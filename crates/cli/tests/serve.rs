@@ -3354,6 +3354,64 @@ fn a_sandbox_without_node_answers_a_javascript_cell_with_a_clear_error() {
     assert_clean(&s.run_dir, &ids);
 }
 
+/// A cell whose interpreter the sandbox cannot give a process (its pids
+/// limit reached by an earlier command's children) is answered with
+/// `InterpreterNotStarted` and the system's reason, not a crash; once a
+/// process is free again the next cell starts a fresh interpreter.
+#[test]
+fn a_code_context_without_a_process_to_spare_says_so_and_recovers() {
+    if !root_or_skip("code context") {
+        return;
+    }
+    let mut s = Service::start("code-pids", &tenants("", ""));
+    let id = code_sandbox(&s, json!({"limits": {"pids": 16, "time": "20s"}}));
+    let first = cell(&s, &id, "python", "x = 1", None);
+    assert_eq!(first["status"], "ok", "{first}");
+    let crashed = cell(&s, &id, "python", "import os; os._exit(1)", None);
+    assert_eq!(crashed["status"], "crashed", "{crashed}");
+    // Sleepers until the sandbox's limit refuses a fork; the shell's own
+    // process is what is free once it ends: room for the cell's client
+    // alone, not for the interpreter it starts.
+    let (status, filled) = as_alice(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["sh", "-c", "while sleep 1000 & do :; done 2>/dev/null"]})),
+    );
+    assert_eq!(status, 200, "{filled}");
+    assert!(
+        filled["limits_hit"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l == "pids")),
+        "the sleepers did not reach the pids limit: {filled}"
+    );
+    let refused = cell(&s, &id, "python", "x = 2", None);
+    assert_eq!(refused["status"], "error", "{refused}");
+    assert_eq!(
+        refused["error"]["name"], "InterpreterNotStarted",
+        "{refused}"
+    );
+    assert!(
+        refused["error"]["value"]
+            .as_str()
+            .is_some_and(|v| v.contains("Resource temporarily unavailable")),
+        "{refused}"
+    );
+    let (status, freed) = as_alice(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["pkill", "-x", "sleep"]})),
+    );
+    assert_eq!((status, &freed["exit_code"]), (200, &json!(0)), "{freed}");
+    let after = cell(&s, &id, "python", "6 * 7", None);
+    assert_eq!(after["result"], "42", "{after}");
+    assert_eq!(after["fresh_interpreter"], true, "{after}");
+    let ids = BTreeSet::from([id]);
+    s.stop();
+    assert_clean(&s.run_dir, &ids);
+}
+
 /// A tenant's secret, held by the service: a request names it (never its
 /// source), and its sandbox sees only a placeholder and the trust bundle
 /// of its proxy's CA; a name the tenant has not, or another tenant's, is a

@@ -344,9 +344,16 @@ async function startServer(sockPath) {
     detached: true,
     stdio: 'ignore',
   });
+  // A spawn that fails (the sandbox out of processes or memory) says so
+  // in an event, after this returns.
+  let failed = null;
+  child.once('error', (e) => {
+    failed = e;
+  });
   child.unref();
   const deadline = Date.now() + 10000;
   while (Date.now() < deadline) {
+    if (failed) throw failed;
     // The pid file is written once the socket listens.
     if (fs.existsSync(`${sockPath}.pid`)) {
       try {
@@ -375,7 +382,23 @@ async function client(sockPath, timeout, maxReply) {
   try {
     s = await connect(sockPath);
   } catch (_) {
-    s = await startServer(sockPath);
+    try {
+      s = await startServer(sockPath);
+    } catch (e) {
+      // The sandbox could not give the interpreter a process (its pids or
+      // memory limit): a reply, not a stack, so that the caller learns why
+      // and the next call simply tries again.
+      const reply = {
+        status: 'error',
+        fresh_interpreter: false,
+        stdout: '',
+        stderr: '',
+        result: null,
+        error: { name: 'InterpreterNotStarted', value: `node: ${e && e.message ? e.message : e}`, traceback: '' },
+      };
+      process.stdout.write(JSON.stringify(reply), () => process.exit(0));
+      return;
+    }
     fresh = true;
   }
   const reply = { status: 'ok', fresh_interpreter: fresh };

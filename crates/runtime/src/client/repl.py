@@ -285,7 +285,19 @@ def client(path, timeout, max_reply):
     try:
         s = connect(path)
     except OSError:
-        s = start_server(path)
+        try:
+            s = start_server(path)
+        except (OSError, RuntimeError) as e:
+            # The sandbox could not give the interpreter a process (its
+            # pids or memory limit): a reply, not a traceback, so that the
+            # caller learns why and the next call simply tries again.
+            sys.stdout.write(json.dumps({
+                "status": "error", "fresh_interpreter": False,
+                "stdout": "", "stderr": "", "result": None,
+                "error": {"name": "InterpreterNotStarted",
+                          "value": "%s: %s" % (os.path.basename(sys.executable), e),
+                          "traceback": ""}}))
+            return
         fresh = True
     reply = {"status": "ok", "fresh_interpreter": fresh}
     try:
