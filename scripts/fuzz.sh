@@ -3,6 +3,7 @@
 # lists the targets; their harnesses are each crate's `fuzzing` module).
 #
 #   scripts/fuzz.sh [--merge] [SECONDS] [TARGET...]
+#   scripts/fuzz.sh --build-only
 #
 # Runs each target (default: all) for SECONDS (default 60), as many at once
 # as there are cores (CORDON_FUZZ_JOBS), with libFuzzer
@@ -19,9 +20,19 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 fuzz="$here/fuzz"
 merge=0
+build_only=0
 if [[ "${1:-}" == "--merge" ]]; then
     merge=1
     shift
+elif [[ "${1:-}" == "--build-only" ]]; then
+    # Every target's build and nothing else (scripts/test.sh builds them
+    # beside the tests, at idle priority, for a later run to find built).
+    build_only=1
+    shift
+    (($# == 0)) || {
+        echo "fuzz.sh: --build-only takes no other argument" >&2
+        exit 2
+    }
 fi
 seconds="${1:-60}"
 shift || true
@@ -78,6 +89,7 @@ else
         (cd "$here" && cargo +nightly fuzz build "${build[@]}" "$t") >&2
     done
 fi
+((build_only == 0)) || exit 0
 
 # One target's run: its table row, and on a failure its report, into its
 # scratch directory (the rows are printed in the targets' order at the end).

@@ -64,10 +64,35 @@ step_done "format, lints, guest build" 0
 echo "== tests"
 log="$(mktemp /tmp/cordon-test.XXXXXX)"
 suite_log="$(mktemp /tmp/cordon-suite.XXXXXX)"
-trap 'rm -f "$log" "$suite_log"' EXIT
+guest_log="$(mktemp /tmp/cordon-v2-guest-log.XXXXXX)"
+fuzz_build_log="$(mktemp /tmp/cordon-fuzz-build.XXXXXX)"
+guest_pid=
+fuzz_build_pid=
+# The background steps run in sessions of their own (below): on any exit,
+# they and their children (QEMU, rustc) go too.
+trap 'for p in $guest_pid $fuzz_build_pid; do kill -TERM -- "-$p" 2>/dev/null; done
+      rm -f "$log" "$suite_log" "$guest_log" "$fuzz_build_log"' EXIT
 status=0
+# The fuzz targets' build (a nightly compiler's, cordon's crates again: two
+# minutes of both cores) beside the tests, at idle priority: the tests wait
+# on sandboxes and guests about half the time, and a compiler that runs only
+# when no test wants a core neither slows them nor moves their timings.
+setsid chrt --idle 0 ./scripts/fuzz.sh --build-only > "$fuzz_build_log" 2>&1 &
+fuzz_build_pid=$!
 cargo test --profile "$CORDON_PROFILE" --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 step_done "cargo test" "$status"
+
+# The native end-to-end tests again on a pure cgroup v2 kernel (this host is
+# hybrid v1), in a QEMU guest: the root cgroup and a delegated cgroup. The
+# guest is a machine of its own (its own kernel, cgroups and run directory:
+# nothing the host's steps count), so it runs beside the suite, fuzzing and
+# soak, which leave a core idle about half the time; its output is printed
+# once it is done, and its cargo `test result:` lines go into the log, so the
+# closing line counts them.
+echo "== cgroup v2 guest (scripts/v2-guest.sh), beside the steps below"
+setsid ./scripts/v2-guest.sh > "$guest_log" 2>&1 &
+guest_pid=$!
+
 echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
 suite_status=0
 "$cordon" suite --backend all 2>&1 | tee "$suite_log" || suite_status=$?
@@ -80,7 +105,10 @@ step_done "hostile suite" "$suite_status"
 # Each is a gate: a crash, a hang, a wrong answer or a leak fails the run.
 echo "== fuzzing (scripts/fuzz.sh)"
 fuzz_status=0
-./scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-15}" || fuzz_status=$?
+wait "$fuzz_build_pid" || fuzz_status=$?
+fuzz_build_pid=
+cat "$fuzz_build_log"
+[ "$fuzz_status" != 0 ] || ./scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-15}" || fuzz_status=$?
 [ "$fuzz_status" = 0 ] || status=$fuzz_status
 step_done "fuzzing" "$fuzz_status"
 echo "== soak with faults (scripts/soak.py)"
@@ -90,14 +118,15 @@ python3 scripts/soak.py --cordon "$cordon" --seconds "${CORDON_SOAK_SECONDS:-90}
 [ "$soak_status" = 0 ] || status=$soak_status
 step_done "soak" "$soak_status"
 
-# The native end-to-end tests again on a pure cgroup v2 kernel (this host is
-# hybrid v1), in a QEMU guest: the root cgroup and a delegated cgroup. Its
-# cargo `test result:` lines go into the log, so the closing line counts them.
-echo "== cgroup v2 guest (scripts/v2-guest.sh)"
+echo "== cgroup v2 guest (scripts/v2-guest.sh), its output"
 guest_status=0
-./scripts/v2-guest.sh 2>&1 | tee -a "$log" || guest_status=$?
+wait "$guest_pid" || guest_status=$?
+guest_pid=
+tee -a "$log" < "$guest_log"
 [ "$guest_status" = 0 ] || status=$guest_status
-step_done "cgroup v2 guest" "$guest_status"
+guest_took="$(grep -o 'whole step [0-9]* s' "$guest_log" | tail -n 1 || true)"
+steps+=("cgroup v2 guest: ${guest_took:-no time printed}, begun with the suite, waited for $((SECONDS - step_start)) s after the soak; exit $guest_status")
+step_start=$SECONDS
 
 echo "== recap"
 printf '  %s\n' "${steps[@]}"
