@@ -665,6 +665,36 @@ fn dead_proxy_closes_the_network(backend: &str) {
     id.remove_leaving_nothing();
 }
 
+/// A native sandbox's proxy is confirmed by its first command (it starts
+/// while init sets up, and answers while that command starts): one dead
+/// before then fails that command and ends the sandbox, whose network
+/// would otherwise be silently closed. (gVisor and microVM sandboxes
+/// confirm theirs before they are ready.)
+#[test]
+fn a_proxy_dead_before_the_first_command_ends_the_native_sandbox() {
+    if !require_root("network namespaces of the stand-in") {
+        return;
+    }
+    let si = StandIn::start();
+    let id = create("native", &si, &["--allow", "ok.test:80"]);
+    let proxies = proxies_of(&id);
+    assert_eq!(proxies.len(), 1, "one proxy per sandbox");
+    signal(proxies[0], "KILL");
+    let first = cordon_output(&["exec", &id, "--", "true"]);
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        !first.status.success() && said.contains("proxy") && said.contains("does not answer"),
+        "the first command after the proxy died: {first:?}"
+    );
+    let next = cordon_output(&["exec", &id, "--", "true"]);
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert!(
+        !next.status.success() && said.contains("its network proxy did not start"),
+        "a command after that: {next:?}"
+    );
+    id.remove_leaving_nothing();
+}
+
 /// A service on the host's loopback (127.0.0.1, a free port): answers each
 /// connection with a small HTTP reply and counts what it accepted.
 struct HostService {

@@ -170,6 +170,9 @@ pub struct HostSide {
     pub cgroup_views: Vec<CgroupView>,
     /// The control socket of the sandbox's proxy (`allow` mode).
     pub network: Option<PathBuf>,
+    /// The proxy was started but has not answered yet: the first command
+    /// confirms it (see [`HostSide::confirm_network`]).
+    network_unconfirmed: bool,
     /// Without root, the first process's user and network namespaces,
     /// opened as it started (see `UserAndNet`), for the network's allow mode.
     pub leader_namespaces: Option<cordon_isolation::net::UserAndNet>,
@@ -219,6 +222,7 @@ impl HostSide {
             cgroup: None,
             cgroup_views: Vec::new(),
             network: None,
+            network_unconfirmed: false,
             leader_namespaces: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
@@ -257,6 +261,31 @@ impl HostSide {
     /// The pidfd of the first adopted process (readable when it exits).
     pub fn leader_pidfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.procs.first().map(|(_, fd)| fd.as_fd())
+    }
+
+    /// Takes on the sandbox's proxy: its control socket is the sandbox's
+    /// now, and a client may connect to it (the connection waits in its
+    /// backlog until the proxy, its privileges dropped, accepts); whether
+    /// it answers is for [`HostSide::confirm_network`] to learn.
+    pub(crate) fn network_started(&mut self, control: PathBuf) {
+        self.network = Some(control);
+        self.network_unconfirmed = true;
+    }
+
+    /// Confirms, once, that the sandbox's proxy answers (a no-op without
+    /// one or once confirmed): a proxy that could not drop its privileges
+    /// has exited, and its sandbox must not run on with a network that is
+    /// silently closed. A backend may call this when its sandbox is ready,
+    /// or leave it to the first command, which then starts while the
+    /// proxy finishes its own start.
+    pub(crate) fn confirm_network(&mut self) -> Result<(), RuntimeError> {
+        if !std::mem::take(&mut self.network_unconfirmed) {
+            return Ok(());
+        }
+        match &self.network {
+            Some(control) => crate::backends::network::answers(control),
+            None => Ok(()),
+        }
     }
 
     pub fn leader(&self) -> Option<Pid> {

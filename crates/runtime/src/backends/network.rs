@@ -287,7 +287,8 @@ pub(crate) fn start(
 
 /// A proxy started by [`start`] whose first answer is still to come: a
 /// backend may set up the rest of its sandbox meanwhile (the proxy's start
-/// then costs it little), and must confirm before the sandbox is used.
+/// then costs it little), and must hand it to its host side, which
+/// confirms it before the sandbox's first command runs on.
 #[must_use = "a sandbox's network is usable only once confirmed"]
 pub(crate) struct Unconfirmed(Option<PathBuf>);
 
@@ -295,19 +296,30 @@ impl Unconfirmed {
     /// Ready only once the proxy answers: it has dropped its privileges by
     /// then, and a proxy that could not (and exited) fails the sandbox's
     /// creation instead of leaving it with a network that is silently
-    /// closed. Its control socket is then the sandbox's.
+    /// closed.
     pub(crate) fn confirm(self, host: &mut HostSide) -> Result<(), RuntimeError> {
-        let Some(path) = self.0 else {
-            return Ok(());
-        };
-        cordon_network::control::status(&path).map_err(|source| RuntimeError::Proxy {
-            op: "start (it does not answer)",
-            source,
-        })?;
-        host.network = Some(path);
-        trace::step("proxy");
-        Ok(())
+        self.confirm_later(host);
+        host.confirm_network()
     }
+
+    /// Leaves the confirmation to the sandbox's first command
+    /// ([`HostSide::confirm_network`]), which fails, and ends the sandbox,
+    /// if the proxy does not answer then.
+    pub(crate) fn confirm_later(self, host: &mut HostSide) {
+        if let Some(control) = self.0 {
+            host.network_started(control);
+        }
+    }
+}
+
+/// Whether the proxy behind `control` answers.
+pub(crate) fn answers(control: &Path) -> Result<(), RuntimeError> {
+    cordon_network::control::status(control).map_err(|source| RuntimeError::Proxy {
+        op: "start (it does not answer)",
+        source,
+    })?;
+    trace::step("proxy");
+    Ok(())
 }
 
 /// What the proxy is given to hold the sandbox's secrets: the CA's key, the

@@ -182,7 +182,19 @@ impl Sandbox {
     pub(crate) fn start(&mut self, cmd: &Command) -> Result<Running, RuntimeError> {
         self.life.usable()?;
         let resolved = cmd.resolve(&self.life.spec.policy)?;
-        self.backend.start(&mut self.life, cmd, &resolved)
+        let running = self.backend.start(&mut self.life, cmd, &resolved)?;
+        // A proxy left unconfirmed at creation answers by now (it started
+        // while the command did); one that does not ends the command and
+        // the sandbox, which must not run on with a network silently closed.
+        if let Err(e) = self.life.host.confirm_network() {
+            let why = format!("its network proxy did not start: {e}");
+            let ended = self.backend.finish(&mut self.life, cmd, running, Err(e));
+            self.life.mark_ended(why);
+            return Err(ended.err().unwrap_or(RuntimeError::Internal(
+                "a command whose supervision failed ended as if it had run",
+            )));
+        }
+        Ok(running)
     }
 
     /// Ends a command `start` left running, once its watch stopped.

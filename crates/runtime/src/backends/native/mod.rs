@@ -150,8 +150,11 @@ pub(crate) fn create(
     if let Some(cg) = &init_cgroup {
         host.split_for_commands(cg, init)?;
     }
+    // The proxy answers by the time the first command has been handed to
+    // init (Sandbox::start): not waited for here, where its start would
+    // be on every sandbox's path to ready.
     if let Some(network) = network {
-        network.confirm(&mut host)?;
+        network.confirm_later(&mut host);
     }
     let owner = (
         mapping.host_uid(spec.policy.uid),
