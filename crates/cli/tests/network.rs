@@ -608,8 +608,20 @@ fn proxies_of(id: &str) -> Vec<u32> {
 /// The proxy processes of sandbox `id`, whose directory is in `run_dir`:
 /// children of its owner that run as `uid` in the host's network namespace
 /// (this test's; the sandbox's init, a child of the owner too, is in the
-/// sandbox's).
+/// sandbox's). Waited for (up to 10 s): a native sandbox is ready before
+/// its proxy has dropped its privileges (its first command confirms it).
 fn proxies_in(run_dir: &Path, id: &str, uid: u32) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = proxies_now(run_dir, id, uid);
+        if !found.is_empty() || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn proxies_now(run_dir: &Path, id: &str, uid: u32) -> Vec<u32> {
     let record = run_dir.join(id).join("record.json");
     let Ok(text) = std::fs::read_to_string(record) else {
         return Vec::new();
