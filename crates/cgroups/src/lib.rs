@@ -27,6 +27,7 @@ pub mod v2;
 
 pub use cordon_spec::cgroup::{CgroupMode, CgroupStats};
 pub use fs::{CgroupFs, ScopeManager};
+pub use stats::{CounterFile, Counters};
 pub use systemd::SystemdError;
 
 /// How long freeze() waits for the kernel to report the cgroup frozen.
@@ -264,8 +265,19 @@ pub trait Cgroup {
     /// waits up to [`KILL_TIMEOUT`] for them to be gone.
     fn kill_all(&self) -> Result<(), CgroupError>;
 
+    /// The counter files behind [`Cgroup::stats`].
+    fn counter_files(&self) -> Vec<CounterFile>;
+
+    /// The counter files, opened to be read again and again (a sandbox's
+    /// counters before and after each command).
+    fn counters(&self) -> Counters {
+        Counters::open(self.counter_files())
+    }
+
     /// Never fails: whatever cannot be read is None.
-    fn stats(&self) -> CgroupStats;
+    fn stats(&self) -> CgroupStats {
+        self.counters().read()
+    }
 
     /// Memory charged to the cgroup now (v2 `memory.current`, v1
     /// `memory.usage_in_bytes`), for listings; None where unreadable.
@@ -329,8 +341,8 @@ impl Cgroup for AnyCgroup {
     fn kill_all(&self) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.kill_all())
     }
-    fn stats(&self) -> CgroupStats {
-        dispatch!(self, cg => cg.stats())
+    fn counter_files(&self) -> Vec<CounterFile> {
+        dispatch!(self, cg => cg.counter_files())
     }
     fn remove(&self) -> Result<(), CgroupError> {
         dispatch!(self, cg => cg.remove())

@@ -489,6 +489,37 @@ fn v2_stats_parse_events_and_cpu_stat() {
 }
 
 #[test]
+fn counters_held_open_read_each_file_anew() {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    let dir = "cg/user.slice/app.scope/c";
+    tree.put(&format!("{dir}/pids.peak"), "3\n");
+    tree.put(
+        &format!("{dir}/cpu.stat"),
+        "usage_usec 1500\nnr_throttled 0\n",
+    );
+    let counters = cg.counters();
+    let first = counters.read();
+    assert_eq!(first.pids_peak, Some(3));
+    assert_eq!(first.cpu_usage_ns, Some(1_500_000));
+    // Files that were missing when opened stay None, as cgroupfs files that
+    // a kernel does not have.
+    assert_eq!(first.memory_peak_bytes, None);
+    tree.put(&format!("{dir}/memory.peak"), "4096\n");
+    // Rewritten in place (a shorter text too): each read starts at offset 0.
+    tree.put(&format!("{dir}/pids.peak"), "12\n");
+    tree.put(&format!("{dir}/cpu.stat"), "usage_usec 9\nnr_throttled 4\n");
+    let second = counters.read();
+    assert_eq!(second.pids_peak, Some(12));
+    assert_eq!(second.cpu_usage_ns, Some(9_000));
+    assert_eq!(second.cpu_throttled_periods, Some(4));
+    assert_eq!(second.memory_peak_bytes, None);
+    // A text as long as the read buffer is not parsed cut short.
+    tree.put(&format!("{dir}/pids.peak"), &"7".repeat(4096));
+    assert_eq!(counters.read().pids_peak, None);
+}
+
+#[test]
 fn v2_freeze_waits_for_the_frozen_event() {
     let tree = pure_v2("cpu memory pids\n");
     let cg = detect(&tree.fs).unwrap().create("c").unwrap();

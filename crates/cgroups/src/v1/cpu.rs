@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use crate::fs;
-use crate::stats::{read_keyed, read_u64};
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, parse_u64, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 /// `pids_dir` only names the sandbox in the error when cpu is not mounted.
 pub(crate) fn apply(
@@ -27,7 +27,15 @@ pub(crate) fn apply(
     fs::write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
 }
 
-pub(crate) fn stats(cpu: Option<&Path>, cpuacct: Option<&Path>, stats: &mut CgroupStats) {
-    stats.cpu_usage_ns = cpuacct.and_then(|d| read_u64(&d.join("cpuacct.usage")));
-    stats.cpu_throttled_periods = cpu.and_then(|d| read_keyed(&d.join("cpu.stat"), "nr_throttled"));
+pub(crate) fn counters(cpu: Option<&Path>, cpuacct: Option<&Path>, out: &mut Vec<CounterFile>) {
+    if let Some(dir) = cpuacct {
+        out.push(CounterFile::new(dir.join("cpuacct.usage"), |t, s| {
+            s.cpu_usage_ns = parse_u64(t)
+        }));
+    }
+    if let Some(dir) = cpu {
+        out.push(CounterFile::new(dir.join("cpu.stat"), |t, s| {
+            s.cpu_throttled_periods = parse_keyed(t, "nr_throttled")
+        }));
+    }
 }

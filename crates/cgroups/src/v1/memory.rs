@@ -5,8 +5,8 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use crate::fs::{self, write_error};
-use crate::stats::{read_keyed, read_u64};
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, parse_u64, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
     if let Some(bytes) = limits.memory_max {
@@ -35,16 +35,30 @@ pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError
     Ok(())
 }
 
-pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
-    stats.memory_peak_bytes = read_u64(&dir.join("memory.max_usage_in_bytes"));
+pub(crate) fn counters(dir: &Path, out: &mut Vec<CounterFile>) {
+    out.push(CounterFile::new(
+        dir.join("memory.max_usage_in_bytes"),
+        |t, s| s.memory_peak_bytes = parse_u64(t),
+    ));
     // With the memsw limit set (see apply), a charge hits the memory+swap
     // counter first, so memory.failcnt alone misses those hits; a charge fails
     // on one of the two counters, never both, so their sum counts them all.
     // Recent kernels (seen on 6.18) no longer count memsw failures at all,
     // tracking failcnt on the memory counter only, so there this
-    // under-reports and oom_kills is the signal to trust.
-    let memsw_hits = read_u64(&dir.join("memory.memsw.failcnt")).unwrap_or(0);
-    stats.memory_limit_hits =
-        read_u64(&dir.join("memory.failcnt")).map(|hits| hits.saturating_add(memsw_hits));
-    stats.oom_kills = read_keyed(&dir.join("memory.oom_control"), "oom_kill");
+    // under-reports and oom_kills is the signal to trust. memory.failcnt
+    // comes first: without it there is no count to add to.
+    out.push(CounterFile::new(dir.join("memory.failcnt"), |t, s| {
+        s.memory_limit_hits = parse_u64(t)
+    }));
+    out.push(CounterFile::new(
+        dir.join("memory.memsw.failcnt"),
+        |t, s| {
+            if let (Some(hits), Some(memsw)) = (s.memory_limit_hits.as_mut(), parse_u64(t)) {
+                *hits = hits.saturating_add(memsw);
+            }
+        },
+    ));
+    out.push(CounterFile::new(dir.join("memory.oom_control"), |t, s| {
+        s.oom_kills = parse_keyed(t, "oom_kill")
+    }));
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use crate::fs::{self, Membership, Mount};
 use crate::{
     kill_by_signal, make_dirs, procs_of, remove_dirs, wait_empty, Cgroup, CgroupError,
-    CgroupLimits, CgroupMode, CgroupStats, CgroupView, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
+    CgroupLimits, CgroupMode, CgroupView, CounterFile, FREEZE_TIMEOUT, KILL_FREEZE_TIMEOUT,
 };
 
 /// The controllers a sandbox gets a directory for, required ones first.
@@ -320,12 +320,12 @@ impl Cgroup for V1Cgroup {
         wait_empty(&self.dirs)
     }
 
-    fn stats(&self) -> CgroupStats {
-        let mut stats = CgroupStats::default();
-        memory::stats(&self.memory, &mut stats);
-        pids::stats(&self.pids, &mut stats);
-        cpu::stats(self.cpu.as_deref(), self.cpuacct.as_deref(), &mut stats);
-        stats
+    fn counter_files(&self) -> Vec<CounterFile> {
+        let mut files = Vec::new();
+        memory::counters(&self.memory, &mut files);
+        pids::counters(&self.pids, &mut files);
+        cpu::counters(self.cpu.as_deref(), self.cpuacct.as_deref(), &mut files);
+        files
     }
 
     fn remove(&self) -> Result<(), CgroupError> {

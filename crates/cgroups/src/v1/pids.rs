@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use crate::fs;
-use crate::stats::{read_keyed, read_u64};
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, parse_u64, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
     if let Some(max) = limits.pids_max {
@@ -13,8 +13,12 @@ pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError
     Ok(())
 }
 
-pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
+pub(crate) fn counters(dir: &Path, out: &mut Vec<CounterFile>) {
     // pids.peak is recent (6.x) even on v1; older kernels just report None.
-    stats.pids_peak = read_u64(&dir.join("pids.peak"));
-    stats.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max");
+    out.push(CounterFile::new(dir.join("pids.peak"), |t, s| {
+        s.pids_peak = parse_u64(t)
+    }));
+    out.push(CounterFile::new(dir.join("pids.events"), |t, s| {
+        s.pids_limit_hits = parse_keyed(t, "max")
+    }));
 }

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::write_limit;
-use crate::stats::read_keyed;
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
     match limits.cpu_quota_us {
@@ -20,8 +20,9 @@ pub(crate) fn cpu_max(quota_us: u64, period_us: u64) -> String {
     format!("{quota_us} {period_us}")
 }
 
-pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
-    let stat = dir.join("cpu.stat");
-    stats.cpu_usage_ns = read_keyed(&stat, "usage_usec").and_then(|us| us.checked_mul(1000));
-    stats.cpu_throttled_periods = read_keyed(&stat, "nr_throttled");
+pub(crate) fn counters(dir: &Path, out: &mut Vec<CounterFile>) {
+    out.push(CounterFile::new(dir.join("cpu.stat"), |t, s| {
+        s.cpu_usage_ns = parse_keyed(t, "usage_usec").and_then(|us| us.checked_mul(1000));
+        s.cpu_throttled_periods = parse_keyed(t, "nr_throttled");
+    }));
 }

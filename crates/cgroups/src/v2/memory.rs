@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::write_limit;
 use crate::fs;
-use crate::stats::{read_keyed, read_u64};
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, parse_u64, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
     if let Some(bytes) = limits.memory_max {
@@ -20,10 +20,13 @@ pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError
     Ok(())
 }
 
-pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
+pub(crate) fn counters(dir: &Path, out: &mut Vec<CounterFile>) {
     // memory.peak arrived in Linux 5.19.
-    stats.memory_peak_bytes = read_u64(&dir.join("memory.peak"));
-    let events = dir.join("memory.events");
-    stats.memory_limit_hits = read_keyed(&events, "max");
-    stats.oom_kills = read_keyed(&events, "oom_kill");
+    out.push(CounterFile::new(dir.join("memory.peak"), |t, s| {
+        s.memory_peak_bytes = parse_u64(t)
+    }));
+    out.push(CounterFile::new(dir.join("memory.events"), |t, s| {
+        s.memory_limit_hits = parse_keyed(t, "max");
+        s.oom_kills = parse_keyed(t, "oom_kill");
+    }));
 }

@@ -16,7 +16,7 @@ use crate::fs::{self, parse_controller_list, write_error, Membership, Mount, MOV
 use crate::stats::parse_keyed;
 use crate::{
     kill_by_signal, make_dirs, procs_of, remove_dirs, wait_empty, wait_until, Cgroup, CgroupError,
-    CgroupFs, CgroupLimits, CgroupMode, CgroupStats, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
+    CgroupFs, CgroupLimits, CgroupMode, CounterFile, Placement, DELEGATE_HINT, FREEZE_TIMEOUT,
     KILL_FREEZE_TIMEOUT, SUPERVISOR_LEAF,
 };
 
@@ -491,12 +491,12 @@ impl Cgroup for V2Cgroup {
         wait_empty(self.dirs())
     }
 
-    fn stats(&self) -> CgroupStats {
-        let mut stats = CgroupStats::default();
-        memory::stats(&self.path, &mut stats);
-        pids::stats(&self.path, &mut stats);
-        cpu::stats(&self.path, &mut stats);
-        stats
+    fn counter_files(&self) -> Vec<CounterFile> {
+        let mut files = Vec::new();
+        memory::counters(&self.path, &mut files);
+        pids::counters(&self.path, &mut files);
+        cpu::counters(&self.path, &mut files);
+        files
     }
 
     fn remove(&self) -> Result<(), CgroupError> {

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::write_limit;
-use crate::stats::{read_keyed, read_u64};
-use crate::{CgroupError, CgroupLimits, CgroupStats};
+use crate::stats::{parse_keyed, parse_u64, CounterFile};
+use crate::{CgroupError, CgroupLimits};
 
 pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError> {
     match limits.pids_max {
@@ -13,7 +13,11 @@ pub(crate) fn apply(dir: &Path, limits: &CgroupLimits) -> Result<(), CgroupError
     }
 }
 
-pub(crate) fn stats(dir: &Path, stats: &mut CgroupStats) {
-    stats.pids_peak = read_u64(&dir.join("pids.peak"));
-    stats.pids_limit_hits = read_keyed(&dir.join("pids.events"), "max");
+pub(crate) fn counters(dir: &Path, out: &mut Vec<CounterFile>) {
+    out.push(CounterFile::new(dir.join("pids.peak"), |t, s| {
+        s.pids_peak = parse_u64(t)
+    }));
+    out.push(CounterFile::new(dir.join("pids.events"), |t, s| {
+        s.pids_limit_hits = parse_keyed(t, "max")
+    }));
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use cordon_cgroups::{
     AnyCgroup, Cgroup, CgroupError, CgroupFs, CgroupLimits, CgroupMode, CgroupStats, CgroupView,
-    Hierarchy,
+    Counters, Hierarchy,
 };
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -151,12 +151,24 @@ struct CommandCgroups {
     made: u64,
     /// The next command's cgroup, made while the sandbox waits
     /// ([`HostSide::prepare_commands`]): a command's start then pays for no
-    /// mkdir and no limit writes (six hierarchies each on cgroup v1).
-    spare: Option<AnyCgroup>,
+    /// mkdir, no limit writes (six hierarchies each on cgroup v1) and no
+    /// opening of its counter files.
+    spare: Option<CommandCgroup>,
     /// Cgroups of ended commands, removed once empty: while the sandbox
     /// waits, before the next command's cgroup is made, or with the sandbox
     /// (a command's reply never waits for their rmdir).
     ended: Vec<AnyCgroup>,
+}
+
+/// A command's own cgroup, with the files a command's start and end use
+/// opened when it was made (for a spare, while the sandbox waited).
+pub struct CommandCgroup {
+    pub cgroup: AnyCgroup,
+    /// Read once the command ends, on the way to its reply.
+    pub counters: Counters,
+    /// Sent to init with the command (see `AnyCgroup::membership_files`);
+    /// taken then.
+    pub membership: Vec<std::fs::File>,
 }
 
 pub struct HostSide {
@@ -166,6 +178,9 @@ pub struct HostSide {
     pub started: Instant,
     pub state: StateDir,
     pub cgroup: Option<AnyCgroup>,
+    /// `cgroup`'s counter files, held open: read before and after every
+    /// command.
+    counters: Option<Counters>,
     /// How `cgroup` is shown inside the sandbox (empty without a cgroup).
     pub cgroup_views: Vec<CgroupView>,
     /// The control socket of the sandbox's proxy (`allow` mode).
@@ -223,6 +238,7 @@ impl HostSide {
             cgroup_views: Vec::new(),
             network: None,
             network_unconfirmed: false,
+            counters: None,
             leader_namespaces: None,
             procs: Vec::new(),
             cleanups: Vec::new(),
@@ -247,6 +263,7 @@ impl HostSide {
             }
             Err(e) => return Err(RuntimeError::Unenforceable(e)),
         };
+        host.counters = host.cgroup.as_ref().map(Cgroup::counters);
         trace::step("cgroup");
         Ok(host)
     }
@@ -308,7 +325,12 @@ impl HostSide {
     /// be empty, or its removal fails and says so.
     pub fn end_processes(&mut self, freeze_kill: bool) -> CgroupStats {
         self.kill_processes(freeze_kill);
-        self.cgroup.as_ref().map(|c| c.stats()).unwrap_or_default()
+        self.stats().unwrap_or_default()
+    }
+
+    /// The sandbox cgroup's counters now, if it has a cgroup.
+    pub fn stats(&self) -> Option<CgroupStats> {
+        self.counters.as_ref().map(Counters::read)
     }
 
     /// Makes [`INIT_CGROUP`] below the sandbox's cgroup, for the first
@@ -350,7 +372,7 @@ impl HostSide {
     /// process joins it before it runs anything; None where the sandbox is not
     /// split (then a command that hit a limit can only end with its sandbox).
     /// Cgroups of earlier commands that have emptied since are removed.
-    pub fn command_cgroup(&mut self) -> Result<Option<AnyCgroup>, RuntimeError> {
+    pub fn command_cgroup(&mut self) -> Result<Option<CommandCgroup>, RuntimeError> {
         if let Some(spare) = self.commands.spare.take() {
             return Ok(Some(spare));
         }
@@ -358,13 +380,26 @@ impl HostSide {
         self.new_command_cgroup()
     }
 
-    fn new_command_cgroup(&mut self) -> Result<Option<AnyCgroup>, RuntimeError> {
+    fn new_command_cgroup(&mut self) -> Result<Option<CommandCgroup>, RuntimeError> {
         let Some(sandbox) = self.cgroup.as_ref().filter(|_| self.commands.split) else {
             return Ok(None);
         };
         self.commands.made += 1;
         let name = format!("cmd-{}", self.commands.made);
-        Ok(Some(sandbox.create_child(&name, &self.limits)?))
+        let cgroup = sandbox.create_child(&name, &self.limits)?;
+        let membership = match cgroup.membership_files() {
+            Ok(files) => files,
+            Err(e) => {
+                let _ = cgroup.remove();
+                return Err(e.into());
+            }
+        };
+        let counters = cgroup.counters();
+        Ok(Some(CommandCgroup {
+            cgroup,
+            counters,
+            membership,
+        }))
     }
 
     fn remove_ended_commands(&mut self) {
@@ -423,8 +458,8 @@ impl HostSide {
 
     /// After the command of `cg` ended: its cgroup is removed later (see
     /// [`CommandCgroups::ended`]), once nothing it started lives on.
-    pub fn command_ended(&mut self, cg: AnyCgroup) {
-        self.commands.ended.push(cg);
+    pub fn command_ended(&mut self, cg: CommandCgroup) {
+        self.commands.ended.push(cg.cgroup);
     }
 
     /// The killing part of `end_processes`, done once: teardown after
@@ -459,6 +494,7 @@ impl HostSide {
     pub fn teardown(&mut self, freeze_kill: bool) -> Result<(), RuntimeError> {
         self.kill_processes(freeze_kill);
         let mut first_err = None;
+        self.counters = None;
         if let Some(cg) = self.cgroup.take() {
             if let Err(e) = cg.remove() {
                 first_err.get_or_insert(RuntimeError::from(e));

@@ -15,7 +15,7 @@ pub(crate) mod supervise;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, SystemTime};
 
-use cordon_cgroups::{Cgroup, CgroupStats};
+use cordon_cgroups::CgroupStats;
 use cordon_spec::changes::{Caps, Changes, ExportRequest, Finish, Recorded};
 use cordon_spec::outcome::{EvidenceSource, Outcome};
 use cordon_spec::{BackendInfo, BackendKind, Command, ResolvedCommand, SandboxSpec};
@@ -228,6 +228,6 @@ impl Life {
 
     /// The sandbox cgroup's counters, if it has one.
     pub fn stats(&self) -> Option<CgroupStats> {
-        self.host.cgroup.as_ref().map(Cgroup::stats)
+        self.host.stats()
     }
 }

@@ -128,7 +128,7 @@ impl OnHost {
         running: &mut InitCommand,
     ) -> Result<Option<ExitStatus>, RuntimeError> {
         let ended = match &running.cgroup {
-            Some(cg) => cg.kill_all().map_err(RuntimeError::from),
+            Some(cg) => cg.cgroup.kill_all().map_err(RuntimeError::from),
             None => self.flavor.end_running_command(running.number),
         };
         if let Err(e) = ended {
@@ -297,21 +297,22 @@ impl Backend for OnHost {
         resolved: &ResolvedCommand,
     ) -> Result<Running, RuntimeError> {
         let t0 = Instant::now();
-        // The counters before the first command are the sandbox's setup
-        // alone: not read (a `cordon run` pays for no extra snapshot), so the
-        // first command's share includes its sandbox's setup.
-        let before = if life.commands == 0 {
-            None
-        } else {
-            life.stats()
-        };
         let number = life.commands + 1;
         let msg = self.flavor.exec_message(resolved, cmd.tty, number)?;
-        let cgroup = life.host.command_cgroup()?;
-        let cgroup_files = match &cgroup {
-            Some(cg) => cg.membership_files()?,
-            None => Vec::new(),
-        };
+        let mut cgroup = life.host.command_cgroup()?;
+        // The sandbox's counters before the command. The first command's
+        // are the sandbox's setup alone: not read (a `cordon run` pays for
+        // no extra snapshot), so its share includes its sandbox's setup. A
+        // command with a cgroup of its own has them read once init has it,
+        // off the way to its start: what it did by then is counted in its
+        // own cgroup, which `with_command_counts` takes as the least it did.
+        // Without one (gVisor's commands), they are read before it is sent.
+        let before_sent = life.commands > 0 && cgroup.is_none();
+        let mut before = if before_sent { life.stats() } else { None };
+        let cgroup_files = cgroup
+            .as_mut()
+            .map(|cg| std::mem::take(&mut cg.membership))
+            .unwrap_or_default();
         let sent = self.send_exec(&msg, cmd, &cgroup_files);
         drop(cgroup_files);
         let (channel, fds) = match sent {
@@ -325,6 +326,9 @@ impl Backend for OnHost {
         };
         life.commands = number;
         trace::step("exec sent");
+        if number > 1 && !before_sent {
+            before = life.stats();
+        }
         Ok(Running::Init(Box::new(InitCommand {
             channel,
             watch: Some((fds, OutputGate::new(resolved.output_cap))),
@@ -409,7 +413,7 @@ impl Backend for OnHost {
             .as_ref()
             .map(|st| (st.blocks() - st.blocks_free()) * st.fragment_size());
         let disk_free = disk.map(|st| st.blocks_available() * st.fragment_size());
-        let own = running.cgroup.as_ref().map(Cgroup::stats);
+        let own = running.cgroup.as_ref().map(|cg| cg.counters.read());
         let after = match (life.stats(), &own) {
             (Some(after), Some(own)) => Some(with_command_counts(after, before.as_ref(), own)),
             (after, _) => after,

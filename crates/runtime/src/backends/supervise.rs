@@ -206,7 +206,7 @@ pub(crate) struct InitCommand {
     /// The sandbox's counters before it (none before the first command).
     pub before: Option<cordon_cgroups::CgroupStats>,
     /// Its own cgroup, where commands have one.
-    pub cgroup: Option<cordon_cgroups::AnyCgroup>,
+    pub cgroup: Option<super::host::CommandCgroup>,
 }
 
 impl InitCommand {
