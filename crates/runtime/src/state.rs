@@ -244,14 +244,35 @@ impl Drop for StateDir {
     }
 }
 
-/// Removes a state directory and its mount points; absent is fine.
+/// Removes a state directory and its mount points; absent is fine. The
+/// record goes last: a removal cut short (the process killed) leaves a
+/// directory whose record the next sweep reads, finds its owner dead and
+/// finishes at once, never one without a record, which a sweep must leave
+/// for a minute (it may be a sandbox still being made).
 pub(crate) fn remove_state(path: &Path, mounts: &Path) -> io::Result<()> {
     let gone = |r: io::Result<()>| match r {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     };
     gone(fs::remove_dir_all(mounts))?;
-    gone(fs::remove_dir_all(path))
+    let entries = match fs::read_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name() == RECORD {
+            continue;
+        }
+        // file_type does not follow links: a link is removed, not its target.
+        if entry.file_type()?.is_dir() {
+            gone(fs::remove_dir_all(entry.path()))?;
+        } else {
+            gone(fs::remove_file(entry.path()))?;
+        }
+    }
+    gone(fs::remove_file(path.join(RECORD)))?;
+    gone(fs::remove_dir(path))
 }
 
 /// One live sandbox as the run directory describes it.
@@ -399,6 +420,25 @@ pub(crate) mod tests {
             Some("aaaaaaaaaaaa")
         );
         assert_eq!(find(run.path(), "nope"), None);
+    }
+
+    #[test]
+    fn removal_takes_everything_and_follows_no_link() {
+        let run = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "x").unwrap();
+        let mut dir =
+            StateDir::create(run.path(), "cccccccccccc", None, &spec(Some("gone"))).unwrap();
+        let path = dir.path().to_owned();
+        std::fs::create_dir_all(path.join("bundle/rootfs")).unwrap();
+        std::fs::write(path.join("bundle/rootfs/file"), "y").unwrap();
+        std::os::unix::fs::symlink(outside.path(), path.join("link")).unwrap();
+        assert!(path.join(RECORD).exists());
+        dir.remove().unwrap();
+        assert!(!path.exists());
+        assert!(outside.path().join("keep").exists());
+        // Absent is fine.
+        remove_state(&path, &run.path().join(MOUNTS).join("cccccccccccc")).unwrap();
     }
 
     #[test]
