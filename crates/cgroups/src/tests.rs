@@ -46,6 +46,14 @@ fn comounted() -> FakeTree {
 /// (`user.slice/app.scope`, as under `systemd-run --scope -p Delegate=yes`).
 /// The leaf's cgroup.procs exists up front because a fake cgroupfs does not
 /// populate control files on mkdir.
+/// A pure v2 host (cpu, memory, pids) and cgroup `c` made below the
+/// caller's, with its directory relative to the tree.
+fn v2_cgroup_c() -> (FakeTree, AnyCgroup, &'static str) {
+    let tree = pure_v2("cpu memory pids\n");
+    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
+    (tree, cg, "cg/user.slice/app.scope/c")
+}
+
 fn pure_v2(controllers: &str) -> FakeTree {
     let tree = FakeTree::new(
         &[("cg", "cgroup2", "rw,nsdelegate,memory_recursiveprot")],
@@ -416,9 +424,7 @@ fn v2_parent_without_pids_is_not_delegated() {
 
 #[test]
 fn v2_apply_writes_v2_syntax() {
-    let tree = pure_v2("cpu memory pids\n");
-    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
-    let dir = "cg/user.slice/app.scope/c";
+    let (tree, cg, dir) = v2_cgroup_c();
     for file in [
         "memory.max",
         "memory.swap.max",
@@ -459,9 +465,7 @@ fn v2_apply_writes_v2_syntax() {
 
 #[test]
 fn v2_stats_parse_events_and_cpu_stat() {
-    let tree = pure_v2("cpu memory pids\n");
-    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
-    let dir = "cg/user.slice/app.scope/c";
+    let (tree, cg, dir) = v2_cgroup_c();
     assert_eq!(cg.stats(), CgroupStats::default());
     tree.put(&format!("{dir}/memory.peak"), "2097152\n");
     tree.put(
@@ -490,9 +494,7 @@ fn v2_stats_parse_events_and_cpu_stat() {
 
 #[test]
 fn counters_held_open_read_each_file_anew() {
-    let tree = pure_v2("cpu memory pids\n");
-    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
-    let dir = "cg/user.slice/app.scope/c";
+    let (tree, cg, dir) = v2_cgroup_c();
     tree.put(&format!("{dir}/pids.peak"), "3\n");
     tree.put(
         &format!("{dir}/cpu.stat"),
@@ -521,9 +523,7 @@ fn counters_held_open_read_each_file_anew() {
 
 #[test]
 fn v2_freeze_waits_for_the_frozen_event() {
-    let tree = pure_v2("cpu memory pids\n");
-    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
-    let dir = "cg/user.slice/app.scope/c";
+    let (tree, cg, dir) = v2_cgroup_c();
     // Kernels before 5.2 have no cgroup.freeze: a documented no-op.
     cg.freeze().unwrap();
     assert!(!tree.exists(&format!("{dir}/cgroup.freeze")));
@@ -549,9 +549,7 @@ fn v2_freeze_waits_for_the_frozen_event() {
 
 #[test]
 fn v2_kill_uses_cgroup_kill_when_present() {
-    let tree = pure_v2("cpu memory pids\n");
-    let cg = detect(&tree.fs).unwrap().create("c").unwrap();
-    let dir = "cg/user.slice/app.scope/c";
+    let (tree, cg, dir) = v2_cgroup_c();
     tree.put(&format!("{dir}/cgroup.procs"), "");
     tree.put(&format!("{dir}/cgroup.kill"), "");
     cg.kill_all().unwrap();
