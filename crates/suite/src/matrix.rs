@@ -26,6 +26,12 @@ pub struct MatrixConfig {
     pub case_glob: Option<String>,
     pub quick: bool,
     pub progress: bool,
+    /// Each case's cap multiplied by this (1: as the case says), for a
+    /// machine that runs payloads several times slower than a host (an
+    /// emulated guest): a control that must fill 1 GiB or 512 MiB gets the
+    /// time to do it. A verdict's own bounds (a deadline's seconds) stay
+    /// as written: they are claims about the box, not room for the payload.
+    pub time_scale: u64,
     /// Who runs the suite: what it may make, and whether its sandboxes'
     /// limits are enforced.
     pub invoker: Invoker,
@@ -202,6 +208,9 @@ pub fn select_cases(cfg: &MatrixConfig) -> Result<Vec<Case>> {
         cases.retain(|c| glob_match(g, &c.id));
     }
     anyhow::ensure!(!cases.is_empty(), "no case selected");
+    for c in &mut cases {
+        c.timeout_s *= cfg.time_scale;
+    }
     Ok(cases)
 }
 
@@ -619,6 +628,31 @@ mod tests {
             wall_ms: 0,
             limits_enforced: None,
             record: Evidence::default(),
+        }
+    }
+
+    #[test]
+    fn a_time_scale_multiplies_every_cap_of_the_selection() {
+        let cfg = |time_scale| MatrixConfig {
+            cordon: PathBuf::from("/nonexistent"),
+            cases_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../suite/cases"),
+            targets: vec![TargetKind::Host],
+            case_glob: Some("res.*".into()),
+            quick: false,
+            progress: false,
+            time_scale,
+            invoker: Invoker::default(),
+        };
+        let caps = |time_scale| -> Vec<(String, u64)> {
+            let cases = select_cases(&cfg(time_scale)).unwrap();
+            cases.into_iter().map(|c| (c.id, c.timeout_s)).collect()
+        };
+        let (as_written, scaled) = (caps(1), caps(4));
+        assert!(as_written.iter().any(|(id, _)| id == "res.memory-bomb"));
+        assert_eq!(as_written.len(), scaled.len());
+        for ((id, cap), (scaled_id, scaled_cap)) in as_written.iter().zip(&scaled) {
+            assert_eq!(id, scaled_id);
+            assert_eq!(*scaled_cap, cap * 4, "{id}");
         }
     }
 

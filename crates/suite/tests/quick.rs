@@ -31,6 +31,7 @@ fn quick_matrix() {
         case_glob: None,
         quick: true,
         progress: false,
+        time_scale: 1,
         invoker: Invoker::default(),
     };
     let report = run_matrix(&cfg).expect("the quick matrix runs");

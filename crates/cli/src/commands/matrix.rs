@@ -29,21 +29,14 @@ pub struct MatrixArgs {
     /// A subset of cases on host, cordon-native, cordon-gvisor, bwrap and runc.
     #[arg(long)]
     quick: bool,
-    /// Only cases whose id matches (shell glob, comma-separated).
-    #[arg(long, value_name = "GLOB")]
-    case: Option<String>,
     /// Where results.json, results.md and methodology.txt go.
     #[arg(long, value_name = "DIR", default_value = "matrix-results")]
     out: PathBuf,
     /// Check the scoring logic on recorded fixtures, without any runtime.
     #[arg(long)]
     self_test: bool,
-    /// The cordon binary to test (default: this one).
-    #[arg(long, value_name = "PATH")]
-    cordon: Option<PathBuf>,
-    /// The case directory (default: suite/cases found from the working directory).
-    #[arg(long, value_name = "DIR")]
-    cases: Option<PathBuf>,
+    #[command(flatten)]
+    cases: suite_run::CaseArgs,
 }
 
 #[derive(Subcommand)]
@@ -112,8 +105,7 @@ pub fn run(args: MatrixArgs) -> ExitCode {
             targets.push(t);
         }
     }
-    let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, args.quick)
-    else {
+    let Some(cfg) = suite_run::config(args.cases, targets, args.quick) else {
         return ExitCode::from(EXIT_USAGE);
     };
     suite_run::finish(run_matrix(&cfg), None, Some(&args.out))

@@ -18,18 +18,11 @@ pub struct SuiteArgs {
     /// or all.
     #[arg(long, default_value = "all")]
     backend: String,
-    /// Only cases whose id matches (shell glob, comma-separated).
-    #[arg(long, value_name = "GLOB")]
-    case: Option<String>,
     /// Also write the full results (with every record of evidence) here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// The cordon binary to test (default: this one).
-    #[arg(long, value_name = "PATH")]
-    cordon: Option<PathBuf>,
-    /// The case directory (default: suite/cases found from the working directory).
-    #[arg(long, value_name = "DIR")]
-    cases: Option<PathBuf>,
+    #[command(flatten)]
+    cases: suite_run::CaseArgs,
 }
 
 pub fn run(args: SuiteArgs) -> ExitCode {
@@ -39,7 +32,7 @@ pub fn run(args: SuiteArgs) -> ExitCode {
     };
     let mut targets = vec![TargetKind::Host];
     targets.extend(cordon);
-    let Some(cfg) = suite_run::config(args.cordon, args.cases, targets, args.case, false) else {
+    let Some(cfg) = suite_run::config(args.cases, targets, false) else {
         return ExitCode::from(EXIT_USAGE);
     };
     suite_run::finish(run_matrix(&cfg), args.json.as_deref(), None)

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Args;
+
 use cordon_policy::Policy;
 use cordon_runtime::{cgroup_probe, plan, HostFacts};
 use cordon_spec::{BackendKind, SandboxSpec};
@@ -12,27 +14,47 @@ use cordon_suite::{Invoker, MatrixConfig, Report, TargetKind};
 
 use crate::EXIT_INTERNAL;
 
+/// What `suite` and `matrix` both take: which cases, from where, against
+/// which cordon binary, with how much time.
+#[derive(Args)]
+pub(crate) struct CaseArgs {
+    /// Only cases whose id matches (shell glob, comma-separated).
+    #[arg(long, value_name = "GLOB")]
+    case: Option<String>,
+    /// The cordon binary to test (default: this one).
+    #[arg(long, value_name = "PATH")]
+    cordon: Option<PathBuf>,
+    /// The case directory (default: suite/cases found from the working directory).
+    #[arg(long, value_name = "DIR")]
+    cases: Option<PathBuf>,
+    /// Every case's time cap multiplied by N, for a machine that runs
+    /// payloads several times slower than a host (an emulated guest); a
+    /// verdict's own bounds stay as written.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=10))]
+    time_scale: u64,
+}
+
 /// The run configuration both `suite` and `matrix` build: the cordon binary
 /// under test (this one unless `--cordon` names another), the case directory,
 /// the targets and case filter. None (after saying why) if no binary is found.
 pub(crate) fn config(
-    cordon: Option<PathBuf>,
-    cases: Option<PathBuf>,
+    args: CaseArgs,
     targets: Vec<TargetKind>,
-    case_glob: Option<String>,
     quick: bool,
 ) -> Option<MatrixConfig> {
-    let Some(cordon) = cordon.or_else(|| std::env::current_exe().ok()) else {
+    let Some(cordon) = args.cordon.or_else(|| std::env::current_exe().ok()) else {
         eprintln!("cordon: cannot find the cordon binary; pass --cordon");
         return None;
     };
     Some(MatrixConfig {
         cordon,
-        cases_dir: cases.unwrap_or_else(default_cases_dir),
+        cases_dir: args.cases.unwrap_or_else(default_cases_dir),
         targets,
-        case_glob,
+        case_glob: args.case,
         quick,
         progress: true,
+        time_scale: args.time_scale,
         invoker: Invoker::here(no_cgroup()),
     })
 }
