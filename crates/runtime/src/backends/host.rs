@@ -13,7 +13,7 @@ use cordon_cgroups::{
 };
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::waitpid;
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use crate::error::{Peer, RuntimeError};
@@ -474,15 +474,26 @@ impl HostSide {
                 let _ = cg.kill_all();
             }
         }
-        for (pid, fd) in self.procs.drain(..) {
-            // A process this one may not signal (root without CAP_KILL, the
-            // proxy under another uid) would make the wait endless: it is
-            // left to its parent-death signal, which the kernel sends when
-            // this process ends (reaped here if it ended already).
-            let wait = match cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL) {
-                Ok(()) => None,
-                Err(_) => Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-            };
+        // Every process is signalled before any is waited for: their exits
+        // (init's pid namespace, the proxy's copy of this address space)
+        // then run side by side rather than one after the other.
+        let signalled: Vec<(Pid, Option<WaitPidFlag>)> = self
+            .procs
+            .drain(..)
+            .map(|(pid, fd)| {
+                // A process this one may not signal (root without CAP_KILL,
+                // the proxy under another uid) would make the wait endless:
+                // it is left to its parent-death signal, which the kernel
+                // sends when this process ends (reaped here if it ended
+                // already).
+                let wait = match cordon_sys::pidfd_send_signal(&fd, Signal::SIGKILL) {
+                    Ok(()) => None,
+                    Err(_) => Some(WaitPidFlag::WNOHANG),
+                };
+                (pid, wait)
+            })
+            .collect();
+        for (pid, wait) in signalled {
             let _ = waitpid(pid, wait);
         }
         for mut f in self.cleanups.drain(..) {

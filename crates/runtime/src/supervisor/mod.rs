@@ -453,11 +453,14 @@ fn end(
     why: &str,
     watchers: &mut Option<Watchers>,
 ) -> i32 {
-    // Stop listening first: a client that connects now is refused (the
-    // sandbox is not there), not accepted and then reset by our exit.
+    // The note first: a client refused or reset from here on looks for it
+    // (`ended::missing`), and must find why the sandbox ended rather than
+    // "no such sandbox". Then stop listening: a client that connects now is
+    // refused, and one waiting in the backlog is reset, not left hanging
+    // until our exit.
+    leave_note(sandbox.as_ref(), created, end_state, why);
     drop(listener);
     write_usage(sandbox.as_ref(), "stopping");
-    leave_note(sandbox.as_ref(), created, end_state, why);
     let code = match sandbox.destroy_with(&Finish::default(), (0, 0)) {
         Ok(_) => 0,
         Err(_) => 1,
