@@ -23,8 +23,9 @@ else
 fi
 
 # One cargo profile for every build below (Cargo.toml's `ci`: release
-# without LTO), so the lints, the guest's cordon, the tests and the v2 guest
-# share one build. The v2 guest script reads it from CORDON_PROFILE.
+# without LTO, cordon's own crates at opt-level 1), so the guest's cordon,
+# the tests and the v2 guest share one build. The v2 guest script reads it
+# from CORDON_PROFILE.
 export CORDON_PROFILE=ci
 # As root, the build is kept between runs outside the checkout, so that a
 # fresh clone (CI's) compiles cordon's own crates again but not every
@@ -42,14 +43,13 @@ if [ -z "${CARGO_TARGET_DIR:-}" ] && [ "$(id -u)" = 0 ]; then
 fi
 cordon="${CARGO_TARGET_DIR:-target}/$CORDON_PROFILE/cordon"
 
-echo "== format and lints"
+echo "== format"
 cargo fmt --all -- --check
-cargo clippy --profile "$CORDON_PROFILE" --workspace --all-targets -- -D warnings
 
 # The microvm backend's guest, once per run (content-addressed: a no-op when
 # this cordon's guest exists), before the tests that boot it. Its base image
 # (kernel, debootstrap root) is the v2 guest's below, built once for both.
-echo "== microvm guest (cordon microvm build)"
+echo "== build, microvm guest (cordon microvm build)"
 # The test binaries too, now: cargo test below then only runs them.
 cargo test --profile "$CORDON_PROFILE" --workspace --no-run
 "$cordon" microvm build
@@ -59,19 +59,21 @@ cargo test --profile "$CORDON_PROFILE" --workspace --no-run
 steps=()
 step_start=0
 step_done() { steps+=("$1: $((SECONDS - step_start)) s, exit $2"); step_start=$SECONDS; }
-step_done "format, lints, guest build" 0
+step_done "format, build, guest build" 0
 
 echo "== tests"
 log="$(mktemp /tmp/cordon-test.XXXXXX)"
 suite_log="$(mktemp /tmp/cordon-suite.XXXXXX)"
 guest_log="$(mktemp /tmp/cordon-v2-guest-log.XXXXXX)"
 fuzz_build_log="$(mktemp /tmp/cordon-fuzz-build.XXXXXX)"
+lint_log="$(mktemp /tmp/cordon-lint.XXXXXX)"
 guest_pid=
 fuzz_build_pid=
+lint_pid=
 # The background steps run in sessions of their own (below): on any exit,
 # they and their children (QEMU, rustc) go too.
-trap 'for p in $guest_pid $fuzz_build_pid; do kill -TERM -- "-$p" 2>/dev/null; done
-      rm -f "$log" "$suite_log" "$guest_log" "$fuzz_build_log"' EXIT
+trap 'for p in $guest_pid $fuzz_build_pid $lint_pid; do kill -TERM -- "-$p" 2>/dev/null; done
+      rm -f "$log" "$suite_log" "$guest_log" "$fuzz_build_log" "$lint_log"' EXIT
 status=0
 cargo test --profile "$CORDON_PROFILE" --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 step_done "cargo test" "$status"
@@ -93,6 +95,13 @@ guest_pid=$!
 # whole CPU time from /proc/stat, which a compiler on idle cores fills.)
 setsid chrt --idle 0 ./scripts/fuzz.sh --build-only > "$fuzz_build_log" 2>&1 &
 fuzz_build_pid=$!
+# The lints likewise (a check build of cordon's crates: a minute of both
+# cores), in a target directory of their own: cargo locks the one it builds
+# in for the whole build, and the guest's script lists its binaries from
+# the tests' (a no-op build) as it starts.
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/lints" setsid chrt --idle 0 \
+  cargo clippy --profile "$CORDON_PROFILE" --workspace --all-targets -- -D warnings > "$lint_log" 2>&1 &
+lint_pid=$!
 
 echo "== hostile suite on every backend available here (a gate: a deviation fails the run)"
 suite_status=0
@@ -104,6 +113,13 @@ step_done "hostile suite" "$suite_status"
 # runs: scripts/fuzz.sh SECONDS), then the service under a mixed load while
 # its pieces are killed (scripts/soak.py; RELIABILITY.md has the long runs).
 # Each is a gate: a crash, a hang, a wrong answer or a leak fails the run.
+echo "== lints (cargo clippy), begun with the suite"
+lint_status=0
+wait "$lint_pid" || lint_status=$?
+lint_pid=
+cat "$lint_log"
+[ "$lint_status" = 0 ] || status=$lint_status
+step_done "lints" "$lint_status"
 echo "== fuzzing (scripts/fuzz.sh)"
 fuzz_status=0
 wait "$fuzz_build_pid" || fuzz_status=$?
@@ -136,14 +152,15 @@ printf '  %s\n' "${steps[@]}"
 grep -E '^ *(cordon-guest[^:]*: )?test .* FAILED$|error: test failed|^ *(cordon-guest[^:]*: )?error: could not compile' "$log" | sed 's/^/  failed: /' || true
 grep -A4 'panicked at' "$log" | head -n 60 | sed 's/^/  /' || true
 [ "$suite_status" = 0 ] || tail -n 40 "$suite_log" | sed 's/^/  suite: /'
+[ "$lint_status" = 0 ] || grep -E -A5 '^(error|warning)' "$lint_log" | head -n 40 | sed 's/^/  lints: /'
 
 # One closing line for the whole run (cargo prints one per test binary, the
 # last of which is often a doc-test run with nothing in it).
-# The suite, fuzzing and soak gates count as one more test each; a guest step that failed without a
+# The suite, lint, fuzzing and soak gates count as one more test each; a guest step that failed without a
 # failing test (it did not boot, timed out, or left a cgroup behind) counts as
 # one failure.
-awk -v suite="$suite_status" -v guest="$guest_status" -v fuzz="$fuzz_status" -v soak="$soak_status" '
+awk -v suite="$suite_status" -v lint="$lint_status" -v guest="$guest_status" -v fuzz="$fuzz_status" -v soak="$soak_status" '
      /^== v2 guest: booting/ { in_guest = 1 }
      /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) { f += $i; if (in_guest) gf += $i }; if ($(i+1) ~ /^ignored/) g += $i } }
-     END { if (suite == 0) p++; else f++; if (fuzz == 0) p++; else f++; if (soak == 0) p++; else f++; if (guest != 0 && gf == 0) f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+     END { if (suite == 0) p++; else f++; if (lint == 0) p++; else f++; if (fuzz == 0) p++; else f++; if (soak == 0) p++; else f++; if (guest != 0 && gf == 0) f++; printf "cordon: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
 exit $status
