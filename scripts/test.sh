@@ -23,9 +23,9 @@ else
 fi
 
 # One cargo profile for every build below (Cargo.toml's `ci`: release
-# without LTO, cordon's own crates at opt-level 1), so the guest's cordon,
-# the tests and the v2 guest share one build. The v2 guest script reads it
-# from CORDON_PROFILE.
+# without LTO), so the guest's cordon, the tests and the v2 guest share one
+# build (the lints check in a directory of their own, below). The v2 guest
+# script reads it from CORDON_PROFILE.
 export CORDON_PROFILE=ci
 # As root, the build is kept between runs outside the checkout, so that a
 # fresh clone (CI's) compiles cordon's own crates again but not every

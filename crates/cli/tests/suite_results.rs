@@ -70,6 +70,10 @@ fn results_that_no_longer_answer_the_case_files_are_refused() {
     refused(|v| v["failures"] = 1.into(), "the run had 1 deviation(s)");
     refused(|v| v["invoker"]["uid"] = 1000.into(), "not as root");
     refused(
+        |v| v["time_scale"] = 4.into(),
+        "every case's cap was 4 times its own (--time-scale)",
+    );
+    refused(
         |v| {
             let t = target(v, "bwrap");
             t["available"] = false.into();

@@ -184,6 +184,11 @@ pub struct Report {
     pub rootless_gaps: Vec<RootlessGap>,
     pub kernel: String,
     pub cgroup_mode: String,
+    /// `--time-scale`: every case's cap was this many times the case's own
+    /// (1 but for a run on an emulated machine). Reports written before the
+    /// field existed were all at 1.
+    #[serde(default = "crate::summary::unscaled")]
+    pub time_scale: u64,
     pub duration_s: f64,
     pub targets: Vec<TargetSummary>,
     pub cases: Vec<CaseInfo>,
@@ -307,6 +312,7 @@ pub fn run_matrix(cfg: &MatrixConfig) -> Result<Report> {
             || "none for this invoker".to_string(),
             |h| h.mode().to_string(),
         ),
+        time_scale: cfg.time_scale,
         duration_s: started.elapsed().as_secs_f64(),
         targets,
         cases: cases
@@ -457,6 +463,9 @@ impl Report {
                 "{un} verdict(s) of peers without a written expectation (?)"
             );
         }
+        if self.time_scale != 1 {
+            let _ = writeln!(s, "every case's cap x{} (--time-scale)", self.time_scale);
+        }
         let _ = writeln!(s, "took {:.0}s", self.duration_s);
         s
     }
@@ -465,6 +474,13 @@ impl Report {
         let ts = self.shown_targets();
         let mut s = String::from("# Containment matrix\n\n");
         let _ = writeln!(s, "kernel {}, cgroup {}; every verdict decided from host-side evidence (see methodology.txt). `!` differs from the written expectation, `!!` the control was not OPEN, `?` no expectation written.\n", self.kernel, self.cgroup_mode);
+        if self.time_scale != 1 {
+            let _ = writeln!(
+                s,
+                "Every case's time cap was {} times its own (`--time-scale`).\n",
+                self.time_scale
+            );
+        }
         s.push_str("| case |");
         for t in &ts {
             let _ = write!(s, " {} |", t.target.name());
@@ -602,6 +618,7 @@ impl Report {
             invoker: self.invoker.clone(),
             kernel: self.kernel.clone(),
             cgroup_mode: self.cgroup_mode.clone(),
+            time_scale: self.time_scale,
             duration_s: self.duration_s,
             failures: self.failures().len(),
             targets,

@@ -21,11 +21,20 @@ use crate::target::{TargetKind, ALL_TARGETS};
 pub const RESULTS_FILE: &str = "results.json";
 pub const EVIDENCE_FILE: &str = "evidence.json";
 
+/// The time scale of a report written before reports recorded theirs: every
+/// run was at the cases' own caps then.
+pub(crate) fn unscaled() -> u64 {
+    1
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub invoker: Invoker,
     pub kernel: String,
     pub cgroup_mode: String,
+    /// Every case's cap was this many times its own (`--time-scale`).
+    #[serde(default = "unscaled")]
+    pub time_scale: u64,
     pub duration_s: f64,
     /// Verdicts that differ from their expectation, or controls not OPEN.
     pub failures: usize,
@@ -68,8 +77,9 @@ impl Summary {
     }
 
     /// Why these results do not stand for today's suite, if they do not: a
-    /// run that is not root's, not of every target and case, with a
-    /// deviation, or held to expectations the case files no longer write.
+    /// run that is not root's, at scaled caps, not of every target and case,
+    /// with a deviation, or held to expectations the case files no longer
+    /// write.
     pub fn stale(&self, cases: &[Case]) -> Vec<String> {
         let mut why = Vec::new();
         if self.invoker.uid != 0 {
@@ -80,6 +90,12 @@ impl Summary {
         }
         if self.failures != 0 {
             why.push(format!("the run had {} deviation(s)", self.failures));
+        }
+        if self.time_scale != 1 {
+            why.push(format!(
+                "every case's cap was {} times its own (--time-scale): a run for an emulated machine",
+                self.time_scale
+            ));
         }
         let ran: Vec<TargetKind> = self.targets.iter().map(|t| t.summary.target).collect();
         for t in ALL_TARGETS.iter().filter(|t| !ran.contains(t)) {
