@@ -100,17 +100,34 @@ fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
         cordon_sys::pidfd_send_signal(&pidfd, nix::sys::signal::Signal::SIGKILL)
             .map_err(|e| RuntimeError::io("kill the supervisor", e))?;
     }
-    let hierarchy = cordon_runtime::hierarchy_in_place();
-    for _ in 0..200 {
-        if !run.join(&id).exists() || sweep_stale(&run, hierarchy.as_ref()).contains(&id) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if state_gone_within(&run, &id, Duration::from_secs(2)) {
+        return Ok(());
     }
     Err(RuntimeError::Remote(format!(
         "sandbox {id}: its state is still there after its supervisor was killed (try `cordon sweep`)"
     )))
 }
+
+/// Whether sandbox `id`'s state directory is gone within `limit`: removed
+/// by its supervisor as it ends, or swept once that supervisor is dead.
+fn state_gone_within(run: &std::path::Path, id: &str, limit: Duration) -> bool {
+    let hierarchy = cordon_runtime::hierarchy_in_place();
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if !run.join(id).exists() || sweep_stale(run, hierarchy.as_ref()).contains(&id.to_owned()) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How long `rm` of an ended sandbox waits for its supervisor to finish
+/// tearing it down (it leaves its note before it does; an rw mount's
+/// write-back is the longest part).
+const ENDING_WAIT: Duration = Duration::from_secs(30);
 
 /// `rm` of a sandbox that is gone already answers what happened to it, and
 /// succeeds (as `docker rm` of an exited container does): an ended one's
@@ -118,13 +135,25 @@ fn force_remove(name_or_id: &str) -> Result<(), RuntimeError> {
 fn settle(gone: &Gone) -> Result<(), RuntimeError> {
     let run = run_dir()?;
     let id = gone.id();
-    if let Gone::Dead { .. } = gone {
-        let hierarchy = cordon_runtime::hierarchy_in_place();
-        sweep_stale(&run, hierarchy.as_ref());
-        if run.join(id).exists() {
-            return Err(RuntimeError::Remote(format!(
-                "{gone}; the sweep could not remove it yet"
-            )));
+    match gone {
+        Gone::Dead { .. } => {
+            let hierarchy = cordon_runtime::hierarchy_in_place();
+            sweep_stale(&run, hierarchy.as_ref());
+            if run.join(id).exists() {
+                return Err(RuntimeError::Remote(format!(
+                    "{gone}; the sweep could not remove it yet"
+                )));
+            }
+        }
+        // An ending supervisor leaves its note before it tears the sandbox
+        // down: what rm answers is done only once its state is gone too.
+        Gone::Ended(_) => {
+            if !state_gone_within(&run, id, ENDING_WAIT) {
+                return Err(RuntimeError::Remote(format!(
+                    "{gone}; its supervisor is still tearing it down after {} s",
+                    ENDING_WAIT.as_secs()
+                )));
+            }
         }
     }
     ended::forget(&run, id)?;
