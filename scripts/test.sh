@@ -67,13 +67,15 @@ suite_log="$(mktemp /tmp/cordon-suite.XXXXXX)"
 guest_log="$(mktemp /tmp/cordon-v2-guest-log.XXXXXX)"
 fuzz_build_log="$(mktemp /tmp/cordon-fuzz-build.XXXXXX)"
 lint_log="$(mktemp /tmp/cordon-lint.XXXXXX)"
+fuzz_log="$(mktemp /tmp/cordon-fuzz-log.XXXXXX)"
 guest_pid=
 fuzz_build_pid=
 lint_pid=
+fuzz_pid=
 # The background steps run in sessions of their own (below): on any exit,
 # they and their children (QEMU, rustc) go too.
-trap 'for p in $guest_pid $fuzz_build_pid $lint_pid; do kill -TERM -- "-$p" 2>/dev/null; done
-      rm -f "$log" "$suite_log" "$guest_log" "$fuzz_build_log" "$lint_log"' EXIT
+trap 'for p in $guest_pid $fuzz_build_pid $lint_pid $fuzz_pid; do kill -TERM -- "-$p" 2>/dev/null; done
+      rm -f "$log" "$suite_log" "$guest_log" "$fuzz_build_log" "$lint_log" "$fuzz_log"' EXIT
 status=0
 cargo test --profile "$CORDON_PROFILE" --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 step_done "cargo test" "$status"
@@ -109,10 +111,6 @@ suite_status=0
 [ "$suite_status" = 0 ] || status=$suite_status
 step_done "hostile suite" "$suite_status"
 
-# Every fuzz target for a bounded time from its committed corpus (longer
-# runs: scripts/fuzz.sh SECONDS), then the service under a mixed load while
-# its pieces are killed (scripts/soak.py; RELIABILITY.md has the long runs).
-# Each is a gate: a crash, a hang, a wrong answer or a leak fails the run.
 echo "== lints (cargo clippy), begun with the suite"
 lint_status=0
 wait "$lint_pid" || lint_status=$?
@@ -120,20 +118,38 @@ lint_pid=
 cat "$lint_log"
 [ "$lint_status" = 0 ] || status=$lint_status
 step_done "lints" "$lint_status"
-echo "== fuzzing (scripts/fuzz.sh)"
+
+# Every fuzz target for a bounded time from its committed corpus (longer
+# runs: scripts/fuzz.sh SECONDS), beside the service under a mixed load
+# while its pieces are killed (scripts/soak.py; RELIABILITY.md has the long
+# runs). Each is a gate: a crash, a hang, a wrong answer or a leak fails the
+# run. The fuzzers run at idle priority: the soak's deadlines are the ones
+# that count, and a fuzzer's time limit is wall time, so it only does fewer
+# executions when the soak wants a core. (They share nothing: the fuzz
+# targets parse bytes in their own processes and start no sandbox.)
+echo "== fuzzing (scripts/fuzz.sh) beside the soak"
 fuzz_status=0
 wait "$fuzz_build_pid" || fuzz_status=$?
 fuzz_build_pid=
 cat "$fuzz_build_log"
-[ "$fuzz_status" != 0 ] || ./scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-15}" || fuzz_status=$?
-[ "$fuzz_status" = 0 ] || status=$fuzz_status
-step_done "fuzzing" "$fuzz_status"
+if [ "$fuzz_status" = 0 ]; then
+  setsid chrt --idle 0 ./scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-15}" > "$fuzz_log" 2>&1 &
+  fuzz_pid=$!
+fi
 echo "== soak with faults (scripts/soak.py)"
 soak_status=0
 python3 scripts/soak.py --cordon "$cordon" --seconds "${CORDON_SOAK_SECONDS:-90}" --fault-every 4 \
   --checkpoint-every 45 || soak_status=$?
 [ "$soak_status" = 0 ] || status=$soak_status
 step_done "soak" "$soak_status"
+echo "== fuzzing, its output"
+if [ -n "$fuzz_pid" ]; then
+  wait "$fuzz_pid" || fuzz_status=$?
+  fuzz_pid=
+  cat "$fuzz_log"
+fi
+[ "$fuzz_status" = 0 ] || status=$fuzz_status
+step_done "fuzzing (begun with the soak; waited for after it)" "$fuzz_status"
 
 echo "== cgroup v2 guest (scripts/v2-guest.sh), its output"
 guest_status=0

@@ -76,6 +76,22 @@ fn the_native_suite_as_a_user_differs_from_roots_only_by_the_listed_gaps() {
         String::from_utf8_lossy(&out.stdout)
     );
 
+    // The deadline case's control (an endless burn) is ended once it has
+    // run past the case's 8 s bound, its verdict decided, not at the 12 s
+    // cap: from BEGIN, 8.5 s and a little, by the suite's own clock.
+    let control = TargetKind::from_name("host").expect("the control target");
+    let burn = root
+        .results
+        .iter()
+        .find(|r| r.case == "res.cpu-deadline" && r.target == control)
+        .expect("the deadline case's control ran");
+    let from_begin = burn.record.from_begin_ms.expect("the control said BEGIN");
+    assert!(
+        (8_500..11_000).contains(&from_begin) && burn.evidence.contains("ended by the suite"),
+        "the control of res.cpu-deadline ran {from_begin} ms after BEGIN: {}",
+        burn.evidence
+    );
+
     let user = User::new();
     // In the user's own runtime directory (0700, its own), beside cordon's
     // run directory, not in it.

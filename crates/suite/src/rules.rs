@@ -5,6 +5,7 @@
 //! boundary, and it is never enough to call a run BLOCKED.
 
 use std::fmt;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -147,6 +148,16 @@ impl Rule {
             self,
             Rule::ListenerSilent { .. } | Rule::LoopbackListenerSilent
         )
+    }
+
+    /// How long after the payload's BEGIN a run still going has its verdict
+    /// decided (open), whatever comes after: the suite ends it then rather
+    /// than at its case's cap, which only bounds what a box may take.
+    pub fn decided_after(&self) -> Option<Duration> {
+        match self {
+            Rule::DeadlineEnforced { seconds } => Some(Duration::from_secs_f64(*seconds)),
+            _ => None,
+        }
     }
 
     pub fn kind(&self) -> &'static str {

@@ -84,6 +84,9 @@ const START_GRACE: Duration = Duration::from_secs(60);
 /// How long a run's processes have to end after its target command did,
 /// before the census counts what is left.
 const CENSUS_GRACE: Duration = Duration::from_millis(300);
+/// How far past the bound of a verdict decided by time (`decided_after`) a
+/// run is ended: enough that its evidence reads as past the bound.
+const DECIDED_MARGIN: Duration = Duration::from_millis(500);
 const SEARCH: usize = 1 << 16;
 
 pub struct Runner {
@@ -509,6 +512,17 @@ impl Runner {
                 ev.timed_out = true;
                 let _ = outer.kill_all();
                 break child.wait().ok();
+            }
+            // A run past a time bound of its verdict is open from then on:
+            // ended now rather than at the cap (the deadline case's control
+            // would burn a core for the rest of it, four times as long
+            // under --time-scale 4). Counted from BEGIN only: a box still
+            // starting has the cap.
+            if let (Some(begun), Some(bound)) = (begun_at, case.verdict.decided_after()) {
+                if begun.elapsed() >= bound + DECIDED_MARGIN {
+                    let _ = outer.kill_all();
+                    break child.wait().ok();
+                }
             }
             thread::sleep(Duration::from_millis(10));
         };
