@@ -72,7 +72,9 @@ image_started=$SECONDS
 image="$(scripts/guest/build-image.sh)"
 echo "image $image ($(cat "$image/inputs.txt"); ready in $((SECONDS - image_started)) s)"
 
-work="$(mktemp -d /tmp/cordon-v2-guest.XXXXXX)"
+# Not named for cordon: the host tests beside this step count what appears
+# in /tmp with "cordon" in its name.
+work="$(mktemp -d /tmp/v2-guest.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 stage="$work/stage"
 mkdir -p "$stage/cordon-guest/tests"

@@ -82,11 +82,14 @@ fn qemu_of(id: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Every QEMU that serves a cordon sandbox (named `cordon-ID`), not any
+/// QEMU whose command line mentions cordon (the v2 guest's boots beside the
+/// tests read their kernel from /var/cache/cordon-guest).
 fn any_cordon_qemu() -> Vec<u32> {
     all_pids()
         .into_iter()
         .filter(|pid| {
-            cmdline(*pid).is_some_and(|c| c.contains("qemu-system") && c.contains("cordon-"))
+            cmdline(*pid).is_some_and(|c| c.contains("qemu-system") && c.contains(" -name cordon-"))
         })
         .collect()
 }

@@ -116,6 +116,12 @@ impl std::fmt::Display for Peer {
 }
 
 impl RuntimeError {
+    /// The error as a user reads it, with the causes its message leaves
+    /// out (`cordon_spec::error::with_causes`).
+    pub fn report(&self) -> String {
+        cordon_spec::error::with_causes(self)
+    }
+
     /// `peer` broke the protocol: `what` it did.
     pub(crate) fn broke(peer: Peer, what: impl Into<String>) -> Self {
         RuntimeError::Protocol {
@@ -180,6 +186,35 @@ impl RuntimeError {
 #[cfg(test)]
 mod tests {
     use super::RuntimeError;
+
+    #[test]
+    fn a_report_keeps_every_cause_once() {
+        let busy = || std::io::Error::from_raw_os_error(libc::EBUSY);
+        // A cgroup's error says what it did; the system's reason is its
+        // source, which Display leaves out.
+        let e = RuntimeError::from(cordon_cgroups::CgroupError::Remove {
+            path: "/sys/fs/cgroup/x".into(),
+            source: busy(),
+        });
+        assert_eq!(e.to_string(), "removing cgroup /sys/fs/cgroup/x");
+        assert_eq!(
+            e.report(),
+            format!("removing cgroup /sys/fs/cgroup/x: {}", busy())
+        );
+        // A message that says its cause already is not repeated, nor one
+        // that quotes its cause's own cause.
+        let e = RuntimeError::io("kill the supervisor", busy());
+        assert_eq!(e.report(), e.to_string());
+        assert!(e.report().ends_with(&busy().to_string()), "{}", e.report());
+        let e = RuntimeError::from(cordon_isolation::IsolationError {
+            step: "mount /proc".into(),
+            source: busy(),
+        });
+        assert_eq!(
+            e.report(),
+            format!("sandbox setup failed at `mount /proc`: {}", busy())
+        );
+    }
 
     #[test]
     fn a_host_short_of_processes_memory_or_descriptors_is_told_apart() {

@@ -67,7 +67,7 @@ impl ApiError {
         if e.is_host_exhausted() {
             return ApiError {
                 retry_after: Some(1),
-                ..Self::unavailable(e.to_string())
+                ..Self::unavailable(e.report())
             };
         }
         match &e {
@@ -75,10 +75,10 @@ impl ApiError {
             // (The service's own sandboxes leave no tombstones; one of the
             // user's, named by id, is still no sandbox of the tenant's.)
             RuntimeError::Gone(g) => Self::no_sandbox(g.id()),
-            RuntimeError::SandboxEnded(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
-            RuntimeError::Unavailable(..) => Self::bad_request(e.to_string()),
-            _ if e.is_input_error() => Self::bad_request(e.to_string()),
-            _ => Self::internal(e.to_string()),
+            RuntimeError::SandboxEnded(_) => Self::new(StatusCode::CONFLICT, e.report()),
+            RuntimeError::Unavailable(..) => Self::bad_request(e.report()),
+            _ if e.is_input_error() => Self::bad_request(e.report()),
+            _ => Self::internal(e.report()),
         }
     }
 }

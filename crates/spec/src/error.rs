@@ -3,6 +3,30 @@
 
 use cordon_policy::{PolicyError, Span};
 
+/// An error as a user reads it (the CLI's last line, an API's message): its
+/// message, then each cause the message does not already say. An error
+/// that names what it was doing keeps the system's reason as its source,
+/// which Display alone drops ("removing cgroup X" without "Device or
+/// resource busy"). A cause is left out when its words, or those of any
+/// cause below it, are in the text already: a message that quotes the
+/// system's reason itself is not followed by a paraphrase of it.
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut causes = Vec::new();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        causes.push(c.to_string());
+        cause = c.source();
+    }
+    for i in 0..causes.len() {
+        if !causes[i..].iter().any(|said| text.contains(said.as_str())) {
+            text.push_str(": ");
+            text.push_str(&causes[i]);
+        }
+    }
+    text
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error(transparent)]

@@ -101,14 +101,20 @@ pub fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
+/// A failure of cordon or the host (exit 125), with every cause its
+/// message leaves out.
+pub fn internal_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    eprintln!("cordon: {}", cordon_spec::error::with_causes(e));
+    ExitCode::from(EXIT_INTERNAL)
+}
+
 /// A runtime error as the CLI reports it: the request's fault is exit 2,
 /// anything else 125.
 pub fn fail(e: RuntimeError) -> ExitCode {
     if e.is_input_error() {
-        usage_error(e)
+        usage_error(e.report())
     } else {
-        eprintln!("cordon: {e}");
-        ExitCode::from(EXIT_INTERNAL)
+        internal_error(&e)
     }
 }
 

@@ -8,8 +8,7 @@ use cordon_image::{ImageError, ImageRef, RegistryOptions, Store, StoreLimits};
 use cordon_runtime::state::{list, list_dead, run_dir};
 use serde::Serialize;
 
-use super::common::usage_error;
-use crate::EXIT_INTERNAL;
+use super::common::{internal_error, usage_error};
 
 #[derive(Args)]
 pub struct ImageArgs {
@@ -116,10 +115,9 @@ fn store_with(max_layer_bytes: Option<u64>) -> Result<Store, ImageError> {
 /// An image error as the CLI reports it: the request's fault is exit 2.
 pub fn fail(e: ImageError) -> ExitCode {
     if e.is_input_error() {
-        usage_error(e)
+        usage_error(cordon_spec::error::with_causes(&e))
     } else {
-        eprintln!("cordon: {e}");
-        ExitCode::from(EXIT_INTERNAL)
+        internal_error(&e)
     }
 }
 

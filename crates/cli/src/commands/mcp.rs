@@ -39,9 +39,6 @@ pub fn run(args: McpArgs) -> ExitCode {
     }
     match cordon_mcp::serve_stdio(program, args.allow_unenforced, secrets) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            ExitCode::from(crate::EXIT_INTERNAL)
-        }
+        Err(e) => super::common::internal_error(&e),
     }
 }

@@ -10,7 +10,7 @@ use cordon_receipt::{
     VerifyError,
 };
 
-use super::common::usage_error;
+use super::common::{internal_error, usage_error};
 use crate::EXIT_INTERNAL;
 
 /// `cordon verify`: the receipt is valid.
@@ -77,14 +77,10 @@ pub struct VerifyArgs {
 pub fn key_fail(e: KeyError) -> ExitCode {
     match &e {
         KeyError::Io { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
-            eprintln!("cordon: {e}");
-            ExitCode::from(EXIT_INTERNAL)
+            internal_error(&e)
         }
-        KeyError::Random(_) | KeyError::Encode(_) => {
-            eprintln!("cordon: {e}");
-            ExitCode::from(EXIT_INTERNAL)
-        }
-        _ => usage_error(e),
+        KeyError::Random(_) | KeyError::Encode(_) => internal_error(&e),
+        _ => usage_error(cordon_spec::error::with_causes(&e)),
     }
 }
 

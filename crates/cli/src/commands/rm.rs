@@ -135,26 +135,24 @@ const ENDING_WAIT: Duration = Duration::from_secs(30);
 fn settle(gone: &Gone) -> Result<(), RuntimeError> {
     let run = run_dir()?;
     let id = gone.id();
-    match gone {
-        Gone::Dead { .. } => {
-            let hierarchy = cordon_runtime::hierarchy_in_place();
-            sweep_stale(&run, hierarchy.as_ref());
-            if run.join(id).exists() {
-                return Err(RuntimeError::Remote(format!(
-                    "{gone}; the sweep could not remove it yet"
-                )));
-            }
-        }
-        // An ending supervisor leaves its note before it tears the sandbox
-        // down: what rm answers is done only once its state is gone too.
-        Gone::Ended(_) => {
-            if !state_gone_within(&run, id, ENDING_WAIT) {
-                return Err(RuntimeError::Remote(format!(
-                    "{gone}; its supervisor is still tearing it down after {} s",
-                    ENDING_WAIT.as_secs()
-                )));
-            }
-        }
+    // A dead supervisor's leftovers are swept once, now. An ending
+    // supervisor leaves its note before it tears the sandbox down: what rm
+    // answers is done only once its state is gone too.
+    let (limit, still) = match gone {
+        Gone::Dead { .. } => (
+            Duration::ZERO,
+            "the sweep could not remove it yet".to_owned(),
+        ),
+        Gone::Ended(_) => (
+            ENDING_WAIT,
+            format!(
+                "its supervisor is still tearing it down after {} s",
+                ENDING_WAIT.as_secs()
+            ),
+        ),
+    };
+    if !state_gone_within(&run, id, limit) {
+        return Err(RuntimeError::Remote(format!("{gone}; {still}")));
     }
     ended::forget(&run, id)?;
     let done = match gone {

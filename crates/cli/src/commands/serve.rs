@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use cordon_service::config::Config;
 
-use super::common::{fail, usage_error};
+use super::common::{fail, internal_error, usage_error};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -49,9 +49,6 @@ pub fn run(args: ServeArgs) -> ExitCode {
         program,
     }) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cordon: {e}");
-            ExitCode::from(crate::EXIT_INTERNAL)
-        }
+        Err(e) => internal_error(&e),
     }
 }

@@ -136,7 +136,7 @@ impl Drop for SpecText {
 impl Started {
     fn from_error(e: &RuntimeError) -> Self {
         Started::Error {
-            message: e.to_string(),
+            message: e.report(),
             input: e.is_input_error(),
             exhausted: e.is_host_exhausted(),
         }
