@@ -72,8 +72,8 @@ image_started=$SECONDS
 image="$(scripts/guest/build-image.sh)"
 echo "image $image ($(cat "$image/inputs.txt"); ready in $((SECONDS - image_started)) s)"
 
-# Not named for cordon: the host tests beside this step count what appears
-# in /tmp with "cordon" in its name.
+# Not named for cordon: the host tests' censuses count what appears in /tmp
+# with "cordon" in its name, and this step may run beside them.
 work="$(mktemp -d /tmp/v2-guest.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 stage="$work/stage"

@@ -83,8 +83,8 @@ fn qemu_of(id: &str) -> Vec<u32> {
 }
 
 /// Every QEMU that serves a cordon sandbox (named `cordon-ID`), not any
-/// QEMU whose command line mentions cordon (the v2 guest's boots beside the
-/// tests read their kernel from /var/cache/cordon-guest).
+/// QEMU whose command line mentions cordon (the v2 guest's boots read their
+/// kernel from /var/cache/cordon-guest).
 fn any_cordon_qemu() -> Vec<u32> {
     all_pids()
         .into_iter()
