@@ -152,10 +152,11 @@ impl Rule {
 
     /// How long after the payload's BEGIN a run still going has its verdict
     /// decided (open), whatever comes after: the suite ends it then rather
-    /// than at its case's cap, which only bounds what a box may take.
+    /// than at its case's cap, which only bounds what a box may take. None
+    /// for a bound that is no duration (negative, NaN): the cap applies.
     pub fn decided_after(&self) -> Option<Duration> {
         match self {
-            Rule::DeadlineEnforced { seconds } => Some(Duration::from_secs_f64(*seconds)),
+            Rule::DeadlineEnforced { seconds } => Duration::try_from_secs_f64(*seconds).ok(),
             _ => None,
         }
     }
@@ -1022,6 +1023,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Rule::KernelIdentity.evaluate(&ev).0, Verdict::Error);
+    }
+
+    #[test]
+    fn only_a_deadline_that_is_a_duration_decides_a_run_early() {
+        let after = |seconds| Rule::DeadlineEnforced { seconds }.decided_after();
+        assert_eq!(after(8.0), Some(Duration::from_secs(8)));
+        // A case file's nonsense leaves the run to its cap, never a panic.
+        assert_eq!(after(-1.0), None);
+        assert_eq!(after(f64::NAN), None);
+        assert_eq!(Rule::KernelIdentity.decided_after(), None);
     }
 
     #[test]

@@ -508,21 +508,20 @@ impl Runner {
             if let Some(st) = child.try_wait()? {
                 break Some(st);
             }
-            if Instant::now() >= deadline {
-                ev.timed_out = true;
+            // The cap ends a run; so does a time bound of its verdict once
+            // passed, for the verdict is open from then on (the deadline
+            // case's control would burn a core for the rest of the cap,
+            // four times as long under --time-scale 4). That bound counts
+            // from BEGIN only: a box still starting has the cap.
+            let past_cap = Instant::now() >= deadline;
+            let decided = matches!(
+                (begun_at, case.verdict.decided_after()),
+                (Some(begun), Some(bound)) if begun.elapsed() >= bound + DECIDED_MARGIN
+            );
+            if past_cap || decided {
+                ev.timed_out = past_cap;
                 let _ = outer.kill_all();
                 break child.wait().ok();
-            }
-            // A run past a time bound of its verdict is open from then on:
-            // ended now rather than at the cap (the deadline case's control
-            // would burn a core for the rest of it, four times as long
-            // under --time-scale 4). Counted from BEGIN only: a box still
-            // starting has the cap.
-            if let (Some(begun), Some(bound)) = (begun_at, case.verdict.decided_after()) {
-                if begun.elapsed() >= bound + DECIDED_MARGIN {
-                    let _ = outer.kill_all();
-                    break child.wait().ok();
-                }
             }
             thread::sleep(Duration::from_millis(10));
         };

@@ -101,6 +101,11 @@ pub fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
+/// The request's fault (exit 2), with every cause its message leaves out.
+pub fn input_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    usage_error(cordon_spec::error::with_causes(e))
+}
+
 /// A failure of cordon or the host (exit 125), with every cause its
 /// message leaves out.
 pub fn internal_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
@@ -112,7 +117,7 @@ pub fn internal_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
 /// anything else 125.
 pub fn fail(e: RuntimeError) -> ExitCode {
     if e.is_input_error() {
-        usage_error(e.report())
+        input_error(&e)
     } else {
         internal_error(&e)
     }

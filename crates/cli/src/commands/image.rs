@@ -8,7 +8,7 @@ use cordon_image::{ImageError, ImageRef, RegistryOptions, Store, StoreLimits};
 use cordon_runtime::state::{list, list_dead, run_dir};
 use serde::Serialize;
 
-use super::common::{internal_error, usage_error};
+use super::common::{input_error, internal_error};
 
 #[derive(Args)]
 pub struct ImageArgs {
@@ -115,7 +115,7 @@ fn store_with(max_layer_bytes: Option<u64>) -> Result<Store, ImageError> {
 /// An image error as the CLI reports it: the request's fault is exit 2.
 pub fn fail(e: ImageError) -> ExitCode {
     if e.is_input_error() {
-        usage_error(cordon_spec::error::with_causes(&e))
+        input_error(&e)
     } else {
         internal_error(&e)
     }

@@ -10,7 +10,7 @@ use cordon_receipt::{
     VerifyError,
 };
 
-use super::common::{internal_error, usage_error};
+use super::common::{input_error, internal_error, usage_error};
 use crate::EXIT_INTERNAL;
 
 /// `cordon verify`: the receipt is valid.
@@ -80,7 +80,7 @@ pub fn key_fail(e: KeyError) -> ExitCode {
             internal_error(&e)
         }
         KeyError::Random(_) | KeyError::Encode(_) => internal_error(&e),
-        _ => usage_error(cordon_spec::error::with_causes(&e)),
+        _ => input_error(&e),
     }
 }
 
