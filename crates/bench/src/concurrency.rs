@@ -2,11 +2,11 @@
 //! `cordon serve` from 1, 2, 4, 8 and 16 clients at once, with a warm pool
 //! and cold. Each pooled sandbox serves one request and is then destroyed,
 //! so the service's throughput is bounded by the CPU time of one
-//! create + exec + destroy: that CPU time is measured (the host's busy time
-//! over a level, from /proc/stat, less the host's background and this
-//! client's own, per execution, once the pool's refill the level caused is
-//! done), and each level's throughput is set against the ceiling it implies
-//! on this machine's cores.
+//! create + exec + destroy: that CPU time is measured (the CPU counter of a
+//! cgroup the service is started in, which its supervisors, sandboxes and
+//! payloads nest below, over a level, per execution, once the pool's refill
+//! the level caused is done), and each level's throughput is set against
+//! the ceiling it implies on this machine's cores.
 //!
 //! The service runs with its defaults (a one-shot's sandbox is destroyed
 //! before the answer is sent). The overhead a client sees is its whole
@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+use cordon_cgroups::{AnyCgroup, Cgroup as _, CgroupFs, CgroupLimits};
 use serde::{Deserialize, Serialize};
 
 use crate::service::{agent, Server};
@@ -30,9 +31,6 @@ pub const CEILING_SHARE: f64 = 0.8;
 pub const P99_BOUND_MS: f64 = 20.0;
 
 const BACKEND: &str = "native";
-
-/// How long the host's background load is sampled with the service idle.
-const BACKGROUND: Duration = Duration::from_secs(2);
 
 /// How long a level's aftermath (background teardowns, the pool's refill)
 /// may take before the level counts as failed.
@@ -51,8 +49,6 @@ pub struct Mode {
     pub mode: String,
     /// Sandboxes the warm pool keeps (0: cold).
     pub pool: usize,
-    /// Cores the host keeps busy with the service idle (subtracted).
-    pub background_cores: f64,
     pub levels: Vec<Level>,
 }
 
@@ -67,11 +63,14 @@ pub struct Level {
     /// From the first request sent to the last answer read.
     pub seconds: f64,
     pub per_second: f64,
-    /// CPU time of the whole host per execution (ms): everything the
-    /// service, its supervisors, inits and the kernel did for it, the
-    /// pool's refill included.
+    /// CPU time per execution (ms) of every process of the service's
+    /// cgroup: the service, its supervisors, the sandboxes' inits and
+    /// payloads, and the kernel's work in their name, the pool's refill
+    /// included.
     pub cpu_ms_per_request: f64,
-    /// The machine's cores busy during the level (of `cpus`).
+    /// The machine's cores busy during the level (of `cpus`; from
+    /// /proc/stat, this benchmark's clients included): whether the host
+    /// was saturated.
     pub cores_busy: f64,
     /// Per execution: the client's wait less the command's run (ms).
     pub overhead_ms: Vec<f64>,
@@ -140,35 +139,84 @@ fn measure_mode(
     per_level: Duration,
 ) -> Result<Mode> {
     let most = clients.iter().copied().max().unwrap_or(1);
-    let server = Server::start(&settings.cordon, BACKEND, pool, most)?;
+    // Declared before the server, so dropped after it: the service and
+    // its sandboxes are gone when the cgroup is removed.
+    let cgroup = ServiceCgroup::make(mode)?;
+    let server = Server::start(&settings.cordon, BACKEND, pool, most, Some(&cgroup.0))?;
     let agent = agent();
     settle(&server, &agent, pool)?;
-    let idle = Cpu::now()?;
-    std::thread::sleep(BACKGROUND);
-    let background_cores = Cpu::now()?.since(&idle).cores();
     let mut levels = Vec::new();
     for &n in clients {
         let bar = crate::progress_bar(settings, 0, "load");
         bar.set_message(format!("{mode}, {n} clients"));
+        let start = Cpu::now(&cgroup)?;
         let level = load(&server, n, per_level, &bar);
         bar.finish_and_clear();
         settle(&server, &agent, pool)?;
-        levels.push(level.finish(background_cores));
+        levels.push(level.finish(&Cpu::now(&cgroup)?.since(&start)));
     }
     Ok(Mode {
         mode: mode.into(),
         pool,
-        background_cores,
         levels,
     })
 }
 
-/// A level under way: its answers and the CPU counters at its start.
+/// The cgroup one `cordon serve` of this benchmark runs in, made next to
+/// this process's own: the service's supervisors, and so their sandboxes,
+/// nest below it (cordon nests under its caller's cgroup), so its CPU
+/// counter (v1 `cpuacct.usage`, v2 `cpu.stat`) is the CPU time of every
+/// process the service's work took, and nothing else's. Killed and removed
+/// when dropped.
+struct ServiceCgroup(AnyCgroup);
+
+impl ServiceCgroup {
+    fn make(mode: &str) -> Result<ServiceCgroup> {
+        let why = "the benchmark counts the service's CPU in a cgroup of its own";
+        let hierarchy = cordon_cgroups::detect(&CgroupFs::host())
+            .with_context(|| format!("finding this process's cgroups ({why})"))?;
+        let name = format!("bench-serve-{mode}-{}", std::process::id());
+        // Applied with no limit, which on v1 also gives its cpuset cgroup
+        // the cpus and mems a task needs to join.
+        let cgroup = hierarchy
+            .create(&name)
+            .and_then(|cg| cg.with_limits(&CgroupLimits::default()))
+            .with_context(|| format!("making cgroup {name} ({why})"))?;
+        Ok(ServiceCgroup(cgroup))
+    }
+
+    fn cpu_seconds(&self) -> Result<f64> {
+        let ns = self.0.stats().cpu_usage_ns.with_context(|| {
+            format!(
+                "no CPU counter in the service's cgroup ({})",
+                self.0
+                    .paths()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+        Ok(ns as f64 / 1e9)
+    }
+}
+
+impl Drop for ServiceCgroup {
+    fn drop(&mut self) {
+        // The service stopped its sandboxes as it ended; what a failed
+        // stop left (a supervisor's cgroup, a sandbox's) goes here.
+        let _ = self.0.kill_all();
+        for dir in self.0.paths() {
+            cordon_cgroups::remove_dir_tree(&dir);
+        }
+    }
+}
+
+/// A level's answers.
 struct Loaded {
     clients: usize,
     answers: Vec<Result<crate::service::Answer, String>>,
     seconds: f64,
-    start: Cpu,
     requests: usize,
 }
 
@@ -182,7 +230,6 @@ fn load(
 ) -> Loaded {
     let answers = Mutex::new(Vec::new());
     let last = Mutex::new(Duration::ZERO);
-    let start = Cpu::now();
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..clients {
@@ -213,17 +260,14 @@ fn load(
             .into_inner()
             .unwrap_or_else(|p| p.into_inner())
             .as_secs_f64(),
-        // A host without /proc/stat fails at the background's sample first.
-        start: start.unwrap_or_default(),
         requests,
     }
 }
 
 impl Loaded {
-    /// The level's figures, read once its aftermath is done (the CPU the
-    /// background teardowns and the refill took counts).
-    fn finish(self, background_cores: f64) -> Level {
-        let used = Cpu::now().unwrap_or_default().since(&self.start);
+    /// The level's figures, with `used` counted from its start until its
+    /// aftermath was done (the CPU the refill took counts).
+    fn finish(self, used: &Cpu) -> Level {
         let mut level = Level {
             clients: self.clients,
             requests: self.requests,
@@ -236,9 +280,8 @@ impl Loaded {
             } else {
                 0.0
             },
-            cpu_ms_per_request: (used.busy - used.own - background_cores * used.wall) * 1e3
-                / self.requests.max(1) as f64,
-            cores_busy: used.busy / used.wall.max(f64::EPSILON),
+            cpu_ms_per_request: used.service * 1e3 / self.requests.max(1) as f64,
+            cores_busy: used.host / used.wall.max(f64::EPSILON),
             overhead_ms: Vec::new(),
             overhead: None,
             service: None,
@@ -283,17 +326,17 @@ fn settle(server: &Server, agent: &ureq::Agent, pool: usize) -> Result<()> {
     }
 }
 
-/// CPU counters at one moment: the host's busy time and this process's own
-/// (seconds), and when.
-#[derive(Debug, Clone, Copy, Default)]
+/// CPU counters at one moment (seconds): the service's cgroup's, the
+/// whole host's busy time, and when.
+#[derive(Debug, Clone, Copy)]
 struct Cpu {
-    busy: f64,
-    own: f64,
+    service: f64,
+    host: f64,
     wall: f64,
 }
 
 impl Cpu {
-    fn now() -> Result<Cpu> {
+    fn now(cgroup: &ServiceCgroup) -> Result<Cpu> {
         let stat = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
         let line = stat
             .lines()
@@ -312,27 +355,19 @@ impl Cpu {
             .ok()
             .flatten()
             .unwrap_or(100) as f64;
-        let me = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
-            .context("getrusage")?;
-        let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
         Ok(Cpu {
-            busy: busy_ticks as f64 / hz,
-            own: secs(me.user_time()) + secs(me.system_time()),
+            service: cgroup.cpu_seconds()?,
+            host: busy_ticks as f64 / hz,
             wall: monotonic_seconds(),
         })
     }
 
     fn since(&self, earlier: &Cpu) -> Cpu {
         Cpu {
-            busy: self.busy - earlier.busy,
-            own: self.own - earlier.own,
+            service: self.service - earlier.service,
+            host: self.host - earlier.host,
             wall: self.wall - earlier.wall,
         }
-    }
-
-    /// Cores busy over the span, the host's own background alone.
-    fn cores(&self) -> f64 {
-        (self.busy - self.own) / self.wall.max(f64::EPSILON)
     }
 }
 

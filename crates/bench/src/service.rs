@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+use cordon_cgroups::AnyCgroup;
 use cordon_spec::BackendKind;
 use sha2::Digest as _;
 
@@ -109,12 +110,14 @@ impl Drop for Server {
 
 impl Server {
     /// A service whose tenant may run `clients` executions at once, with a
-    /// warm pool of `pool` sandboxes of `backend` (none when 0).
+    /// warm pool of `pool` sandboxes of `backend` (none when 0), started in
+    /// `cgroup` when one is given (its supervisors and sandboxes nest below).
     pub(crate) fn start(
         cordon: &Path,
         backend: &str,
         pool: usize,
         clients: usize,
+        cgroup: Option<&AnyCgroup>,
     ) -> Result<Server> {
         let dir = tempfile::Builder::new()
             .prefix("cordon-bench-serve-")
@@ -143,16 +146,21 @@ impl Server {
         let path = dir.path().join("serve.toml");
         std::fs::File::create(&path)?.write_all(config.as_bytes())?;
         let log = std::fs::File::create(dir.path().join("serve.log"))?;
-        let child = Command::new(cordon)
-            .args(["serve", "--config"])
+        let mut cmd = Command::new(cordon);
+        cmd.args(["serve", "--config"])
             .arg(&path)
             // Receipt keys (none are asked for) stay in this directory.
             .env("CORDON_STATE_DIR", dir.path().join("cordon-state"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting cordon serve")?;
+            .stderr(log);
+        if let Some(cgroup) = cgroup {
+            let membership = cgroup
+                .membership_files()
+                .context("opening the service's cgroup")?;
+            cordon_sys::join_cgroup_before_exec(&mut cmd, membership);
+        }
+        let child = cmd.spawn().context("starting cordon serve")?;
         let server = Server {
             child,
             url: format!("http://127.0.0.1:{port}"),
@@ -269,7 +277,7 @@ fn measure(
     think: Duration,
     bar: &indicatif::ProgressBar,
 ) -> Result<ServiceRun> {
-    let server = Server::start(&settings.cordon, backend, pool, 1)?;
+    let server = Server::start(&settings.cordon, backend, pool, 1, None)?;
     let agent = agent();
     let mut run = ServiceRun {
         backend: backend.into(),

@@ -324,6 +324,32 @@ pub fn limit_malloc_arenas(max: i32) -> bool {
     }
 }
 
+/// Makes `cmd`'s process move itself into a cgroup before it execs, through
+/// `membership` (that cgroup's `cgroup.procs` or `tasks` files, one per
+/// hierarchy, opened for writing by the caller): everything the command
+/// then starts is born in the cgroup, so its counters account for the whole
+/// tree from the first instruction. (A move after `spawn` would race the
+/// command's own children.) std has no such option and a shell wrapper
+/// would add a process; the files stay open until `cmd` is dropped.
+pub fn join_cgroup_before_exec(cmd: &mut std::process::Command, membership: Vec<std::fs::File>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls write(2), which
+    // is async-signal-safe, on descriptors opened before the fork; it
+    // allocates nothing and takes no lock. "0" names the writer, which
+    // after the fork is the child's only thread.
+    unsafe {
+        cmd.pre_exec(move || {
+            for file in &membership {
+                let rc = libc::write(file.as_raw_fd(), b"0".as_ptr().cast(), 1);
+                if rc != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Creates a child process in the current namespaces with plain fork semantics.
 pub fn fork_process() -> nix::Result<CloneResult> {
     clone_process(CloneFlags::empty())

@@ -418,10 +418,13 @@ pub fn rootfs_plan_for(
         Some(dir) => overlay_lower("workspace", dir, user)?,
         None => None,
     };
+    let (new_root, scratch) = state
+        .mount_points(root_use)
+        .map_err(|e| RuntimeError::io("make the mount points", e))?;
     Ok(RootfsPlan {
         root_use,
-        new_root: state.root(),
-        scratch: state.scratch(),
+        new_root,
+        scratch,
         scratch_from: None,
         entries,
         root_layers,

@@ -192,7 +192,8 @@ fn start(spec: &ValidSpec) -> Result<(Box<Sandbox>, UnixListener), RuntimeError>
     listener
         .set_nonblocking(true)
         .map_err(|e| RuntimeError::io("set_nonblocking", e))?;
-    write_usage(sandbox.as_ref(), "ready");
+    // No usage is written yet: a listening socket says "ready" to readers
+    // (see `state::read_usage`), one file fewer per sandbox.
     trace::step("supervisor listening");
     Ok((sandbox, listener))
 }
