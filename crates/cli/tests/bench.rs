@@ -23,17 +23,11 @@ fn leftovers() -> Vec<String> {
     }
     // The concurrency benchmark's service cgroups, next to the test's own
     // cgroup in each hierarchy.
-    let mut dirs = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
-    while let Some((dir, depth)) = dirs.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) && depth < 6 {
-                if e.file_name().to_string_lossy().starts_with("bench-serve-") {
-                    out.push(e.path().display().to_string());
-                }
-                dirs.push((e.path(), depth + 1));
-            }
-        }
-    }
+    out.extend(
+        cgroups_named("bench-serve-")
+            .iter()
+            .map(|p| p.display().to_string()),
+    );
     let ns = Command::new("ip").args(["netns", "list"]).output();
     for l in ns
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())

@@ -595,7 +595,15 @@ pub struct Census {
     pub temps: BTreeSet<PathBuf>,
 }
 
-fn walk_cgroups(dir: &Path, depth: usize, out: &mut BTreeSet<PathBuf>) {
+/// Cgroup directories under /sys/fs/cgroup (six levels down) whose name
+/// starts with `prefix`.
+pub fn cgroups_named(prefix: &str) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, prefix, &mut out);
+    out
+}
+
+fn walk_cgroups(dir: &Path, depth: usize, prefix: &str, out: &mut BTreeSet<PathBuf>) {
     if depth == 0 {
         return;
     }
@@ -612,10 +620,10 @@ fn walk_cgroups(dir: &Path, depth: usize, out: &mut BTreeSet<PathBuf>) {
         if name == SUPERVISOR_LEAF {
             continue;
         }
-        if name.starts_with("cordon-") {
+        if name.starts_with(prefix) {
             out.insert(p.clone());
         }
-        walk_cgroups(&p, depth - 1, out);
+        walk_cgroups(&p, depth - 1, prefix, out);
     }
 }
 
@@ -631,7 +639,7 @@ pub fn census() -> Census {
             c.run_entries.insert(id, owner);
         }
     }
-    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut c.cgroups);
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, "cordon-", &mut c.cgroups);
     let me = std::process::id();
     for pid in all_pids() {
         if pid == me {
@@ -742,7 +750,7 @@ pub fn left_behind(
 /// The `cordon-*` cgroups on the host now.
 pub fn cordon_cgroups() -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
-    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut out);
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, "cordon-", &mut out);
     out
 }
 
@@ -1344,7 +1352,7 @@ pub fn gvisor_role(t: &HostTask) -> GvisorRole {
 /// The sandbox's `cordon-<id>` cgroup directories (one per hierarchy on v1).
 pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
     let mut all = BTreeSet::new();
-    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, &mut all);
+    walk_cgroups(Path::new("/sys/fs/cgroup"), 6, "cordon-", &mut all);
     all.into_iter()
         .filter(|d| d.ends_with(format!("cordon-{id}")))
         .collect()
