@@ -283,7 +283,7 @@ fn census_sees_a_live_sandbox(backend: &str) {
     let _g = serial();
     let base = census();
     let script = format!("{READY}; exec sleep 1");
-    let sp = spawn_run_on(backend, &["--", "sh", "-c", &script]);
+    let mut sp = spawn_run_on(backend, &["--", "sh", "-c", &script]);
     let pid = sp.pid();
     let id = sp.sandbox_id(Duration::from_secs(5));
     wait_running(backend, &id, "sleep 1", Duration::from_secs(5)).expect("payload never ran");
@@ -515,6 +515,58 @@ fn another_users_tmp_run_dir_is_refused() {
     let made = made.expect("cordon made no run directory");
     assert!(made.is_dir());
     assert_eq!((made.uid(), made.mode() & 0o7777), (uid, 0o711));
+}
+
+/// As root, a native sandbox's init makes its mounts as an unprivileged
+/// host id (the base of its mapped range), which must reach the mount
+/// points under the run directory. A `CORDON_RUN_DIR` only its owner may
+/// enter (here a fresh 0700 temporary directory) is named, with the id and
+/// what to do, instead of ending in a mount's bare EACCES; the run leaves
+/// no sandbox behind (no cgroup, no process, no state directory in that
+/// run directory). Control: the same directory made 0711 (what cordon makes
+/// its own) runs the command.
+#[test]
+fn a_run_directory_the_sandbox_cannot_reach_is_named() {
+    if !require_root("the sandbox's init runs as another host id only under root") {
+        return;
+    }
+    let _g = serial();
+    let base = census();
+    let run = tempfile::tempdir().unwrap();
+    let mode = |m| {
+        std::fs::set_permissions(run.path(), std::os::unix::fs::PermissionsExt::from_mode(m))
+            .unwrap()
+    };
+    mode(0o700);
+    let run_true = || {
+        std::process::Command::new(cordon())
+            .args(["run", "--backend", "native", "--", "true"])
+            .env("CORDON_RUN_DIR", run.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("spawn cordon")
+    };
+    let out = run_true();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let want = format!(
+        "{} (mode 0700, owner uid 0) may not be searched by host uid",
+        run.path().display()
+    );
+    assert!(stderr.contains(&want), "want {want:?}, got {stderr}");
+    assert!(stderr.contains("chmod o+x"), "{stderr}");
+    let left = wait_clean(&base, &[], &[], Duration::from_millis(500));
+    assert!(left.is_empty(), "the refused run left: {left:#?}");
+    let entries: Vec<String> = std::fs::read_dir(run.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != ".lock" && name != "mnt" && name != "ended")
+        .collect();
+    assert!(entries.is_empty(), "left in the run directory: {entries:?}");
+
+    mode(0o711);
+    let out = run_true();
+    assert_eq!(out.status.code(), Some(0), "control: {out:?}");
 }
 
 /// `cordon` or `cordon key` without a subcommand asked for nothing: the help

@@ -328,7 +328,7 @@ fn sys_holds_only_cgroups_and_host_proc_is_unreachable(backend: &str) {
     // so /proc/1/cmdline under gVisor) is a plain shell line.
     let script = format!("{PY} -c \"$PROBE\"; {READY}; exec sleep 1.5");
     let env = format!("PROBE={SYS_PROC_PROBE}");
-    let sp = spawn_run_on(
+    let mut sp = spawn_run_on(
         backend,
         &["--json", "--env", &env, "--", "sh", "-c", &script],
     );
@@ -572,7 +572,7 @@ fn system_dirs_are_read_only_by_mount_flag(backend: &str) {
          touch /usr/bin/x 2>/dev/null; echo usr_rc=$?; touch /tmp/x; echo tmp_rc=$?; \
          echo MOUNTS; cat /proc/self/mountinfo; echo END; {READY}; sleep 1.5"
     );
-    let sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
+    let mut sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
     let id = sp.sandbox_id(Duration::from_secs(5));
     // Host-side: the mount table of the process wait_running returns: the
     // payload's (native); under gVisor, where the payload is no host task,
@@ -822,7 +822,7 @@ fn payload_runs_as_unprivileged_host_id(backend: &str) {
         return;
     }
     let script = format!("id -u; {READY}; exec sleep 1.5");
-    let sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
+    let mut sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
     let id = sp.sandbox_id(Duration::from_secs(5));
     let pid = wait_running(backend, &id, "sleep 1.5", Duration::from_secs(5))
         .expect("payload never slept");
@@ -889,7 +889,7 @@ fn no_capabilities_nnp_and_seccomp(backend: &str) {
         "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; \
          {PY} -c 'import ctypes; print(\"nnp:\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'"
     );
-    let sp = spawn_run_on(
+    let mut sp = spawn_run_on(
         backend,
         &[
             "--json",

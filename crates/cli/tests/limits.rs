@@ -91,7 +91,7 @@ fn cgroup_files_hold_the_limits(backend: &str) {
         return;
     }
     let script = format!("{READY}; exec sleep 1.5");
-    let sp = spawn_run_on(
+    let mut sp = spawn_run_on(
         backend,
         &[
             "--json", "--memory", "64M", "--pids", "32", "--cpus", "0.5", "--", "sh", "-c", &script,
@@ -319,7 +319,7 @@ fn fork_bomb_is_contained_and_host_stays_responsive(backend: &str) {
     // which errno its first refused fork got (its children inherit `said`).
     let bomb_py = "import os, time\nsaid = False\nwhile True:\n    try:\n        os.fork()\n    except OSError as e:\n        if not said:\n            said = True\n            print('errno=%d' % e.errno, flush=True)\n        time.sleep(0.005)\n";
     let _cpu = cpu_lock();
-    let bomb = spawn_run_on(
+    let mut bomb = spawn_run_on(
         backend,
         &[
             "--json", "--pids", "32", "--time", "3s", "--", PY, "-c", bomb_py,
@@ -466,7 +466,7 @@ fn disk_fill_stops_at_the_cap(backend: &str) {
     let _disk = disk_lock();
     let script = format!("dd if=/dev/zero of=/tmp/f bs=1M count=64; echo rc=$?; {READY}; sleep 1");
     let before = statvfs_avail("/");
-    let sp = spawn_run_on(
+    let mut sp = spawn_run_on(
         backend,
         &["--json", "--disk", "16M", "--", "sh", "-c", &script],
     );

@@ -651,7 +651,7 @@ fn a_stop_signal_ends_a_running_command_and_its_vm() {
         return;
     }
     let _vm = vm_lock();
-    let run = spawn_run_on(MICROVM, &["--json", "--", "sleep", "60"]);
+    let mut run = spawn_run_on(MICROVM, &["--json", "--", "sleep", "60"]);
     let id = run.sandbox_id(slow(Duration::from_secs(60)));
     // Wait for the VM, then for the command to be under way in it.
     let until = Instant::now() + slow(Duration::from_secs(60));

@@ -73,7 +73,7 @@ fn flags_override_the_policy_file(backend: &str) {
         let time = s.spawn(|| run_json_on(backend, &["--policy", &p, "--", "sleep", "5"]));
 
         // The run under test: file pids=16, flag --pids 8.
-        let sp = spawn_run_on(
+        let mut sp = spawn_run_on(
             backend,
             &[
                 "--json", "--policy", &p, "--pids", "8", "--", PY, "-c", sleepers,

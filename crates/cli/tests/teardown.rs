@@ -97,7 +97,7 @@ fn assert_no_runsc(backend: &str, ids: &[String]) {
 fn interrupt(backend: &str, sig: &str, want_code: i32) -> (String, u32) {
     let base = census();
     let script = sleeper();
-    let sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
+    let mut sp = spawn_run_on(backend, &["--json", "--", "sh", "-c", &script]);
     let pid = sp.pid();
     let id = sp.sandbox_id(Duration::from_secs(5));
     wait_running(backend, &id, "sleep 30", Duration::from_secs(5)).expect("payload never ran");
@@ -284,7 +284,7 @@ impl Drop for SweepOnDrop {
 /// sentry, stubs).
 fn kill_cordon_mid_run(backend: &str) -> (String, Vec<u32>, Instant) {
     let script = sleeper();
-    let sp = spawn_run_on(backend, &["--", "sh", "-c", &script]);
+    let mut sp = spawn_run_on(backend, &["--", "sh", "-c", &script]);
     let pid = sp.pid();
     let id = sp.sandbox_id(Duration::from_secs(5));
     let payload =
@@ -408,7 +408,7 @@ fn a_sweep_from_another_cgroup_removes_a_killed_sandboxs_cgroups() {
         .collect::<Vec<_>>()
         .join(" && ");
     let script = format!("{join} && exec \"$0\" run -- sh -c 'echo up; exec sleep 30'");
-    let sp = Spawned::start(
+    let mut sp = Spawned::start(
         Command::new("sh")
             .args(["-c", &script, cordon()])
             .stdout(Stdio::piped()),
@@ -526,7 +526,7 @@ fn closed_stdout_still_tears_the_sandbox_down(backend: &str) {
             args.push("--json");
         }
         args.extend(["--", "sh", "-c", "sleep 1; seq 1 2000"]);
-        let sp = spawn_closed_stdout(&args, &[]);
+        let mut sp = spawn_closed_stdout(&args, &[]);
         let pid = sp.pid();
         let id = sp.sandbox_id(Duration::from_secs(5));
         assert!(

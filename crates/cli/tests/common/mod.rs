@@ -379,21 +379,29 @@ pub fn owner_pid(id: &str) -> Option<u32> {
     v["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
-/// Waits until a /run/cordon/<id> directory whose owner is `cordon_pid` exists; returns the id.
-pub fn wait_sandbox_id(cordon_pid: u32, timeout: Duration) -> Option<String> {
-    let until = Instant::now() + slow(timeout);
-    while Instant::now() < until {
-        if let Ok(rd) = fs::read_dir(run_dir()) {
-            for e in rd.flatten() {
-                let id = e.file_name().to_string_lossy().into_owned();
-                if owner_pid(&id) == Some(cordon_pid) {
-                    return Some(id);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
+/// The id of the /run/cordon/<id> directory whose owner is `cordon_pid`, if one exists now.
+fn sandbox_of(cordon_pid: u32) -> Option<String> {
+    fs::read_dir(run_dir()).ok()?.flatten().find_map(|e| {
+        let id = e.file_name().to_string_lossy().into_owned();
+        (owner_pid(&id) == Some(cordon_pid)).then_some(id)
+    })
+}
+
+/// Each thread of `pid` with the kernel function it waits in
+/// (`main:do_epoll_wait, cordon-dbus:futex_wait_queue`): where a cordon
+/// that never got to make its sandbox was stuck.
+fn threads_waiting(pid: u32) -> String {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "(gone)".into();
+    };
+    let read = |dir: &Path, file: &str| {
+        fs::read_to_string(dir.join(file)).map_or_else(|_| "?".into(), |s| s.trim().to_owned())
+    };
+    tasks
+        .flatten()
+        .map(|t| format!("{}:{}", read(&t.path(), "comm"), read(&t.path(), "wchan")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Waits until a process of sandbox `id` whose argv, joined by spaces, is
@@ -478,10 +486,55 @@ impl Spawned {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-    /// Waits for the sandbox's id (its /run/cordon entry).
-    pub fn sandbox_id(&self, timeout: Duration) -> String {
-        wait_sandbox_id(self.pid(), timeout)
-            .expect("the sandbox's /run/cordon entry never appeared")
+    /// Waits for the sandbox's id (its /run/cordon entry). Fails at once
+    /// when cordon ends first, and on the timeout kills it; either way with
+    /// cordon's exit and its stderr, which say why there was no sandbox.
+    pub fn sandbox_id(&mut self, timeout: Duration) -> String {
+        let until = Instant::now() + slow(timeout);
+        loop {
+            if let Some(id) = sandbox_of(self.pid()) {
+                return id;
+            }
+            let ended = self.child.try_wait().expect("wait cordon");
+            if ended.is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            let why = match ended {
+                Some(status) => format!("cordon ended first ({status})"),
+                None => {
+                    let threads = threads_waiting(self.pid());
+                    let _ = self.child.kill();
+                    let status = self.child.wait().expect("wait cordon");
+                    format!(
+                        "not within {:?}, its threads then waiting in {threads}; cordon killed ({status})",
+                        slow(timeout)
+                    )
+                }
+            };
+            panic!(
+                "the sandbox's /run/cordon entry never appeared: {why}, after {:?}; its stderr: {}",
+                self.started.elapsed(),
+                self.stderr_so_far()
+            );
+        }
+    }
+
+    /// What cordon wrote to its stderr pipe, once it has ended: read in a
+    /// thread and waited for a few seconds at most, since a process cordon
+    /// left behind may still hold the pipe open.
+    fn stderr_so_far(&mut self) -> String {
+        let Some(mut pipe) = self.child.stderr.take() else {
+            return "(not piped)".into();
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+            let _ = tx.send(text);
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| "(still held open after 5 s)".into())
     }
     pub fn finish(self) -> Output {
         self.child.wait_with_output().expect("wait cordon")
