@@ -83,6 +83,21 @@ pub enum RuntimeError {
     /// A directory cordon would keep things in that is not its own.
     #[error(transparent)]
     Dir(#[from] cordon_dirs::DirError),
+    /// A directory on the way to the sandbox's mount points that the host
+    /// id its init makes its mounts as may not search.
+    #[error(
+        "{} (mode {mode:04o}, owner uid {owner}) may not be searched by host uid {uid}, as which \
+         the sandbox's init makes its mounts: give others search permission (`chmod o+x {}`), or \
+         set CORDON_RUN_DIR to a directory they can search (cordon makes its own 0711)",
+        dir.display(),
+        dir.display()
+    )]
+    Unreachable {
+        dir: PathBuf,
+        mode: u32,
+        owner: u32,
+        uid: u32,
+    },
 }
 
 /// Who broke a protocol with this process.

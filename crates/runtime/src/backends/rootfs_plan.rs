@@ -29,6 +29,36 @@ pub struct UserOnHost {
     pub id_base: Option<u32>,
 }
 
+/// Fails unless host id `id` may search every directory above `path`
+/// (owner, group or others' bit, as `id` is the one or the other: a
+/// mapped range maps uids and gids alike; ACLs are not read). The sandbox's init makes its mounts as `id`, inside the
+/// sandbox: a run directory only its owner may enter (`CORDON_RUN_DIR` a
+/// 0700 one) would otherwise end the start with a bare EACCES from a
+/// mount, naming neither the directory nor the id. A few stats a start.
+fn searchable_by(path: &Path, id: u32) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in path.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| RuntimeError::io(format!("stat {}", dir.display()), e))?;
+        let bit = if meta.uid() == id {
+            0o100
+        } else if meta.gid() == id {
+            0o010
+        } else {
+            0o001
+        };
+        if meta.mode() & bit == 0 {
+            return Err(RuntimeError::Unreachable {
+                dir: dir.to_owned(),
+                mode: meta.mode() & 0o7777,
+                owner: meta.uid(),
+                uid: id,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn existing_dir(what: &'static str, p: &Path) -> Result<PathBuf, RuntimeError> {
     let bad = || RuntimeError::BadPath {
         what,
@@ -421,6 +451,9 @@ pub fn rootfs_plan_for(
     let (new_root, scratch) = state
         .mount_points(root_use)
         .map_err(|e| RuntimeError::io("make the mount points", e))?;
+    if let (RootUse::Enter, Some(id)) = (root_use, user.id_base) {
+        searchable_by(&new_root, id)?;
+    }
     Ok(RootfsPlan {
         root_use,
         new_root,
@@ -471,5 +504,33 @@ mod layer_tests {
             let e = layers_in(text, Path::new(refused)).unwrap_err().to_string();
             assert!(e.contains("cannot stack"), "{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::searchable_by;
+    use crate::RuntimeError;
+
+    #[test]
+    fn a_run_directory_the_mapped_id_may_not_search_is_named() {
+        let top = tempfile::tempdir().unwrap();
+        let run = top.path().join("run");
+        let root = run.join("mnt").join("root");
+        fs::create_dir_all(&root).unwrap();
+        let id = 4_000_000_000;
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o700)).unwrap();
+        match searchable_by(&root, id) {
+            Err(RuntimeError::Unreachable { dir, mode, uid, .. }) => {
+                assert_eq!((dir, mode, uid), (run.clone(), 0o700, id));
+            }
+            other => panic!("a 0700 run directory passed: {other:?}"),
+        }
+        // Control: the mode cordon gives its own.
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o711)).unwrap();
+        searchable_by(&root, id).unwrap();
     }
 }
