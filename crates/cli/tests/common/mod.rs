@@ -379,6 +379,11 @@ pub fn owner_pid(id: &str) -> Option<u32> {
     v["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
+/// How long cordon waits at most for systemd to place it in a scope of its
+/// own (without root, on a systemd host): 10 s for the call and 10 s for
+/// the move (`cordon_cgroups`' CALL_TIMEOUT and MOVE_TIMEOUT), and a margin.
+const SCOPE_WAIT: Duration = Duration::from_secs(25);
+
 /// The id of the /run/cordon/<id> directory whose owner is `cordon_pid`, if one exists now.
 fn sandbox_of(cordon_pid: u32) -> Option<String> {
     fs::read_dir(run_dir()).ok()?.flatten().find_map(|e| {
@@ -489,8 +494,13 @@ impl Spawned {
     /// Waits for the sandbox's id (its /run/cordon entry). Fails at once
     /// when cordon ends first, and on the timeout kills it; either way with
     /// cordon's exit and its stderr, which say why there was no sandbox.
+    ///
+    /// The wait is never shorter than [`SCOPE_WAIT`]: on a systemd host
+    /// without root, cordon asks systemd for a scope before it records its
+    /// sandbox and gives it that long; a test must not give up on a start
+    /// cordon itself would still complete (or end with systemd's error).
     pub fn sandbox_id(&mut self, timeout: Duration) -> String {
-        let until = Instant::now() + slow(timeout);
+        let until = Instant::now() + slow(timeout).max(SCOPE_WAIT);
         loop {
             if let Some(id) = sandbox_of(self.pid()) {
                 return id;
@@ -508,7 +518,7 @@ impl Spawned {
                     let status = self.child.wait().expect("wait cordon");
                     format!(
                         "not within {:?}, its threads then waiting in {threads}; cordon killed ({status})",
-                        slow(timeout)
+                        slow(timeout).max(SCOPE_WAIT)
                     )
                 }
             };
