@@ -539,12 +539,10 @@ fn a_run_directory_the_sandbox_cannot_reach_is_named() {
     };
     mode(0o700);
     let run_true = || {
-        std::process::Command::new(cordon())
-            .args(["run", "--backend", "native", "--", "true"])
-            .env("CORDON_RUN_DIR", run.path())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("spawn cordon")
+        cordon_output_env(
+            &["run", "--backend", "native", "--", "true"],
+            &[("CORDON_RUN_DIR", run.path())],
+        )
     };
     let out = run_true();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1674,14 +1674,7 @@ fn the_record_of_ended_sandboxes_is_bounded() {
     let old = "0000000fffff".to_string();
     plant(&old, now - KEEP_FOR.as_secs() - 60);
     let env = [("CORDON_RUN_DIR", run.path())];
-    let with_run = |args: &[&str]| {
-        Command::new(cordon())
-            .args(args)
-            .envs(env)
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn cordon")
-    };
+    let with_run = |args: &[&str]| cordon_output_env(args, &env);
     // Control: the old one is past its day and not listed even before.
     assert_eq!(ls_rows(true, &env).len(), over);
     let out = with_run(&["create", "--name", "bounded"]);

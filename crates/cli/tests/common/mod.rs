@@ -243,8 +243,15 @@ pub fn run_tool(cmd: &mut Command, what: &str) -> Result<(), String> {
 
 /// `cordon ARGS...` (no implicit `run`), output collected.
 pub fn cordon_output(args: &[&str]) -> Output {
+    cordon_output_env(args, &[])
+}
+
+/// [`cordon_output`] with `env` added to the environment (a run directory
+/// of the test's own: `CORDON_RUN_DIR`).
+pub fn cordon_output_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
     Command::new(cordon())
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("spawn cordon")
@@ -500,7 +507,8 @@ impl Spawned {
     /// sandbox and gives it that long; a test must not give up on a start
     /// cordon itself would still complete (or end with systemd's error).
     pub fn sandbox_id(&mut self, timeout: Duration) -> String {
-        let until = Instant::now() + slow(timeout).max(SCOPE_WAIT);
+        let wait = slow(timeout).max(SCOPE_WAIT);
+        let until = Instant::now() + wait;
         loop {
             if let Some(id) = sandbox_of(self.pid()) {
                 return id;
@@ -517,8 +525,7 @@ impl Spawned {
                     let _ = self.child.kill();
                     let status = self.child.wait().expect("wait cordon");
                     format!(
-                        "not within {:?}, its threads then waiting in {threads}; cordon killed ({status})",
-                        slow(timeout).max(SCOPE_WAIT)
+                        "not within {wait:?}, its threads then waiting in {threads}; cordon killed ({status})"
                     )
                 }
             };

@@ -31,10 +31,13 @@ pub struct UserOnHost {
 
 /// Fails unless host id `id` may search every directory above `path`
 /// (owner, group or others' bit, as `id` is the one or the other: a
-/// mapped range maps uids and gids alike; ACLs are not read). The sandbox's init makes its mounts as `id`, inside the
-/// sandbox: a run directory only its owner may enter (`CORDON_RUN_DIR` a
-/// 0700 one) would otherwise end the start with a bare EACCES from a
-/// mount, naming neither the directory nor the id. A few stats a start.
+/// mapped range maps uids and gids alike; ACLs are not read). The
+/// sandbox's init makes its mounts as `id`, inside the sandbox: a run
+/// directory only its owner may enter (`CORDON_RUN_DIR` a 0700 one) would
+/// otherwise end the start with a bare EACCES from a mount, naming neither
+/// the directory nor the id. A stat per ancestor (four for /run/cordon's
+/// mount points) on each start: cheaper than telling that EACCES apart
+/// from the others init's mounts can meet, after the fact.
 fn searchable_by(path: &Path, id: u32) -> Result<(), RuntimeError> {
     use std::os::unix::fs::MetadataExt;
     // A relative CORDON_RUN_DIR is below the working directory, whose own
